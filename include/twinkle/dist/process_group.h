@@ -1,0 +1,69 @@
+// twinkle/dist/process_group.h — collective communication over a group of ranks.
+//
+// The interface the parallel layers use. MpiProcessGroup (dist/mpi_process_group.h)
+// implements it over an MPI communicator; a size-1 group (LocalProcessGroup) makes
+// every collective a no-op so single-process code runs the same path. NCCL (and an
+// NPU collective library) implement the same interface in their backends.
+// All collectives are blocking and must be called by every rank of the group in the
+// same order. Buffers are host memory for the MPI implementation.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "twinkle/core/dtype.h"
+
+namespace twinkle::dist {
+
+enum class ReduceOp { Sum, Max, Min };
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  /// This process's rank inside the group, 0..size()-1.
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// Global (world) ranks of the members, in group-rank order.
+  virtual const std::vector<int>& global_ranks() const = 0;
+  /// Name for logs and errors ("tp", "dp-cp", ...).
+  virtual const std::string& name() const = 0;
+
+  /// In-place all-reduce of `count` elements of `dtype` (F32, I32, I64; F64 via all_reduce_f64).
+  virtual void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op = ReduceOp::Sum) = 0;
+  /// In-place all-reduce of doubles (loss sums, squared norms).
+  virtual void all_reduce_f64(double* buf, int64_t count, ReduceOp op = ReduceOp::Sum) = 0;
+  /// recv[size()*count] = concat over ranks of send[count] (rank order).
+  virtual void all_gather(const void* send, void* recv, int64_t count, DType dtype) = 0;
+  /// recv[count] = sum over ranks of send[rank()*count : (rank()+1)*count] (f32 only).
+  virtual void reduce_scatter(const float* send, float* recv, int64_t count) = 0;
+  /// All-to-all with per-peer counts and displacements in elements.
+  virtual void all_to_all_v(const void* send, const std::vector<int64_t>& send_counts,
+                            const std::vector<int64_t>& send_displs, void* recv,
+                            const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs,
+                            DType dtype) = 0;
+  /// Broadcast `count` elements from group rank `root`.
+  virtual void broadcast(void* buf, int64_t count, DType dtype, int root) = 0;
+  /// Point-to-point (group ranks). `tag` separates concurrent streams (pipeline activations vs grads).
+  virtual void send(const void* buf, int64_t count, DType dtype, int peer, int tag) = 0;
+  virtual void recv(void* buf, int64_t count, DType dtype, int peer, int tag) = 0;
+  virtual void barrier() = 0;
+
+  /// Bytes this rank has sent through this group since creation (or reset), counted
+  /// with the algorithm-independent model: all-reduce 2(n-1)/n * bytes, all-gather and
+  /// reduce-scatter (n-1)/n * total bytes, send = bytes, broadcast root = bytes.
+  int64_t bytes_sent() const { return bytes_sent_; }
+  void reset_bytes_sent() { bytes_sent_ = 0; }
+
+  // typed conveniences
+  void all_reduce(float* buf, int64_t n, ReduceOp op = ReduceOp::Sum) { all_reduce(buf, n, DType::F32, op); }
+  void all_reduce(int64_t* buf, int64_t n, ReduceOp op = ReduceOp::Sum) { all_reduce(buf, n, DType::I64, op); }
+
+ protected:
+  int64_t bytes_sent_ = 0;
+};
+
+/// A group of one rank: every collective is a local copy or no-op.
+std::shared_ptr<ProcessGroup> make_local_group(const std::string& name = "local", int global_rank = 0);
+
+}  // namespace twinkle::dist
