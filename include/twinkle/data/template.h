@@ -32,7 +32,7 @@ struct TemplateOptions {
 class Template {
  public:
   /// `name`: "Template"/"qwen3" (the only one for now). Resolves options.model_id to a
-  /// directory (see twinkle/io/hub.h) and loads its tokenizer. Throws twinkle::Error.
+  /// directory (see twinkle/data/hub.h) and loads its tokenizer. Throws twinkle::Error.
   Template(const std::string& name, const TemplateOptions& opts);
 
   /// The chat text the model's Jinja template renders for `messages`.
