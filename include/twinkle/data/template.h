@@ -8,6 +8,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "twinkle/data/batch.h"
@@ -19,7 +20,19 @@ struct Message {
   std::string role;     ///< "system", "user", "assistant"
   std::string content;
   std::string reasoning_content;  ///< assistant thinking text (may be empty)
+  /// Jinja's `message.reasoning_content is defined and is not none`: when false and
+  /// reasoning_content is empty, an assistant content holding "</think>" is split into
+  /// reasoning and content as the Qwen3 template does. A non-empty reasoning_content
+  /// counts as set whatever this flag says. (messages_from_json sets it when the JSON
+  /// message has a non-null "reasoning_content".)
+  bool has_reasoning_content = false;
 };
+
+/// Parses one JSON row {"messages": [{"role", "content", optional "reasoning_content"}, ...]}
+/// (or a bare array of messages). Throws twinkle::Error naming `row_name` (e.g. "file:12")
+/// and the field for malformed rows: not JSON, no "messages", a message without a string
+/// "role"/"content", an unknown role (allowed: system, user, assistant, tool).
+std::vector<Message> messages_from_json(std::string_view json_text, const std::string& row_name = "");
 
 struct TemplateOptions {
   std::string model_id;             ///< model dir or hub id whose tokenizer files are used
@@ -34,6 +47,8 @@ class Template {
   /// `name`: "Template"/"qwen3" (the only one for now). Resolves options.model_id to a
   /// directory (see twinkle/data/hub.h) and loads its tokenizer. Throws twinkle::Error.
   Template(const std::string& name, const TemplateOptions& opts);
+  /// Same with an already loaded tokenizer (options.model_id is then only informative).
+  Template(const std::string& name, const TemplateOptions& opts, Tokenizer tokenizer);
 
   /// The chat text the model's Jinja template renders for `messages`.
   std::string render(const std::vector<Message>& messages, bool add_generation_prompt = false) const;

@@ -43,19 +43,30 @@ class DeviceMesh {
   /// Number of data-parallel replicas that read different rows (= dp).
   int data_world_size() const { return sizes_.dp; }
 
+  /// Dense and expert coordinates of `rank`; throws twinkle::Error outside [0, world).
   Coord coord(int rank) const;
+  /// rank = tp + TP*(cp + CP*(dp + DP*pp)); throws twinkle::Error naming an out-of-range coordinate.
   int rank_of(int tp, int cp, int dp, int pp) const;
+  /// rank = etp + ETP*(ep + EP*(edp + EDP*pp)) (expert grid).
+  int expert_rank_of(int etp, int ep, int edp, int pp) const;
 
-  /// Every group of the named kind, each a list of global ranks in group order.
+  /// Every group of the named kind, each a list of global ranks in group order
+  /// (ascending ranks; groups sorted by their first rank, as Megatron's
+  /// generate_masked_orthogonal_rank_groups lists them).
   /// Names: "tp", "cp", "dp", "pp", "dp-cp", "tp-pp" (model parallel), "embedding"
   /// (first and last stage of each pp group; one rank when pp == 1), "etp", "ep",
   /// "edp", "world". Throws twinkle::Error for an unknown name.
   std::vector<std::vector<int>> groups(const std::string& name) const;
-  /// The group of kind `name` that contains `rank`.
+  /// The group of kind `name` that contains `rank` (empty for "embedding" when `rank` is a
+  /// middle pipeline stage). Throws twinkle::Error for an unknown name or rank.
   std::vector<int> group_of(const std::string& name, int rank) const;
 
-  /// One-line description, e.g. "pp=2 x dp=2 x tp=2".
+  /// One-line description: the dense sizes > 1 in the order pp, dp, cp, tp joined by
+  /// " x " (e.g. "pp=2 x dp=2 x tp=2"; "dp=1" for one rank), then, when ep or etp > 1,
+  /// " (experts: ep=2 x etp=1 x edp=2)".
   std::string describe() const;
+  /// The known group names, in the order make_mpi_state creates them.
+  static const std::vector<std::string>& group_names();
 
  private:
   MeshSizes sizes_;

@@ -29,7 +29,8 @@ class ProcessGroup {
   /// Name for logs and errors ("tp", "dp-cp", ...).
   virtual const std::string& name() const = 0;
 
-  /// In-place all-reduce of `count` elements of `dtype` (F32, I32, I64; F64 via all_reduce_f64).
+  /// In-place all-reduce of `count` elements of `dtype` (F32, I32, I64; F64 via all_reduce_f64;
+  /// BF16/F16 throw twinkle::Error: reduce in f32). Sum/Max/Min as MPI_SUM/MAX/MIN.
   virtual void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op = ReduceOp::Sum) = 0;
   /// In-place all-reduce of doubles (loss sums, squared norms).
   virtual void all_reduce_f64(double* buf, int64_t count, ReduceOp op = ReduceOp::Sum) = 0;
@@ -48,10 +49,26 @@ class ProcessGroup {
   virtual void send(const void* buf, int64_t count, DType dtype, int peer, int tag) = 0;
   virtual void recv(void* buf, int64_t count, DType dtype, int peer, int tag) = 0;
   virtual void barrier() = 0;
+  /// Combined send to `dest` and receive from `src` (MPI_Sendrecv): the pipeline
+  /// schedule's send_forward_recv_backward / send_backward_recv_forward (Megatron's
+  /// batched isend/irecv in p2p_communication.py), which must not deadlock when two
+  /// neighbouring stages exchange at the same time. Either count may be 0 (then that half
+  /// is skipped: no message at all), and a peer of -1 also skips its half (MPI_PROC_NULL;
+  /// the first / last stage). `dest`/`src` may equal rank() (a local copy; the counts must
+  /// then agree). The received message must hold exactly recv_count elements (else
+  /// twinkle::Error). Counted as send_count bytes sent (0 when skipped). Added by the
+  /// lead; implementations must override (the base version throws twinkle::Error).
+  virtual void send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf, int64_t recv_count,
+                         int src, DType dtype, int tag);
 
   /// Bytes this rank has sent through this group since creation (or reset), counted
   /// with the algorithm-independent model: all-reduce 2(n-1)/n * bytes, all-gather and
   /// reduce-scatter (n-1)/n * total bytes, send = bytes, broadcast root = bytes.
+  /// Exactly (integer arithmetic, b = bytes of one rank's buffer):
+  ///   all_reduce(count): 2*(n-1)*b/n (floor)    all_gather(count): (n-1)*b
+  ///   reduce_scatter(count): (n-1)*b (b = count*4, the output block)
+  ///   all_to_all_v: bytes of send_counts to the other ranks (the self block is free)
+  ///   broadcast: b on the root, 0 elsewhere    send, send_recv: b    recv, barrier: 0
   int64_t bytes_sent() const { return bytes_sent_; }
   void reset_bytes_sent() { bytes_sent_ = 0; }
 
@@ -63,7 +80,13 @@ class ProcessGroup {
   int64_t bytes_sent_ = 0;
 };
 
-/// A group of one rank: every collective is a local copy or no-op.
+/// A group of one rank (LocalProcessGroup): all_reduce and barrier are no-ops;
+/// all_gather, reduce_scatter, all_to_all_v (counts of size 1) and send_recv to self
+/// copy; broadcast needs root 0; send/recv throw twinkle::Error (no peer, even self:
+/// a blocking send to oneself would deadlock under MPI). bytes_sent stays 0.
 std::shared_ptr<ProcessGroup> make_local_group(const std::string& name = "local", int global_rank = 0);
+
+/// Bytes of `count` elements of `dtype` (throws twinkle::Error for a negative count).
+int64_t comm_bytes(int64_t count, DType dtype);
 
 }  // namespace twinkle::dist

@@ -1,0 +1,181 @@
+// bench/kernels_bench — throughput of twinkle's CPU kernels (see bench/README.md, section "CPU kernels").
+//
+//   build/bench/kernels_bench [--threads N] [--quick] [--cpu-time]
+//
+// --cpu-time times with the process CPU clock instead of wall time: with --threads 1 on a shared,
+// busy machine this removes time-slicing by other processes from the figures.
+//
+// Memory-bound kernels report GB/s = bytes that must move (each input read once, each output written
+// once) / best time. Attention reports GFLOP/s with the FlashAttention convention: forward
+// 4 * D * Hq * (causal pairs), backward 2.5x forward (5 matmuls instead of 2), causal pairs = L(L+1)/2
+// per sequence. Times are the best of several repetitions after a warm-up.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "twinkle/kernels/cpu/adamw.h"
+#include "twinkle/kernels/cpu/attention.h"
+#include "twinkle/kernels/cpu/cross_entropy.h"
+#include "twinkle/kernels/cpu/rmsnorm.h"
+#include "twinkle/kernels/cpu/rope.h"
+#include "twinkle/kernels/cpu/swiglu.h"
+
+using namespace twinkle::kernels::cpu;
+
+namespace {
+
+bool g_cpu_time = false;  // --cpu-time: process CPU time instead of wall time (1 thread on a busy machine)
+
+double now_s() {
+  if (g_cpu_time) {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double best_seconds(const std::function<void()>& fn, int reps) {
+  fn();  // warm-up (page faults, caches)
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = now_s();
+    fn();
+    best = std::min(best, now_s() - t0);
+  }
+  return best;
+}
+
+std::vector<float> randv(size_t n, unsigned seed, float scale = 1.0f) {
+  std::vector<float> v(n);
+  uint32_t s = seed * 2654435761u + 12345u;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = scale * (static_cast<float>(s >> 8) / 16777216.0f * 2.0f - 1.0f);
+  }
+  return v;
+}
+
+void report_bw(const char* name, const std::string& shape, double bytes, double sec) {
+  std::printf("%-22s %-28s %9.3f ms %8.1f GB/s\n", name, shape.c_str(), sec * 1e3, bytes / sec / 1e9);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 0;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--cpu-time")) g_cpu_time = true;
+    else {
+      std::fprintf(stderr, "usage: kernels_bench [--threads N] [--quick] [--cpu-time]\n");
+      return 2;
+    }
+  }
+  if (threads > 0) omp_set_num_threads(threads);
+  std::printf("kernels_bench: %d OpenMP thread(s), %s\n", omp_get_max_threads(),
+              g_cpu_time ? "process CPU time" : "wall time");
+  const int reps = quick ? 3 : 10;
+
+  {  // RMSNorm: tokens x hidden
+    const int64_t rows = 2048, dim = 1024, n = rows * dim;
+    auto x = randv(n, 1), w = randv(dim, 2), dy = randv(n, 3);
+    std::vector<float> y(n), rstd(rows), dx(n), dw(dim);
+    const std::string sh = "[2048,1024]";
+    report_bw("rmsnorm fwd", sh, 2.0 * n * 4,
+              best_seconds([&] { rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), rows, dim, 1e-6f); }, reps));
+    report_bw("rmsnorm bwd", sh, 3.0 * n * 4, best_seconds([&] {
+                rmsnorm_backward(x.data(), w.data(), rstd.data(), dy.data(), dx.data(), dw.data(), rows, dim);
+              }, reps));
+  }
+  {  // SwiGLU: tokens x intermediate
+    const int64_t n = 2048 * 3072;
+    auto g = randv(n, 4, 3.0f), u = randv(n, 5), dh = randv(n, 6);
+    std::vector<float> h(n), dg(n), du(n);
+    const std::string sh = "[2048,3072]";
+    report_bw("swiglu fwd", sh, 3.0 * n * 4, best_seconds([&] { swiglu_forward(g.data(), u.data(), h.data(), n); }, reps));
+    report_bw("swiglu bwd", sh, 5.0 * n * 4, best_seconds([&] {
+                swiglu_backward(g.data(), u.data(), dh.data(), dg.data(), du.data(), n);
+              }, reps));
+  }
+  {  // RoPE: tokens x heads x head_dim, in place
+    const int64_t T = 2048, H = 16, D = 128, n = T * H * D;
+    RopeTable tab = make_rope_table(4096, D, 1e6);
+    std::vector<int32_t> pos(T);
+    for (int64_t i = 0; i < T; ++i) pos[i] = static_cast<int32_t>(i);
+    auto x = randv(n, 7);
+    const std::string sh = "[2048,16,128]";
+    report_bw("rope fwd (in place)", sh, 2.0 * n * 4,
+              best_seconds([&] { rope_forward(x.data(), pos.data(), tab, T, H, D); }, reps));
+    report_bw("rope bwd (in place)", sh, 2.0 * n * 4,
+              best_seconds([&] { rope_backward(x.data(), pos.data(), tab, T, H, D); }, reps));
+  }
+  {  // AdamW: 16M parameters (p, g, m, v read; p, m, v written)
+    const int64_t n = 16 << 20;
+    auto p = randv(n, 8), g = randv(n, 9);
+    std::vector<float> m(n), v(n);
+    int64_t step = 0;
+    report_bw("adamw step", "n=16M", 7.0 * n * 4, best_seconds([&] {
+                adamw_step(p.data(), g.data(), m.data(), v.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step);
+              }, reps));
+  }
+  {  // cross entropy: forward (max + sumexp) and backward over [T, V]
+    const int64_t T = 2048, V = 32000, n = T * V;
+    auto x = randv(n, 10, 4.0f);
+    std::vector<int32_t> lab(T);
+    for (int64_t t = 0; t < T; ++t) lab[t] = static_cast<int32_t>((t * 7919) % V);
+    std::vector<float> lse(T), d(n), scale(T, 1.0f / T);
+    const std::string sh = "[2048,32000]";
+    report_bw("cross_entropy fwd", sh, 1.0 * n * 4,
+              best_seconds([&] { cross_entropy_forward(x.data(), lab.data(), T, V, lse.data()); }, reps));
+    report_bw("cross_entropy bwd", sh, 2.0 * n * 4, best_seconds([&] {
+                ce_backward(x.data(), lab.data(), lse.data(), T, V, V, 0, scale.data(), d.data());
+              }, reps));
+  }
+
+  // Attention: one packed batch of sequences of length L filling T tokens.
+  std::printf("\n%-10s %5s %5s %4s %4s %4s %10s %10s %10s %10s\n", "attention", "T", "L", "Hq", "Hkv", "D", "fwd ms",
+              "fwd GF/s", "bwd ms", "bwd GF/s");
+  struct A {
+    int64_t T, L, Hq, Hkv, D;
+  };
+  std::vector<A> cfgs = {{512, 512, 8, 4, 32},    {512, 512, 8, 4, 64},    {1024, 1024, 8, 4, 64},
+                         {2048, 2048, 8, 4, 32},  {2048, 2048, 8, 4, 64},  {2048, 2048, 8, 4, 128},
+                         {2048, 512, 8, 4, 64}};
+  if (quick) cfgs = {{512, 512, 8, 4, 64}, {2048, 2048, 8, 4, 64}};
+  for (const A& a : cfgs) {
+    const int64_t ns = a.T / a.L;
+    std::vector<int32_t> cu(ns + 1);
+    for (int64_t i = 0; i <= ns; ++i) cu[i] = static_cast<int32_t>(i * a.L);
+    auto q = randv(a.T * a.Hq * a.D, 11), k = randv(a.T * a.Hkv * a.D, 12), v = randv(a.T * a.Hkv * a.D, 13),
+         dout = randv(a.T * a.Hq * a.D, 14);
+    std::vector<float> out(a.T * a.Hq * a.D), lse(a.T * a.Hq), dq(q.size()), dk(k.size()), dv(v.size());
+    const float scale = 1.0f / std::sqrt(static_cast<float>(a.D));
+    const double pairs = static_cast<double>(ns) * a.L * (a.L + 1) / 2.0;
+    const double ffl = 4.0 * a.D * a.Hq * pairs, bfl = 2.5 * ffl;
+    const int r = std::max(1, reps / 2);
+    const double tf = best_seconds([&] {
+      flash_attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), cu.data(), ns, a.Hq, a.Hkv, a.D,
+                              scale);
+    }, r);
+    const double tb = best_seconds([&] {
+      flash_attention_backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(), dk.data(),
+                               dv.data(), cu.data(), ns, a.Hq, a.Hkv, a.D, scale);
+    }, r);
+    std::printf("%-10s %5ld %5ld %4ld %4ld %4ld %10.2f %10.1f %10.2f %10.1f\n", "", static_cast<long>(a.T),
+                static_cast<long>(a.L), static_cast<long>(a.Hq), static_cast<long>(a.Hkv), static_cast<long>(a.D),
+                tf * 1e3, ffl / tf / 1e9, tb * 1e3, bfl / tb / 1e9);
+  }
+  return 0;
+}

@@ -1,0 +1,146 @@
+// twinkle/data/dataloader.h — global batches of encoded rows, split over data-parallel ranks.
+//
+// Semantics follow Twinkle's DataLoader (src/twinkle/dataloader/*.py) with torch's
+// defaults: sequential order (no shuffle), drop_last=false, no padding at this level.
+// A global batch is batch_size consecutive rows (of the epoch's order); data-parallel
+// rank k of n takes the contiguous block [k*b/n, (k+1)*b/n) of it (b = rows in that
+// batch), like Twinkle's DeviceMeshSampler / mesh.get_slice. A final batch with fewer
+// than dp_size rows ends the epoch (Twinkle's min_batch_size check); with drop_last any
+// final partial batch is dropped. Every rank computes the same order: the loader needs
+// no communication.
+//
+// Iteration:  for (const LocalBatch& b : loader) { ... }  yields the remaining batches
+// of the current epoch, starting from the saved position; the position advances as each
+// batch is produced, so get_state() inside the loop body already points at the next
+// batch (a checkpoint saved there resumes with the following batch). Starting a
+// range-for when the epoch is finished moves to the next epoch.
+#pragma once
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "twinkle/data/batch.h"
+
+namespace twinkle {
+
+class Dataset;
+
+struct DataLoaderOptions {
+  int64_t batch_size = 1;  ///< global batch size (rows per step over all DP ranks)
+  bool shuffle = false;    ///< seeded permutation per epoch (identical on every rank)
+  uint64_t seed = 42;      ///< shuffle seed (Twinkle: TWINKLE_SEED or 42)
+  bool drop_last = false;  ///< drop a final batch smaller than batch_size
+  int64_t dp_rank = 0;     ///< this rank's data-parallel index
+  int64_t dp_size = 1;     ///< data-parallel world size
+};
+
+/// What one rank gets for one step.
+struct LocalBatch {
+  std::vector<EncodedRow> rows;      ///< this rank's block of the global batch
+  std::vector<int64_t> row_indices;  ///< indices of `rows` in the loader's encoded rows
+  int64_t global_rows = 0;           ///< rows in the whole global batch (all ranks)
+  int64_t index = 0;                 ///< batch index within the epoch (0-based)
+  int64_t epoch = 0;                 ///< epoch (0-based)
+};
+
+/// Position of a DataLoader: the next batch to produce.
+struct DataLoaderState {
+  int64_t epoch = 0;             ///< current epoch
+  int64_t next_batch = 0;        ///< next batch index within the epoch (== size(): epoch finished)
+  int64_t consumed_samples = 0;  ///< global rows produced so far (all epochs, all ranks)
+  nlohmann::json to_json() const;
+  /// Throws twinkle::Error naming the missing/mistyped field.
+  static DataLoaderState from_json(const nlohmann::json& j);
+};
+
+class DataLoader {
+ public:
+  /// Over `dataset.encoded()` (shared, so the loader stays valid if the Dataset goes
+  /// away). Throws twinkle::Error if the dataset is not encoded, batch_size < 1,
+  /// dp_size < 1, dp_rank outside [0, dp_size), or batch_size % dp_size != 0 (the
+  /// message names both values).
+  DataLoader(const Dataset& dataset, const DataLoaderOptions& opts);
+  /// Over given rows (same checks; throws on an empty list).
+  DataLoader(std::shared_ptr<const std::vector<EncodedRow>> rows, const DataLoaderOptions& opts);
+  DataLoader(std::vector<EncodedRow> rows, const DataLoaderOptions& opts);
+
+  /// Batches per epoch that iteration yields: ceil(N/batch_size) (floor with drop_last),
+  /// minus one when the final partial batch has fewer than dp_size rows (Twinkle's
+  /// len() still counts that batch, but its iteration stops before it).
+  int64_t size() const { return num_batches_; }
+  /// Rows per epoch (N, the encoded row count).
+  int64_t num_rows() const { return static_cast<int64_t>(rows_->size()); }
+  const DataLoaderOptions& options() const { return opts_; }
+
+  /// The order of the encoded rows in `epoch` (identity without shuffle; with shuffle a
+  /// Fisher-Yates permutation driven by std::mt19937_64 seeded with
+  /// splitmix64(seed + epoch), so every rank and every run gets the same order).
+  std::vector<int64_t> epoch_order(int64_t epoch) const;
+  /// This rank's part of batch `index` of `epoch` (random access; does not move the
+  /// position). Throws twinkle::Error if index is outside [0, size()).
+  LocalBatch batch(int64_t epoch, int64_t index) const;
+  /// Produces the next batch of the current epoch into `out` and advances the position;
+  /// returns false (leaving `out` untouched) when the epoch is finished. Call
+  /// next_epoch() (or start a range-for) to continue.
+  bool next(LocalBatch& out);
+  /// Moves to batch 0 of the next epoch.
+  void next_epoch();
+
+  DataLoaderState get_state() const { return state_; }
+  /// Restores a position. Throws twinkle::Error if next_batch is outside [0, size()]
+  /// or a field is negative.
+  void set_state(const DataLoaderState& s);
+  /// Global rows produced so far (Twinkle: consumed_train_samples).
+  int64_t consumed_samples() const { return state_.consumed_samples; }
+  /// Twinkle's resume_from_checkpoint(n): positions the loader as if `n` global rows had
+  /// been consumed from epoch 0. Throws twinkle::Error if n does not fall on a batch
+  /// boundary.
+  void skip_samples(int64_t n);
+
+  class iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = LocalBatch;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const LocalBatch*;
+    using reference = const LocalBatch&;
+    iterator() = default;
+    reference operator*() const { return cur_; }
+    pointer operator->() const { return &cur_; }
+    iterator& operator++();
+    bool operator==(const iterator& o) const { return loader_ == o.loader_; }
+    bool operator!=(const iterator& o) const { return !(*this == o); }
+
+   private:
+    friend class DataLoader;
+    explicit iterator(DataLoader* l);
+    DataLoader* loader_ = nullptr;  ///< null = end
+    LocalBatch cur_;
+  };
+  /// Starts (or continues) the current epoch; moves to the next epoch first if the
+  /// current one is finished.
+  iterator begin();
+  iterator end() { return iterator(); }
+
+ private:
+  void init();
+  std::shared_ptr<const std::vector<EncodedRow>> rows_;
+  DataLoaderOptions opts_;
+  int64_t num_batches_ = 0;
+  DataLoaderState state_;
+  mutable int64_t cached_epoch_ = -1;
+  mutable std::vector<int64_t> cached_order_;
+};
+
+/// Splits `rows` into micro-batches of `micro_batch_size` consecutive rows (the last one
+/// may be smaller). Each is collate_padded(chunk, pad_id) (right-padded to its own
+/// longest row; Twinkle's InputProcessor pads input_ids with 0) or, with `packing`,
+/// collate_packed(chunk) (one padding-free sequence). Throws twinkle::Error on an empty
+/// list or micro_batch_size < 1.
+std::vector<MicroBatch> make_micro_batches(const std::vector<EncodedRow>& rows, int64_t micro_batch_size,
+                                           int32_t pad_id, bool packing);
+
+}  // namespace twinkle

@@ -1,0 +1,17 @@
+// twinkle/kernels/cpu/reduce.h — vector helpers used by grad-norm / clipping and the model.
+// All OpenMP-parallel over large n; f32 data.
+#pragma once
+#include <cstdint>
+
+namespace twinkle::kernels::cpu {
+
+/// sum_i x[i]^2, accumulated in double (OpenMP reduction; deterministic for a fixed thread count).
+double sum_squares(const float* x, int64_t n);
+/// x[i] *= s.
+void scale_inplace(float* x, int64_t n, float s);
+/// y[i] += x[i].
+void add_inplace(float* y, const float* x, int64_t n);
+/// y[i] += a * x[i].
+void axpy(float* y, const float* x, int64_t n, float a);
+
+}  // namespace twinkle::kernels::cpu

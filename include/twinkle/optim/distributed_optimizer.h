@@ -1,0 +1,84 @@
+// twinkle/optim/distributed_optimizer.h — gradient reduction, grad norm, clipping and AdamW
+// over a flat ParamStore, optionally sharded across data-parallel ranks (ZeRO-1).
+//
+// Semantics:
+//  * Gradients are SUMMED over the dp-cp group (Megatron DDP with calculate_per_token_loss:
+//    the loss gradient already carries 1/global_token_count), in buckets of the flat buffer.
+//  * use_distributed_optimizer (megatron/core/optimizer/distrib_optimizer.py): each bucket is
+//    reduce-scattered so dp-cp rank r owns a contiguous 1/n of it; AdamW state exists only
+//    for owned elements; updated parameters are all-gathered.
+//  * Grad norm (megatron/core/optimizer/clip_grads.py get_grad_norm_fp32): the L2 norm of
+//    every unique gradient element: a tp-duplicated parameter counts on tp rank 0 only, a
+//    tied-embedding copy does not count, each element counted once over the dp shards;
+//    sums of squares all-reduced over the world (never an average of per-rank norms).
+//  * Clipping (torch.nn.utils.clip_grad_norm_): coefficient max_norm / (norm + 1e-6),
+//    applied only when below 1.
+//  * AdamW: torch.optim.AdamW; biases and 1-D parameters are not decayed (Megatron).
+//  * Gradients are zeroed after every step (unlike upstream Twinkle, whose DDP buffers leak).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "twinkle/dist/parallel_state.h"
+#include "twinkle/model/parameter.h"
+
+namespace twinkle {
+
+struct OptimizerConfig {
+  double lr = 1e-4;
+  double weight_decay = 0.01;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+  double clip_grad = 1.0;  ///< max grad norm; <= 0 disables clipping
+  bool use_distributed_optimizer = true;
+  int64_t bucket_bytes = 4 << 20;  ///< gradient bucket size for the dp reduction
+};
+
+struct StepStats {
+  double grad_norm = 0;  ///< pre-clip global norm
+  double clip_coef = 1;  ///< applied coefficient (1 = no clipping)
+  double lr = 0;
+  int64_t step = 0;      ///< optimizer steps taken (after this one)
+};
+
+class DistributedOptimizer {
+ public:
+  /// Throws twinkle::Error if the store's flat size is not divisible by the dp-cp size.
+  DistributedOptimizer(ParamStore& store, std::shared_ptr<dist::ParallelState> ps, const OptimizerConfig& cfg);
+
+  /// Sums gradients over dp-cp (reduce-scatter with the distributed optimizer, else all-reduce).
+  void reduce_gradients();
+  /// Global pre-clip gradient L2 norm (call after reduce_gradients).
+  double grad_norm();
+  /// reduce_gradients + grad norm + clip (max_norm < 0: use cfg.clip_grad) + AdamW at `lr`
+  /// + parameter all-gather + zero gradients.
+  StepStats step(double lr, double max_norm = -1.0);
+  void zero_grad() { store_.zero_grad(); }
+  const OptimizerConfig& config() const { return cfg_; }
+  OptimizerConfig& mutable_config() { return cfg_; }
+  int64_t steps() const { return step_; }
+  /// Elements of AdamW state (m and v each) this rank holds.
+  int64_t state_elements() const { return static_cast<int64_t>(m_.size()); }
+  /// Bytes sent by this rank in the last step's dp collectives (for the volume check).
+  int64_t last_step_bytes() const { return last_bytes_; }
+
+ private:
+  struct Segment {
+    int64_t start, len;  // flat element range this rank owns/updates
+    bool decay, counts;  // weight decay; counts toward grad norm
+    int64_t state_off;   // offset into m_/v_
+  };
+  ParamStore& store_;
+  std::shared_ptr<dist::ParallelState> ps_;
+  OptimizerConfig cfg_;
+  std::vector<std::pair<int64_t, int64_t>> buckets_;  // [start, len)
+  std::vector<Segment> segments_;                     // owned elements split at param boundaries
+  std::vector<float> m_, v_, scratch_;
+  int64_t step_ = 0;
+  int64_t last_bytes_ = 0;
+  bool reduced_ = false;
+};
+
+}  // namespace twinkle

@@ -1,0 +1,43 @@
+// twinkle/train/engine.h — one training step over micro-batches on any parallel layout.
+//
+// Loss normalisation (Megatron-core with calculate_per_token_loss, and the fix for
+// failure classes B07 / B13): the gradient is that of
+//     sum over every labelled token of the global batch of -log p(token)
+//     / (number of labelled tokens in the global batch),
+// the count taken over all micro-batches and all dp-cp ranks before the forward pass, so
+// any layout and any micro-batch split equals one process on the whole batch. The
+// reported loss is the same global per-token mean (identical on every rank).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "twinkle/data/batch.h"
+#include "twinkle/model/qwen3_model.h"
+#include "twinkle/parallel/pipeline_schedule.h"
+
+namespace twinkle {
+
+struct StepResult {
+  double loss = 0;               ///< global per-token mean loss
+  int64_t label_tokens = 0;      ///< global labelled tokens
+  int64_t tokens = 0;            ///< global tokens processed (padding included)
+  parallel::PipelineTimes times; ///< this rank's compute / communication split
+};
+
+class Engine {
+ public:
+  explicit Engine(Qwen3Model& model);
+  /// Forward and backward of this rank's micro-batches (gradients accumulate into the
+  /// model's ParamStore, then tp / embedding-group reductions run). All micro-batches of
+  /// one call must be given to every rank of the same dp-cp coordinate.
+  StepResult forward_backward(const std::vector<MicroBatch>& micro_batches);
+  /// Loss only (no gradients).
+  StepResult forward_only(const std::vector<MicroBatch>& micro_batches);
+
+ private:
+  StepResult run(const std::vector<MicroBatch>& mbs, bool training);
+  Qwen3Model& model_;
+};
+
+}  // namespace twinkle

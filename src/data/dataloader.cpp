@@ -1,0 +1,186 @@
+#include "twinkle/data/dataloader.h"
+
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "twinkle/core/error.h"
+#include "twinkle/data/dataset.h"
+
+namespace twinkle {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+// Unbiased integer in [0, bound) from a 64-bit engine (rejection of the short tail);
+// defined here rather than std::uniform_int_distribution so the permutation is the
+// same with every standard library.
+uint64_t uniform_below(std::mt19937_64& g, uint64_t bound) {
+  const uint64_t threshold = (0 - bound) % bound;  // 2^64 mod bound
+  uint64_t x;
+  do x = g();
+  while (x < threshold);
+  return x % bound;
+}
+
+int64_t get_int(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end()) throw Error(std::string("DataLoader state: field '") + key + "' is missing");
+  if (!it->is_number_integer()) throw Error(std::string("DataLoader state: field '") + key + "' is not an integer");
+  return it->get<int64_t>();
+}
+
+}  // namespace
+
+nlohmann::json DataLoaderState::to_json() const {
+  return {{"epoch", epoch}, {"next_batch", next_batch}, {"consumed_samples", consumed_samples}};
+}
+
+DataLoaderState DataLoaderState::from_json(const nlohmann::json& j) {
+  check(j.is_object(), "DataLoader state: expected a JSON object");
+  DataLoaderState s;
+  s.epoch = get_int(j, "epoch");
+  s.next_batch = get_int(j, "next_batch");
+  s.consumed_samples = get_int(j, "consumed_samples");
+  return s;
+}
+
+DataLoader::DataLoader(const Dataset& dataset, const DataLoaderOptions& opts)
+    : rows_(dataset.encoded_ptr()), opts_(opts) {
+  init();
+}
+
+DataLoader::DataLoader(std::shared_ptr<const std::vector<EncodedRow>> rows, const DataLoaderOptions& opts)
+    : rows_(std::move(rows)), opts_(opts) {
+  init();
+}
+
+DataLoader::DataLoader(std::vector<EncodedRow> rows, const DataLoaderOptions& opts)
+    : rows_(std::make_shared<const std::vector<EncodedRow>>(std::move(rows))), opts_(opts) {
+  init();
+}
+
+void DataLoader::init() {
+  check(rows_ != nullptr && !rows_->empty(), "DataLoader: the dataset has no encoded rows");
+  const int64_t bs = opts_.batch_size, n = opts_.dp_size;
+  check(bs >= 1, "DataLoader: batch_size must be >= 1, got " + std::to_string(bs));
+  check(n >= 1, "DataLoader: dp_size must be >= 1, got " + std::to_string(n));
+  check(opts_.dp_rank >= 0 && opts_.dp_rank < n, "DataLoader: dp_rank " + std::to_string(opts_.dp_rank) +
+                                                     " is outside [0, dp_size=" + std::to_string(n) + ")");
+  check(bs % n == 0, "DataLoader: batch_size " + std::to_string(bs) + " is not divisible by dp_size " +
+                         std::to_string(n) + " (each data-parallel rank needs an equal share)");
+  const int64_t N = num_rows();
+  const int64_t full = N / bs, rem = N % bs;
+  num_batches_ = full + ((rem > 0 && !opts_.drop_last && rem >= n) ? 1 : 0);
+  check(num_batches_ > 0, "DataLoader: " + std::to_string(N) + " rows make no batch with batch_size " +
+                              std::to_string(bs) + (opts_.drop_last ? " and drop_last" : "") + " and dp_size " +
+                              std::to_string(n));
+}
+
+std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const {
+  std::vector<int64_t> order(static_cast<size_t>(num_rows()));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (!opts_.shuffle) return order;
+  std::mt19937_64 g(splitmix64(opts_.seed + static_cast<uint64_t>(epoch)));
+  for (size_t i = order.size(); i > 1; --i) {
+    size_t j = static_cast<size_t>(uniform_below(g, i));
+    std::swap(order[i - 1], order[j]);
+  }
+  return order;
+}
+
+LocalBatch DataLoader::batch(int64_t epoch, int64_t index) const {
+  check(index >= 0 && index < num_batches_, "DataLoader: batch index " + std::to_string(index) + " outside [0, " +
+                                                std::to_string(num_batches_) + ")");
+  check(epoch >= 0, "DataLoader: negative epoch " + std::to_string(epoch));
+  if (opts_.shuffle && cached_epoch_ != epoch) {
+    cached_order_ = epoch_order(epoch);
+    cached_epoch_ = epoch;
+  }
+  const int64_t N = num_rows(), bs = opts_.batch_size, n = opts_.dp_size, k = opts_.dp_rank;
+  const int64_t start = index * bs;
+  const int64_t b = std::min(bs, N - start);
+  const int64_t lo = start + k * b / n, hi = start + (k + 1) * b / n;
+  LocalBatch out;
+  out.global_rows = b;
+  out.index = index;
+  out.epoch = epoch;
+  out.rows.reserve(static_cast<size_t>(hi - lo));
+  out.row_indices.reserve(static_cast<size_t>(hi - lo));
+  for (int64_t p = lo; p < hi; ++p) {
+    int64_t r = opts_.shuffle ? cached_order_[static_cast<size_t>(p)] : p;
+    out.row_indices.push_back(r);
+    out.rows.push_back((*rows_)[static_cast<size_t>(r)]);
+  }
+  return out;
+}
+
+bool DataLoader::next(LocalBatch& out) {
+  if (state_.next_batch >= num_batches_) return false;
+  out = batch(state_.epoch, state_.next_batch);
+  ++state_.next_batch;
+  state_.consumed_samples += out.global_rows;
+  return true;
+}
+
+void DataLoader::next_epoch() {
+  ++state_.epoch;
+  state_.next_batch = 0;
+}
+
+void DataLoader::set_state(const DataLoaderState& s) {
+  check(s.epoch >= 0 && s.consumed_samples >= 0, "DataLoader::set_state: negative epoch or consumed_samples");
+  check(s.next_batch >= 0 && s.next_batch <= num_batches_,
+        "DataLoader::set_state: next_batch " + std::to_string(s.next_batch) + " outside [0, " +
+            std::to_string(num_batches_) + "] (was the state saved with another dataset or batch_size?)");
+  state_ = s;
+}
+
+void DataLoader::skip_samples(int64_t n) {
+  check(n >= 0, "DataLoader::skip_samples: negative count " + std::to_string(n));
+  const int64_t bs = opts_.batch_size;
+  const int64_t per_epoch = std::min(num_rows(), num_batches_ * bs);
+  DataLoaderState s;
+  s.epoch = n / per_epoch;
+  const int64_t rem = n % per_epoch;
+  check(rem % bs == 0, "DataLoader::skip_samples: " + std::to_string(n) + " samples is not a whole number of batches (batch_size " +
+                           std::to_string(bs) + ", " + std::to_string(per_epoch) + " samples per epoch)");
+  s.next_batch = rem / bs;
+  s.consumed_samples = n;
+  state_ = s;
+}
+
+DataLoader::iterator::iterator(DataLoader* l) : loader_(l) {
+  if (!loader_->next(cur_)) loader_ = nullptr;
+}
+
+DataLoader::iterator& DataLoader::iterator::operator++() {
+  if (loader_ && !loader_->next(cur_)) loader_ = nullptr;
+  return *this;
+}
+
+DataLoader::iterator DataLoader::begin() {
+  if (state_.next_batch >= num_batches_) next_epoch();
+  return iterator(this);
+}
+
+std::vector<MicroBatch> make_micro_batches(const std::vector<EncodedRow>& rows, int64_t micro_batch_size,
+                                           int32_t pad_id, bool packing) {
+  check(!rows.empty(), "make_micro_batches: no rows");
+  check(micro_batch_size >= 1, "make_micro_batches: micro_batch_size must be >= 1, got " + std::to_string(micro_batch_size));
+  std::vector<MicroBatch> out;
+  const size_t mbs = static_cast<size_t>(micro_batch_size);
+  for (size_t s = 0; s < rows.size(); s += mbs) {
+    std::vector<EncodedRow> chunk(rows.begin() + static_cast<std::ptrdiff_t>(s),
+                                  rows.begin() + static_cast<std::ptrdiff_t>(std::min(rows.size(), s + mbs)));
+    out.push_back(packing ? collate_packed(chunk) : collate_padded(chunk, pad_id));
+  }
+  return out;
+}
+
+}  // namespace twinkle

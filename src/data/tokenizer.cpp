@@ -1,0 +1,1402 @@
+// Hugging Face tokenizer.json (byte-level BPE) — see twinkle/data/tokenizer.h.
+//
+// Facts followed (Rust `tokenizers` 0.22, read for behaviour, not copied):
+//  - tokenizer/added_vocabulary.rs: added tokens split first, leftmost-longest, non-normalized
+//    ones on the raw text, normalized ones on the normalized pieces; lstrip/rstrip/single_word.
+//  - pre_tokenizers/split.rs + tokenizer/pattern.rs: regex matches and the gaps between them
+//    become pieces; SplitDelimiterBehavior decides how matches are kept.
+//  - pre_tokenizers/byte_level.rs: GPT-2 bytes_to_unicode table, add_prefix_space per piece.
+//  - models/bpe/{model,word}.rs: merges (rank = line index, later duplicates win), merge loop
+//    with a priority queue ordered by (rank, position) and the same stale-entry check.
+//  - decoders/byte_level.rs: chars -> bytes (a token with a char outside the table keeps its
+//    own UTF-8 bytes), then String::from_utf8_lossy.
+#include "twinkle/data/tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <utf8proc.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "tokenizer_unicode.h"
+#include "twinkle/core/error.h"
+
+namespace twinkle {
+
+using json = nlohmann::json;
+using tok::utf8_next;
+
+namespace tok {
+
+std::string utf8_lossy(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  static const char kRepl[] = "\xEF\xBF\xBD";
+  while (i < n) {
+    const unsigned c = p[i];
+    if (c < 0x80) {
+      out.push_back(static_cast<char>(c));
+      ++i;
+      continue;
+    }
+    size_t need;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+      need = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      need = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      need = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      out.append(kRepl, 3);
+      ++i;
+      continue;
+    }
+    size_t k = 1;
+    bool ok = true;
+    for (; k <= need; ++k) {
+      if (i + k >= n) {
+        ok = false;
+        break;
+      }
+      const unsigned b = p[i + k];
+      const unsigned l = (k == 1) ? lo : 0x80, h = (k == 1) ? hi : 0xBF;
+      if (b < l || b > h) {
+        ok = false;
+        break;
+      }
+    }
+    if (ok) {
+      out.append(s.substr(i, need + 1));
+      i += need + 1;
+    } else {
+      out.append(kRepl, 3);
+      i += k;  // the maximal subpart: lead byte plus the valid continuation bytes seen
+    }
+  }
+  return out;
+}
+
+}  // namespace tok
+
+namespace {
+
+// ------------------------------------------------------------------------------------------
+// Hashing and small open-addressing tables
+// ------------------------------------------------------------------------------------------
+inline uint64_t mix64(uint64_t a, uint64_t b) {
+  __uint128_t r = static_cast<__uint128_t>(a) * b;
+  return static_cast<uint64_t>(r) ^ static_cast<uint64_t>(r >> 64);
+}
+
+inline uint64_t hash_bytes(const char* p, size_t n) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xff51afd7ed558ccdull);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = mix64(h ^ w, 0xbf58476d1ce4e5b9ull);
+  }
+  if (i < n) {
+    uint64_t w = 0;
+    std::memcpy(&w, p + i, n - i);
+    h = mix64(h ^ w, 0x94d049bb133111ebull);
+  }
+  return mix64(h, 0x2545F4914F6CDD1Dull);
+}
+
+/// (left id, right id) -> (rank, merged id); linear probing, power-of-two capacity.
+class MergeTable {
+ public:
+  void init(size_t n) {
+    size_t cap = 16;
+    while (cap < n * 2 + 16) cap <<= 1;
+    keys_.assign(cap, kEmpty);
+    vals_.assign(cap, 0);
+    mask_ = cap - 1;
+  }
+  // Inserts or overwrites.
+  void put(int32_t a, int32_t b, uint32_t rank, int32_t id) {
+    const uint64_t key = pack(a, b);
+    size_t i = slot(key);
+    while (keys_[i] != kEmpty && keys_[i] != key) i = (i + 1) & mask_;
+    keys_[i] = key;
+    vals_[i] = (static_cast<uint64_t>(rank) << 32) | static_cast<uint32_t>(id);
+  }
+  // true when found; rank/id out.
+  inline bool get(int32_t a, int32_t b, uint32_t& rank, int32_t& id) const {
+    const uint64_t key = pack(a, b);
+    size_t i = slot(key);
+    for (;;) {
+      const uint64_t k = keys_[i];
+      if (k == key) {
+        rank = static_cast<uint32_t>(vals_[i] >> 32);
+        id = static_cast<int32_t>(static_cast<uint32_t>(vals_[i]));
+        return true;
+      }
+      if (k == kEmpty) return false;
+      i = (i + 1) & mask_;
+    }
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~0ull;
+  static uint64_t pack(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+  size_t slot(uint64_t key) const { return mix64(key, 0x9E3779B97F4A7C15ull) & mask_; }
+  std::vector<uint64_t> keys_;
+  std::vector<uint64_t> vals_;
+  size_t mask_ = 0;
+};
+
+/// Per-thread cache: pre-token bytes -> ids. Cleared when full; keyed by Impl uid.
+class WordCache {
+ public:
+  static constexpr size_t kMaxWord = 256;  // like the Rust BPE cache: only short words
+  static constexpr size_t kCap = 1u << 17;
+  static constexpr size_t kMaxEntries = kCap / 2;
+
+  void reset(uint64_t owner) {
+    owner_ = owner;
+    if (slots_.size() != kCap) slots_.assign(kCap, Slot{});
+    else std::fill(slots_.begin(), slots_.end(), Slot{});
+    keys_.clear();
+    ids_.clear();
+    count_ = 0;
+  }
+  uint64_t owner() const { return owner_; }
+  size_t size() const { return count_; }
+
+  // Appends the cached ids to out and returns true when present.
+  inline bool lookup(const char* p, size_t n, uint64_t h, std::vector<int32_t>& out) const {
+    size_t i = h & (kCap - 1);
+    for (;;) {
+      const Slot& s = slots_[i];
+      if (s.len_plus1 == 0) return false;
+      if (s.hash == h && s.len_plus1 - 1 == n && std::memcmp(keys_.data() + s.key_off, p, n) == 0) {
+        out.insert(out.end(), ids_.begin() + s.val_off, ids_.begin() + s.val_off + s.val_len);
+        return true;
+      }
+      i = (i + 1) & (kCap - 1);
+    }
+  }
+  void insert(const char* p, size_t n, uint64_t h, const int32_t* ids, size_t m) {
+    if (count_ >= kMaxEntries || keys_.size() > (64u << 20)) reset(owner_);
+    size_t i = h & (kCap - 1);
+    while (slots_[i].len_plus1 != 0) i = (i + 1) & (kCap - 1);
+    Slot& s = slots_[i];
+    s.hash = h;
+    s.key_off = static_cast<uint32_t>(keys_.size());
+    s.len_plus1 = static_cast<uint32_t>(n + 1);
+    s.val_off = static_cast<uint32_t>(ids_.size());
+    s.val_len = static_cast<uint32_t>(m);
+    keys_.insert(keys_.end(), p, p + n);
+    ids_.insert(ids_.end(), ids, ids + m);
+    ++count_;
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t key_off = 0;
+    uint32_t len_plus1 = 0;  // 0 = empty
+    uint32_t val_off = 0;
+    uint32_t val_len = 0;
+  };
+  uint64_t owner_ = 0;
+  std::vector<Slot> slots_;
+  std::vector<char> keys_;
+  std::vector<int32_t> ids_;
+  size_t count_ = 0;
+};
+
+// ------------------------------------------------------------------------------------------
+// GPT-2 byte <-> unicode table (pre_tokenizers/byte_level.rs bytes_char)
+// ------------------------------------------------------------------------------------------
+struct ByteTable {
+  char32_t byte_to_cp[256];
+  std::string byte_to_str[256];
+  std::unordered_map<char32_t, uint8_t> cp_to_byte;
+  ByteTable() {
+    int n = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool keep = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      byte_to_cp[b] = keep ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + n++);
+      tok::utf8_append(byte_to_str[b], byte_to_cp[b]);
+      cp_to_byte[byte_to_cp[b]] = static_cast<uint8_t>(b);
+    }
+  }
+};
+const ByteTable& byte_table() {
+  static const ByteTable t;
+  return t;
+}
+
+std::string bytes_to_bytelevel(std::string_view raw) {
+  const auto& t = byte_table();
+  std::string s;
+  s.reserve(raw.size() * 2);
+  for (unsigned char c : raw) s += t.byte_to_str[c];
+  return s;
+}
+
+// ByteLevel decoder for one token: chars -> bytes, or the token's own bytes when a char is
+// outside the table.
+std::string bytelevel_to_bytes(std::string_view tokstr) {
+  const auto& t = byte_table();
+  std::string out;
+  size_t i = 0;
+  while (i < tokstr.size()) {
+    char32_t cp = utf8_next(tokstr, i);
+    auto it = t.cp_to_byte.find(cp);
+    if (it == t.cp_to_byte.end()) return std::string(tokstr);
+    out.push_back(static_cast<char>(it->second));
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------
+// PCRE2 regex (JIT, UTF + UCP)
+// ------------------------------------------------------------------------------------------
+struct MatchScratch {
+  pcre2_match_data* md = nullptr;
+  pcre2_match_context* mc = nullptr;
+  pcre2_jit_stack* stack = nullptr;
+  MatchScratch() {
+    md = pcre2_match_data_create(4, nullptr);
+    mc = pcre2_match_context_create(nullptr);
+    stack = pcre2_jit_stack_create(64 * 1024, 8 * 1024 * 1024, nullptr);
+    if (mc && stack) pcre2_jit_stack_assign(mc, nullptr, stack);
+  }
+  ~MatchScratch() {
+    if (md) pcre2_match_data_free(md);
+    if (mc) pcre2_match_context_free(mc);
+    if (stack) pcre2_jit_stack_free(stack);
+  }
+};
+MatchScratch& match_scratch() {
+  thread_local MatchScratch s;
+  return s;
+}
+
+class Regex {
+ public:
+  Regex() = default;
+  Regex(const std::string& pattern, bool literal, const std::string& where) {
+    int err = 0;
+    PCRE2_SIZE eoff = 0;
+    uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK;
+    if (literal) opts |= PCRE2_LITERAL;
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), opts, &err, &eoff, nullptr);
+    if (!code_) {
+      PCRE2_UCHAR buf[256];
+      pcre2_get_error_message(err, buf, sizeof buf);
+      throw Error(where + ": cannot compile regex /" + pattern + "/ at offset " + std::to_string(eoff) + ": " +
+                  reinterpret_cast<char*>(buf));
+    }
+    jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
+  }
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+  ~Regex() {
+    if (code_) pcre2_code_free(code_);
+  }
+  bool jit() const { return jit_; }
+
+  /// Calls fn(start, end) for every non-overlapping match of the subject (valid UTF-8),
+  /// left to right; an empty match advances one character and is not reported.
+  template <class Fn>
+  void for_each_match(std::string_view s, Fn&& fn) const {
+    auto& sc = match_scratch();
+    const auto* subj = reinterpret_cast<PCRE2_SPTR>(s.data());
+    size_t off = 0;
+    const size_t n = s.size();
+    while (off <= n) {
+      int rc = jit_ ? pcre2_jit_match(code_, subj, n, off, PCRE2_NO_UTF_CHECK, sc.md, sc.mc)
+                    : pcre2_match(code_, subj, n, off, PCRE2_NO_UTF_CHECK, sc.md, sc.mc);
+      if (rc == PCRE2_ERROR_NOMATCH) return;
+      if (rc < 0) {
+        PCRE2_UCHAR buf[256];
+        pcre2_get_error_message(rc, buf, sizeof buf);
+        throw Error(std::string("tokenizer regex match failed: ") + reinterpret_cast<char*>(buf));
+      }
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(sc.md);
+      const size_t b = ov[0], e = ov[1];
+      if (e > b) {
+        fn(b, e);
+        off = e;
+      } else {
+        if (b >= n) return;
+        size_t j = b;
+        utf8_next(s, j);
+        off = j;
+      }
+    }
+  }
+
+ private:
+  pcre2_code* code_ = nullptr;
+  bool jit_ = false;
+};
+
+// ------------------------------------------------------------------------------------------
+// Unicode helpers (normalizers, \s / \w for added-token flags)
+// ------------------------------------------------------------------------------------------
+enum class NormKind { NFC, NFD, NFKC, NFKD, Lowercase };
+
+// True when every code point is known to be unchanged by NFC in any context (quick check on
+// ranges with no canonical decomposition, no combining class and no composition partner).
+bool nfc_quick_stable(std::string_view s) {
+  size_t i = 0;
+  const size_t n = s.size();
+  while (i < n) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    const char32_t cp = utf8_next(s, i);
+    if (cp < 0x300) continue;                        // Latin-1, Latin Extended A/B, IPA
+    if (cp >= 0x4E00 && cp < 0xA000) continue;       // CJK Unified Ideographs
+    if (cp >= 0x3040 && cp < 0x3099) continue;       // Hiragana (before the voicing marks)
+    if (cp >= 0x30A0 && cp < 0x3100) continue;       // Katakana
+    if (cp >= 0x3000 && cp < 0x302A) continue;       // CJK symbols and punctuation
+    if (cp >= 0xFF00 && cp < 0xFFF0) continue;       // halfwidth/fullwidth forms (compat only)
+    if (cp >= 0xAC00 && cp < 0xD7A4) continue;       // Hangul syllables (T jamo are checked)
+    if (cp >= 0x2000 && cp < 0x2126) continue;       // general punctuation .. letterlike
+    if (cp >= 0x1F300 && cp < 0x1FB00) continue;     // pictographs, emoji
+    if (cp >= 0xE000 && cp < 0xF900) continue;       // private use
+    return false;
+  }
+  return true;
+}
+
+std::string utf8proc_apply(std::string_view s, int options, const std::string& what) {
+  utf8proc_uint8_t* out = nullptr;
+  utf8proc_ssize_t r = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                                    static_cast<utf8proc_ssize_t>(s.size()), &out,
+                                    static_cast<utf8proc_option_t>(options));
+  if (r < 0) throw Error(what + ": utf8proc failed: " + utf8proc_errmsg(r));
+  std::string res(reinterpret_cast<char*>(out), static_cast<size_t>(r));
+  std::free(out);
+  return res;
+}
+
+std::string lowercase(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    const char32_t cp = utf8_next(s, i);
+    if (cp == 0x130) {  // Rust char::to_lowercase: U+0130 -> "i\u0307"
+      out += "i\xCC\x87";
+      continue;
+    }
+    tok::utf8_append(out, static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))));
+  }
+  return out;
+}
+
+bool is_white_space(char32_t c) {  // Unicode White_Space (Rust regex \s, char::is_whitespace)
+  if (c == ' ' || (c >= 0x09 && c <= 0x0D)) return true;
+  if (c < 0x80) return false;
+  if (c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+      c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000)
+    return true;
+  return false;
+}
+
+bool is_word_char(char32_t c) {  // Rust regex \w: Alphabetic, M, Nd, Pc, Join_Control
+  if (c < 0x80) return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  if (c == 0x200C || c == 0x200D) return true;
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_PC:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Added tokens: leftmost-longest trie
+// ------------------------------------------------------------------------------------------
+struct AddedToken {
+  int32_t id = 0;
+  std::string content;
+  bool special = false, lstrip = false, rstrip = false, normalized = true, single_word = false;
+};
+
+class AddedMatcher {
+ public:
+  bool empty() const { return patterns_.empty(); }
+  void add(const std::string& pattern, int token_index) {
+    if (pattern.empty()) return;
+    if (nodes_.empty()) nodes_.emplace_back();
+    int node = 0;
+    for (unsigned char c : pattern) {
+      auto& ch = nodes_[node].next;
+      auto it = std::find_if(ch.begin(), ch.end(), [c](auto& p) { return p.first == c; });
+      if (it == ch.end()) {
+        nodes_.emplace_back();
+        nodes_[node].next.emplace_back(c, static_cast<int>(nodes_.size()) - 1);
+        node = static_cast<int>(nodes_.size()) - 1;
+      } else {
+        node = it->second;
+      }
+    }
+    if (nodes_[node].term < 0) nodes_[node].term = token_index;  // first pattern wins on duplicates
+    first_[static_cast<unsigned char>(pattern[0])] = true;
+    patterns_.push_back(pattern);
+  }
+  /// Leftmost-longest match at or after `from`: true with [b, e) and the token index.
+  bool find(std::string_view s, size_t from, size_t& b, size_t& e, int& idx) const {
+    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+    const size_t n = s.size();
+    for (size_t i = from; i < n; ++i) {
+      if (!first_[p[i]]) continue;
+      int node = 0, best = -1;
+      size_t best_end = 0;
+      for (size_t j = i; j < n; ++j) {
+        int nx = -1;
+        for (auto& [c, child] : nodes_[node].next)
+          if (c == p[j]) {
+            nx = child;
+            break;
+          }
+        if (nx < 0) break;
+        node = nx;
+        if (nodes_[node].term >= 0) {
+          best = nodes_[node].term;
+          best_end = j + 1;
+        }
+      }
+      if (best >= 0) {
+        b = i;
+        e = best_end;
+        idx = best;
+        return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  struct Node {
+    std::vector<std::pair<unsigned char, int>> next;
+    int term = -1;
+  };
+  std::vector<Node> nodes_;
+  bool first_[256] = {};
+  std::vector<std::string> patterns_;
+};
+
+// ------------------------------------------------------------------------------------------
+// Pre-tokenizer steps
+// ------------------------------------------------------------------------------------------
+enum class Behavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
+
+struct PreStep {
+  enum Kind { Split, ByteLevel } kind = Split;
+  std::unique_ptr<Regex> re;  // Split pattern, or the GPT-2 regex for ByteLevel(use_regex)
+  Behavior behavior = Behavior::Isolated;
+  bool invert = false;
+  bool add_prefix_space = false;
+};
+
+const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+std::atomic<uint64_t> g_next_uid{1};
+
+}  // namespace
+
+// ==========================================================================================
+// Impl
+// ==========================================================================================
+struct Tokenizer::Impl {
+  uint64_t uid = 0;
+  std::string name;
+
+  // normalizer
+  std::vector<NormKind> norms;
+  // pre-tokenizer
+  std::vector<PreStep> steps;
+  bool byte_level = false;  // a ByteLevel pre-tokenizer maps bytes to chars before the model
+  const Regex* single_split = nullptr;  // fast path: exactly [Split Isolated, ByteLevel(no regex)]
+
+  // BPE model
+  std::unordered_map<std::string, int32_t> vocab;  // token string as in tokenizer.json
+  std::vector<std::string> id_to_tok;              // "" for holes
+  std::vector<uint8_t> id_assigned;
+  int32_t byte_id[256];
+  MergeTable merges;
+  bool ignore_merges = false;
+  std::unordered_map<std::string, int32_t> vocab_raw;  // byte-level: raw bytes -> id (ignore_merges)
+  int32_t unk_id = -1;
+  bool fuse_unk = false, byte_fallback = false;
+  std::string cont_prefix, end_suffix;
+
+  // added vocabulary
+  std::vector<AddedToken> added;
+  std::unordered_map<std::string, int32_t> added_by_content;
+  std::unordered_set<int32_t> special_ids;
+  AddedMatcher raw_matcher, norm_matcher;
+
+  // post-processor (TemplateProcessing single) and decoder
+  std::vector<int32_t> post_prefix, post_suffix;
+  enum class Decoder { None, ByteLevel } decoder = Decoder::None;
+  std::vector<std::string> id_bytes;  // decoded bytes per id (ByteLevel decoder)
+
+  // tokenizer_config.json
+  std::string chat_template;
+  int32_t pad_id = 0, eos_id = -1;
+
+  int64_t vocab_size = 0;
+
+  // ---- encode pipeline ----
+  void encode_into(std::string_view text, std::vector<int32_t>& out) const;
+  void normalized_piece(std::string_view raw, std::vector<int32_t>& out) const;
+  void pretokenize_and_model(std::string_view s, std::vector<int32_t>& out) const;
+  void model_word(std::string_view word, std::vector<int32_t>& out) const;
+  void bpe_bytes(std::string_view word, std::vector<int32_t>& out) const;
+  void bpe_chars(std::string_view word, std::vector<int32_t>& out) const;
+  void merge_symbols(std::vector<int32_t>& ids, std::vector<int32_t>& out) const;
+  template <class Emit>
+  void split_added(std::string_view s, const AddedMatcher& m, const std::vector<int>& index, Emit&& emit) const;
+  std::vector<int> raw_index, norm_index;  // matcher pattern index -> added token index
+  std::string normalize(std::string_view s) const;
+};
+
+namespace {
+
+WordCache& tl_cache() {
+  thread_local WordCache cache;
+  return cache;
+}
+WordCache& thread_cache(uint64_t uid) {
+  WordCache& cache = tl_cache();
+  if (cache.owner() != uid) cache.reset(uid);
+  return cache;
+}
+
+struct MergeEntry {
+  uint32_t rank;
+  uint32_t pos;
+  int32_t new_id;
+};
+struct MergeGreater {  // min-heap on (rank, pos)
+  bool operator()(const MergeEntry& a, const MergeEntry& b) const {
+    return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+  }
+};
+
+struct Sym {
+  int32_t id;
+  int32_t prev;
+  int32_t next;
+  int32_t len;
+};
+
+}  // namespace
+
+// BPE merge loop over initial symbol ids (models/bpe/word.rs merge_all without dropout).
+void Tokenizer::Impl::merge_symbols(std::vector<int32_t>& ids, std::vector<int32_t>& out) const {
+  const size_t n = ids.size();
+  if (n == 0) return;
+  if (n == 1) {
+    out.push_back(ids[0]);
+    return;
+  }
+  if (n == 2) {
+    uint32_t r;
+    int32_t nid;
+    if (merges.get(ids[0], ids[1], r, nid)) out.push_back(nid);
+    else out.insert(out.end(), ids.begin(), ids.end());
+    return;
+  }
+  thread_local std::vector<Sym> sy;
+  thread_local std::vector<MergeEntry> heap;
+  sy.resize(n);
+  heap.clear();
+  for (size_t i = 0; i < n; ++i)
+    sy[i] = Sym{ids[i], static_cast<int32_t>(i) - 1, i + 1 < n ? static_cast<int32_t>(i + 1) : -1, 1};
+  for (size_t i = 0; i + 1 < n; ++i) {
+    uint32_t r;
+    int32_t nid;
+    if (merges.get(ids[i], ids[i + 1], r, nid)) heap.push_back({r, static_cast<uint32_t>(i), nid});
+  }
+  std::make_heap(heap.begin(), heap.end(), MergeGreater{});
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), MergeGreater{});
+    const MergeEntry top = heap.back();
+    heap.pop_back();
+    Sym& cur = sy[top.pos];
+    if (cur.len == 0 || cur.next < 0) continue;
+    const int32_t next_pos = cur.next;
+    const Sym right = sy[next_pos];
+    uint32_t r;
+    int32_t nid;
+    if (!merges.get(cur.id, right.id, r, nid) || nid != top.new_id) continue;  // stale entry
+    cur.id = top.new_id;
+    cur.len += right.len;
+    cur.next = right.next;
+    sy[next_pos].len = 0;
+    if (right.next >= 0) sy[right.next].prev = static_cast<int32_t>(top.pos);
+    if (cur.prev >= 0) {
+      if (merges.get(sy[cur.prev].id, cur.id, r, nid)) {
+        heap.push_back({r, static_cast<uint32_t>(cur.prev), nid});
+        std::push_heap(heap.begin(), heap.end(), MergeGreater{});
+      }
+    }
+    if (cur.next >= 0) {
+      if (merges.get(cur.id, sy[cur.next].id, r, nid)) {
+        heap.push_back({r, top.pos, nid});
+        std::push_heap(heap.begin(), heap.end(), MergeGreater{});
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (sy[i].len != 0) out.push_back(sy[i].id);
+}
+
+// Byte-level word: raw bytes, each byte's char is a vocab token.
+void Tokenizer::Impl::bpe_bytes(std::string_view word, std::vector<int32_t>& out) const {
+  if (word.size() == 1) {
+    const int32_t id = byte_id[static_cast<unsigned char>(word[0])];
+    if (id >= 0) out.push_back(id);
+    else if (unk_id >= 0) out.push_back(unk_id);
+    return;
+  }
+  if (ignore_merges) {
+    auto it = vocab_raw.find(std::string(word));
+    if (it != vocab_raw.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  WordCache* cache = nullptr;
+  uint64_t h = 0;
+  if (word.size() < WordCache::kMaxWord) {
+    cache = &thread_cache(uid);
+    h = hash_bytes(word.data(), word.size());
+    if (cache->lookup(word.data(), word.size(), h, out)) return;
+  }
+  thread_local std::vector<int32_t> ids;
+  ids.clear();
+  bool missing = false;
+  for (unsigned char c : word) {
+    if (byte_id[c] >= 0) ids.push_back(byte_id[c]);
+    else missing = true;
+  }
+  if (missing) {  // rare: a vocab without some byte; fall back to the generic char path
+    bpe_chars(bytes_to_bytelevel(word), out);
+    return;
+  }
+  const size_t before = out.size();
+  merge_symbols(ids, out);
+  if (cache) cache->insert(word.data(), word.size(), h, out.data() + before, out.size() - before);
+}
+
+// Generic word (token strings are the vocab's own chars): initial symbols per char with
+// continuing_subword_prefix / end_of_word_suffix, byte_fallback, unk (fuse_unk).
+void Tokenizer::Impl::bpe_chars(std::string_view word, std::vector<int32_t>& out) const {
+  if (ignore_merges) {
+    auto it = vocab.find(std::string(word));
+    if (it != vocab.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  thread_local std::vector<int32_t> ids;
+  ids.clear();
+  bool last_unk = false;
+  size_t i = 0;
+  std::string piece;
+  while (i < word.size()) {
+    const size_t b = i;
+    utf8_next(word, i);
+    piece.assign(word.substr(b, i - b));
+    if (b > 0) piece = cont_prefix + piece;
+    if (i == word.size()) piece += end_suffix;
+    auto it = vocab.find(piece);
+    if (it != vocab.end()) {
+      ids.push_back(it->second);
+      last_unk = false;
+      continue;
+    }
+    if (byte_fallback) {
+      std::vector<int32_t> fb;
+      bool ok = true;
+      for (size_t k = b; k < i; ++k) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "<0x%02X>", static_cast<unsigned char>(word[k]));
+        auto f = vocab.find(buf);
+        if (f == vocab.end()) {
+          ok = false;
+          break;
+        }
+        fb.push_back(f->second);
+      }
+      if (ok) {
+        ids.insert(ids.end(), fb.begin(), fb.end());
+        last_unk = false;
+        continue;
+      }
+    }
+    if (unk_id >= 0) {
+      if (!(fuse_unk && last_unk)) ids.push_back(unk_id);
+      last_unk = true;
+    }
+  }
+  merge_symbols(ids, out);
+}
+
+void Tokenizer::Impl::model_word(std::string_view word, std::vector<int32_t>& out) const {
+  if (word.empty()) return;
+  if (byte_level) bpe_bytes(word, out);
+  else bpe_chars(word, out);
+}
+
+std::string Tokenizer::Impl::normalize(std::string_view s) const {
+  std::string cur(s);
+  for (NormKind k : norms) {
+    switch (k) {
+      case NormKind::NFC:
+        if (!nfc_quick_stable(cur)) cur = utf8proc_apply(cur, UTF8PROC_STABLE | UTF8PROC_COMPOSE, name + ": NFC");
+        break;
+      case NormKind::NFD:
+        cur = utf8proc_apply(cur, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE, name + ": NFD");
+        break;
+      case NormKind::NFKC:
+        cur = utf8proc_apply(cur, UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT, name + ": NFKC");
+        break;
+      case NormKind::NFKD:
+        cur = utf8proc_apply(cur, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT, name + ": NFKD");
+        break;
+      case NormKind::Lowercase:
+        cur = lowercase(cur);
+        break;
+    }
+  }
+  return cur;
+}
+
+// Splits `s` on the added tokens of matcher `m` (added_vocabulary.rs find_matches) and calls
+// emit(piece, -1) for text and emit({}, id) for an added token.
+template <class Emit>
+void Tokenizer::Impl::split_added(std::string_view s, const AddedMatcher& m, const std::vector<int>& index,
+                                  Emit&& emit) const {
+  if (m.empty()) {
+    emit(s, -1);
+    return;
+  }
+  size_t start_offset = 0, from = 0, mb, me;
+  int pi;
+  while (from < s.size() && m.find(s, from, mb, me, pi)) {
+    from = me;
+    const AddedToken& t = added[index[pi]];
+    size_t start = mb, stop = me;
+    if (t.single_word) {
+      bool start_space = true, stop_space = true;
+      if (start > 0) {
+        size_t k = tok::utf8_prev(s, start);
+        start_space = !is_word_char(utf8_next(s, k));
+      }
+      if (stop < s.size()) {
+        size_t k = stop;
+        stop_space = !is_word_char(utf8_next(s, k));
+      }
+      if (!start_space || !stop_space) continue;
+    }
+    if (t.lstrip) {
+      size_t ns = start;
+      while (ns > 0) {
+        size_t p = tok::utf8_prev(s, ns), k = p;
+        if (!is_white_space(utf8_next(s, k))) break;
+        ns = p;
+      }
+      start = std::max(ns, start_offset);
+    }
+    if (t.rstrip) {
+      size_t k = stop;
+      while (k < s.size()) {
+        size_t j = k;
+        if (!is_white_space(utf8_next(s, j))) break;
+        k = j;
+      }
+      stop = k;
+      from = std::max(from, stop);
+    }
+    if (start_offset < start) emit(s.substr(start_offset, start - start_offset), -1);
+    emit(std::string_view{}, t.id);
+    start_offset = stop;
+  }
+  if (start_offset < s.size()) emit(s.substr(start_offset), -1);
+}
+
+void Tokenizer::Impl::pretokenize_and_model(std::string_view s, std::vector<int32_t>& out) const {
+  if (s.empty()) return;
+  if (single_split) {  // Qwen / GPT-4 style: one Split (Isolated) + ByteLevel without regex
+    size_t prev = 0;
+    single_split->for_each_match(s, [&](size_t b, size_t e) {
+      if (b > prev) model_word(s.substr(prev, b - prev), out);
+      model_word(s.substr(b, e - b), out);
+      prev = e;
+    });
+    if (prev < s.size()) model_word(s.substr(prev), out);
+    return;
+  }
+  // Generic: pieces are owned strings (ByteLevel add_prefix_space may prepend a space).
+  std::vector<std::string> pieces{std::string(s)}, next;
+  for (const PreStep& st : steps) {
+    next.clear();
+    for (std::string& p : pieces) {
+      if (st.kind == PreStep::ByteLevel) {
+        if (st.add_prefix_space && (p.empty() || p[0] != ' ')) p.insert(p.begin(), ' ');
+        if (!st.re) {
+          next.push_back(std::move(p));
+          continue;
+        }
+      }
+      // (start, end, is_match) covering p
+      std::vector<std::tuple<size_t, size_t, bool>> parts;
+      size_t prev = 0;
+      st.re->for_each_match(p, [&](size_t b, size_t e) {
+        if (b > prev) parts.emplace_back(prev, b, false);
+        parts.emplace_back(b, e, true);
+        prev = e;
+      });
+      if (prev < p.size()) parts.emplace_back(prev, p.size(), false);
+      if (st.kind == PreStep::Split && st.invert)
+        for (auto& t : parts) std::get<2>(t) = !std::get<2>(t);
+      const Behavior beh = st.kind == PreStep::ByteLevel ? Behavior::Isolated : st.behavior;
+      std::vector<std::pair<size_t, size_t>> keep;
+      switch (beh) {
+        case Behavior::Isolated:
+          for (auto& [b, e, m] : parts) keep.emplace_back(b, e);
+          break;
+        case Behavior::Removed:
+          for (auto& [b, e, m] : parts)
+            if (!m) keep.emplace_back(b, e);
+          break;
+        case Behavior::MergedWithPrevious: {
+          bool prev_match = false;
+          for (auto& [b, e, m] : parts) {
+            if (m && !prev_match && !keep.empty()) keep.back().second = e;
+            else keep.emplace_back(b, e);
+            prev_match = m;
+          }
+          break;
+        }
+        case Behavior::MergedWithNext: {
+          bool prev_match = false;
+          std::vector<std::pair<size_t, size_t>> rev;
+          for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+            auto& [b, e, m] = *it;
+            if (m && !prev_match && !rev.empty()) rev.back().first = b;
+            else rev.emplace_back(b, e);
+            prev_match = m;
+          }
+          keep.assign(rev.rbegin(), rev.rend());
+          break;
+        }
+        case Behavior::Contiguous: {
+          bool prev_match = false;
+          for (auto& [b, e, m] : parts) {
+            if (m && prev_match && !keep.empty()) keep.back().second = e;
+            else keep.emplace_back(b, e);
+            prev_match = m;
+          }
+          break;
+        }
+      }
+      for (auto& [b, e] : keep)
+        if (e > b) next.push_back(p.substr(b, e - b));
+    }
+    pieces.swap(next);
+  }
+  for (const std::string& p : pieces) model_word(p, out);
+}
+
+void Tokenizer::Impl::normalized_piece(std::string_view raw, std::vector<int32_t>& out) const {
+  if (raw.empty()) return;
+  if (norms.empty()) {
+    split_added(raw, norm_matcher, norm_index, [&](std::string_view p, int32_t id) {
+      if (id >= 0) out.push_back(id);
+      else pretokenize_and_model(p, out);
+    });
+    return;
+  }
+  const std::string n = normalize(raw);
+  split_added(n, norm_matcher, norm_index, [&](std::string_view p, int32_t id) {
+    if (id >= 0) out.push_back(id);
+    else pretokenize_and_model(p, out);
+  });
+}
+
+void Tokenizer::Impl::encode_into(std::string_view text, std::vector<int32_t>& out) const {
+  const size_t bad = tok::utf8_invalid_offset(text);
+  if (bad != tok::kValidUtf8) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "0x%02X", static_cast<unsigned char>(text[bad]));
+    throw Error("tokenizer encode: invalid UTF-8 at byte offset " + std::to_string(bad) + " (byte " + buf +
+                ") of a " + std::to_string(text.size()) + "-byte input");
+  }
+  split_added(text, raw_matcher, raw_index, [&](std::string_view p, int32_t id) {
+    if (id >= 0) out.push_back(id);
+    else normalized_piece(p, out);
+  });
+}
+
+// ==========================================================================================
+// Loading
+// ==========================================================================================
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("cannot open " + path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string type_of(const json& j, const std::string& where) {
+  if (!j.is_object() || !j.contains("type") || !j["type"].is_string())
+    throw Error(where + ": expected an object with a string \"type\"");
+  return j["type"].get<std::string>();
+}
+
+bool get_bool(const json& j, const char* key, bool dflt) {
+  if (!j.contains(key) || j[key].is_null()) return dflt;
+  return j[key].get<bool>();
+}
+
+void parse_normalizer(const json& j, std::vector<NormKind>& out, const std::string& where) {
+  if (j.is_null()) return;
+  const std::string t = type_of(j, where);
+  if (t == "NFC") out.push_back(NormKind::NFC);
+  else if (t == "NFD") out.push_back(NormKind::NFD);
+  else if (t == "NFKC") out.push_back(NormKind::NFKC);
+  else if (t == "NFKD") out.push_back(NormKind::NFKD);
+  else if (t == "Lowercase") out.push_back(NormKind::Lowercase);
+  else if (t == "Sequence") {
+    if (!j.contains("normalizers") || !j["normalizers"].is_array())
+      throw Error(where + ": Sequence without a \"normalizers\" array");
+    for (size_t i = 0; i < j["normalizers"].size(); ++i)
+      parse_normalizer(j["normalizers"][i], out, where + ".normalizers[" + std::to_string(i) + "]");
+  } else {
+    throw Error(where + ": unsupported normalizer type \"" + t +
+                "\" (supported: NFC, NFD, NFKC, NFKD, Lowercase, Sequence)");
+  }
+}
+
+void parse_pre_tokenizer(const json& j, std::vector<PreStep>& out, const std::string& where) {
+  if (j.is_null()) return;
+  const std::string t = type_of(j, where);
+  if (t == "Sequence") {
+    if (!j.contains("pretokenizers") || !j["pretokenizers"].is_array())
+      throw Error(where + ": Sequence without a \"pretokenizers\" array");
+    for (size_t i = 0; i < j["pretokenizers"].size(); ++i)
+      parse_pre_tokenizer(j["pretokenizers"][i], out, where + ".pretokenizers[" + std::to_string(i) + "]");
+  } else if (t == "Split") {
+    PreStep st;
+    st.kind = PreStep::Split;
+    if (!j.contains("pattern") || !j["pattern"].is_object()) throw Error(where + ": Split without \"pattern\"");
+    const json& pat = j["pattern"];
+    if (pat.contains("Regex")) st.re = std::make_unique<Regex>(pat["Regex"].get<std::string>(), false, where + ".pattern");
+    else if (pat.contains("String"))
+      st.re = std::make_unique<Regex>(pat["String"].get<std::string>(), true, where + ".pattern");
+    else throw Error(where + ".pattern: expected \"Regex\" or \"String\"");
+    const std::string b = j.value("behavior", std::string("Isolated"));
+    if (b == "Removed") st.behavior = Behavior::Removed;
+    else if (b == "Isolated") st.behavior = Behavior::Isolated;
+    else if (b == "MergedWithPrevious") st.behavior = Behavior::MergedWithPrevious;
+    else if (b == "MergedWithNext") st.behavior = Behavior::MergedWithNext;
+    else if (b == "Contiguous") st.behavior = Behavior::Contiguous;
+    else throw Error(where + ".behavior: unsupported \"" + b + "\"");
+    st.invert = get_bool(j, "invert", false);
+    out.push_back(std::move(st));
+  } else if (t == "ByteLevel") {
+    PreStep st;
+    st.kind = PreStep::ByteLevel;
+    st.add_prefix_space = get_bool(j, "add_prefix_space", true);
+    if (get_bool(j, "use_regex", true)) st.re = std::make_unique<Regex>(kGpt2Pattern, false, where + " (GPT-2 regex)");
+    out.push_back(std::move(st));
+  } else {
+    throw Error(where + ": unsupported pre_tokenizer type \"" + t + "\" (supported: Split, ByteLevel, Sequence)");
+  }
+}
+
+std::string token_content(const json& j) {
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_object() && j.contains("content") && j["content"].is_string()) return j["content"].get<std::string>();
+  return "";
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& name) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const std::exception& e) {
+    throw Error(name + ": not valid JSON: " + e.what());
+  }
+  auto impl = std::make_shared<Impl>();
+  Impl& I = *impl;
+  I.uid = g_next_uid.fetch_add(1);
+  I.name = name;
+  try {
+    if (!j.is_object()) throw Error(name + ": top level is not an object");
+    // ---- model ----
+    if (!j.contains("model") || !j["model"].is_object()) throw Error(name + ": missing \"model\"");
+    const json& m = j["model"];
+    const std::string mtype = m.value("type", std::string("BPE"));
+    if (mtype != "BPE") throw Error(name + ": model.type \"" + mtype + "\" unsupported (only BPE)");
+    if (m.contains("dropout") && !m["dropout"].is_null())
+      throw Error(name + ": model.dropout must be null (BPE dropout is unsupported)");
+    if (!m.contains("vocab") || !m["vocab"].is_object()) throw Error(name + ": model.vocab missing or not an object");
+    int64_t max_id = -1;
+    I.vocab.reserve(m["vocab"].size() * 2);
+    for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
+      if (!it.value().is_number_integer())
+        throw Error(name + ": model.vocab[\"" + it.key() + "\"] is not an integer id");
+      const int64_t id = it.value().get<int64_t>();
+      if (id < 0 || id > INT32_MAX) throw Error(name + ": model.vocab[\"" + it.key() + "\"] id out of range");
+      I.vocab[it.key()] = static_cast<int32_t>(id);
+      max_id = std::max(max_id, id);
+    }
+    I.ignore_merges = get_bool(m, "ignore_merges", false);
+    I.fuse_unk = get_bool(m, "fuse_unk", false);
+    I.byte_fallback = get_bool(m, "byte_fallback", false);
+    if (m.contains("continuing_subword_prefix") && m["continuing_subword_prefix"].is_string())
+      I.cont_prefix = m["continuing_subword_prefix"].get<std::string>();
+    if (m.contains("end_of_word_suffix") && m["end_of_word_suffix"].is_string())
+      I.end_suffix = m["end_of_word_suffix"].get<std::string>();
+    if (m.contains("unk_token") && m["unk_token"].is_string()) {
+      auto it = I.vocab.find(m["unk_token"].get<std::string>());
+      if (it == I.vocab.end()) throw Error(name + ": model.unk_token \"" + m["unk_token"].get<std::string>() + "\" not in vocab");
+      I.unk_id = it->second;
+    }
+    // merges
+    if (!m.contains("merges") || !m["merges"].is_array()) throw Error(name + ": model.merges missing or not an array");
+    const json& mg = m["merges"];
+    I.merges.init(mg.size());
+    for (size_t r = 0; r < mg.size(); ++r) {
+      std::string a, b;
+      const json& e = mg[r];
+      if (e.is_string()) {
+        const std::string s = e.get<std::string>();
+        const size_t sp = s.find(' ');
+        if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+          throw Error(name + ": model.merges[" + std::to_string(r) + "] \"" + s + "\" is not two tokens separated by one space");
+        a = s.substr(0, sp);
+        b = s.substr(sp + 1);
+      } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
+        a = e[0].get<std::string>();
+        b = e[1].get<std::string>();
+      } else {
+        throw Error(name + ": model.merges[" + std::to_string(r) + "] is neither \"a b\" nor [\"a\", \"b\"]");
+      }
+      auto ia = I.vocab.find(a), ib = I.vocab.find(b);
+      if (ia == I.vocab.end() || ib == I.vocab.end())
+        throw Error(name + ": model.merges[" + std::to_string(r) + "]: token \"" + (ia == I.vocab.end() ? a : b) +
+                    "\" not in vocab");
+      std::string merged = a + (I.cont_prefix.empty() || b.rfind(I.cont_prefix, 0) != 0 ? b : b.substr(I.cont_prefix.size()));
+      auto im = I.vocab.find(merged);
+      if (im == I.vocab.end())
+        throw Error(name + ": model.merges[" + std::to_string(r) + "]: merged token \"" + merged + "\" not in vocab");
+      I.merges.put(ia->second, ib->second, static_cast<uint32_t>(r), im->second);
+    }
+
+    // ---- normalizer / pre_tokenizer ----
+    if (j.contains("normalizer")) parse_normalizer(j["normalizer"], I.norms, name + ": normalizer");
+    if (j.contains("pre_tokenizer")) parse_pre_tokenizer(j["pre_tokenizer"], I.steps, name + ": pre_tokenizer");
+    for (size_t i = 0; i < I.steps.size(); ++i) {
+      if (I.steps[i].kind == PreStep::ByteLevel) {
+        if (i + 1 != I.steps.size())
+          throw Error(name + ": pre_tokenizer: ByteLevel must be the last pre-tokenizer (unsupported order)");
+        I.byte_level = true;
+      }
+    }
+    if (I.byte_level && (!I.cont_prefix.empty() || !I.end_suffix.empty() || I.byte_fallback))
+      throw Error(name + ": model: continuing_subword_prefix / end_of_word_suffix / byte_fallback are unsupported with ByteLevel");
+    if (I.steps.size() == 2 && I.steps[0].kind == PreStep::Split && I.steps[0].behavior == Behavior::Isolated &&
+        !I.steps[0].invert && I.steps[1].kind == PreStep::ByteLevel && !I.steps[1].re && !I.steps[1].add_prefix_space)
+      I.single_split = I.steps[0].re.get();
+    if (I.byte_level) {
+      const auto& bt = byte_table();
+      for (int b = 0; b < 256; ++b) {
+        auto it = I.vocab.find(bt.byte_to_str[b]);
+        I.byte_id[b] = it == I.vocab.end() ? -1 : it->second;
+      }
+      if (I.ignore_merges) {
+        for (auto& [t, id] : I.vocab) {
+          std::string raw = bytelevel_to_bytes(t);
+          I.vocab_raw.emplace(raw, id);
+        }
+      }
+    } else {
+      std::fill(std::begin(I.byte_id), std::end(I.byte_id), -1);
+    }
+
+    // ---- added tokens ----
+    if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
+      const json& at = j["added_tokens"];
+      if (!at.is_array()) throw Error(name + ": added_tokens is not an array");
+      for (size_t i = 0; i < at.size(); ++i) {
+        const json& t = at[i];
+        const std::string w = name + ": added_tokens[" + std::to_string(i) + "]";
+        if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer() || !t.contains("content") ||
+            !t["content"].is_string())
+          throw Error(w + ": needs an integer \"id\" and a string \"content\"");
+        AddedToken a;
+        a.id = t["id"].get<int32_t>();
+        if (a.id < 0) throw Error(w + ": negative id");
+        a.content = t["content"].get<std::string>();
+        a.special = get_bool(t, "special", false);
+        a.lstrip = get_bool(t, "lstrip", false);
+        a.rstrip = get_bool(t, "rstrip", false);
+        a.normalized = get_bool(t, "normalized", !a.special);
+        a.single_word = get_bool(t, "single_word", false);
+        if (tok::utf8_invalid_offset(a.content) != tok::kValidUtf8) throw Error(w + ": content is not valid UTF-8");
+        max_id = std::max<int64_t>(max_id, a.id);
+        I.added_by_content[a.content] = a.id;
+        if (a.special) I.special_ids.insert(a.id);
+        I.added.push_back(std::move(a));
+      }
+      // Matching order of the Rust library: special tokens first, then the others.
+      std::vector<int> order;
+      for (int pass = 0; pass < 2; ++pass)
+        for (size_t i = 0; i < I.added.size(); ++i)
+          if (I.added[i].special == (pass == 0)) order.push_back(static_cast<int>(i));
+      for (int i : order) {
+        const AddedToken& a = I.added[i];
+        if (a.content.empty()) continue;
+        if (!a.normalized) {
+          I.raw_index.push_back(i);
+          I.raw_matcher.add(a.content, static_cast<int>(I.raw_index.size()) - 1);
+        } else {
+          I.norm_index.push_back(i);
+          I.norm_matcher.add(I.norms.empty() ? a.content : I.normalize(a.content),
+                             static_cast<int>(I.norm_index.size()) - 1);
+        }
+      }
+    }
+
+    I.vocab_size = max_id + 1;
+    I.id_to_tok.assign(static_cast<size_t>(I.vocab_size), std::string());
+    I.id_assigned.assign(static_cast<size_t>(I.vocab_size), 0);
+    for (auto& [t, id] : I.vocab) {
+      I.id_to_tok[id] = t;
+      I.id_assigned[id] = 1;
+    }
+    for (auto& a : I.added) {
+      I.id_to_tok[a.id] = a.content;
+      I.id_assigned[a.id] = 1;
+    }
+
+    // ---- post-processor ----
+    if (j.contains("post_processor") && !j["post_processor"].is_null()) {
+      const json& pp = j["post_processor"];
+      const std::string t = type_of(pp, name + ": post_processor");
+      if (t == "TemplateProcessing") {
+        if (!pp.contains("single") || !pp["single"].is_array())
+          throw Error(name + ": post_processor.single missing");
+        bool seen_seq = false;
+        for (const json& piece : pp["single"]) {
+          if (piece.contains("Sequence")) {
+            seen_seq = true;
+          } else if (piece.contains("SpecialToken")) {
+            const std::string sid = piece["SpecialToken"].value("id", std::string());
+            const json& st = pp.value("special_tokens", json::object());
+            if (!st.contains(sid) || !st[sid].contains("ids"))
+              throw Error(name + ": post_processor.special_tokens has no \"" + sid + "\"");
+            for (const json& x : st[sid]["ids"]) (seen_seq ? I.post_suffix : I.post_prefix).push_back(x.get<int32_t>());
+          } else {
+            throw Error(name + ": post_processor.single: unknown piece " + piece.dump());
+          }
+        }
+      } else if (t != "ByteLevel") {
+        throw Error(name + ": unsupported post_processor type \"" + t + "\" (supported: ByteLevel, TemplateProcessing)");
+      }
+    }
+
+    // ---- decoder ----
+    if (j.contains("decoder") && !j["decoder"].is_null()) {
+      const std::string t = type_of(j["decoder"], name + ": decoder");
+      if (t == "ByteLevel") I.decoder = Impl::Decoder::ByteLevel;
+      else throw Error(name + ": unsupported decoder type \"" + t + "\" (supported: ByteLevel)");
+    }
+    I.id_bytes.assign(static_cast<size_t>(I.vocab_size), std::string());
+    for (size_t id = 0; id < I.id_to_tok.size(); ++id)
+      I.id_bytes[id] = I.decoder == Impl::Decoder::ByteLevel ? bytelevel_to_bytes(I.id_to_tok[id]) : I.id_to_tok[id];
+  } catch (const json::exception& e) {
+    throw Error(name + ": malformed field: " + e.what());
+  }
+  Tokenizer t;
+  t.impl_ = std::move(impl);
+  return t;
+}
+
+Tokenizer Tokenizer::from_file(const std::string& tokenizer_json) {
+  return from_json(read_file(tokenizer_json), tokenizer_json);
+}
+
+Tokenizer Tokenizer::from_dir(const std::string& dir) {
+  Tokenizer t = from_file(dir + "/tokenizer.json");
+  auto impl = std::const_pointer_cast<Impl>(t.impl_);
+  const std::string cfg_path = dir + "/tokenizer_config.json";
+  std::ifstream probe(cfg_path);
+  if (probe) {
+    probe.close();
+    json c;
+    try {
+      c = json::parse(read_file(cfg_path));
+    } catch (const json::exception& e) {
+      throw Error(cfg_path + ": not valid JSON: " + e.what());
+    }
+    if (!c.is_object()) throw Error(cfg_path + ": top level is not an object");
+    if (c.contains("chat_template")) {
+      const json& ct = c["chat_template"];
+      if (ct.is_string()) {
+        impl->chat_template = ct.get<std::string>();
+      } else if (ct.is_array()) {
+        for (const json& e : ct)
+          if (e.is_object() && e.value("name", std::string()) == "default")
+            impl->chat_template = e.value("template", std::string());
+      } else if (!ct.is_null()) {
+        throw Error(cfg_path + ": chat_template is neither a string nor a list");
+      }
+    }
+    auto id_of = [&](const char* key) -> int32_t {
+      if (!c.contains(key) || c[key].is_null()) return -1;
+      const std::string s = token_content(c[key]);
+      if (s.empty()) throw Error(cfg_path + ": " + key + " is not a token string");
+      auto id = t.token_to_id(s);
+      if (!id) throw Error(cfg_path + ": " + key + " \"" + s + "\" is not in the vocabulary");
+      return *id;
+    };
+    impl->eos_id = id_of("eos_token");
+    const int32_t pad = id_of("pad_token");
+    impl->pad_id = pad >= 0 ? pad : (impl->eos_id >= 0 ? impl->eos_id : 0);
+  }
+  return t;
+}
+
+// ==========================================================================================
+// Public API
+// ==========================================================================================
+Tokenizer::Tokenizer() = default;
+Tokenizer::~Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::Tokenizer(const Tokenizer&) = default;
+Tokenizer& Tokenizer::operator=(const Tokenizer&) = default;
+
+const Tokenizer::Impl& Tokenizer::checked() const {
+  if (!impl_) throw Error("Tokenizer: used before loading (default-constructed)");
+  return *impl_;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  const Impl& I = checked();
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 4);
+  if (add_special_tokens) out.insert(out.end(), I.post_prefix.begin(), I.post_prefix.end());
+  I.encode_into(text, out);
+  if (add_special_tokens) out.insert(out.end(), I.post_suffix.begin(), I.post_suffix.end());
+  return out;
+}
+
+std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std::string>& texts,
+                                                          bool add_special_tokens) const {
+  checked();
+  std::vector<std::vector<int32_t>> out(texts.size());
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::string first_error;
+  std::mutex mu;
+  auto work = [&] {
+    for (;;) {
+      const size_t i = next.fetch_add(1);
+      if (i >= texts.size() || failed.load()) return;
+      try {
+        out[i] = encode(texts[i], add_special_tokens);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lk(mu);
+        if (!failed.exchange(true)) first_error = "text " + std::to_string(i) + ": " + e.what();
+      }
+    }
+  };
+  const size_t hw = std::max(1u, std::thread::hardware_concurrency());
+  const size_t nthreads = std::min(hw, texts.size() / 4 + 1);
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < nthreads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& th : pool) th.join();
+  if (failed) throw Error(first_error);
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  const Impl& I = checked();
+  std::string bytes;
+  bool first = true;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const int32_t id = ids[k];
+    if (id < 0 || id >= I.vocab_size || !I.id_assigned[id])
+      throw Error("tokenizer decode: id " + std::to_string(id) + " at position " + std::to_string(k) +
+                  " is not in the vocabulary (size " + std::to_string(I.vocab_size) + ")");
+    if (skip_special_tokens && I.special_ids.count(id)) continue;
+    if (I.decoder == Impl::Decoder::None && !first) bytes.push_back(' ');
+    bytes += I.id_bytes[id];
+    first = false;
+  }
+  return tok::utf8_lossy(bytes);
+}
+
+std::optional<int32_t> Tokenizer::token_to_id(const std::string& token) const {
+  const Impl& I = checked();
+  auto a = I.added_by_content.find(token);
+  if (a != I.added_by_content.end()) return a->second;
+  auto v = I.vocab.find(token);
+  if (v != I.vocab.end()) return v->second;
+  return std::nullopt;
+}
+
+std::string Tokenizer::id_to_token(int32_t id) const {
+  const Impl& I = checked();
+  if (id < 0 || id >= I.vocab_size || !I.id_assigned[id])
+    throw Error("tokenizer id_to_token: id " + std::to_string(id) + " is not in the vocabulary");
+  return I.id_to_tok[id];
+}
+
+int64_t Tokenizer::vocab_size() const { return checked().vocab_size; }
+int32_t Tokenizer::pad_token_id() const { return checked().pad_id; }
+int32_t Tokenizer::eos_token_id() const { return checked().eos_id; }
+const std::string& Tokenizer::chat_template() const { return checked().chat_template; }
+bool Tokenizer::is_special(int32_t id) const { return checked().special_ids.count(id) > 0; }
+
+size_t Tokenizer::thread_cache_size() { return tl_cache().size(); }
+
+}  // namespace twinkle

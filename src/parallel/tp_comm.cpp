@@ -1,0 +1,28 @@
+#include "twinkle/parallel/tp_comm.h"
+
+#include <cstring>
+
+namespace twinkle::parallel {
+
+void all_gather_rows(dist::ProcessGroup& tp, const float* local, float* full, int64_t local_rows, int64_t cols) {
+  if (tp.size() == 1) {
+    if (full != local) std::memcpy(full, local, static_cast<size_t>(local_rows * cols) * 4);
+    return;
+  }
+  tp.all_gather(local, full, local_rows * cols, DType::F32);
+}
+
+void reduce_scatter_rows(dist::ProcessGroup& tp, const float* full, float* local, int64_t local_rows, int64_t cols) {
+  if (tp.size() == 1) {
+    if (full != local) std::memcpy(local, full, static_cast<size_t>(local_rows * cols) * 4);
+    return;
+  }
+  tp.reduce_scatter(full, local, local_rows * cols);
+}
+
+void all_reduce_sum(dist::ProcessGroup& g, float* buf, int64_t n) {
+  if (g.size() == 1 || n == 0) return;
+  g.all_reduce(buf, n, DType::F32, dist::ReduceOp::Sum);
+}
+
+}  // namespace twinkle::parallel

@@ -1,0 +1,42 @@
+#include "twinkle/parallel/vocab_parallel.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "twinkle/core/error.h"
+#include "twinkle/kernels/cpu/cross_entropy.h"
+
+namespace twinkle::parallel {
+
+VocabShard make_vocab_shard(int64_t vocab, int tp_rank, int tp_size, int64_t divisible_by) {
+  check(vocab > 0, "vocab_size must be positive");
+  VocabShard s;
+  s.vocab = vocab;
+  int64_t m = divisible_by * tp_size;
+  s.padded = (vocab + m - 1) / m * m;
+  s.local = s.padded / tp_size;
+  s.start = s.local * tp_rank;
+  s.valid = std::clamp<int64_t>(vocab - s.start, 0, s.local);
+  return s;
+}
+
+double vocab_parallel_ce_forward(dist::ProcessGroup& tp, const VocabShard& shard, const float* logits,
+                                 const int32_t* targets, int64_t T, float* lse, float* row_max, float* target_logit) {
+  namespace k = twinkle::kernels::cpu;
+  k::ce_local_max(logits, T, shard.local, shard.valid, row_max);
+  if (tp.size() > 1) tp.all_reduce(row_max, T, DType::F32, dist::ReduceOp::Max);
+  // lse is used as the sum-exp scratch
+  k::ce_local_sumexp_target(logits, targets, row_max, T, shard.local, shard.valid, shard.start, lse, target_logit);
+  if (tp.size() > 1) {
+    tp.all_reduce(lse, T, DType::F32, dist::ReduceOp::Sum);
+    tp.all_reduce(target_logit, T, DType::F32, dist::ReduceOp::Sum);
+  }
+  double total = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    lse[t] = row_max[t] + std::log(lse[t]);
+    if (targets[t] != -100) total += static_cast<double>(lse[t]) - static_cast<double>(target_logit[t]);
+  }
+  return total;
+}
+
+}  // namespace twinkle::parallel

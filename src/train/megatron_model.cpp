@@ -1,0 +1,268 @@
+#include "twinkle/train/megatron_model.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include "twinkle/data/hub.h"
+#include "twinkle/data/tokenizer.h"
+#include "twinkle/dist/runtime.h"
+#include "twinkle/io/safetensors.h"
+#include "twinkle/kernels/cpu/gemm.h"
+
+namespace twinkle {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::shared_ptr<dist::ParallelState> global_state() {
+  if (!is_initialized()) initialize(InitOptions{});
+  // non-owning: the runtime owns the global state until finalize()
+  return std::shared_ptr<dist::ParallelState>(&parallel_state(), [](dist::ParallelState*) {});
+}
+
+// Single-thread sgemm rate (FLOP/s) measured for ~0.15 s.
+double measure_core_flops() {
+  const int64_t n = 384;
+  std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(static_cast<size_t>(n * n), 0.25f),
+      c(static_cast<size_t>(n * n));
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  kernels::cpu::sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  int iters = 0;
+  auto t0 = Clock::now();
+  double el = 0;
+  while (el < 0.15) {
+    kernels::cpu::sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    ++iters;
+    el = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  omp_set_num_threads(saved);
+  return 2.0 * n * n * n * iters / el;
+}
+
+std::string fmt_double(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOptions& options)
+    : ps_(global_state()), opts_(options) {
+  model_dir_ = resolve_model_dir(model_id);
+  ModelConfig cfg = load_model_config((fs::path(model_dir_) / "config.json").string());
+  Qwen3ModelOptions mo;
+  mo.layers_per_stage = opts_.layers_per_stage;
+  mo.lm_head_chunk_tokens = opts_.lm_head_chunk_tokens;
+  model_ = std::make_unique<Qwen3Model>(cfg, ps_, mo);
+  bool loaded = false;
+  if (opts_.load_weights) {
+    CheckpointReader ck = CheckpointReader::open_dir(model_dir_);
+    if (ck.has_weights()) {
+      model_->load_checkpoint(ck);
+      loaded = true;
+    }
+  }
+  if (!loaded) model_->init_random(opts_.seed ? opts_.seed : global_seed());
+  engine_ = std::make_unique<Engine>(*model_);
+  if (fs::exists(fs::path(model_dir_) / "tokenizer.json")) {
+    try {
+      pad_id_ = Tokenizer::from_dir(model_dir_).pad_token_id();
+    } catch (const Error&) {
+      pad_id_ = 0;
+    }
+  }
+  // Peak for MFU: env, else rank 0 measures one core while the others wait.
+  if (const char* e = std::getenv("TWINKLE_PEAK_GFLOPS")) {
+    peak_flops_ = std::atof(e) * 1e9;
+  } else {
+    auto& world = *ps_->world;
+    double core = 0;
+    world.barrier();
+    if (world.rank() == 0) core = measure_core_flops();
+    if (world.size() > 1) world.all_reduce_f64(&core, 1, dist::ReduceOp::Sum);
+    const int64_t hw = std::max<unsigned>(1u, std::thread::hardware_concurrency());
+    const int64_t used = std::min<int64_t>(hw, static_cast<int64_t>(world.size()) * omp_get_max_threads());
+    peak_flops_ = core * static_cast<double>(used);
+  }
+  t_start_ = t_last_metric_ = Clock::now();
+}
+
+void MegatronModel::set_optimizer(const std::string& name, const OptimizerConfig& cfg) {
+  check(name.empty() || name == "default" || name == "MegatronOptimizer" || name == "Adam" || name == "AdamW",
+        "set_optimizer: optimizer '" + name + "' is not supported (use \"default\" / AdamW)");
+  optim_cfg_ = cfg;
+  optim_ = std::make_unique<DistributedOptimizer>(model_->store(), ps_, cfg);
+  if (has_sched_) {
+    LRSchedulerConfig sc = sched_.config();
+    sc.max_lr = cfg.lr;
+    int64_t steps = sched_.steps();
+    sched_ = LRScheduler(sc);
+    sched_.set_steps(steps);
+  }
+}
+
+void MegatronModel::set_lr_scheduler(const std::string& name, LRSchedulerConfig cfg) {
+  check(name.empty() || name == "default" || name == "OptimizerParamScheduler",
+        "set_lr_scheduler: scheduler '" + name + "' is not supported");
+  cfg.max_lr = optim_cfg_.lr;
+  sched_ = LRScheduler(cfg);
+  has_sched_ = true;
+}
+
+DistributedOptimizer& MegatronModel::optimizer() {
+  if (!optim_) set_optimizer("default", optim_cfg_);
+  return *optim_;
+}
+
+std::vector<MicroBatch> MegatronModel::split(const std::vector<EncodedRow>& rows) const {
+  check(!rows.empty(), "forward_backward: the batch has no rows for this rank");
+  int64_t mbs = opts_.micro_batch_size > 0 ? opts_.micro_batch_size : std::min<int64_t>(2, rows.size());
+  std::vector<MicroBatch> out;
+  for (size_t i = 0; i < rows.size(); i += static_cast<size_t>(mbs)) {
+    std::vector<EncodedRow> part(rows.begin() + static_cast<std::ptrdiff_t>(i),
+                                 rows.begin() + static_cast<std::ptrdiff_t>(std::min(rows.size(), i + mbs)));
+    out.push_back(opts_.packing ? collate_packed(part) : collate_padded(part, pad_id_));
+  }
+  return out;
+}
+
+double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows) {
+  auto t0 = Clock::now();
+  double len = 0;
+  for (const auto& r : rows) len += static_cast<double>(r.input_ids.size());
+  mean_seq_ = len / static_cast<double>(std::max<size_t>(1, rows.size()));
+  last_fb_ = engine_->forward_backward(split(rows));
+  fb_time_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  ++cur_step_;
+  return last_fb_.loss;
+}
+
+double MegatronModel::forward_only(const std::vector<EncodedRow>& rows) {
+  return engine_->forward_only(split(rows)).loss;
+}
+
+double MegatronModel::flops_per_token(double S) const {
+  const auto& c = model_->config();
+  double n = static_cast<double>(model_->num_parameters());
+  if (!c.tie_word_embeddings) n -= static_cast<double>(c.vocab_size * c.hidden_size);  // lookup, not a matmul
+  const double attn = 6.0 * static_cast<double>(c.num_hidden_layers * c.num_attention_heads * c.head_dim) * S;
+  return 6.0 * n + attn;
+}
+
+StepStats MegatronModel::clip_grad_and_step(std::optional<double> max_grad_norm) {
+  auto t0 = Clock::now();
+  DistributedOptimizer& opt = optimizer();
+  const double lr = has_sched_ ? sched_.current() : optim_cfg_.lr;
+  StepStats st = opt.step(lr, max_grad_norm ? *max_grad_norm : -1.0);
+  if (has_sched_) sched_.step();
+  fb_time_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  last_.step = st.step;
+  last_.loss = last_fb_.loss;
+  last_.grad_norm = st.grad_norm;
+  last_.lr = lr;
+  last_.tokens = last_fb_.tokens;
+  last_.label_tokens = last_fb_.label_tokens;
+  last_.step_time_s = fb_time_s_;
+  last_.tokens_per_s = fb_time_s_ > 0 ? static_cast<double>(last_fb_.tokens) / fb_time_s_ : 0;
+  const double fl = flops_per_token(mean_seq_) * static_cast<double>(last_fb_.tokens);
+  last_.mfu = (peak_flops_ > 0 && fb_time_s_ > 0) ? fl / fb_time_s_ / peak_flops_ : 0;
+  fb_time_s_ = 0;
+  ++steps_since_metric_;
+  return st;
+}
+
+std::map<std::string, std::string> MegatronModel::calculate_metric(bool is_training) {
+  std::map<std::string, std::string> m;
+  auto now = Clock::now();
+  const double since_last = std::chrono::duration<double>(now - t_last_metric_).count();
+  const double total = std::chrono::duration<double>(now - t_start_).count();
+  m["loss"] = fmt_double("%.4f", last_.loss);
+  if (is_training) {
+    if (last_.grad_norm != 0) m["grad_norm"] = fmt_double("%.6f", last_.grad_norm);
+    m["learning rate"] = fmt_double("%.6e", has_sched_ ? sched_.current() : optim_cfg_.lr);
+    m["iters"] = std::to_string(std::max<int64_t>(0, last_.step - 1));
+    m["speed"] = fmt_double("%.2f iters/s", since_last > 0 ? static_cast<double>(steps_since_metric_) / since_last : 0);
+    m["tokens_per_s"] = fmt_double("%.1f", last_.tokens_per_s);
+    m["mfu"] = fmt_double("%.4f", last_.mfu);
+  }
+  m["total time elapse"] = since_last >= 60 ? fmt_double("%.1f minutes", total / 60) : fmt_double("%.0f seconds", total);
+  t_last_metric_ = now;
+  steps_since_metric_ = 0;
+  return m;
+}
+
+std::string MegatronModel::get_train_configs() const {
+  const auto& mesh = ps_->mesh;
+  const auto& c = model_->config();
+  std::ostringstream o;
+  o << "Backend: twinkle (Megatron-style, " << mesh.device_type() << ")\n";
+  o << "DP size: " << mesh.dp_size() << "\nTP size: " << mesh.tp_size() << "\nPP size: " << mesh.pp_size()
+    << "\nCP size: " << mesh.cp_size() << "\nEP size: " << mesh.ep_size()
+    << "\nSequence Parallel: " << (mesh.sequence_parallel() ? "True" : "False") << "\n";
+  o << "Model: " << model_dir_ << " (" << c.model_type << ", " << c.num_hidden_layers << " layers, hidden "
+    << c.hidden_size << ", heads " << c.num_attention_heads << "/" << c.num_key_value_heads << ", head_dim "
+    << c.head_dim << ", vocab " << c.vocab_size << (c.tie_word_embeddings ? ", tied" : ", untied") << ", "
+    << model_->num_parameters() << " parameters)\n";
+  o << "Optimizer: AdamW (" << (optim_cfg_.use_distributed_optimizer ? "distributed" : "replicated")
+    << "), lr " << optim_cfg_.lr << ", weight_decay " << optim_cfg_.weight_decay << ", betas (" << optim_cfg_.adam_beta1
+    << ", " << optim_cfg_.adam_beta2 << "), eps " << optim_cfg_.adam_eps << ", clip_grad " << optim_cfg_.clip_grad
+    << "\n";
+  if (has_sched_) {
+    const auto& s = sched_.config();
+    o << "LR scheduler: OptimizerParamScheduler (" << s.lr_decay_style << ", warmup " << s.lr_warmup_steps
+      << ", decay " << s.lr_decay_steps << ", min_lr " << s.min_lr << ")\n";
+  } else {
+    o << "LR scheduler: constant\n";
+  }
+  o << "Micro batch size: " << (opts_.micro_batch_size ? std::to_string(opts_.micro_batch_size) : "min(2, rows)")
+    << (opts_.packing ? " (packed)" : "") << "\nGradient accumulation steps: 1";
+  return o.str();
+}
+
+std::string MegatronModel::save(const std::string& name, const SaveOptions& opts) {
+  auto tensors = model_->gather_state_dict();
+  auto& world = *ps_->world;
+  const fs::path dir = fs::path(opts.output_dir) / name;
+  if (world.rank() == 0) {
+    const ModelConfig& cfg = model_->config();
+    const fs::path tmp = dir.string() + ".tmp-" + std::to_string(::getpid());
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+    std::vector<std::pair<std::string, Tensor>> out;
+    out.reserve(tensors.size());
+    for (auto& [n, t] : tensors) out.emplace_back(n, cfg.torch_dtype == DType::F32 ? t : t.to_dtype(cfg.torch_dtype));
+    save_checkpoint_dir(tmp.string(), out, opts.max_shard_bytes);
+    save_model_config(cfg, (tmp / "config.json").string());
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
+                          "special_tokens_map.json", "generation_config.json"}) {
+      fs::path src = fs::path(model_dir_) / f;
+      if (fs::exists(src)) fs::copy_file(src, tmp / f, fs::copy_options::overwrite_existing);
+    }
+    // Swap in atomically: a crash leaves either the old directory or the new one.
+    const fs::path old = dir.string() + ".old-" + std::to_string(::getpid());
+    if (fs::exists(dir)) fs::rename(dir, old);
+    fs::rename(tmp, dir);
+    fs::remove_all(old);
+  }
+  world.barrier();
+  return dir.string();
+}
+
+void MegatronModel::load(const std::string& dir) {
+  CheckpointReader ck = CheckpointReader::open_dir(resolve_model_dir(dir));
+  check(ck.has_weights(), "load: " + dir + " has no safetensors weights");
+  model_->load_checkpoint(ck);
+}
+
+}  // namespace twinkle

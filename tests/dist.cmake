@@ -1,0 +1,91 @@
+# tests/dist.cmake — multi-rank tests of the distributed runtime (MPI programs in
+# tests/dist/*.cpp, run with mpirun or build/bin/twinkle-run), the numpy reference of the
+# mesh layout, and the failure-handling checks (a failing rank must end the job < 30 s).
+set(TWINKLE_DIST_TEST_DIR ${CMAKE_BINARY_DIR}/tests)
+foreach(prog mpi_collectives mpi_groups mpi_fail mesh_dump)
+  add_executable(${prog} ${CMAKE_SOURCE_DIR}/tests/dist/${prog}.cpp)
+  set_target_properties(${prog} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${TWINKLE_DIST_TEST_DIR})
+  target_compile_options(${prog} PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
+  target_link_libraries(${prog} PRIVATE twinkle_dist)
+endforeach()
+
+set(TWINKLE_MPIRUN ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+    --mca mpi_yield_when_idle 1)
+set(TWINKLE_RUN ${CMAKE_BINARY_DIR}/bin/twinkle-run)
+set(TWINKLE_EXPECT_FAIL ${CMAKE_SOURCE_DIR}/tests/dist/expect_fail.sh)
+set(TWINKLE_DIST_ENV "OMP_NUM_THREADS=1;LOG_LEVEL=INFO")
+
+# Every collective, on the world group and the tp / dp sub-groups of a tp=2 mesh.
+foreach(np 2 4 8)
+  add_test(NAME dist_collectives_np${np}
+           COMMAND ${TWINKLE_MPIRUN} -np ${np} ${TWINKLE_DIST_TEST_DIR}/mpi_collectives)
+  set_tests_properties(dist_collectives_np${np} PROPERTIES TIMEOUT 90 ENVIRONMENT "${TWINKLE_DIST_ENV}"
+                       PASS_REGULAR_EXPRESSION "mpi_collectives OK on ${np} ranks"
+                       FAIL_REGULAR_EXPRESSION "CHECK FAILED")
+endforeach()
+
+# Communicators of the recipe meshes match DeviceMesh (8 ranks).
+set(TWINKLE_DIST_MESHES "dp=2,tp=2,pp=2" "dp=2,tp=2,pp=2,ep=2" "tp=2,pp=2,cp=2,ep=2" "dp=4,tp=2,ep=2,etp=2")
+foreach(spec ${TWINKLE_DIST_MESHES})
+  string(REPLACE "," "_" tname "${spec}")
+  string(REPLACE "=" "" tname "${tname}")
+  add_test(NAME dist_groups_${tname} COMMAND ${TWINKLE_MPIRUN} -np 8 ${TWINKLE_DIST_TEST_DIR}/mpi_groups ${spec})
+  set_tests_properties(dist_groups_${tname} PROPERTIES TIMEOUT 90 ENVIRONMENT "${TWINKLE_DIST_ENV}"
+                       PASS_REGULAR_EXPRESSION "mpi_groups OK" FAIL_REGULAR_EXPRESSION "CHECK FAILED")
+endforeach()
+# The same through the launcher (its mpirun options and environment).
+add_test(NAME dist_groups_via_twinkle_run
+         COMMAND ${TWINKLE_RUN} --nproc_per_node 8 ${TWINKLE_DIST_TEST_DIR}/mpi_groups dp=2,tp=2,pp=2)
+set_tests_properties(dist_groups_via_twinkle_run PROPERTIES TIMEOUT 90 ENVIRONMENT "LOG_LEVEL=INFO"
+                     PASS_REGULAR_EXPRESSION "DEVICE PLACEMENT TOPOLOGY.*mpi_groups OK pp=2 x dp=2 x tp=2"
+                     FAIL_REGULAR_EXPRESSION "CHECK FAILED")
+
+# DeviceMesh against an independent numpy formulation of Megatron's layout.
+add_test(NAME dist_mesh_numpy_reference
+         COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/dist/check_mesh_numpy.py ${TWINKLE_DIST_TEST_DIR}/mesh_dump)
+set_tests_properties(dist_mesh_numpy_reference PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION "0 mismatches")
+
+# initialize(): MPI world size != mesh world size.
+add_test(NAME dist_init_world_mismatch
+         COMMAND ${TWINKLE_EXPECT_FAIL} 30
+                 "world size 4 does not match the device mesh pp=2 x dp=2 x tp=2 \\(8 ranks\\): launch with twinkle-run --nproc_per_node=8 or change the mesh"
+                 ${TWINKLE_MPIRUN} -np 4 ${TWINKLE_DIST_TEST_DIR}/mpi_fail mismatch 0)
+# initialize(): npu requested in a single process without a launcher (no MPI call).
+add_test(NAME dist_init_npu_single_process
+         COMMAND ${TWINKLE_EXPECT_FAIL} 10 "\\[rank 0\\] error: device_type 'npu' requested but this build has no NPU backend"
+                 ${TWINKLE_DIST_TEST_DIR}/mpi_groups dp=1,device=npu)
+add_test(NAME dist_init_cuda_single_process
+         COMMAND ${TWINKLE_EXPECT_FAIL} 10 "\\[rank 0\\] error: device_type 'cuda' requested but this build has no CUDA backend"
+                 ${TWINKLE_DIST_TEST_DIR}/mpi_groups dp=1,device=cuda)
+
+# A failing rank ends the whole job within 30 s, its message printed (launched by twinkle-run).
+add_test(NAME dist_fail_rank_throws
+         COMMAND ${TWINKLE_EXPECT_FAIL} 30 "\\[rank 2\\] error: rank 2 failed on purpose \\(mode throw\\)"
+                 ${TWINKLE_RUN} --nproc_per_node=4 ${TWINKLE_DIST_TEST_DIR}/mpi_fail throw 2)
+add_test(NAME dist_fail_rank_sigkill
+         COMMAND ${TWINKLE_EXPECT_FAIL} 30 "process rank 1 .*signal 9"
+                 ${TWINKLE_RUN} --nproc_per_node=4 ${TWINKLE_DIST_TEST_DIR}/mpi_fail kill 1)
+add_test(NAME dist_fail_rank_segfault
+         COMMAND ${TWINKLE_EXPECT_FAIL} 30 "\\[rank 3\\] fatal signal SIGSEGV"
+                 ${TWINKLE_RUN} --nproc_per_node=4 ${TWINKLE_DIST_TEST_DIR}/mpi_fail segv 3)
+add_test(NAME dist_fail_uncaught_exception
+         COMMAND ${TWINKLE_EXPECT_FAIL} 30 "\\[rank 1\\] terminate: uncaught on purpose"
+                 ${TWINKLE_RUN} --nproc_per_node=4 ${TWINKLE_DIST_TEST_DIR}/mpi_fail terminate 1)
+add_test(NAME dist_fail_nonzero_exit
+         COMMAND ${TWINKLE_EXPECT_FAIL} 30 "\\[rank 1\\] exited with code 3"
+                 ${TWINKLE_RUN} --nproc_per_node=2 ${TWINKLE_DIST_TEST_DIR}/mpi_fail exit 1)
+set_tests_properties(dist_init_world_mismatch dist_init_npu_single_process dist_init_cuda_single_process
+                     dist_fail_rank_throws dist_fail_rank_sigkill dist_fail_rank_segfault
+                     dist_fail_uncaught_exception dist_fail_nonzero_exit
+                     PROPERTIES TIMEOUT 90 PASS_REGULAR_EXPRESSION "expect_fail: OK")
+
+# Launcher: the mpirun line it builds, and a clean 2-rank run ("--x v" form).
+add_test(NAME dist_twinkle_run_dry_run
+         COMMAND ${CMAKE_COMMAND} -E env --unset=OMP_NUM_THREADS --unset=OMP_WAIT_POLICY TWINKLE_FOO=bar LOG_LEVEL=DEBUG
+                 ${TWINKLE_RUN} --nproc_per_node=64 --dry-run prog --flag "a b")
+set_tests_properties(dist_twinkle_run_dry_run PROPERTIES PASS_REGULAR_EXPRESSION
+  "^[^ ]*mpirun -np 64 --oversubscribe (--allow-run-as-root )?--bind-to none --mca mpi_yield_when_idle 1 --mca orte_abort_on_non_zero_status 1 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=passive -x MALLOC_MMAP_MAX_=0 -x MALLOC_TRIM_THRESHOLD_=68719476736 -x LOG_LEVEL -x TWINKLE_FOO prog --flag 'a b'")
+add_test(NAME dist_twinkle_run_ok COMMAND ${TWINKLE_RUN} --nproc_per_node 2 ${TWINKLE_DIST_TEST_DIR}/mpi_fail ok 0)
+set_tests_properties(dist_twinkle_run_ok PROPERTIES TIMEOUT 60)
+add_test(NAME dist_twinkle_run_usage_error COMMAND ${TWINKLE_RUN} --nnodes=2 prog)
+set_tests_properties(dist_twinkle_run_usage_error PROPERTIES WILL_FAIL TRUE)

@@ -1,0 +1,207 @@
+#!/usr/bin/python3
+"""Checks twinkle's trainer against independent references.
+
+Modes:
+  --against torch   twinkle (one process) vs tests/reference/qwen3_ref.py (PyTorch): loss and
+                    grad norm of every step (1e-5 relative), every parameter gradient of step 0
+                    (max abs error <= 1e-4 * max|ref|), parameters after the last step
+                    (max abs error <= --param-tol * max|ref|).
+  --against single  twinkle on a parallel layout (launched with twinkle-run) vs twinkle in one
+                    process on the same model, batch and seed: loss and grad norm of every step
+                    and the final parameters within 1e-5 relative.
+Run with /usr/bin/python3 (Debian's python3-torch).
+"""
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import safetensors_py  # noqa: E402
+
+import torch  # noqa: E402
+
+
+def run(cmd, **kw):
+    print("+", " ".join(cmd), flush=True)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    if r.returncode != 0:
+        print(r.stdout)
+        raise SystemExit(f"command failed with exit code {r.returncode}")
+    return r.stdout
+
+
+def make_batch(kind, vocab, seed):
+    rng = random.Random(seed)
+    if kind == "tiny":
+        with open(os.path.join(HERE, "tiny_batch.json")) as f:
+            b = json.load(f)
+        return b["input_ids"], b["labels"]
+    # "rows:N": N rows of random lengths 5..24, first tokens unlabelled (prompt), some rows fully padded later
+    n = int(kind.split(":")[1])
+    ids, labels = [], []
+    for i in range(n):
+        L = rng.randint(5, 24)
+        row = [rng.randrange(vocab) for _ in range(L)]
+        p = rng.randint(0, L // 2)
+        ids.append(row)
+        labels.append([-100] * p + row[p:])
+    return ids, labels
+
+
+def write_rows(path, ids, labels):
+    with open(path, "w") as f:
+        for a, b in zip(ids, labels):
+            f.write(json.dumps({"input_ids": a, "labels": b}) + "\n")
+
+
+def read_metrics(path):
+    with open(path) as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def compare_tensors(name_a, a, name_b, b, tol, what):
+    bad = []
+    for k in sorted(b):
+        if k not in a:
+            bad.append(f"{what}: {k} missing in {name_a}")
+            continue
+        ta, tb = a[k].double(), b[k].double()
+        if ta.shape != tb.shape:
+            bad.append(f"{what}: {k} shape {tuple(ta.shape)} vs {tuple(tb.shape)}")
+            continue
+        scale = tb.abs().max().item()
+        err = (ta - tb).abs().max().item()
+        if err > tol * max(scale, 1e-30):
+            bad.append(f"{what}: {k} max abs err {err:.3e} > {tol:g} * {scale:.3e}")
+    return bad
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--variant", default="a")
+    ap.add_argument("--layers", type=int, default=0, help="override num_hidden_layers")
+    ap.add_argument("--batch", default="tiny")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--clip-grad", type=float, default=0.05)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--against", choices=["torch", "single"], default="torch")
+    ap.add_argument("--np", type=int, default=1)
+    ap.add_argument("--layout", default="", help="extra twinkle train flags, e.g. '--tp 2 --sequence-parallel'")
+    ap.add_argument("--mbs", type=int, default=0)
+    ap.add_argument("--param-tol", type=float, default=1e-5)
+    ap.add_argument("--packing", action="store_true")
+    args = ap.parse_args()
+
+    twinkle = os.path.join(args.build, "bin", "twinkle")
+    launcher = os.path.join(args.build, "bin", "twinkle-run")
+    tmp = tempfile.mkdtemp(prefix="twinkle-check-")
+    try:
+        run(["/usr/bin/python3", os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", args.variant])
+        model = os.path.join(tmp, "tiny_" + args.variant)
+        cfg_path = os.path.join(model, "config.json")
+        with open(cfg_path) as f:
+            cfg = json.load(f)
+        if args.layers:
+            cfg["num_hidden_layers"] = args.layers
+            cfg["max_window_layers"] = args.layers
+            with open(cfg_path, "w") as f:
+                json.dump(cfg, f, indent=2)
+        run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "init", "--config", cfg_path, "--seed", "0",
+             "--out", model])
+        ids, labels = make_batch(args.batch, cfg["vocab_size"], 1234)
+        rows_path = os.path.join(tmp, "rows.jsonl")
+        write_rows(rows_path, ids, labels)
+        common = ["--model", model, "--dataset", rows_path, "--batch-size", str(len(ids)), "--max-steps",
+                  str(args.steps), "--lr", str(args.lr), "--weight-decay", str(args.weight_decay), "--clip-grad",
+                  str(args.clip_grad), "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--adam-eps", "1e-8"]
+        if args.mbs:
+            common += ["--micro-batch-size", str(args.mbs)]
+        if args.packing:
+            common += ["--packing"]
+
+        def twinkle_run(tag, np_, extra):
+            out = os.path.join(tmp, "out_" + tag)
+            metrics = os.path.join(tmp, f"metrics_{tag}.jsonl")
+            cmd = [twinkle, "train"] + common + ["--output-dir", out, "--metrics-file", metrics] + extra
+            if np_ > 1:
+                cmd = [launcher, f"--nproc_per_node={np_}"] + cmd
+            env = dict(os.environ, OMP_NUM_THREADS="1")
+            run(cmd, env=env)
+            return read_metrics(metrics), safetensors_py.load_dir(out) if hasattr(safetensors_py, "load_dir") else None, out
+
+        failures = []
+        if args.against == "torch":
+            extra = ["--dump-grads", os.path.join(tmp, "tw_grads0.safetensors")]
+            tw_metrics, _, tw_out = twinkle_run("single", 1, extra)
+            batch_json = os.path.join(tmp, "batch.json")
+            with open(batch_json, "w") as f:
+                json.dump({"input_ids": ids, "labels": labels}, f)
+            ref_out = os.path.join(tmp, "ref")
+            run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "step", "--model", model, "--batch", batch_json,
+                 "--steps", str(args.steps), "--lr", str(args.lr), "--weight-decay", str(args.weight_decay),
+                 "--beta1", "0.9", "--beta2", "0.95", "--eps", "1e-8", "--clip-grad", str(args.clip_grad),
+                 "--out", ref_out])
+            with open(os.path.join(ref_out, "metrics.json")) as f:
+                ref = json.load(f)
+            for i in range(args.steps):
+                l_tw, l_ref = tw_metrics[i]["loss"], ref["loss"][i]
+                g_tw, g_ref = tw_metrics[i]["grad_norm"], ref["grad_norm"][i]
+                print(f"step {i+1}: loss twinkle {l_tw:.8f} torch {l_ref:.8f} | grad_norm twinkle {g_tw:.8f} torch {g_ref:.8f}")
+                if rel(l_tw, l_ref) > 1e-5:
+                    failures.append(f"step {i+1}: loss {l_tw} vs torch {l_ref}")
+                if rel(g_tw, g_ref) > 1e-5:
+                    failures.append(f"step {i+1}: grad norm {g_tw} vs torch {g_ref}")
+            g_tw = safetensors_py.load(os.path.join(tmp, "tw_grads0.safetensors"))
+            g_ref = safetensors_py.load(os.path.join(ref_out, "grads_step0.safetensors"))
+            failures += compare_tensors("twinkle", g_tw, "torch", g_ref, 1e-4, "step-0 gradient")
+            p_tw = load_ckpt(tw_out)
+            p_ref = safetensors_py.load(os.path.join(ref_out, "final.safetensors"))
+            failures += compare_tensors("twinkle", p_tw, "torch", p_ref, args.param_tol, f"params after {args.steps} steps")
+        else:
+            base_metrics, _, base_out = twinkle_run("single", 1, [])
+            lay_metrics, _, lay_out = twinkle_run("layout", args.np, args.layout.split())
+            for i in range(args.steps):
+                a, b = lay_metrics[i], base_metrics[i]
+                print(f"step {i+1}: loss layout {a['loss']:.8f} single {b['loss']:.8f} | grad_norm layout {a['grad_norm']:.8f} single {b['grad_norm']:.8f}")
+                if rel(a["loss"], b["loss"]) > 1e-5:
+                    failures.append(f"step {i+1}: loss {a['loss']} vs single {b['loss']}")
+                if rel(a["grad_norm"], b["grad_norm"]) > 1e-5:
+                    failures.append(f"step {i+1}: grad norm {a['grad_norm']} vs single {b['grad_norm']}")
+            failures += compare_tensors("layout", load_ckpt(lay_out), "single", load_ckpt(base_out), args.param_tol,
+                                        f"params after {args.steps} steps")
+        if failures:
+            print("FAILED:\n  " + "\n  ".join(failures[:40]))
+            return 1
+        print("OK")
+        return 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_ckpt(d):
+    idx = os.path.join(d, "model.safetensors.index.json")
+    if os.path.exists(idx):
+        with open(idx) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+        out = {}
+        for fn in files:
+            out.update(safetensors_py.load(os.path.join(d, fn)))
+        return out
+    return safetensors_py.load(os.path.join(d, "model.safetensors"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+#!/usr/bin/python3
+"""Independent references for twinkle's CPU kernels (tests/unit/kernels/torch_ref_kernels.cpp).
+
+Run with Debian's python3-torch:  /usr/bin/python3 tests/reference/kernels_ref.py --out DIR
+
+For every case it generates deterministic inputs (torch.manual_seed), computes the reference outputs
+and gradients in float64 with torch autograd, and writes
+  DIR/<case>/meta.json          {"params": {...}, "tensors": {name: {"dtype": "f32"|"f64"|"i32", "shape": [...]}}}
+  DIR/<case>/<name>.bin         raw little-endian data
+Inputs are stored as float32 (what the C++ kernels consume); references as float64 computed from
+those same float32 values. Semantics follow the sources named in each function (HF transformers
+Qwen3, torch.nn.functional, torch.optim.AdamW) -- never the code under test.
+"""
+import argparse
+import json
+import math
+import os
+
+import torch
+import torch.nn.functional as F
+
+torch.set_grad_enabled(True)
+
+
+class Case:
+    def __init__(self, root, name, **params):
+        self.dir = os.path.join(root, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.meta = {"params": params, "tensors": {}}
+
+    def put(self, name, t, dtype):
+        t = t.detach().contiguous()
+        np_dtype = {"f32": "float32", "f64": "float64", "i32": "int32"}[dtype]
+        arr = t.cpu().numpy().astype(np_dtype)
+        arr.tofile(os.path.join(self.dir, name + ".bin"))
+        self.meta["tensors"][name] = {"dtype": dtype, "shape": list(t.shape)}
+
+    def close(self):
+        with open(os.path.join(self.dir, "meta.json"), "w") as f:
+            json.dump(self.meta, f, indent=1)
+
+
+def f32(shape, scale=1.0, offset=0.0):
+    return (torch.randn(*shape) * scale + offset).float()
+
+
+def leaf64(t32):
+    return t32.double().clone().requires_grad_(True)
+
+
+# ---------------------------------------------------------------- RMSNorm (HF Qwen3RMSNorm)
+def rmsnorm_case(root, name, rows, dim, eps):
+    c = Case(root, name, rows=rows, dim=dim, eps=eps)
+    x, w, dy = f32((rows, dim), 2.0, 0.3), f32((dim,), 0.1, 1.0), f32((rows, dim))
+    X, W = leaf64(x), leaf64(w)
+    var = X.pow(2).mean(-1, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    y = W * (X * rstd)
+    y.backward(dy.double())
+    for n, t in [("x", x), ("w", w), ("dy", dy)]:
+        c.put(n, t, "f32")
+    c.put("y", y, "f64")
+    c.put("rstd", rstd.squeeze(-1), "f64")
+    c.put("dx", X.grad, "f64")
+    c.put("dw", W.grad, "f64")
+    c.close()
+
+
+# ---------------------------------------------------------------- RoPE (HF Qwen3RotaryEmbedding + apply_rotary_pos_emb)
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_case(root, name, positions, heads, head_dim, theta, max_pos):
+    tokens = len(positions)
+    c = Case(root, name, tokens=tokens, heads=heads, head_dim=head_dim, theta=theta, max_pos=max_pos)
+    pos = torch.tensor(positions, dtype=torch.int32)
+    x, dy = f32((tokens, heads, head_dim)), f32((tokens, heads, head_dim))
+    # HF: inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))  (float32)
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    # HF: freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2); emb = cat(freqs, freqs)
+    freqs = pos.float()[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()  # float32, as HF returns them (attention_scaling = 1)
+    X = leaf64(x)
+    cos64, sin64 = cos.double()[:, None, :], sin.double()[:, None, :]  # unsqueeze over heads
+    y = X * cos64 + rotate_half(X) * sin64
+    y.backward(dy.double())
+    c.put("pos", pos, "i32")
+    c.put("x", x, "f32")
+    c.put("dy", dy, "f32")
+    c.put("y", y, "f64")
+    c.put("dx", X.grad, "f64")
+    c.close()
+
+
+# ---------------------------------------------------------------- SwiGLU (HF Qwen3MLP: act_fn(gate) * up, act = silu)
+def swiglu_case(root, name, rows, cols):
+    c = Case(root, name, rows=rows, cols=cols)
+    g, u, dh = f32((rows, cols), 3.0), f32((rows, cols)), f32((rows, cols))
+    g[0, :8] = torch.tensor([-100.0, -90.0, -30.0, -12.0, 12.0, 30.0, 90.0, 100.0])
+    G, U = leaf64(g), leaf64(u)
+    h = F.silu(G) * U
+    h.backward(dh.double())
+    for n, t in [("gate", g), ("up", u), ("dh", dh)]:
+        c.put(n, t, "f32")
+    c.put("h", h, "f64")
+    c.put("dgate", G.grad, "f64")
+    c.put("dup", U.grad, "f64")
+    c.close()
+
+
+# ---------------------------------------------------------------- attention (explicit softmax, block-diagonal causal mask)
+def attention_case(root, name, seqlens, Hq, Hkv, D, lead=0):
+    cu = [lead]
+    for L in seqlens:
+        cu.append(cu[-1] + L)
+    T = cu[-1]
+    scale = 1.0 / math.sqrt(D)
+    c = Case(root, name, Hq=Hq, Hkv=Hkv, D=D, T=T, n_seqs=len(seqlens), scale=scale)
+    q, k, v, do = f32((T, Hq, D)), f32((T, Hkv, D)), f32((T, Hkv, D)), f32((T, Hq, D))
+    Q, K, V = leaf64(q), leaf64(k), leaf64(v)
+    seg = torch.full((T,), -1, dtype=torch.int64)
+    for i in range(len(seqlens)):
+        seg[cu[i]:cu[i + 1]] = i
+    idx = torch.arange(T)
+    allowed = (seg[:, None] == seg[None, :]) & (idx[None, :] <= idx[:, None]) & (seg[:, None] >= 0)
+    rep = Hq // Hkv  # HF repeat_kv: query head h uses kv head h // rep
+    Kr = K.repeat_interleave(rep, dim=1)
+    Vr = V.repeat_interleave(rep, dim=1)
+    s = torch.einsum("thd,shd->hts", Q, Kr) * scale
+    s = s.masked_fill(~allowed[None], float("-inf"))
+    rows = seg >= 0
+    s_rows = s[:, rows, :]
+    lse = torch.logsumexp(s_rows, dim=-1)  # [Hq, T']
+    p = torch.softmax(s_rows, dim=-1)
+    o_rows = torch.einsum("hts,shd->thd", p, Vr)
+    out = torch.zeros(T, Hq, D, dtype=torch.float64)
+    out[rows] = o_rows
+    lse_full = torch.zeros(T, Hq, dtype=torch.float64)
+    lse_full[rows] = lse.t()
+    out.backward(do.double())
+    c.put("cu_seqlens", torch.tensor(cu, dtype=torch.int32), "i32")
+    for n, t in [("q", q), ("k", k), ("v", v), ("dout", do)]:
+        c.put(n, t, "f32")
+    c.put("out", out, "f64")
+    c.put("lse", lse_full, "f64")
+    c.put("dq", Q.grad, "f64")
+    c.put("dk", K.grad, "f64")
+    c.put("dv", V.grad, "f64")
+    c.close()
+
+
+# ---------------------------------------------------------------- cross entropy (F.cross_entropy, ignore_index=-100)
+def ce_case(root, name, T, V, labels):
+    c = Case(root, name, T=T, V=V)
+    x = f32((T, V), 3.0)
+    x[1] += 60.0  # a large-logit row (stability)
+    lab = torch.tensor(labels, dtype=torch.int64)
+    X = leaf64(x)
+    n_valid = int((lab != -100).sum())
+    loss_sum = F.cross_entropy(X, lab, ignore_index=-100, reduction="sum")
+    # gradient of the mean over valid tokens: row_scale = 1/n_valid
+    (loss_sum / n_valid).backward()
+    lse = torch.logsumexp(X.detach(), dim=-1)
+    c.put("logits", x, "f32")
+    c.put("labels", lab.int(), "i32")
+    c.put("loss_sum", loss_sum.reshape(1), "f64")
+    c.put("lse", lse, "f64")
+    c.put("dlogits", X.grad, "f64")
+    c.close()
+
+
+# ---------------------------------------------------------------- embedding (torch.nn.functional.embedding)
+def embedding_case(root, name, V, H, ids):
+    c = Case(root, name, V=V, H=H, T=len(ids))
+    table, dout = f32((V, H)), f32((len(ids), H))
+    ids_t = torch.tensor(ids, dtype=torch.int64)
+    W = leaf64(table)
+    out = F.embedding(ids_t, W)
+    out.backward(dout.double())
+    c.put("table", table, "f32")
+    c.put("ids", ids_t.int(), "i32")
+    c.put("dout", dout, "f32")
+    c.put("out", out, "f64")
+    c.put("dtable", W.grad, "f64")
+    c.close()
+
+
+# ---------------------------------------------------------------- AdamW (torch.optim.AdamW, single tensor, 1.13)
+def adamw_case(root, name, n, steps, lr, betas, eps, wd):
+    c = Case(root, name, n=n, steps=steps, lr=lr, beta1=betas[0], beta2=betas[1], eps=eps, weight_decay=wd)
+    p0 = f32((n,))
+    grads = [f32((n,), 0.5 * (i + 1)) for i in range(steps)]
+    grads[0][:4] = torch.tensor([0.0, 1e-6, -1e3, 3.0])
+    P = torch.nn.Parameter(p0.double().clone())
+    opt = torch.optim.AdamW([P], lr=lr, betas=betas, eps=eps, weight_decay=wd, foreach=False)
+    c.put("p0", p0, "f32")
+    for i, g in enumerate(grads):
+        c.put("g%d" % i, g, "f32")
+        P.grad = g.double().clone()
+        opt.step()
+        c.put("p%d" % (i + 1), P.detach(), "f64")
+    st = opt.state[P]
+    c.put("m", st["exp_avg"], "f64")
+    c.put("v", st["exp_avg_sq"], "f64")
+    c.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    out = ap.parse_args().out
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(1234)
+
+    rmsnorm_case(out, "rmsnorm_96", 37, 96, 1e-6)
+    rmsnorm_case(out, "rmsnorm_qknorm_128", 4 * 9, 128, 1e-6)
+    rmsnorm_case(out, "rmsnorm_odd_50", 5, 50, 1e-5)
+
+    rope_case(out, "rope_d32", [0, 5, 1, 17, 1000, 4095, 5, 0], 3, 32, 1e6, 4096)
+    rope_case(out, "rope_d128", [0, 5, 2, 31, 777, 32767, 12345], 2, 128, 1e6, 32768)
+    rope_case(out, "rope_d64_theta1e4", [0, 3, 9, 100], 4, 64, 10000.0, 128)
+
+    swiglu_case(out, "swiglu", 9, 113)
+
+    attention_case(out, "attn_gqa_d32", [1, 70, 130, 64, 5], 4, 2, 32)
+    attention_case(out, "attn_gqa_d64", [200, 1, 77, 129], 4, 2, 64)
+    attention_case(out, "attn_mha_d40_lead", [33, 100], 2, 2, 40, lead=3)
+    attention_case(out, "attn_gqa4_d128", [150], 4, 1, 128)
+
+    labels = [3, -100, 17, 49, 0, 25, 24, -100, 26, 8, 49, 30, 1]
+    ce_case(out, "ce_v50", 13, 50, labels)
+
+    embedding_case(out, "embedding", 20, 70, [3, 19, 0, 3, 10, 9, 11, 3, 19, 0, 5, 12, 10, 10, 7])
+
+    adamw_case(out, "adamw", 1000, 5, 1e-2, (0.9, 0.95), 1e-8, 0.1)
+    adamw_case(out, "adamw_default", 257, 5, 1e-3, (0.9, 0.999), 1e-8, 0.1)
+
+    with open(os.path.join(out, "DONE"), "w") as f:
+        f.write("ok\n")
+
+
+if __name__ == "__main__":
+    main()

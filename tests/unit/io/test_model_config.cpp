@@ -1,0 +1,279 @@
+// config.json parsing / validation / atomic saving for Qwen3 and Qwen3-MoE.
+#include "twinkle/io/model_config.h"
+
+#include <gtest/gtest.h>
+
+#include "io_test_util.h"
+
+using namespace twinkle;
+using json = nlohmann::json;
+using twinkle::iotest::expect_error;
+using twinkle::iotest::read_bytes;
+using twinkle::iotest::TempDir;
+using twinkle::iotest::write_bytes;
+
+namespace {
+
+const std::string kData = std::string(TWINKLE_SOURCE_DIR) + "/tests/data/io/";
+
+json tiny_dense() {
+  return json{{"model_type", "qwen3"},        {"vocab_size", 64},        {"hidden_size", 32},
+              {"intermediate_size", 48},      {"num_hidden_layers", 2},  {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},     {"head_dim", 8},           {"torch_dtype", "float32"}};
+}
+json tiny_moe() {
+  json j = tiny_dense();
+  j["model_type"] = "qwen3_moe";
+  j["num_experts"] = 4;
+  j["num_experts_per_tok"] = 2;
+  j["moe_intermediate_size"] = 16;
+  return j;
+}
+
+// Writes `j` as <dir>/config.json and loads it.
+ModelConfig load_json(const TempDir& d, const json& j) {
+  write_bytes(d / "config.json", j.dump(2));
+  return load_model_config(d / "config.json");
+}
+void expect_bad(const json& j, const std::vector<std::string>& parts) {
+  TempDir d;
+  std::vector<std::string> all = parts;
+  all.push_back(d / "config.json");
+  expect_error([&] { load_json(d, j); }, all);
+}
+json with(json j, const std::string& k, const json& v) {
+  j[k] = v;
+  return j;
+}
+json without(json j, const std::string& k) {
+  j.erase(k);
+  return j;
+}
+
+}  // namespace
+
+TEST(ModelConfig, Qwen3_0_6B) {
+  ModelConfig c = load_model_config(kData + "qwen3_0.6b_config.json");
+  EXPECT_EQ(c.model_type, "qwen3");
+  EXPECT_FALSE(c.is_moe());
+  EXPECT_EQ(c.architectures, std::vector<std::string>{"Qwen3ForCausalLM"});
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_EQ(c.hidden_size, 1024);
+  EXPECT_EQ(c.intermediate_size, 3072);
+  EXPECT_EQ(c.num_hidden_layers, 28);
+  EXPECT_EQ(c.num_attention_heads, 16);
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);  // != hidden / heads = 64
+  EXPECT_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ(c.attention_dropout, 0.0);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.max_position_embeddings, 40960);
+  EXPECT_EQ(c.initializer_range, 0.02);
+  EXPECT_EQ(c.torch_dtype, DType::BF16);
+  EXPECT_EQ(c.hidden_act, "silu");
+  EXPECT_EQ(c.bos_token_id, std::optional<int64_t>(151643));
+  EXPECT_EQ(c.eos_token_id, std::vector<int64_t>{151645});
+  EXPECT_FALSE(c.pad_token_id.has_value());
+  EXPECT_FALSE(c.use_sliding_window);
+  EXPECT_EQ(c.raw["transformers_version"], "4.51.0");
+  EXPECT_FALSE(c.is_moe_layer(0));
+  // A directory works too.
+  TempDir d;
+  write_bytes(d / "config.json", read_bytes(kData + "qwen3_0.6b_config.json"));
+  EXPECT_EQ(load_model_config(d.path()).head_dim, 128);
+}
+
+TEST(ModelConfig, Qwen3_30B_A3B) {
+  ModelConfig c = load_model_config(kData + "qwen3_30b_a3b_config.json");
+  EXPECT_TRUE(c.is_moe());
+  EXPECT_EQ(c.num_experts, 128);
+  EXPECT_EQ(c.num_experts_per_tok, 8);
+  EXPECT_EQ(c.moe_intermediate_size, 768);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_EQ(c.router_aux_loss_coef, 0.001);
+  EXPECT_EQ(c.decoder_sparse_step, 1);
+  EXPECT_TRUE(c.mlp_only_layers.empty());
+  EXPECT_FALSE(c.output_router_logits);
+  EXPECT_EQ(c.num_key_value_heads, 4);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  for (int l = 0; l < 48; ++l) EXPECT_TRUE(c.is_moe_layer(l));
+}
+
+TEST(ModelConfig, MoeLayerRule) {
+  TempDir d;
+  json j = tiny_moe();
+  j["num_hidden_layers"] = 6;
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = {3};
+  ModelConfig c = load_json(d, j);
+  // (layer + 1) % 2 == 0 and not in mlp_only_layers: layers 1 and 5.
+  std::vector<bool> got;
+  for (int l = 0; l < 6; ++l) got.push_back(c.is_moe_layer(l));
+  EXPECT_EQ(got, (std::vector<bool>{false, true, false, false, false, true}));
+}
+
+TEST(ModelConfig, HuggingFaceDefaults) {
+  TempDir d;
+  json j = tiny_dense();
+  for (const char* k : {"num_key_value_heads", "head_dim", "torch_dtype"}) j.erase(k);
+  ModelConfig c = load_json(d, j);
+  EXPECT_EQ(c.num_key_value_heads, 4);  // = num_attention_heads
+  EXPECT_EQ(c.head_dim, 128);           // Qwen3Config default, not hidden / heads
+  EXPECT_EQ(c.torch_dtype, DType::F32);
+  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_EQ(c.initializer_range, 0.02);
+  EXPECT_EQ(c.max_position_embeddings, 32768);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_TRUE(c.eos_token_id.empty());
+  EXPECT_FALSE(c.bos_token_id.has_value());
+  // qwen3_moe: head_dim falls back to hidden / heads; MoE defaults.
+  json m = tiny_moe();
+  m.erase("head_dim");
+  ModelConfig cm = load_json(d, m);
+  EXPECT_EQ(cm.head_dim, 8);
+  EXPECT_EQ(cm.decoder_sparse_step, 1);
+  EXPECT_FALSE(cm.norm_topk_prob);
+  EXPECT_EQ(cm.router_aux_loss_coef, 0.001);
+  // null num_key_value_heads -> num_attention_heads.
+  EXPECT_EQ(load_json(d, with(tiny_dense(), "num_key_value_heads", nullptr)).num_key_value_heads, 4);
+}
+
+TEST(ModelConfig, AlternativeSpellings) {
+  TempDir d;
+  json j = without(tiny_dense(), "torch_dtype");
+  j["dtype"] = "bfloat16";  // transformers >= 4.56
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5e6}};  // transformers 5
+  j["eos_token_id"] = {1, 2};
+  j["rope_scaling"] = {{"rope_type", "default"}};
+  ModelConfig c = load_json(d, j);
+  EXPECT_EQ(c.torch_dtype, DType::BF16);
+  EXPECT_EQ(c.rope_theta, 5e6);
+  EXPECT_EQ(c.eos_token_id, (std::vector<int64_t>{1, 2}));
+  json out = to_json(c);
+  EXPECT_EQ(out["dtype"], "bfloat16");
+  EXPECT_FALSE(out.contains("torch_dtype"));
+  EXPECT_EQ(out["rope_parameters"]["rope_theta"], 5e6);
+  EXPECT_FALSE(out.contains("rope_theta"));
+  EXPECT_EQ(out["eos_token_id"], json({1, 2}));
+}
+
+TEST(ModelConfig, SaveRoundTripKeepsUnknownFields) {
+  TempDir d;
+  ModelConfig c = load_model_config(kData + "qwen3_30b_a3b_config.json");
+  c.num_hidden_layers = 4;
+  c.mlp_only_layers = {0, 3};
+  save_model_config(c, d / "config.json");
+  EXPECT_EQ(d.list(), std::vector<std::string>{"config.json"});
+  ModelConfig b = load_model_config(d.path());
+  EXPECT_EQ(b.num_hidden_layers, 4);
+  EXPECT_EQ(b.mlp_only_layers, (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(b.raw["transformers_version"], "4.51.0");
+  EXPECT_EQ(b.raw["max_window_layers"], 48);
+  EXPECT_TRUE(b.raw["sliding_window"].is_null());
+  EXPECT_EQ(b.eos_token_id, std::vector<int64_t>{151645});
+  EXPECT_TRUE(b.raw["eos_token_id"].is_number_integer());
+  EXPECT_EQ(to_json(b), to_json(c));
+  // Every field of the original survives.
+  json orig = json::parse(read_bytes(kData + "qwen3_30b_a3b_config.json"));
+  json saved = json::parse(read_bytes(d / "config.json"));
+  for (auto it = orig.begin(); it != orig.end(); ++it) EXPECT_TRUE(saved.contains(it.key())) << it.key();
+  // Dense config built in code (no raw) saves and reloads.
+  ModelConfig e;
+  e.model_type = "qwen3";
+  e.vocab_size = 10;
+  e.hidden_size = 8;
+  e.intermediate_size = 12;
+  e.num_hidden_layers = 1;
+  e.num_attention_heads = 2;
+  e.num_key_value_heads = 1;
+  e.head_dim = 4;
+  e.torch_dtype = DType::BF16;
+  save_model_config(e, d / "e.json");
+  ModelConfig e2 = load_model_config(d / "e.json");
+  EXPECT_EQ(e2.head_dim, 4);
+  EXPECT_EQ(e2.torch_dtype, DType::BF16);
+  EXPECT_FALSE(to_json(e2).contains("num_experts"));
+}
+
+TEST(ModelConfig, SaveIsAtomicAndValidated) {
+  TempDir d;
+  ModelConfig c = load_model_config(kData + "qwen3_0.6b_config.json");
+  std::filesystem::create_directory(d / "config.json");
+  write_bytes(d / "config.json/x", "x");
+  expect_error([&] { save_model_config(c, d / "config.json"); }, {d / "config.json", "rename"});
+  EXPECT_EQ(d.list(), std::vector<std::string>{"config.json"});
+  c.num_key_value_heads = 3;
+  expect_error([&] { save_model_config(c, d / "bad.json"); }, {"num_key_value_heads", "must divide"});
+  EXPECT_EQ(d.list(), std::vector<std::string>{"config.json"});
+}
+
+TEST(ModelConfigBad, Files) {
+  TempDir d;
+  expect_error([&] { load_model_config(d.path()); }, {"config.json not found in " + d.path()});
+  expect_error([&] { load_model_config(d / "config.json"); }, {"config.json not found in " + d.path()});
+  write_bytes(d / "config.json", "{\n  \"model_type\": \"qwen3\",\n  \"vocab_size\": 12,,\n}");
+  expect_error([&] { load_model_config(d.path()); }, {d / "config.json", "malformed JSON at byte 47"});
+  write_bytes(d / "config.json", "[1, 2]");
+  expect_error([&] { load_model_config(d.path()); }, {d / "config.json", "must be a JSON object"});
+}
+
+TEST(ModelConfigBad, ModelType) {
+  TempDir d;
+  write_bytes(d / "config.json", with(tiny_dense(), "model_type", "llama").dump());
+  expect_error([&] { load_model_config(d.path()); },
+               {"unknown model_type 'llama' in " + d / "config.json" + " (supported: qwen3, qwen3_moe)"});
+  expect_bad(without(tiny_dense(), "model_type"), {"missing required field 'model_type'"});
+  expect_bad(with(tiny_dense(), "model_type", 3), {"'model_type'", "expected string"});
+}
+
+TEST(ModelConfigBad, MissingAndWrongTypes) {
+  for (const char* k : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"})
+    expect_bad(without(tiny_dense(), k), {std::string("missing required field '") + k + "'"});
+  for (const char* k : {"num_experts", "num_experts_per_tok", "moe_intermediate_size"})
+    expect_bad(without(tiny_moe(), k), {std::string("missing required field '") + k + "'"});
+  expect_bad(with(tiny_dense(), "hidden_size", "32"), {"'hidden_size'", "expected integer", "string"});
+  expect_bad(with(tiny_dense(), "hidden_size", 32.5), {"'hidden_size'", "expected integer"});
+  expect_bad(with(tiny_dense(), "num_hidden_layers", json::array({2})), {"'num_hidden_layers'", "expected integer"});
+  expect_bad(with(tiny_dense(), "rms_norm_eps", "1e-6"), {"'rms_norm_eps'", "expected number"});
+  expect_bad(with(tiny_dense(), "tie_word_embeddings", "true"), {"'tie_word_embeddings'", "expected boolean"});
+  expect_bad(with(tiny_dense(), "attention_bias", 1), {"'attention_bias'", "expected boolean"});
+  expect_bad(with(tiny_dense(), "architectures", "Qwen3ForCausalLM"), {"'architectures'", "list of strings"});
+  expect_bad(with(tiny_dense(), "eos_token_id", "x"), {"'eos_token_id'", "integer or list"});
+  expect_bad(with(tiny_moe(), "mlp_only_layers", json::array({"0"})), {"'mlp_only_layers'", "list of integers"});
+  expect_bad(with(tiny_dense(), "vocab_size", 18446744073709551615ull), {"'vocab_size'", "out of range"});
+  expect_bad(with(tiny_dense(), "torch_dtype", "int8"), {"'torch_dtype'", "int8"});
+}
+
+TEST(ModelConfigBad, Nonsense) {
+  expect_bad(with(tiny_dense(), "hidden_size", 0), {"'hidden_size'", "must be > 0"});
+  expect_bad(with(tiny_dense(), "vocab_size", -5), {"'vocab_size'", "must be > 0"});
+  expect_bad(with(tiny_dense(), "num_key_value_heads", 3), {"'num_key_value_heads'", "must divide"});
+  expect_bad(with(tiny_dense(), "head_dim", 7), {"'head_dim'", "even"});
+  expect_bad(with(tiny_dense(), "rms_norm_eps", 0), {"'rms_norm_eps'", "> 0"});
+  expect_bad(with(tiny_dense(), "rope_theta", -1), {"'rope_theta'", "> 0"});
+  expect_bad(with(tiny_dense(), "attention_dropout", 1.0), {"'attention_dropout'"});
+  expect_bad(with(tiny_dense(), "max_position_embeddings", 0), {"'max_position_embeddings'"});
+  expect_bad(with(tiny_moe(), "num_experts_per_tok", 5), {"'num_experts_per_tok'", "[1, num_experts=4]"});
+  expect_bad(with(tiny_moe(), "num_experts_per_tok", 0), {"'num_experts_per_tok'"});
+  expect_bad(with(tiny_moe(), "decoder_sparse_step", 0), {"'decoder_sparse_step'"});
+  expect_bad(with(tiny_moe(), "mlp_only_layers", json::array({2})), {"'mlp_only_layers'", "entry 2"});
+  expect_bad(with(tiny_moe(), "moe_intermediate_size", 0), {"'moe_intermediate_size'"});
+  expect_bad(with(without(tiny_moe(), "head_dim"), "num_attention_heads", 6),
+             {"'head_dim'", "not divisible"});
+}
+
+TEST(ModelConfigBad, UnsupportedFeatures) {
+  expect_bad(with(tiny_dense(), "hidden_act", "gelu"), {"'hidden_act'", "'gelu'", "silu"});
+  expect_bad(with(tiny_dense(), "use_sliding_window", true), {"'use_sliding_window'"});
+  expect_bad(with(tiny_dense(), "rope_scaling", json{{"rope_type", "yarn"}, {"factor", 4.0}}), {"'rope_scaling'", "yarn"});
+  expect_bad(with(tiny_dense(), "rope_scaling", json{{"type", "linear"}, {"factor", 2.0}}), {"'rope_scaling'"});
+  expect_bad(with(tiny_dense(), "rope_parameters", json{{"rope_type", "yarn"}, {"rope_theta", 1e6}}),
+             {"'rope_parameters'"});
+  expect_bad(with(tiny_dense(), "layer_types", json::array({"full_attention", "sliding_attention"})),
+             {"'layer_types'", "sliding_attention"});
+}

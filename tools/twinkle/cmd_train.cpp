@@ -1,0 +1,245 @@
+// `twinkle train`: full-parameter training of a Qwen3 model on any dp/tp/pp layout.
+//
+//   twinkle train --model DIR --dataset FILE.jsonl --batch-size 8 --max-steps 10 --lr 1e-4 ...
+//   twinkle-run --nproc_per_node=8 build/bin/twinkle train --tp 2 --pp 2 --dp 2 ...
+//
+// The dataset is either pre-tokenized JSONL rows {"input_ids": [...], "labels": [...]}
+// (labels optional: then equal to input_ids) or a message / self-cognition dataset
+// encoded with --template. Each step appends one JSON line to --metrics-file; the final
+// weights are saved to --output-dir in Hugging Face format.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "command.h"
+#include "twinkle/data/dataloader.h"
+#include "twinkle/data/dataset.h"
+#include "twinkle/data/preprocessor.h"
+#include "twinkle/dist/runtime.h"
+#include "twinkle/io/safetensors.h"
+#include "twinkle/train/megatron_model.h"
+
+namespace {
+
+using json = nlohmann::json;
+
+std::vector<int32_t> int_list(const json& j, const std::string& field, const std::string& where) {
+  twinkle::check(j.is_array(), where + ": field '" + field + "' must be a list of integers");
+  std::vector<int32_t> out;
+  out.reserve(j.size());
+  for (const auto& v : j) {
+    twinkle::check(v.is_number_integer(), where + ": field '" + field + "' must contain only integers");
+    out.push_back(v.get<int32_t>());
+  }
+  return out;
+}
+
+twinkle::DataSlice parse_slice(const std::string& s) {
+  // "A:B" range, or "i,j,k" list, or "N" (= 0:N)
+  auto colon = s.find(':');
+  if (colon != std::string::npos) return twinkle::DataSlice::range(std::stoll(s.substr(0, colon)), std::stoll(s.substr(colon + 1)));
+  if (s.find(',') != std::string::npos) {
+    std::vector<int64_t> idx;
+    std::stringstream ss(s);
+    std::string tok;
+    while (std::getline(ss, tok, ',')) idx.push_back(std::stoll(tok));
+    return twinkle::DataSlice::indices(idx);
+  }
+  return twinkle::DataSlice::range(std::stoll(s));
+}
+
+int train_main(int argc, char** argv) {
+  CLI::App app{"Train a Qwen3 model (full parameters) on a dp/tp/pp layout", "twinkle train"};
+  std::string model, dataset, output_dir = "output/train", metrics_file, templ, self_cog, data_slice;
+  std::string lr_style = "constant", device = "cpu";
+  int64_t batch_size = 8, max_steps = 10, mbs = 0, max_length = 8192, warmup = 0, decay = 0;
+  double lr = 1e-4, wd = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, clip = 1.0, min_lr = 0;
+  uint64_t seed = 42;
+  int tp = 1, pp = 1, dp = 0;
+  std::string dump_grads;
+  bool sp = false, dist_opt = true, shuffle = false, packing = false, skip_bad = false, no_save = false;
+  std::string truncation = "raise";
+  app.add_option("--model", model, "model directory or hub id (config.json [+ safetensors])")->required();
+  app.add_option("--dataset", dataset, "JSONL/JSON/CSV file or hub id")->required();
+  app.add_option("--batch-size", batch_size, "global batch size (rows per step)");
+  app.add_option("--micro-batch-size", mbs, "rows per micro-batch (default min(2, local rows))");
+  app.add_option("--max-steps", max_steps, "optimizer steps");
+  app.add_option("--lr", lr, "learning rate");
+  app.add_option("--min-lr", min_lr, "minimum learning rate of the decay");
+  app.add_option("--lr-warmup-steps", warmup, "linear warm-up steps from 0");
+  app.add_option("--lr-decay-steps", decay, "decay steps (default: max-steps when a decay style is set)");
+  app.add_option("--lr-decay-style", lr_style, "constant | cosine | linear");
+  app.add_option("--weight-decay", wd, "AdamW weight decay (not applied to biases and 1-D params)");
+  app.add_option("--adam-beta1", b1);
+  app.add_option("--adam-beta2", b2);
+  app.add_option("--adam-eps", eps);
+  app.add_option("--clip-grad", clip, "max global grad norm (<= 0: no clipping)");
+  app.add_option("--seed", seed, "seed of the random init (when the model has no weights) and shuffling");
+  app.add_option("--output-dir", output_dir, "where the final Hugging Face checkpoint is written");
+  app.add_option("--metrics-file", metrics_file, "append one JSON line of metrics per step");
+  app.add_option("--tp", tp, "tensor-parallel size");
+  app.add_option("--pp", pp, "pipeline-parallel size");
+  app.add_option("--dp", dp, "data-parallel size (default: world / (tp*pp))");
+  app.add_flag("--sequence-parallel", sp, "sequence parallelism in the tp regions");
+  app.add_option("--use-distributed-optimizer", dist_opt, "ZeRO-1 optimizer sharding over dp (default true)");
+  app.add_option("--device", device, "cpu | cuda | npu");
+  app.add_option("--template", templ, "chat template for message datasets (qwen3)");
+  app.add_option("--max-length", max_length, "template max_length");
+  app.add_option("--truncation", truncation, "raise | left | right | delete | split");
+  app.add_option("--data-slice", data_slice, "rows: A:B, N, or i,j,k (indices past the end wrap)");
+  app.add_option("--self-cognition", self_cog, "NAME,AUTHOR: apply SelfCognitionProcessor");
+  app.add_flag("--shuffle", shuffle, "shuffle rows each epoch");
+  app.add_flag("--packing", packing, "padding-free packed micro-batches");
+  app.add_flag("--skip-bad-rows", skip_bad, "count malformed rows as warnings instead of failing");
+  app.add_flag("--no-save", no_save, "do not save the final checkpoint");
+  app.add_option("--dump-grads", dump_grads, "write the step-1 gradients (HF names, f32) to this safetensors file (dp=1 only)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  const int world = twinkle::world_size();
+  if (dp == 0) dp = std::max(1, world / std::max(1, tp * pp));
+  twinkle::MeshSizes ms;
+  ms.dp = dp;
+  ms.tp = tp;
+  ms.pp = pp;
+  ms.device_type = device;
+  ms.sequence_parallel = sp;
+  twinkle::InitOptions io;
+  io.global_device_mesh = twinkle::DeviceMesh::from_sizes(ms);
+  io.seed = seed;
+  twinkle::initialize(io);
+  auto& ps = twinkle::parallel_state();
+  auto& log = twinkle::get_logger();
+
+  // ---- data ----
+  twinkle::DatasetMeta meta(dataset, data_slice.empty() ? std::nullopt : std::optional<twinkle::DataSlice>(parse_slice(data_slice)));
+  twinkle::Dataset ds(meta);
+  ds.set_skip_bad_rows(skip_bad);
+  std::vector<twinkle::EncodedRow> rows;
+  const bool pretokenized = ds.size() > 0 && ds[0].is_object() && ds[0].contains("input_ids");
+  if (pretokenized) {
+    for (int64_t i = 0; i < ds.size(); ++i) {
+      const json& r = ds[i];
+      const std::string where = ds.row_name(i);
+      twinkle::check(r.is_object() && r.contains("input_ids"), where + ": missing field 'input_ids'");
+      twinkle::EncodedRow e;
+      e.input_ids = int_list(r["input_ids"], "input_ids", where);
+      e.labels = r.contains("labels") ? int_list(r["labels"], "labels", where) : e.input_ids;
+      twinkle::check(e.labels.size() == e.input_ids.size(), where + ": 'labels' and 'input_ids' differ in length");
+      twinkle::check(!e.input_ids.empty(), where + ": empty 'input_ids'");
+      e.length = static_cast<int64_t>(e.input_ids.size());
+      e.attention_mask.assign(e.input_ids.size(), 1);
+      for (int64_t t = 0; t < e.length; ++t) e.position_ids.push_back(static_cast<int32_t>(t));
+      rows.push_back(std::move(e));
+    }
+  } else {
+    if (!self_cog.empty()) {
+      auto comma = self_cog.find(',');
+      twinkle::check(comma != std::string::npos, "--self-cognition expects NAME,AUTHOR");
+      ds.map(twinkle::SelfCognitionProcessor(self_cog.substr(0, comma), self_cog.substr(comma + 1)));
+    } else if (ds.size() > 0 && ds[0].contains("instruction")) {
+      ds.map(twinkle::AlpacaPreprocessor());
+    } else {
+      ds.map(twinkle::MessagesPreprocessor());
+    }
+    twinkle::TemplateOptions to;
+    to.model_id = model;
+    to.max_length = max_length;
+    to.truncation = truncation;
+    ds.set_template(templ.empty() ? "Template" : templ, to);
+    ds.encode();
+    rows = ds.encoded();
+  }
+  twinkle::DataLoaderOptions lo;
+  lo.batch_size = batch_size;
+  lo.shuffle = shuffle;
+  lo.seed = seed;
+  lo.dp_rank = ps.coord.dp;
+  lo.dp_size = ps.mesh.dp_size();
+  twinkle::DataLoader loader(std::move(rows), lo);
+
+  // ---- model ----
+  twinkle::MegatronModelOptions mo;
+  mo.micro_batch_size = mbs;
+  mo.seed = seed;
+  mo.packing = packing;
+  twinkle::MegatronModel m(model, mo);
+  twinkle::OptimizerConfig oc;
+  oc.lr = lr;
+  oc.weight_decay = wd;
+  oc.adam_beta1 = b1;
+  oc.adam_beta2 = b2;
+  oc.adam_eps = eps;
+  oc.clip_grad = clip;
+  oc.use_distributed_optimizer = dist_opt;
+  m.set_optimizer("default", oc);
+  if (lr_style != "constant" || warmup > 0) {
+    twinkle::LRSchedulerConfig sc;
+    sc.lr_warmup_steps = warmup;
+    sc.lr_decay_steps = decay > 0 ? decay : std::max<int64_t>(max_steps, warmup + 1);
+    sc.lr_decay_style = lr_style;
+    sc.min_lr = min_lr;
+    m.set_lr_scheduler("default", sc);
+  }
+  log.info(twinkle::get_device_placement());
+  log.info("\n" + m.get_train_configs());
+
+  std::ofstream metrics;
+  const bool rank0 = ps.global_rank == 0;
+  if (rank0 && !metrics_file.empty()) {
+    auto parent = std::filesystem::path(metrics_file).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    metrics.open(metrics_file, std::ios::app);
+    twinkle::check(metrics.good(), "cannot open metrics file " + metrics_file);
+  }
+  int64_t step = 0;
+  twinkle::LocalBatch batch;
+  while (step < max_steps) {
+    if (!loader.next(batch)) {
+      loader.next_epoch();
+      twinkle::check(loader.next(batch), "the dataset yields no batch of " + std::to_string(batch_size) + " rows");
+    }
+    m.forward_backward(batch);
+    if (step == 0 && !dump_grads.empty()) {
+      twinkle::check(ps.mesh.dp_size() == 1, "--dump-grads needs dp = 1");
+      auto grads = m.model().gather_state_dict(/*grads=*/true);
+      if (rank0) twinkle::save_safetensors(dump_grads, grads);
+    }
+    m.clip_grad_and_step();
+    ++step;
+    const auto& mt = m.last_metrics();
+    if (rank0) {
+      json j = {{"step", step},       {"loss", mt.loss},         {"grad_norm", mt.grad_norm},
+                {"lr", mt.lr},        {"tokens", mt.tokens},     {"label_tokens", mt.label_tokens},
+                {"tokens_per_s", mt.tokens_per_s}, {"mfu", mt.mfu}, {"step_time_s", mt.step_time_s}};
+      if (metrics.is_open()) {
+        metrics << j.dump() << "\n";
+        metrics.flush();
+      }
+      char line[256];
+      std::snprintf(line, sizeof line, "step %lld/%lld  loss %.6f  grad_norm %.6f  lr %.3e  tokens/s %.1f  mfu %.3f",
+                    static_cast<long long>(step), static_cast<long long>(max_steps), mt.loss, mt.grad_norm, mt.lr,
+                    mt.tokens_per_s, mt.mfu);
+      log.info(line);
+    }
+  }
+  if (!no_save) {
+    std::filesystem::path od(output_dir);
+    std::string dir = m.save(od.filename().string(), {od.parent_path().empty() ? "." : od.parent_path().string()});
+    log.info("saved Hugging Face checkpoint to " + dir);
+  }
+  return 0;
+}
+
+int train_entry(int argc, char** argv) { return twinkle::run_main(argc, argv, train_main); }
+
+}  // namespace
+
+TWINKLE_REGISTER_COMMAND("train", "train a Qwen3 model (full parameters; any dp/tp/pp layout)", train_entry);
