@@ -7,6 +7,7 @@
 // Prints one JSON line: {"impl":"twinkle","mb":..,"seconds":..,"mb_per_s":..,"tokens":..,...}.
 // scripts/bench-tokenizer runs this and bench/tokenizer_bench.js on the same lines.
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -65,6 +66,12 @@ int main(int argc, char** argv) {
     for (size_t r = 0; r < reps; ++r) all.insert(all.end(), lines.begin(), lines.end());
     size_t bytes = 0, tokens = 0;
     for (auto& s : all) bytes += s.size();
+    auto cpu_now = [] {
+      timespec ts;
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+      return ts.tv_sec + ts.tv_nsec * 1e-9;
+    };
+    const double cpu0 = cpu_now();
     auto t0 = std::chrono::steady_clock::now();
     if (threads <= 1) {
       for (auto& s : all) tokens += tok.encode(s).size();
@@ -73,6 +80,7 @@ int main(int argc, char** argv) {
       for (auto& v : res) tokens += v.size();
     }
     double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu_sec = cpu_now() - cpu0;
     // cold: a fresh tokenizer copy has its own (empty) cache
     twinkle::Tokenizer cold = twinkle::Tokenizer::from_dir(dir);
     auto c0 = std::chrono::steady_clock::now();
@@ -81,8 +89,9 @@ int main(int argc, char** argv) {
     double cold_sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     std::printf(
         "{\"impl\":\"twinkle\",\"threads\":%d,\"lines\":%zu,\"mb\":%.3f,\"seconds\":%.4f,\"mb_per_s\":%.2f,"
-        "\"tokens\":%zu,\"mtokens_per_s\":%.3f,\"cold_mb_per_s\":%.2f}\n",
-        threads, all.size(), bytes / 1e6, sec, bytes / 1e6 / sec, tokens, tokens / 1e6 / sec,
+        "\"cpu_seconds\":%.4f,\"mb_per_cpu_s\":%.2f,\"tokens\":%zu,\"mtokens_per_s\":%.3f,\"cold_mb_per_s\":%.2f}\n",
+        threads, all.size(), bytes / 1e6, sec, bytes / 1e6 / sec, cpu_sec, bytes / 1e6 / cpu_sec, tokens,
+        tokens / 1e6 / sec,
         distinct_bytes / 1e6 / cold_sec);
     (void)warm_tokens;
     (void)cold_tokens;

@@ -52,9 +52,12 @@ async function main() {
   let all = [];
   for (let r = 0; r < reps; ++r) all = all.concat(lines);
   const bytes = distinct * reps;
+  const cpu0 = process.cpuUsage();
   const t0 = process.hrtime.bigint();
   const tokens = await encodeAll(all);
   const sec = Number(process.hrtime.bigint() - t0) / 1e9;
+  const cpu = process.cpuUsage(cpu0);
+  const cpuSec = (cpu.user + cpu.system) / 1e6;
   console.log(
     JSON.stringify({
       impl: "rust-tokenizers(@anush008/tokenizers)",
@@ -63,6 +66,8 @@ async function main() {
       mb: +(bytes / 1e6).toFixed(3),
       seconds: +sec.toFixed(4),
       mb_per_s: +(bytes / 1e6 / sec).toFixed(2),
+      cpu_seconds: +cpuSec.toFixed(4),
+      mb_per_cpu_s: +(bytes / 1e6 / cpuSec).toFixed(2),
       tokens,
       mtokens_per_s: +(tokens / 1e6 / sec).toFixed(3),
       cold_mb_per_s: +(distinct / 1e6 / coldSec).toFixed(2),

@@ -38,7 +38,11 @@ int64_t get_int(const nlohmann::json& j, const char* key) {
 }  // namespace
 
 nlohmann::json DataLoaderState::to_json() const {
-  return {{"epoch", epoch}, {"next_batch", next_batch}, {"consumed_samples", consumed_samples}};
+  return {{"epoch", epoch},
+          {"next_batch", next_batch},
+          {"consumed_samples", consumed_samples},
+          {"batch_size", batch_size},
+          {"num_rows", num_rows}};
 }
 
 DataLoaderState DataLoaderState::from_json(const nlohmann::json& j) {
@@ -47,6 +51,8 @@ DataLoaderState DataLoaderState::from_json(const nlohmann::json& j) {
   s.epoch = get_int(j, "epoch");
   s.next_batch = get_int(j, "next_batch");
   s.consumed_samples = get_int(j, "consumed_samples");
+  if (j.contains("batch_size")) s.batch_size = get_int(j, "batch_size");
+  if (j.contains("num_rows")) s.num_rows = get_int(j, "num_rows");
   return s;
 }
 
@@ -133,8 +139,21 @@ void DataLoader::next_epoch() {
   state_.next_batch = 0;
 }
 
+DataLoaderState DataLoader::get_state() const {
+  DataLoaderState s = state_;
+  s.batch_size = opts_.batch_size;
+  s.num_rows = num_rows();
+  return s;
+}
+
 void DataLoader::set_state(const DataLoaderState& s) {
   check(s.epoch >= 0 && s.consumed_samples >= 0, "DataLoader::set_state: negative epoch or consumed_samples");
+  check(s.batch_size == 0 || s.batch_size == opts_.batch_size,
+        "DataLoader::set_state: the state was saved with batch_size " + std::to_string(s.batch_size) +
+            ", this loader has batch_size " + std::to_string(opts_.batch_size));
+  check(s.num_rows == 0 || s.num_rows == num_rows(),
+        "DataLoader::set_state: the state was saved over " + std::to_string(s.num_rows) +
+            " rows, this loader has " + std::to_string(num_rows()) + " (different dataset or data_slice?)");
   check(s.next_batch >= 0 && s.next_batch <= num_batches_,
         "DataLoader::set_state: next_batch " + std::to_string(s.next_batch) + " outside [0, " +
             std::to_string(num_batches_) + "] (was the state saved with another dataset or batch_size?)");

@@ -268,11 +268,17 @@ std::vector<std::string> shipped_self_cognition_candidates() {
 std::string download_hint(const HubId& id, bool dataset) {
   const std::string repo = id.owner + "/" + id.name;
   if (id.scheme == "hf")
-    return std::string("download it with `huggingface-cli download ") + (dataset ? "--repo-type dataset " : "") +
+    return std::string("Download it with `huggingface-cli download ") + (dataset ? "--repo-type dataset " : "") +
            repo + "` (fills the Hugging Face cache) or `... --local-dir <dir>` and pass <dir>";
-  return std::string("download it with `modelscope download ") + (dataset ? "--dataset " : "--model ") + repo +
+  return std::string("Download it with `modelscope download ") + (dataset ? "--dataset " : "--model ") + repo +
          " --local_dir <dir>` and pass <dir>, or place it at $TWINKLE_HOME/" + (dataset ? "datasets/" : "models/") +
          repo + " (TWINKLE_HOME=" + twinkle_home() + ")";
+}
+
+// For an id without scheme: it was also tried as a local path.
+std::string bare_note(const std::string& id) {
+  if (id.find("://") != std::string::npos) return " locally";
+  return ": no such local path, and as the ModelScope id ms://" + id + " not in the local caches";
 }
 
 bool is_model_dir(const fs::path& d) {
@@ -301,8 +307,8 @@ std::string resolve_model_dir(const std::string& id_or_path) {
     }
     looked += "\n  " + c.shown + " (" + note + ")";
   }
-  throw Error("model '" + id_or_path + "' not found locally (nothing is downloaded at run time). Looked in:" + looked +
-              "\n" + download_hint(id, false));
+  throw Error("model '" + id_or_path + "' not found" + bare_note(id_or_path) +
+              " (nothing is downloaded at run time). Looked in:" + looked + "\n" + download_hint(id, false));
 }
 
 std::vector<std::string> resolve_dataset_files(const std::string& id_or_path, const std::string& subset,
@@ -331,7 +337,8 @@ std::vector<std::string> resolve_dataset_files(const std::string& id_or_path, co
     }
     looked += "\n  " + c.shown + " (" + note + ")";
   }
-  if (id.scheme == "ms" && id.owner == "swift" && id.name == "self-cognition") {
+  if (id.scheme == "ms" && id.owner == "swift" && id.name == "self-cognition" && split == "train" &&
+      (subset == "default" || subset.empty())) {
     for (const auto& p : shipped_self_cognition_candidates()) {
       if (fs::is_regular_file(p, ec)) {
         std::string canon = fs::weakly_canonical(p, ec).string();
@@ -345,8 +352,8 @@ std::vector<std::string> resolve_dataset_files(const std::string& id_or_path, co
       looked += "\n  " + p + " (missing; shipped stand-in)";
     }
   }
-  throw Error("dataset '" + id_or_path + "' not found locally (nothing is downloaded at run time). Looked in:" + looked +
-              "\n" + download_hint(id, true));
+  throw Error("dataset '" + id_or_path + "' not found" + bare_note(id_or_path) +
+              " (nothing is downloaded at run time). Looked in:" + looked + "\n" + download_hint(id, true));
 }
 
 std::string resolve_dataset_path(const std::string& id_or_path, const std::string& subset, const std::string& split) {

@@ -21,13 +21,21 @@ std::string opt_string_column(const json& row, const char* col, const std::strin
   return it->get<std::string>();
 }
 
+// Literal replacement in one pass (no rescanning of inserted text).
 void replace_all(std::string& s, const std::string& from, const std::string& to) {
   if (from.empty()) return;
-  size_t pos = 0;
-  while ((pos = s.find(from, pos)) != std::string::npos) {
-    s.replace(pos, from.size(), to);
-    pos += to.size();
+  size_t pos = s.find(from);
+  if (pos == std::string::npos) return;
+  std::string out;
+  out.reserve(s.size() + 8 * to.size());
+  size_t last = 0;
+  for (; pos != std::string::npos; pos = s.find(from, last)) {
+    out.append(s, last, pos - last);
+    out += to;
+    last = pos + from.size();
   }
+  out.append(s, last, std::string::npos);
+  s.swap(out);
 }
 
 json msg(const std::string& role, const std::string& content) { return json{{"role", role}, {"content", content}}; }
@@ -97,10 +105,10 @@ json MessagesPreprocessor::operator()(const json& row) const {
         role = "tool";
       else
         throw Error(name() + ": " + where + ".from = '" + from + "' is not one of human, gpt, system, tool");
-      Message m;
-      m.role = role;
-      m.content = v->is_null() ? "" : v->get<std::string>();
-      msgs.push_back(std::move(m));
+      Message msg;
+      msg.role = role;
+      msg.content = v->is_null() ? "" : v->get<std::string>();
+      msgs.push_back(std::move(msg));
     }
     check(!msgs.empty(), name() + ": column 'conversations' is empty");
   }

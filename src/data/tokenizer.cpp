@@ -361,30 +361,90 @@ class Regex {
 // ------------------------------------------------------------------------------------------
 enum class NormKind { NFC, NFD, NFKC, NFKD, Lowercase };
 
-// True when every code point is known to be unchanged by NFC in any context (quick check on
-// ranges with no canonical decomposition, no combining class and no composition partner).
-bool nfc_quick_stable(std::string_view s) {
-  size_t i = 0;
+// NFC quick check (UAX #15 "NFC_Quick_Check" with a stricter ccc rule), from utf8proc's
+// tables: a code point is "unsafe" when it has a non-zero combining class, can be the second
+// character of a canonical composition (Hangul V/T jamo included), or is changed by NFC on
+// its own (NFC_QC=No: singletons, exclusions). A string without unsafe code points is NFC.
+class NfcUnsafeTable {
+ public:
+  NfcUnsafeTable() : bits_(0x110000 / 64, 0) {
+    for (char32_t cp = 0x80; cp < 0x110000; ++cp) {
+      if (cp >= 0xD800 && cp < 0xE000) continue;
+      const utf8proc_property_t* p = utf8proc_get_property(static_cast<utf8proc_int32_t>(cp));
+      bool unsafe = p->combining_class != 0 || (p->comb_index != UINT16_MAX && p->comb_index >= 0x8000) ||
+                    (cp >= 0x1161 && cp <= 0x1175) || (cp >= 0x11A8 && cp <= 0x11C2);
+      if (!unsafe && p->decomp_type == 0 && p->decomp_seqindex != UINT16_MAX) {
+        std::string one;
+        tok::utf8_append(one, cp);
+        utf8proc_uint8_t* out = nullptr;
+        const utf8proc_ssize_t r = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(one.data()),
+                                                static_cast<utf8proc_ssize_t>(one.size()), &out,
+                                                static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+        unsafe = r < 0 || std::string_view(reinterpret_cast<char*>(out), static_cast<size_t>(std::max<utf8proc_ssize_t>(r, 0))) != one;
+        std::free(out);
+      }
+      if (unsafe) bits_[cp >> 6] |= 1ull << (cp & 63);
+    }
+  }
+  bool unsafe(char32_t cp) const { return (bits_[cp >> 6] >> (cp & 63)) & 1; }
+
+ private:
+  std::vector<uint64_t> bits_;
+};
+
+const NfcUnsafeTable& nfc_table() {
+  static const NfcUnsafeTable t;
+  return t;
+}
+
+std::string utf8proc_apply(std::string_view s, int options, const std::string& what);
+
+// NFC of `s` into `out`, normalizing only the regions around unsafe code points (a region
+// runs from the last safe code point before an unsafe run to the next safe one; a safe code
+// point has ccc 0, is never the second of a composition and is NFC itself, so nothing
+// composes or reorders across it). Returns false (out untouched) when `s` is already NFC.
+bool nfc_regions(std::string_view s, std::string& out) {
+  const NfcUnsafeTable& t = nfc_table();
   const size_t n = s.size();
+  size_t i = 0, copied = 0, last_safe = 0;
+  bool changed = false;
   while (i < n) {
+    if (i + 8 <= n) {
+      uint64_t w;
+      std::memcpy(&w, s.data() + i, 8);
+      if (!(w & 0x8080808080808080ull)) {
+        last_safe = i + 7;
+        i += 8;
+        continue;
+      }
+    }
     if (static_cast<unsigned char>(s[i]) < 0x80) {
-      ++i;
+      last_safe = i++;
       continue;
     }
-    const char32_t cp = utf8_next(s, i);
-    if (cp < 0x300) continue;                        // Latin-1, Latin Extended A/B, IPA
-    if (cp >= 0x4E00 && cp < 0xA000) continue;       // CJK Unified Ideographs
-    if (cp >= 0x3040 && cp < 0x3099) continue;       // Hiragana (before the voicing marks)
-    if (cp >= 0x30A0 && cp < 0x3100) continue;       // Katakana
-    if (cp >= 0x3000 && cp < 0x302A) continue;       // CJK symbols and punctuation
-    if (cp >= 0xFF00 && cp < 0xFFF0) continue;       // halfwidth/fullwidth forms (compat only)
-    if (cp >= 0xAC00 && cp < 0xD7A4) continue;       // Hangul syllables (T jamo are checked)
-    if (cp >= 0x2000 && cp < 0x2126) continue;       // general punctuation .. letterlike
-    if (cp >= 0x1F300 && cp < 0x1FB00) continue;     // pictographs, emoji
-    if (cp >= 0xE000 && cp < 0xF900) continue;       // private use
-    return false;
+    const size_t st = i;
+    if (!t.unsafe(utf8_next(s, i))) {
+      last_safe = st;
+      continue;
+    }
+    const size_t rb = std::max(last_safe, copied);
+    while (i < n) {
+      if (static_cast<unsigned char>(s[i]) < 0x80) break;
+      size_t k = i;
+      if (!t.unsafe(utf8_next(s, k))) break;
+      i = k;
+    }
+    if (!changed) {
+      out.clear();
+      changed = true;
+    }
+    out.append(s.substr(copied, rb - copied));
+    out += utf8proc_apply(s.substr(rb, i - rb), UTF8PROC_STABLE | UTF8PROC_COMPOSE, "NFC");
+    copied = i;
+    last_safe = i;
   }
-  return true;
+  if (changed) out.append(s.substr(copied));
+  return changed;
 }
 
 std::string utf8proc_apply(std::string_view s, int options, const std::string& what) {
@@ -596,6 +656,8 @@ WordCache& thread_cache(uint64_t uid) {
   if (cache.owner() != uid) cache.reset(uid);
   return cache;
 }
+// The cache of the encode() running on this thread (set by encode_into).
+thread_local WordCache* tl_current_cache = nullptr;
 
 struct MergeEntry {
   uint32_t rank;
@@ -630,6 +692,37 @@ void Tokenizer::Impl::merge_symbols(std::vector<int32_t>& ids, std::vector<int32
     int32_t nid;
     if (merges.get(ids[0], ids[1], r, nid)) out.push_back(nid);
     else out.insert(out.end(), ids.begin(), ids.end());
+    return;
+  }
+  if (n <= 64) {
+    // Lowest rank first, leftmost on ties: the same merges as the priority queue below
+    // (its stale-entry check only ever accepts the pair it was pushed for).
+    uint32_t rk[64];
+    int32_t nw[64];
+    int32_t* v = ids.data();
+    size_t m = n;
+    for (size_t i = 0; i + 1 < m; ++i)
+      if (!merges.get(v[i], v[i + 1], rk[i], nw[i])) rk[i] = UINT32_MAX;
+    for (;;) {
+      uint32_t best = UINT32_MAX;
+      size_t bi = 0;
+      for (size_t i = 0; i + 1 < m; ++i)
+        if (rk[i] < best) {
+          best = rk[i];
+          bi = i;
+        }
+      if (best == UINT32_MAX) break;
+      v[bi] = nw[bi];
+      for (size_t i = bi + 1; i + 1 < m; ++i) {
+        v[i] = v[i + 1];
+        rk[i] = rk[i + 1];
+        nw[i] = nw[i + 1];
+      }
+      --m;
+      if (bi > 0 && !merges.get(v[bi - 1], v[bi], rk[bi - 1], nw[bi - 1])) rk[bi - 1] = UINT32_MAX;
+      if (bi + 1 < m && !merges.get(v[bi], v[bi + 1], rk[bi], nw[bi])) rk[bi] = UINT32_MAX;
+    }
+    out.insert(out.end(), v, v + m);
     return;
   }
   thread_local std::vector<Sym> sy;
@@ -692,14 +785,21 @@ void Tokenizer::Impl::bpe_bytes(std::string_view word, std::vector<int32_t>& out
       return;
     }
   }
+  thread_local std::vector<int32_t> ids;
+  if (word.size() == 2) {
+    ids.assign({byte_id[static_cast<unsigned char>(word[0])], byte_id[static_cast<unsigned char>(word[1])]});
+    if (ids[0] >= 0 && ids[1] >= 0) {
+      merge_symbols(ids, out);
+      return;
+    }
+  }
   WordCache* cache = nullptr;
   uint64_t h = 0;
   if (word.size() < WordCache::kMaxWord) {
-    cache = &thread_cache(uid);
+    cache = tl_current_cache;
     h = hash_bytes(word.data(), word.size());
     if (cache->lookup(word.data(), word.size(), h, out)) return;
   }
-  thread_local std::vector<int32_t> ids;
   ids.clear();
   bool missing = false;
   for (unsigned char c : word) {
@@ -779,9 +879,11 @@ std::string Tokenizer::Impl::normalize(std::string_view s) const {
   std::string cur(s);
   for (NormKind k : norms) {
     switch (k) {
-      case NormKind::NFC:
-        if (!nfc_quick_stable(cur)) cur = utf8proc_apply(cur, UTF8PROC_STABLE | UTF8PROC_COMPOSE, name + ": NFC");
+      case NormKind::NFC: {
+        std::string tmp;
+        if (nfc_regions(cur, tmp)) cur.swap(tmp);
         break;
+      }
       case NormKind::NFD:
         cur = utf8proc_apply(cur, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE, name + ": NFD");
         break;
@@ -938,6 +1040,16 @@ void Tokenizer::Impl::pretokenize_and_model(std::string_view s, std::vector<int3
 
 void Tokenizer::Impl::normalized_piece(std::string_view raw, std::vector<int32_t>& out) const {
   if (raw.empty()) return;
+  if (norms.size() == 1 && norms[0] == NormKind::NFC) {
+    thread_local std::string buf;
+    const bool changed = nfc_regions(raw, buf);
+    const std::string_view v = changed ? std::string_view(buf) : raw;
+    split_added(v, norm_matcher, norm_index, [&](std::string_view p, int32_t id) {
+      if (id >= 0) out.push_back(id);
+      else pretokenize_and_model(p, out);
+    });
+    return;
+  }
   if (norms.empty()) {
     split_added(raw, norm_matcher, norm_index, [&](std::string_view p, int32_t id) {
       if (id >= 0) out.push_back(id);
@@ -960,6 +1072,7 @@ void Tokenizer::Impl::encode_into(std::string_view text, std::vector<int32_t>& o
     throw Error("tokenizer encode: invalid UTF-8 at byte offset " + std::to_string(bad) + " (byte " + buf +
                 ") of a " + std::to_string(text.size()) + "-byte input");
   }
+  tl_current_cache = &thread_cache(uid);
   split_added(text, raw_matcher, raw_index, [&](std::string_view p, int32_t id) {
     if (id >= 0) out.push_back(id);
     else normalized_piece(p, out);
@@ -993,7 +1106,10 @@ bool get_bool(const json& j, const char* key, bool dflt) {
 void parse_normalizer(const json& j, std::vector<NormKind>& out, const std::string& where) {
   if (j.is_null()) return;
   const std::string t = type_of(j, where);
-  if (t == "NFC") out.push_back(NormKind::NFC);
+  if (t == "NFC") {
+    out.push_back(NormKind::NFC);
+    (void)nfc_table();  // build the quick-check table at load time
+  }
   else if (t == "NFD") out.push_back(NormKind::NFD);
   else if (t == "NFKC") out.push_back(NormKind::NFKC);
   else if (t == "NFKD") out.push_back(NormKind::NFKD);

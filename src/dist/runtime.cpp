@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <iostream>
 #include <sstream>
 
 #include "twinkle/core/error.h"
@@ -74,6 +73,12 @@ void write_str(const char* s) {
   }
 }
 
+// One write per message so lines of different ranks do not interleave mid-line.
+void print_err(const std::string& line) {
+  std::string s = line + "\n";
+  write_str(s.c_str());
+}
+
 extern "C" void twinkle_fatal_signal(int sig) {
   // Async-signal-safe: write(2), then re-raise with the default action so the process
   // ends abnormally; mpirun then tears the job down.
@@ -108,7 +113,7 @@ void terminate_handler() {
     what = "std::terminate called without an active exception";
   }
   g_aborting = true;
-  std::cerr << "[rank " << world_rank() << "] terminate: " << what << std::endl;
+  print_err("[rank " + std::to_string(world_rank()) + "] terminate: " + what);
   abort_job(1);
 }
 
@@ -117,6 +122,7 @@ void install_terminate() {
 }
 
 void atexit_finalize() { finalize(); }
+
 
 }  // namespace
 
@@ -208,9 +214,12 @@ void initialize(const InitOptions& opts) {
            std::to_string(need) + " or change the mesh";
   };
 
-  int already = 0;
+  int already = 0, finalized = 0;
   MPI_Initialized(&already);
+  MPI_Finalized(&finalized);
   if (already || under_launcher()) {
+    check(!finalized, "twinkle::initialize: MPI was already finalised in this process (MPI cannot restart; "
+                      "initialize once per process)");
     if (!already) {
       int provided = 0;
       int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
@@ -270,13 +279,14 @@ int run_main(int argc, char** argv, std::function<int(int, char**)> body) {
   }
   if (!error.empty()) {
     g_aborting = true;
-    std::cerr << "[rank " << world_rank() << "] error: " << error << std::endl;
+    print_err("[rank " + std::to_string(world_rank()) + "] error: " + error);
     if (dist::mpi_active()) abort_job(1);
     finalize();
     return 1;
   }
   if (code != 0 && dist::mpi_active()) {
-    std::cerr << "[rank " << world_rank() << "] exited with code " << code << ": aborting the job" << std::endl;
+    print_err("[rank " + std::to_string(world_rank()) + "] exited with code " + std::to_string(code) +
+              ": aborting the job");
     abort_job(code);
   }
   finalize();

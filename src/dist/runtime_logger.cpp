@@ -68,7 +68,12 @@ void Logger::emit(const std::string& line) {
 
 void Logger::log(Level level, const std::string& msg) {
   if (static_cast<int>(level) < static_cast<int>(level_)) return;
-  if (level != Level::Error && world_rank() != 0) return;
+  const int rank = world_rank();
+  if (rank != 0) {
+    if (level != Level::Error) return;
+    emit(format_line(level, "[rank " + std::to_string(rank) + "] " + msg));  // say who failed
+    return;
+  }
   emit(format_line(level, msg));
 }
 

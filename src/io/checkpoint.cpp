@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -206,14 +205,26 @@ std::string shard_name(size_t i, size_t n) {
 }
 
 // Stale shards of an earlier save: model-NNNNN-of-NNNNN.safetensors not in `keep`.
+bool is_shard_name(const std::string& n) {
+  // model-DDDDD-of-DDDDD.safetensors
+  static const std::string pre = "model-", mid = "-of-", suf = ".safetensors";
+  if (n.size() != pre.size() + 5 + mid.size() + 5 + suf.size()) return false;
+  auto digits = [&](size_t at) {
+    for (size_t i = at; i < at + 5; ++i)
+      if (n[i] < '0' || n[i] > '9') return false;
+    return true;
+  };
+  return n.compare(0, pre.size(), pre) == 0 && digits(6) && n.compare(11, mid.size(), mid) == 0 && digits(15) &&
+         n.compare(20, suf.size(), suf) == 0;
+}
+
 void remove_stale_shards(const std::string& dir, const std::set<std::string>& keep) {
-  static const std::regex pat(R"(model-[0-9]{5}-of-[0-9]{5}\.safetensors)");
   DIR* d = ::opendir(dir.c_str());
   if (!d) return;
   std::vector<std::string> victims;
   while (dirent* e = ::readdir(d)) {
     std::string n = e->d_name;
-    if (std::regex_match(n, pat) && !keep.count(n)) victims.push_back(n);
+    if (is_shard_name(n) && !keep.count(n)) victims.push_back(n);
   }
   ::closedir(d);
   for (const auto& v : victims) remove_if_exists(join(dir, v));

@@ -150,7 +150,9 @@ void SafetensorsFile::Impl::parse() {
       fail_field(path, name, "dtype", std::string("is unsupported: ") + e.what());
     }
     if (!fs->is_array()) fail_field(path, name, "shape", std::string("must be an array, got ") + json_type(*fs));
-    uint64_t numel = 1;
+    // numel with checked multiplication; the product of the non-zero dims must fit too, so
+    // that strides of a zero-size tensor such as [0, 2^40, 2^40] cannot overflow later.
+    uint64_t numel = 1, nonzero = 1;
     bool overflow = false;
     for (const auto& d : *fs) {
       uint64_t x = get_uint(path, name, "shape", d, "dimension");
@@ -158,10 +160,12 @@ void SafetensorsFile::Impl::parse() {
         fail_field(path, name, "shape", "has a dimension " + std::to_string(x) + " that overflows int64");
       t.shape.push_back(static_cast<int64_t>(x));
       if (__builtin_mul_overflow(numel, x, &numel)) overflow = true;
+      if (x != 0 && __builtin_mul_overflow(nonzero, x, &nonzero)) overflow = true;
     }
-    uint64_t nbytes = 0;
+    uint64_t nbytes = 0, nz_bytes = 0;
     if (overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(t.dtype)), &nbytes) ||
-        numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        __builtin_mul_overflow(nonzero, static_cast<uint64_t>(dtype_size(t.dtype)), &nz_bytes) ||
+        nz_bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
       fail_field(path, name, "shape", shape_str(t.shape) + " overflows: its byte size does not fit in 64 bits");
     if (!fo->is_array() || fo->size() != 2)
       fail_field(path, name, "data_offsets",

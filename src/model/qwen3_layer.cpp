@@ -13,6 +13,7 @@
 //   a        silu(g) * u                 [T, I/tp]
 // The layer input x is the previous layer's output (kept by the caller).
 #include <cstring>
+#include <vector>
 
 #include "twinkle/kernels/cpu/attention.h"
 #include "twinkle/kernels/cpu/gemm.h"
@@ -35,11 +36,15 @@ void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
     for (int64_t c = 0; c < cols; ++c) yr[c] += b[c];
   }
 }
+// db[c] += sum_r dy[r, c], accumulated in double (bias gradients are sums of many terms that
+// largely cancel, e.g. k_proj.bias under q/k norms).
 void bias_grad(const float* dy, float* db, int64_t rows, int64_t cols) {
+  std::vector<double> acc(static_cast<size_t>(cols), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     const float* d = dy + r * cols;
-    for (int64_t c = 0; c < cols; ++c) db[c] += d[c];
+    for (int64_t c = 0; c < cols; ++c) acc[static_cast<size_t>(c)] += d[c];
   }
+  for (int64_t c = 0; c < cols; ++c) db[c] += static_cast<float>(acc[static_cast<size_t>(c)]);
 }
 // Workspace key "<prefix><name>" (built with append: GCC 12 warns falsely on operator+ here).
 std::string key(const std::string& prefix, const char* name) {

@@ -51,8 +51,12 @@ struct DataLoaderState {
   int64_t epoch = 0;             ///< current epoch
   int64_t next_batch = 0;        ///< next batch index within the epoch (== size(): epoch finished)
   int64_t consumed_samples = 0;  ///< global rows produced so far (all epochs, all ranks)
+  int64_t batch_size = 0;        ///< loader's batch_size when saved (0 = unknown, not checked)
+  int64_t num_rows = 0;          ///< loader's row count when saved (0 = unknown, not checked)
+  /// {"epoch", "next_batch", "consumed_samples", "batch_size", "num_rows"}.
   nlohmann::json to_json() const;
-  /// Throws twinkle::Error naming the missing/mistyped field.
+  /// Throws twinkle::Error naming the missing/mistyped field (batch_size and num_rows
+  /// are optional).
   static DataLoaderState from_json(const nlohmann::json& j);
 };
 
@@ -80,7 +84,8 @@ class DataLoader {
   /// splitmix64(seed + epoch), so every rank and every run gets the same order).
   std::vector<int64_t> epoch_order(int64_t epoch) const;
   /// This rank's part of batch `index` of `epoch` (random access; does not move the
-  /// position). Throws twinkle::Error if index is outside [0, size()).
+  /// position). Throws twinkle::Error if index is outside [0, size()). Not thread-safe
+  /// (caches the epoch's permutation); use one DataLoader per thread.
   LocalBatch batch(int64_t epoch, int64_t index) const;
   /// Produces the next batch of the current epoch into `out` and advances the position;
   /// returns false (leaving `out` untouched) when the epoch is finished. Call
@@ -89,9 +94,11 @@ class DataLoader {
   /// Moves to batch 0 of the next epoch.
   void next_epoch();
 
-  DataLoaderState get_state() const { return state_; }
-  /// Restores a position. Throws twinkle::Error if next_batch is outside [0, size()]
-  /// or a field is negative.
+  /// The current position (with batch_size and num_rows filled in).
+  DataLoaderState get_state() const;
+  /// Restores a position. Throws twinkle::Error if next_batch is outside [0, size()],
+  /// a field is negative, or the state records a different batch_size / num_rows than
+  /// this loader's (a resumed run must see the same data to continue where it stopped).
   void set_state(const DataLoaderState& s);
   /// Global rows produced so far (Twinkle: consumed_train_samples).
   int64_t consumed_samples() const { return state_.consumed_samples; }

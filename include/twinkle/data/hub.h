@@ -18,8 +18,8 @@
 //     else ~/.cache/huggingface/hub (huggingface_hub's cache layout).
 //
 // Special case (documented fallback): the dataset "ms://swift/self-cognition" (or bare
-// "swift/self-cognition") resolves to the shipped data/self_cognition.jsonl when no cache
-// holds it, with an info line on stderr. The file is looked up at $TWINKLE_SOURCE_DIR/data,
+// "swift/self-cognition"; subset "default", split "train") resolves to the shipped
+// data/self_cognition.jsonl when no cache holds it, with an info line on stderr. The file is looked up at $TWINKLE_SOURCE_DIR/data,
 // at the compile-time TWINKLE_SOURCE_DIR/data, then at <dir of executable>/../../data.
 // It is a re-written, ~100-row stand-in for ModelScope's swift/self-cognition (same
 // columns query/response/tag, same {{NAME}}/{{AUTHOR}} placeholders), not a copy.

@@ -34,11 +34,17 @@ class ProcessGroup {
   virtual void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op = ReduceOp::Sum) = 0;
   /// In-place all-reduce of doubles (loss sums, squared norms).
   virtual void all_reduce_f64(double* buf, int64_t count, ReduceOp op = ReduceOp::Sum) = 0;
-  /// recv[size()*count] = concat over ranks of send[count] (rank order).
+  /// recv[size()*count] = concat over ranks of send[count] (rank order). In place when
+  /// send == recv + rank()*count elements (MPI_IN_PLACE); otherwise the buffers must not overlap.
   virtual void all_gather(const void* send, void* recv, int64_t count, DType dtype) = 0;
   /// recv[count] = sum over ranks of send[rank()*count : (rank()+1)*count] (f32 only).
+  /// In place when send == recv (the input fills recv[0 : size()*count], the result lands
+  /// in recv[0 : count]; MPI_IN_PLACE of MPI_Reduce_scatter_block).
   virtual void reduce_scatter(const float* send, float* recv, int64_t count) = 0;
-  /// All-to-all with per-peer counts and displacements in elements.
+  /// All-to-all with per-peer counts and displacements in elements (vectors of size()
+  /// entries each, else twinkle::Error): send[send_displs[j] : +send_counts[j]] goes to
+  /// rank j and lands in its recv[recv_displs[me] : +recv_counts[me]]. Counts may be 0;
+  /// send and recv must not overlap (MPI_Alltoallv).
   virtual void all_to_all_v(const void* send, const std::vector<int64_t>& send_counts,
                             const std::vector<int64_t>& send_displs, void* recv,
                             const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs,

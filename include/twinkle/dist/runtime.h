@@ -95,7 +95,8 @@ void install_failure_handlers();
 
 /// Minimal leveled logger. Line format: "[YYYY-MM-DD HH:MM:SS][LEVEL:twinkle] msg" (local
 /// time), written to stderr (like Python logging's default StreamHandler), one flushed
-/// write per line. Rank 0 prints every enabled level; other ranks print only ERROR.
+/// write per line. Rank 0 prints every enabled level; other ranks print only ERROR (with
+/// the message prefixed "[rank R] ").
 /// Threshold from env LOG_LEVEL (DEBUG, INFO, WARNING, ERROR; default INFO; read at first
 /// use and again by initialize()).
 class Logger {

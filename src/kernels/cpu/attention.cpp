@@ -110,22 +110,28 @@ void gemm_small(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, in
 
 // ---------------------------------------------------------------- helpers
 
-struct AlignedBuf {
+// Grow-only, 64-byte aligned scratch. Fresh pages cost microseconds each to fault in on the target
+// machines, so every buffer of these kernels is reused across calls (thread_local: one set per
+// calling thread and per OpenMP worker; memory is held until the thread exits).
+struct Scratch {
   float* p = nullptr;
-  explicit AlignedBuf(size_t n) {
-    const size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
-    p = static_cast<float*>(std::aligned_alloc(64, bytes ? bytes : 64));
-    if (!p) throw std::bad_alloc();
-    std::memset(p, 0, bytes);
+  size_t cap = 0;
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { std::free(p); }
+  // n floats; zeroed when `zero` (else contents unspecified)
+  float* get(size_t n, bool zero) {
+    if (n > cap) {
+      std::free(p);
+      const size_t bytes = ((std::max<size_t>(n, 16) * sizeof(float) + 63) / 64) * 64;
+      p = static_cast<float*>(std::aligned_alloc(64, bytes));
+      if (!p) throw std::bad_alloc();
+      cap = bytes / sizeof(float);
+    }
+    if (zero) std::memset(p, 0, n * sizeof(float));
+    return p;
   }
-  ~AlignedBuf() { std::free(p); }
-  AlignedBuf(const AlignedBuf&) = delete;
-  AlignedBuf& operator=(const AlignedBuf&) = delete;
-};
-
-struct Shape {
-  const int32_t* cu;
-  int64_t n_seqs, Hq, Hkv, D, Dp, group;
 };
 
 void validate(const char* fn, const int32_t* cu, int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D) {
@@ -140,23 +146,32 @@ void validate(const char* fn, const int32_t* cu, int64_t n_seqs, int64_t Hq, int
                                   std::to_string(cu[i]) + " -> " + std::to_string(cu[i + 1]) + ")");
 }
 
-// rows [t0, t0+n) of head h of a [T, H, D] tensor -> dst [n, Dp] (padding columns left untouched = 0)
-inline void gather_rows(const float* src, int64_t t0, int64_t n, int64_t H, int64_t h, int64_t D, float* dst,
-                        int64_t Dp) {
-  for (int64_t r = 0; r < n; ++r) std::memcpy(dst + r * Dp, src + ((t0 + r) * H + h) * D, D * sizeof(float));
-  for (int64_t r = n; r < kB; ++r) std::memset(dst + r * Dp, 0, Dp * sizeof(float));
+// Token rows [T0, T0+Tn) of a [T, H, D] tensor -> dst [H][Tn][Dp] (padding columns zero).
+void pack_rows(const float* src, int64_t T0, int64_t Tn, int64_t H, int64_t D, int64_t Dp, float* dst) {
+#pragma omp parallel for schedule(static) if (Tn * H * D > 65536)
+  for (int64_t t = 0; t < Tn; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      float* d = dst + (h * Tn + t) * Dp;
+      std::memcpy(d, src + ((T0 + t) * H + h) * D, D * sizeof(float));
+      for (int64_t j = D; j < Dp; ++j) d[j] = 0.0f;
+    }
 }
 
-// rows [t0, t0+n) of head h -> transposed dst [D, ld] columns [0, n); columns [n, rup16(n)) zeroed
-inline void gather_rows_t(const float* src, int64_t t0, int64_t n, int64_t H, int64_t h, int64_t D, float* dst,
-                          int64_t ld) {
-  const int64_t np = rup16(n);
-  for (int64_t r = 0; r < n; ++r) {
-    const float* s = src + ((t0 + r) * H + h) * D;
-    for (int64_t d = 0; d < D; ++d) dst[d * ld + r] = s[d];
-  }
-  for (int64_t d = 0; d < D; ++d)
-    for (int64_t r = n; r < np; ++r) dst[d * ld + r] = 0.0f;
+// Token rows [T0, T0+Tn) of a [T, H, D] tensor -> transposed dst [H][D][ldT] (column t = token T0+t);
+// columns [Tn, ldT) zero. Blocks of 16 tokens: strided reads, contiguous 64-byte writes.
+void pack_t(const float* src, int64_t T0, int64_t Tn, int64_t H, int64_t D, int64_t ldT, float* dst) {
+  const int64_t nb = (Tn + 15) / 16;
+#pragma omp parallel for collapse(2) schedule(static) if (Tn * H * D > 65536)
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t t0 = b * 16, t1 = std::min(Tn, t0 + 16);
+      for (int64_t d = 0; d < D; ++d) {
+        float* o = dst + (h * D + d) * ldT;
+        for (int64_t t = t0; t < t1; ++t) o[t] = src[((T0 + t) * H + h) * D + d];
+      }
+    }
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t d = 0; d < D; ++d) std::memset(dst + (h * D + d) * ldT + Tn, 0, (ldT - Tn) * sizeof(float));
 }
 
 // number of keys of key tile [k0, k0+kn) visible to the query at segment offset qpos
@@ -172,14 +187,28 @@ struct FwdTask {
   int64_t seg, head, qtile, cost;
 };
 
+thread_local Scratch tl_a, tl_b, tl_c, tl_d;     // per-thread tiles
+thread_local Scratch g_kt, g_v, g_k, g_q, g_do;  // packed operands (calling thread)
+thread_local Scratch g_dq, g_delta;
+
 }  // namespace
 
 void flash_attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
                              const int32_t* cu, int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale) {
   validate("flash_attention_forward", cu, n_seqs, Hq, Hkv, D);
   const int64_t Dp = rup16(D), group = Hq / Hkv;
-  zero_prefix(out, cu[0], Hq * D);
-  zero_prefix(lse, cu[0], Hq);
+  const int64_t T0 = cu[0], Tn = cu[n_seqs] - T0;
+  zero_prefix(out, T0, Hq * D);
+  zero_prefix(lse, T0, Hq);
+  if (Tn <= 0) return;
+
+  // K^T per kv head [Hkv][D][ldT] and V rows [Hkv][Tn][Dp], packed once: the tile loops then read
+  // them in place (ldT leaves room for a key tile's 16-column rounding past the last token).
+  const int64_t ldT = rup16(Tn) + 16;
+  float* KT = g_kt.get(static_cast<size_t>(Hkv * D * ldT), false);
+  float* Vp = g_v.get(static_cast<size_t>(Hkv * Tn * Dp), false);
+  pack_t(k, T0, Tn, Hkv, D, ldT, KT);
+  pack_rows(v, T0, Tn, Hkv, D, Dp, Vp);
 
   std::vector<FwdTask> tasks;
   for (int64_t s = 0; s < n_seqs; ++s) {
@@ -193,24 +222,30 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
 
 #pragma omp parallel if (ntasks > 1)
   {
-    AlignedBuf Qb(kB * Dp), Kt(Dp * kB), Vb(kB * Dp), Sb(kB * kB), Ob(kB * Dp);
+    float* Qb = tl_a.get(kB * Dp, false);
+    float* Sb = tl_b.get(kB * kB, false);
+    float* Ob = tl_c.get(kB * Dp, false);
     float m[kB], l[kB];
 #pragma omp for schedule(dynamic, 1)
     for (int64_t ti = 0; ti < ntasks; ++ti) {
       const FwdTask& tk = tasks[ti];
-      const int64_t base = cu[tk.seg], L = cu[tk.seg + 1] - base;
+      const int64_t base = cu[tk.seg], L = cu[tk.seg + 1] - base, rel = base - T0;
       const int64_t h = tk.head, g = h / group;
       const int64_t q0 = tk.qtile * kB, qn = std::min(kB, L - q0);
-      gather_rows(q, base + q0, qn, Hq, h, D, Qb.p, Dp);
-      std::memset(Ob.p, 0, sizeof(float) * kB * Dp);
+      const float* KTg = KT + g * D * ldT + rel;
+      const float* Vg = Vp + (g * Tn + rel) * Dp;
+      for (int64_t r = 0; r < qn; ++r) {
+        std::memcpy(Qb + r * Dp, q + ((base + q0 + r) * Hq + h) * D, D * sizeof(float));
+        for (int64_t d = D; d < Dp; ++d) Qb[r * Dp + d] = 0.0f;
+      }
+      std::memset(Ob, 0, sizeof(float) * kB * Dp);
       for (int64_t r = 0; r < kB; ++r) m[r] = -std::numeric_limits<float>::infinity(), l[r] = 0.0f;
       for (int64_t kj = 0; kj <= tk.qtile; ++kj) {
         const int64_t k0 = kj * kB, kn = std::min(kB, L - k0), knp = rup16(kn);
-        gather_rows_t(k, base + k0, kn, Hkv, g, D, Kt.p, kB);
-        gather_rows(v, base + k0, kn, Hkv, g, D, Vb.p, Dp);
-        gemm_small(qn, knp, D, Qb.p, Dp, 1, Kt.p, kB, Sb.p, kB, false);
+        // S = Q K^T (columns >= kn hold neighbouring keys or zeros; they are masked below)
+        gemm_small(qn, knp, D, Qb, Dp, 1, KTg + k0, ldT, Sb, kB, false);
         for (int64_t r = 0; r < qn; ++r) {
-          float* sr = Sb.p + r * kB;
+          float* sr = Sb + r * kB;
           const int64_t nv = visible(q0 + r, k0, kn);
           float mx = m[r];
 #pragma omp simd reduction(max : mx)
@@ -222,23 +257,24 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
             sr[c] = p;
             sum += p;
           }
-          for (int64_t c = nv; c < knp; ++c) sr[c] = 0.0f;
+          for (int64_t c = nv; c < kn; ++c) sr[c] = 0.0f;
           const float alpha = vmath::exp2(m[r] - mx);
           l[r] = l[r] * alpha + sum;
           m[r] = mx;
           if (alpha != 1.0f) {
-            float* orow = Ob.p + r * Dp;
+            float* orow = Ob + r * Dp;
 #pragma omp simd
             for (int64_t d = 0; d < Dp; ++d) orow[d] *= alpha;
           }
         }
-        gemm_small(qn, Dp, kn, Sb.p, kB, 1, Vb.p, Dp, Ob.p, Dp, true);
+        // O += P V
+        gemm_small(qn, Dp, kn, Sb, kB, 1, Vg + k0 * Dp, Dp, Ob, Dp, true);
       }
       for (int64_t r = 0; r < qn; ++r) {
         const int64_t t = base + q0 + r;
         const float inv = 1.0f / l[r];
         float* o = out + (t * Hq + h) * D;
-        const float* orow = Ob.p + r * Dp;
+        const float* orow = Ob + r * Dp;
 #pragma omp simd
         for (int64_t d = 0; d < D; ++d) o[d] = orow[d] * inv;
         lse[t * Hq + h] = static_cast<float>(kLn2 * (static_cast<double>(m[r]) + std::log2(static_cast<double>(l[r]))));
@@ -255,13 +291,6 @@ struct BwdTask {
   int64_t seg, g, kt_begin, kt_end, cost;
 };
 
-struct BwdTile {
-  AlignedBuf Kr, Kt, Vt, dK, dV, Qb, dOb, P, dS, dQ;
-  explicit BwdTile(int64_t Dp)
-      : Kr(kB * Dp), Kt(Dp * kB), Vt(Dp * kB), dK(kB * Dp), dV(kB * Dp), Qb(kB * Dp), dOb(kB * Dp), P(kB * kB),
-        dS(kB * kB), dQ(kB * Dp) {}
-};
-
 }  // namespace
 
 void flash_attention_backward_ex(const float* q, const float* k, const float* v, const float* out, const float* lse,
@@ -270,17 +299,32 @@ void flash_attention_backward_ex(const float* q, const float* k, const float* v,
                                  AttnBwdSchedule schedule) {
   validate("flash_attention_backward", cu, n_seqs, Hq, Hkv, D);
   const int64_t Dp = rup16(D), group = Hq / Hkv;
-  const int64_t T0 = cu[0], T = cu[n_seqs];
+  const int64_t T0 = cu[0], Tn = cu[n_seqs] - T0;
   zero_prefix(dq, T0, Hq * D);
   zero_prefix(dk, T0, Hkv * D);
   zero_prefix(dv, T0, Hkv * D);
-  if (T <= T0) return;
+  if (Tn <= 0) return;
   const float c2 = scale * kLog2e;
 
-  // Delta[t,h] = sum_d dO*O (FA2's D_i), lse in log2 units, and the fp32 dq accumulator (padded to Dp).
-  const int64_t Tn = T - T0;
-  std::vector<float> delta(static_cast<size_t>(Tn * Hq)), lse2(static_cast<size_t>(Tn * Hq));
-  AlignedBuf dq_acc(static_cast<size_t>(Tn * Hq * Dp));
+  // Packed operands: Q, dO [Hq][Tn][Dp]; K rows [Hkv][Tn][Dp]; K^T, V^T [Hkv][D][ldT]; they are read
+  // in place by the tile products. dq_acc [Tn][Hq][Dp] is the fp32 dq accumulator.
+  // The K^T and V^T buffers share one allocation.
+  const int64_t ldT = rup16(Tn) + 16;
+  float* Qp = g_q.get(static_cast<size_t>(Hq * Tn * Dp), false);
+  float* dOp = g_do.get(static_cast<size_t>(Hq * Tn * Dp), false);
+  float* Kp = g_k.get(static_cast<size_t>(Hkv * Tn * Dp), false);
+  float* KT = g_kt.get(static_cast<size_t>(2 * Hkv * D * ldT), false);
+  float* VT = KT + Hkv * D * ldT;
+  float* dq_acc = g_dq.get(static_cast<size_t>(Tn * Hq * Dp), true);
+  float* delta = g_delta.get(static_cast<size_t>(2 * Tn * Hq), false);
+  float* lse2 = delta + Tn * Hq;
+  pack_rows(q, T0, Tn, Hq, D, Dp, Qp);
+  pack_rows(dout, T0, Tn, Hq, D, Dp, dOp);
+  pack_rows(k, T0, Tn, Hkv, D, Dp, Kp);
+  pack_t(k, T0, Tn, Hkv, D, ldT, KT);
+  pack_t(v, T0, Tn, Hkv, D, ldT, VT);
+
+  // delta[t,h] = sum_d dO*O (FA2's D_i); lse in log2 units.
 #pragma omp parallel for schedule(static) if (Tn * Hq * D > 65536)
   for (int64_t i = 0; i < Tn * Hq; ++i) {
     const float* o = out + (T0 * Hq + i) * D;
@@ -298,9 +342,9 @@ void flash_attention_backward_ex(const float* q, const float* k, const float* v,
   int64_t total = 0, max_head = 0;
   for (int64_t s = 0; s < n_seqs; ++s) {
     const int64_t nt = (cu[s + 1] - cu[s] + kB - 1) / kB;
+    if (nt == 0) continue;
     const int64_t c = nt * (nt + 1) / 2 * group;
     for (int64_t g = 0; g < Hkv; ++g) {
-      if (nt == 0) continue;
       per_head.push_back({s, g, 0, nt, c});
       for (int64_t j = 0; j < nt; ++j) per_tile.push_back({s, g, j, j + 1, (nt - j) * group});
       total += c;
@@ -315,41 +359,45 @@ void flash_attention_backward_ex(const float* q, const float* k, const float* v,
   std::stable_sort(tasks.begin(), tasks.end(), [](const BwdTask& a, const BwdTask& b) { return a.cost > b.cost; });
   const int64_t ntasks = static_cast<int64_t>(tasks.size());
 
-  // One lock per (segment, q head, query tile) of dq_acc; only needed when key tiles of one kv head run
-  // concurrently, but cheap (uncontended) otherwise.
+  // One lock per (segment, q head, query tile) of dq_acc, used when key tiles of one kv head run
+  // concurrently (PerKeyTile).
   std::vector<int64_t> tile_base(static_cast<size_t>(n_seqs) + 1, 0);
   for (int64_t s = 0; s < n_seqs; ++s) tile_base[s + 1] = tile_base[s] + (cu[s + 1] - cu[s] + kB - 1) / kB * Hq;
   std::unique_ptr<std::mutex[]> locks(by_head ? nullptr : new std::mutex[std::max<int64_t>(1, tile_base[n_seqs])]);
 
 #pragma omp parallel if (ntasks > 1)
   {
-    BwdTile b(Dp);
+    float* P = tl_a.get(kB * kB, false);
+    float* dS = tl_b.get(kB * kB, false);
+    float* dKV = tl_c.get(2 * kB * Dp, false);
+    float* dK = dKV;
+    float* dV = dKV + kB * Dp;
+    float* dQ = tl_d.get(kB * Dp, false);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t ti = 0; ti < ntasks; ++ti) {
       const BwdTask& tk = tasks[ti];
-      const int64_t base = cu[tk.seg], L = cu[tk.seg + 1] - base, g = tk.g;
+      const int64_t base = cu[tk.seg], L = cu[tk.seg + 1] - base, rel = base - T0, g = tk.g;
       const int64_t nt = (L + kB - 1) / kB;
+      const float* KTg = KT + g * D * ldT + rel;
+      const float* VTg = VT + g * D * ldT + rel;
+      const float* Kg = Kp + (g * Tn + rel) * Dp;
       for (int64_t kj = tk.kt_begin; kj < tk.kt_end; ++kj) {
         const int64_t k0 = kj * kB, kn = std::min(kB, L - k0), knp = rup16(kn);
-        gather_rows(k, base + k0, kn, Hkv, g, D, b.Kr.p, Dp);
-        gather_rows_t(k, base + k0, kn, Hkv, g, D, b.Kt.p, kB);
-        gather_rows_t(v, base + k0, kn, Hkv, g, D, b.Vt.p, kB);
-        std::memset(b.dK.p, 0, sizeof(float) * kB * Dp);
-        std::memset(b.dV.p, 0, sizeof(float) * kB * Dp);
+        std::memset(dKV, 0, sizeof(float) * 2 * kB * Dp);
         for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+          const float* Qh = Qp + (h * Tn + rel) * Dp;
+          const float* dOh = dOp + (h * Tn + rel) * Dp;
           for (int64_t qi = kj; qi < nt; ++qi) {
             const int64_t q0 = qi * kB, qn = std::min(kB, L - q0);
-            gather_rows(q, base + q0, qn, Hq, h, D, b.Qb.p, Dp);
-            gather_rows(dout, base + q0, qn, Hq, h, D, b.dOb.p, Dp);
-            // S = Q K^T -> P
-            gemm_small(qn, knp, D, b.Qb.p, Dp, 1, b.Kt.p, kB, b.P.p, kB, false);
-            // dP = dO V^T
-            gemm_small(qn, knp, D, b.dOb.p, Dp, 1, b.Vt.p, kB, b.dS.p, kB, false);
+            const float* Qi = Qh + q0 * Dp;
+            const float* dOi = dOh + q0 * Dp;
+            gemm_small(qn, knp, D, Qi, Dp, 1, KTg + k0, ldT, P, kB, false);    // S = Q K^T
+            gemm_small(qn, knp, D, dOi, Dp, 1, VTg + k0, ldT, dS, kB, false);  // dP = dO V^T
             for (int64_t r = 0; r < qn; ++r) {
-              const int64_t row = (base + q0 + r - T0) * Hq + h;
+              const int64_t row = (rel + q0 + r) * Hq + h;
               const float l2 = lse2[row], dl = delta[row];
-              float* pr = b.P.p + r * kB;
-              float* dsr = b.dS.p + r * kB;
+              float* pr = P + r * kB;
+              float* dsr = dS + r * kB;
               const int64_t nv = visible(q0 + r, k0, kn);
 #pragma omp simd
               for (int64_t c = 0; c < nv; ++c) {
@@ -357,18 +405,16 @@ void flash_attention_backward_ex(const float* q, const float* k, const float* v,
                 pr[c] = p;
                 dsr[c] = p * (dsr[c] - dl);
               }
-              for (int64_t c = nv; c < knp; ++c) pr[c] = 0.0f, dsr[c] = 0.0f;
+              for (int64_t c = nv; c < kn; ++c) pr[c] = 0.0f, dsr[c] = 0.0f;
             }
-            // dV += P^T dO ; dK += dS^T Q
-            gemm_small(kn, Dp, qn, b.P.p, 1, kB, b.dOb.p, Dp, b.dV.p, Dp, true);
-            gemm_small(kn, Dp, qn, b.dS.p, 1, kB, b.Qb.p, Dp, b.dK.p, Dp, true);
-            // dQ_tile = dS K, added to the shared accumulator
-            gemm_small(qn, Dp, kn, b.dS.p, kB, 1, b.Kr.p, Dp, b.dQ.p, Dp, false);
-            float* acc = dq_acc.p + ((base + q0 - T0) * Hq + h) * Dp;
+            gemm_small(kn, Dp, qn, P, 1, kB, dOi, Dp, dV, Dp, true);  // dV += P^T dO
+            gemm_small(kn, Dp, qn, dS, 1, kB, Qi, Dp, dK, Dp, true);  // dK += dS^T Q
+            gemm_small(qn, Dp, kn, dS, kB, 1, Kg + k0 * Dp, Dp, dQ, Dp, false);  // dQ tile = dS K
+            float* acc = dq_acc + ((rel + q0) * Hq + h) * Dp;
             auto add = [&] {
               for (int64_t r = 0; r < qn; ++r) {
                 float* a = acc + r * Hq * Dp;
-                const float* s = b.dQ.p + r * Dp;
+                const float* s = dQ + r * Dp;
 #pragma omp simd
                 for (int64_t d = 0; d < Dp; ++d) a[d] += s[d];
               }
@@ -385,8 +431,8 @@ void flash_attention_backward_ex(const float* q, const float* k, const float* v,
           const int64_t t = base + k0 + r;
           float* dkr = dk + (t * Hkv + g) * D;
           float* dvr = dv + (t * Hkv + g) * D;
-          const float* sk = b.dK.p + r * Dp;
-          const float* sv = b.dV.p + r * Dp;
+          const float* sk = dK + r * Dp;
+          const float* sv = dV + r * Dp;
 #pragma omp simd
           for (int64_t d = 0; d < D; ++d) {
             dkr[d] = sk[d] * scale;
@@ -400,7 +446,7 @@ void flash_attention_backward_ex(const float* q, const float* k, const float* v,
 #pragma omp parallel for schedule(static) if (Tn * Hq * D > 65536)
   for (int64_t i = 0; i < Tn * Hq; ++i) {
     float* d = dq + (T0 * Hq + i) * D;
-    const float* a = dq_acc.p + i * Dp;
+    const float* a = dq_acc + i * Dp;
 #pragma omp simd
     for (int64_t j = 0; j < D; ++j) d[j] = a[j] * scale;
   }

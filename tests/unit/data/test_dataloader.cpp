@@ -209,6 +209,11 @@ TEST(DataLoaderTest, RangeForAndStateResume) {
   EXPECT_EQ(nb.row_indices, want[4]);
   expect_error([&] { c.skip_samples(3); }, {"not a whole number of batches"});
   expect_error([&] { c.set_state({.epoch = 0, .next_batch = 4}); }, {"next_batch 4"});
+  DataLoaderState other = c.get_state();
+  EXPECT_EQ(other.batch_size, 4);
+  EXPECT_EQ(other.num_rows, 10);
+  expect_error([&] { DataLoader(make_rows(10), {.batch_size = 2}).set_state(other); }, {"batch_size 4", "batch_size 2"});
+  expect_error([&] { DataLoader(make_rows(12), {.batch_size = 4}).set_state(other); }, {"over 10 rows", "has 12"});
   expect_error([] { DataLoaderState::from_json(nlohmann::json{{"epoch", 1}}); }, {"'next_batch' is missing"});
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
 
 #include "twinkle/core/error.h"
@@ -287,4 +288,67 @@ TEST(DatasetEncode, ThreadedEqualsSerial) {
 TEST(DatasetLoad, FromRowsRejectsNonObjects) {
   expect_error([] { Dataset::from_rows({json{{"a", 1}}, json::array()}, "mem"); }, {"mem:2:", "an array"});
   expect_error([] { Dataset::from_rows({}, "mem"); }, {"no rows"});
+}
+
+// Independent references: Python's csv module and strict UTF-8 decoder
+// (tests/data/datasets/make_reference.py, run with /usr/bin/python3 at test time).
+class ReaderReference : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = (fs::temp_directory_path() / ("twinkle_dsref_" + std::to_string(::getpid()))).string();
+    std::string cmd = "/usr/bin/python3 " + fixture("make_reference.py") + " " + dir_;
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static json read_json(const std::string& p) {
+    std::ifstream f(p);
+    return json::parse(f);
+  }
+  static std::string dir_;
+};
+std::string ReaderReference::dir_;
+
+TEST_F(ReaderReference, CsvMatchesPythonCsvModule) {
+  json want = read_json(dir_ + "/csv_ref_expected.json");
+  LoadedRows got = load_rows(dir_ + "/csv_ref.csv");
+  ASSERT_EQ(got.rows.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got.rows[i], want[i]["row"]) << "record " << i;
+    EXPECT_EQ(got.lines[i], want[i]["line"].get<int64_t>()) << "record " << i;
+  }
+}
+
+TEST_F(ReaderReference, Utf8ValidationMatchesPythonDecoder) {
+  json want = read_json(dir_ + "/utf8_ref_expected.json");
+  const std::string path = dir_ + "/utf8_ref.jsonl";
+  LoadedRows got = load_rows(path, /*skip_bad=*/true);
+  size_t k = 0;
+  int64_t bad = 0;
+  std::ifstream in(path, std::ios::binary);
+  std::string line;
+  for (const auto& w : want) {
+    std::getline(in, line);
+    if (w["ok"].get<bool>()) {
+      ASSERT_LT(k, got.rows.size());
+      EXPECT_EQ(got.lines[k], w["line"].get<int64_t>());
+      EXPECT_EQ(got.rows[k]["t"], w["value"]) << "line " << w["line"];
+      ++k;
+    } else {
+      ++bad;
+      // The error for this line alone names line 1 and Python's byte column.
+      std::string one = dir_ + "/one.jsonl";
+      std::ofstream(one, std::ios::binary) << line << "\n";
+      try {
+        load_rows(one);
+        ADD_FAILURE() << "line " << w["line"] << " should be invalid";
+      } catch (const Error& e) {
+        std::string m = e.what();
+        std::string col = "byte column " + std::to_string(w["column"].get<int64_t>());
+        EXPECT_NE(m.find(one + ":1: invalid UTF-8 at " + col), std::string::npos) << m << " want " << col;
+      }
+    }
+  }
+  EXPECT_EQ(k, got.rows.size());
+  EXPECT_EQ(got.bad, bad);
+  EXPECT_GT(bad, 50);
 }

@@ -149,6 +149,8 @@ TEST_F(HubTest, MissingListsEveryPathAndHowToDownload) {
   EXPECT_NE(e.find((ms_ / "hub" / "Qwen" / "Qwen3-4B").string()), std::string::npos) << e;
   EXPECT_NE(e.find("modelscope download --model Qwen/Qwen3-4B"), std::string::npos) << e;
 
+  e = error_of([] { resolve_dataset_path("data/missing.jsonl"); });
+  EXPECT_NE(e.find("no such local path, and as the ModelScope id ms://data/missing.jsonl"), std::string::npos) << e;
   e = error_of([] { resolve_dataset_path("./no/such/file.jsonl"); });
   EXPECT_NE(e.find("no such file or directory"), std::string::npos) << e;
   e = error_of([] { resolve_model_dir("ms://a/b/c"); });

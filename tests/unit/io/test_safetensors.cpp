@@ -133,6 +133,13 @@ TEST(SafetensorsBad, ShapeValues) {
   expect_bad(d, "ovf3.st",
              st_bytes(R"({"w": {"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,0]}})", ""),
              {"'w'", "'shape'", "overflows int64"});
+  // Zero-size, but the other dims multiply past int64 (their strides would overflow).
+  expect_bad(d, "ovf5.st",
+             st_bytes(R"({"w": {"dtype":"F32","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}})", ""),
+             {"'w'", "'shape'", "overflow"});
+  // Zero-size with sane dims is fine.
+  const std::string zero = st_bytes(R"({"w": {"dtype":"F32","shape":[0,65536,65536],"data_offsets":[0,0]}})", "");
+  EXPECT_NO_THROW(SafetensorsFile::open_from_memory(zero.data(), zero.size(), "z"));
   // Too large for uint64: the JSON parser yields a float, which is not an integer.
   expect_bad(d, "ovf4.st",
              st_bytes(R"({"w": {"dtype":"F32","shape":[99999999999999999999999],"data_offsets":[0,0]}})", ""),
@@ -241,9 +248,10 @@ TEST(Safetensors, ReadsHandWrittenFile) {
 
 TEST(Safetensors, EmptyFileIsValid) {
   TempDir d;
-  auto f = SafetensorsFile::open_from_memory(st_bytes("{}", "").data(), 10, "empty");
+  const std::string e = st_bytes("{}", ""), m = st_bytes(R"({"__metadata__":null})", "");
+  auto f = SafetensorsFile::open_from_memory(e.data(), e.size(), "empty");
   EXPECT_TRUE(f.names().empty());
-  auto g = SafetensorsFile::open_from_memory(st_bytes(R"({"__metadata__":null})", "").data(), 29, "nullmeta");
+  auto g = SafetensorsFile::open_from_memory(m.data(), m.size(), "nullmeta");
   EXPECT_TRUE(g.metadata().empty());
 }
 

@@ -1,0 +1,30 @@
+# Trainer against independent references (tests/reference/check_train.py, Debian's PyTorch):
+#  - one process vs PyTorch (float64): loss, grad norm, step-0 gradients, params after 5 AdamW steps;
+#  - every parallel layout vs the single-process run of the same model, batch and seed.
+set(TWINKLE_PY /usr/bin/python3)
+set(CHECK_TRAIN ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py)
+
+add_test(NAME train_vs_torch_tied_gqa_headdim COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant a --steps 5)
+add_test(NAME train_vs_torch_untied_bias COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant b --steps 5)
+add_test(NAME train_vs_torch_padded_microbatches COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant b --batch rows:6 --mbs 4 --steps 3)
+
+# name | ranks | variant | flags
+set(TWINKLE_LAYOUTS
+  "tp2|2|a|--tp 2"
+  "tp2_sp|2|b|--tp 2 --sequence-parallel"
+  "pp2_tied|2|a|--pp 2"
+  "pp4_m8|4|b|--pp 4"
+  "dp2_distopt|2|a|--dp 2"
+  "dp2_no_distopt|2|b|--dp 2 --use-distributed-optimizer false"
+  "tp2_pp2_dp2_tied|8|a|--tp 2 --pp 2 --dp 2"
+  "tp2_pp2_dp2_sp_untied|8|b|--tp 2 --pp 2 --dp 2 --sequence-parallel")
+foreach(spec ${TWINKLE_LAYOUTS})
+  string(REPLACE "|" ";" parts "${spec}")
+  list(GET parts 0 name)
+  list(GET parts 1 np)
+  list(GET parts 2 variant)
+  list(GET parts 3 flags)
+  add_test(NAME layout_${name} COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant ${variant}
+           --layers 4 --batch rows:8 --mbs 1 --steps 3 --against single --np ${np} --layout "${flags}")
+  set_tests_properties(layout_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
+endforeach()
