@@ -233,10 +233,10 @@ std::string MegatronModel::get_train_configs() const {
 std::string MegatronModel::save(const std::string& name, const SaveOptions& opts) {
   auto tensors = model_->gather_state_dict();
   auto& world = *ps_->world;
-  const fs::path dir = fs::path(opts.output_dir) / name;
+  const fs::path dir = name.empty() ? fs::path(opts.output_dir) : fs::path(opts.output_dir) / name;
   if (world.rank() == 0) {
     const ModelConfig& cfg = model_->config();
-    const fs::path tmp = dir.string() + ".tmp-" + std::to_string(::getpid());
+    const fs::path tmp = (dir.has_filename() ? dir : dir.parent_path()).string() + ".tmp-" + std::to_string(::getpid());
     fs::remove_all(tmp);
     fs::create_directories(tmp);
     std::vector<std::pair<std::string, Tensor>> out;
@@ -249,11 +249,28 @@ std::string MegatronModel::save(const std::string& name, const SaveOptions& opts
       fs::path src = fs::path(model_dir_) / f;
       if (fs::exists(src)) fs::copy_file(src, tmp / f, fs::copy_options::overwrite_existing);
     }
-    // Swap in atomically: a crash leaves either the old directory or the new one.
-    const fs::path old = dir.string() + ".old-" + std::to_string(::getpid());
-    if (fs::exists(dir)) fs::rename(dir, old);
-    fs::rename(tmp, dir);
-    fs::remove_all(old);
+    // Move into place file by file (each rename is atomic), weights last: a crash mid-save
+    // never leaves a directory whose weights look complete but belong to a partial write.
+    fs::create_directories(dir);
+    std::vector<fs::path> files, weights;
+    for (auto& e : fs::directory_iterator(tmp)) {
+      const std::string n = e.path().filename().string();
+      (n.rfind("model", 0) == 0 && (n.find(".safetensors") != std::string::npos) ? weights : files).push_back(e.path());
+    }
+    // stale shards of an earlier save would confuse loaders
+    for (auto& e : fs::directory_iterator(dir)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind("model", 0) == 0 && n.find(".safetensors") != std::string::npos) fs::remove(e.path());
+    }
+    std::sort(weights.begin(), weights.end(), [](const fs::path& a, const fs::path& b) {
+      // index file last
+      bool ai = a.filename().string().find("index.json") != std::string::npos;
+      bool bi = b.filename().string().find("index.json") != std::string::npos;
+      return ai != bi ? bi : a < b;
+    });
+    for (auto& f : files) fs::rename(f, dir / f.filename());
+    for (auto& f : weights) fs::rename(f, dir / f.filename());
+    fs::remove_all(tmp);
   }
   world.barrier();
   return dir.string();

@@ -5,6 +5,30 @@
 // labels each assistant turn from the end of its header "<|im_start|>assistant\n"
 // up to and including its "<|im_end|>" and the newline after it; everything else
 // is -100. Labels are NOT shifted (see twinkle/data/batch.h for the convention).
+//
+// Rendering (Qwen3 chat_template, tokenizer_config.json of Qwen/Qwen3-*; no tools):
+//  - a first "system" message -> "<|im_start|>system\n{content}<|im_end|>\n";
+//  - "user" (and a "system" message that is not first) -> "<|im_start|>{role}\n{content}<|im_end|>\n";
+//  - "assistant": reasoning = reasoning_content when set, else split out of content around
+//    "</think>" / "<think>" as the template does; turns after the last real user query get
+//    "<think>\n{reasoning stripped of \n}\n</think>\n\n{content without leading \n}" when
+//    they are the last message or have non-empty reasoning; other turns render
+//    "{content}" only (their reasoning is dropped); then "<|im_end|>\n";
+//  - "tool": consecutive tool messages are wrapped in one "<|im_start|>user" block as
+//    "\n<tool_response>\n{content}\n</tool_response>";
+//  - add_generation_prompt appends "<|im_start|>assistant\n" (plus "<think>\n\n</think>\n\n"
+//    when enable_thinking is false).
+// Tested against Debian's python3-jinja2 rendering the real template string
+// (tests/reference/template_ref.py).
+//
+// Labels: the conversation is rendered once; the text is cut at every assistant turn's
+// label boundaries and the pieces are tokenized separately. Their concatenation must equal
+// the tokenization of the whole text (else twinkle::Error: a boundary falls inside a
+// token, e.g. an earlier assistant turn whose content starts with "\n"). This equals
+// Twinkle's prefix rule (start = len(ids(render(messages[:i], add_generation_prompt))),
+// end = len(ids(render(messages[:i+1])))) wherever the Qwen3 template renders prefixes
+// consistently (single-turn, the final turn), and unlike it also holds for earlier turns of
+// multi-turn conversations, whose reasoning block the full rendering drops.
 #pragma once
 #include <memory>
 #include <string>
@@ -29,9 +53,11 @@ struct Message {
 };
 
 /// Parses one JSON row {"messages": [{"role", "content", optional "reasoning_content"}, ...]}
-/// (or a bare array of messages). Throws twinkle::Error naming `row_name` (e.g. "file:12")
-/// and the field for malformed rows: not JSON, no "messages", a message without a string
-/// "role"/"content", an unknown role (allowed: system, user, assistant, tool).
+/// (or a bare array of messages). "content" null reads as ""; "reasoning_content" present
+/// and non-null sets has_reasoning_content. Throws twinkle::Error naming `row_name` (e.g.
+/// "file:12") and the field for malformed rows: not JSON, no "messages", a message without
+/// a string "role" / string-or-null "content", an unknown role (allowed: system, user,
+/// assistant, tool), "tool_calls" (unsupported).
 std::vector<Message> messages_from_json(std::string_view json_text, const std::string& row_name = "");
 
 struct TemplateOptions {
@@ -45,17 +71,27 @@ struct TemplateOptions {
 class Template {
  public:
   /// `name`: "Template"/"qwen3" (the only one for now). Resolves options.model_id to a
-  /// directory (see twinkle/data/hub.h) and loads its tokenizer. Throws twinkle::Error.
+  /// directory (see twinkle/data/hub.h) and loads its tokenizer. Throws twinkle::Error:
+  /// unknown name or truncation, max_length < 1, tokenizer files missing, a tokenizer
+  /// without <|im_start|> / <|im_end|>, or a chat_template that is not Qwen3's (it must
+  /// contain "last_query_index"; an absent chat_template is accepted).
   Template(const std::string& name, const TemplateOptions& opts);
   /// Same with an already loaded tokenizer (options.model_id is then only informative).
   Template(const std::string& name, const TemplateOptions& opts, Tokenizer tokenizer);
 
-  /// The chat text the model's Jinja template renders for `messages`.
+  /// The chat text the model's Jinja template renders for `messages` (with
+  /// options().enable_thinking and options().default_system). Throws twinkle::Error for an
+  /// empty list or an unknown role.
   std::string render(const std::vector<Message>& messages, bool add_generation_prompt = false) const;
   /// Encodes one conversation. Returns 1 row normally, 0 rows when truncation is
   /// "delete" and the row is too long, several for "split". With "raise" a too-long
   /// row throws twinkle::Error("... length N exceeds max_length M"); `row_name` (file:line)
   /// is put in that message.
+  ///   left:  keeps the last max_length tokens;  right: keeps the first max_length;
+  ///   split: consecutive chunks of max_length (the last one shorter), each its own row
+  ///          with position_ids restarting at 0.
+  /// Every row has attention_mask = 1s, position_ids = 0..L-1, length = L. Also throws
+  /// (naming row_name) when an assistant label boundary falls inside a token (see above).
   std::vector<EncodedRow> encode(const std::vector<Message>& messages, const std::string& row_name = "") const;
   /// Prompt ids for generation (add_generation_prompt=true).
   std::vector<int32_t> encode_prompt(const std::vector<Message>& messages) const;
@@ -63,8 +99,9 @@ class Template {
   const Tokenizer& tokenizer() const;
   const TemplateOptions& options() const;
 
- private:
   struct Impl;
+
+ private:
   std::shared_ptr<const Impl> impl_;
 };
 

@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "twinkle/core/dtype.h"
+#include "twinkle/core/error.h"
 
 namespace twinkle {
 

@@ -77,7 +77,7 @@ class MegatronModel {
   /// Layout, optimizer, scheduler and model settings as text (Twinkle's get_train_configs).
   std::string get_train_configs() const;
 
-  /// Saves a Hugging Face checkpoint to output_dir/name (config.json, safetensors in the
+  /// Saves a Hugging Face checkpoint to output_dir/name (output_dir itself when name is empty) (config.json, safetensors in the
   /// config's torch_dtype, tokenizer files copied from the model dir), gathered from all
   /// shards, written atomically by global rank 0. Collective. Returns the directory.
   std::string save(const std::string& name, const SaveOptions& opts = {});

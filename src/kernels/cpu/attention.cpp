@@ -177,6 +177,57 @@ void pack_t(const float* src, int64_t T0, int64_t Tn, int64_t H, int64_t D, int6
 // number of keys of key tile [k0, k0+kn) visible to the query at segment offset qpos
 inline int64_t visible(int64_t qpos, int64_t k0, int64_t kn) { return std::min(kn, qpos - k0 + 1); }
 
+// s[c] <- 2^(s[c]*c2 - mx) for c < n, and 0 for c in [n, rup16(n)); returns the sum.
+// (Rows have room for rup16(n) columns.)
+inline float exp2_row(float* s, int64_t n, float c2, float mx) {
+#ifdef __AVX512F__
+  const __m512 cv = _mm512_set1_ps(c2), mv = _mm512_set1_ps(mx);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t c = 0; c < n; c += 16) {
+    const __mmask16 k = vmath::tail_mask(n - c);
+    const __m512 p = _mm512_maskz_mov_ps(k, vmath::exp2_16(_mm512_fmsub_ps(_mm512_loadu_ps(s + c), cv, mv)));
+    _mm512_storeu_ps(s + c, p);
+    acc = _mm512_add_ps(acc, p);
+  }
+  alignas(64) float t[16];
+  _mm512_store_ps(t, acc);
+  float sum = 0.0f;
+  for (float x : t) sum += x;
+  return sum;
+#else
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < n; ++c) {
+    const float p = vmath::exp2(s[c] * c2 - mx);
+    s[c] = p;
+    sum += p;
+  }
+  for (int64_t c = n; c < rup16(n); ++c) s[c] = 0.0f;
+  return sum;
+#endif
+}
+
+// p[c] <- 2^(p[c]*c2 - l2), ds[c] <- p[c] * (ds[c] - dl) for c < n; both 0 in [n, rup16(n)).
+inline void prob_dscore_row(float* p, float* ds, int64_t n, float c2, float l2, float dl) {
+#ifdef __AVX512F__
+  const __m512 cv = _mm512_set1_ps(c2), lv = _mm512_set1_ps(l2), dv = _mm512_set1_ps(dl);
+  for (int64_t c = 0; c < n; c += 16) {
+    const __mmask16 k = vmath::tail_mask(n - c);
+    const __m512 pv = _mm512_maskz_mov_ps(k, vmath::exp2_16(_mm512_fmsub_ps(_mm512_loadu_ps(p + c), cv, lv)));
+    _mm512_storeu_ps(p + c, pv);
+    _mm512_storeu_ps(ds + c, _mm512_maskz_mul_ps(k, pv, _mm512_sub_ps(_mm512_loadu_ps(ds + c), dv)));
+  }
+#else
+#pragma omp simd
+  for (int64_t c = 0; c < n; ++c) {
+    const float pc = vmath::exp2(p[c] * c2 - l2);
+    p[c] = pc;
+    ds[c] = pc * (ds[c] - dl);
+  }
+  for (int64_t c = n; c < rup16(n); ++c) p[c] = 0.0f, ds[c] = 0.0f;
+#endif
+}
+
 void zero_prefix(float* x, int64_t rows, int64_t row_len) {
   if (rows > 0) std::memset(x, 0, static_cast<size_t>(rows * row_len) * sizeof(float));
 }
@@ -250,14 +301,8 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
           float mx = m[r];
 #pragma omp simd reduction(max : mx)
           for (int64_t c = 0; c < nv; ++c) mx = std::max(mx, sr[c] * c2);
-          float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t c = 0; c < nv; ++c) {
-            const float p = vmath::exp2(sr[c] * c2 - mx);
-            sr[c] = p;
-            sum += p;
-          }
-          for (int64_t c = nv; c < kn; ++c) sr[c] = 0.0f;
+          const float sum = exp2_row(sr, nv, c2, mx);
+          for (int64_t c = rup16(nv); c < kn; ++c) sr[c] = 0.0f;
           const float alpha = vmath::exp2(m[r] - mx);
           l[r] = l[r] * alpha + sum;
           m[r] = mx;
@@ -399,13 +444,8 @@ void flash_attention_backward_ex(const float* q, const float* k, const float* v,
               float* pr = P + r * kB;
               float* dsr = dS + r * kB;
               const int64_t nv = visible(q0 + r, k0, kn);
-#pragma omp simd
-              for (int64_t c = 0; c < nv; ++c) {
-                const float p = vmath::exp2(pr[c] * c2 - l2);
-                pr[c] = p;
-                dsr[c] = p * (dsr[c] - dl);
-              }
-              for (int64_t c = nv; c < kn; ++c) pr[c] = 0.0f, dsr[c] = 0.0f;
+              prob_dscore_row(pr, dsr, nv, c2, l2, dl);
+              for (int64_t c = rup16(nv); c < kn; ++c) pr[c] = 0.0f, dsr[c] = 0.0f;
             }
             gemm_small(kn, Dp, qn, P, 1, kB, dOi, Dp, dV, Dp, true);  // dV += P^T dO
             gemm_small(kn, Dp, qn, dS, 1, kB, Qi, Dp, dK, Dp, true);  // dK += dS^T Q

@@ -7,14 +7,35 @@ namespace twinkle::kernels::cpu {
 namespace {
 
 inline void fwd_row(const float* g, const float* u, float* h, int64_t n) {
+#ifdef __AVX512F__
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = vmath::tail_mask(n - i);
+    const __m512 gv = _mm512_maskz_loadu_ps(k, g + i), uv = _mm512_maskz_loadu_ps(k, u + i);
+    _mm512_mask_storeu_ps(h + i, k, _mm512_mul_ps(_mm512_mul_ps(gv, vmath::sigmoid16(gv)), uv));
+  }
+#else
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i];
     h[i] = gi * vmath::sigmoid(gi) * u[i];
   }
+#endif
 }
 
 inline void bwd_row(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n) {
+#ifdef __AVX512F__
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = vmath::tail_mask(n - i);
+    const __m512 gv = _mm512_maskz_loadu_ps(k, g + i), uv = _mm512_maskz_loadu_ps(k, u + i),
+                 dv = _mm512_maskz_loadu_ps(k, dh + i);
+    const __m512 s = vmath::sigmoid16(gv);
+    const __m512 silu = _mm512_mul_ps(gv, s);
+    const __m512 dsilu = _mm512_fmadd_ps(silu, _mm512_sub_ps(one, s), s);  // s + silu*(1-s)
+    _mm512_mask_storeu_ps(dg + i, k, _mm512_mul_ps(_mm512_mul_ps(dv, uv), dsilu));
+    _mm512_mask_storeu_ps(du + i, k, _mm512_mul_ps(dv, silu));
+  }
+#else
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i], ui = u[i], d = dh[i];
@@ -23,6 +44,7 @@ inline void bwd_row(const float* g, const float* u, const float* dh, float* dg, 
     dg[i] = d * ui * (s + silu * (1.0f - s));
     du[i] = d * silu;
   }
+#endif
 }
 
 constexpr int64_t kChunk = 4096;
