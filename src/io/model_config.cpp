@@ -193,6 +193,8 @@ ModelConfig load_model_config(const std::string& path) {
     j = json::parse(ss.str());
   } catch (const json::parse_error& e) {
     throw Error(file + ": malformed JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+  } catch (const json::exception& e) {  // e.g. out_of_range for a number like 1e999
+    throw Error(file + ": malformed JSON: " + e.what());
   }
   if (!j.is_object()) throw Error(file + ": must be a JSON object, got " + std::string(j.type_name()));
 

@@ -4,7 +4,9 @@
 // C[M,N] (+)= A[M,K] * B[K,N] with B row-major and N a multiple of 16, built on an AVX-512 register
 // micro-kernel of up to 6 rows x 64 columns (24 zmm accumulators); A is read by broadcasts with
 // arbitrary row/column strides, so transposed A operands (P^T, dS^T) cost nothing extra.
-// Per tile pair, forward:  S = Q K^T; online softmax; O += P V.
+// K^T, V (and in the backward Q, dO, K, V^T) are packed once per call into per-head, 16-padded
+// layouts that the tile products read in place (grow-only thread_local scratch, no per-call page faults).
+// Per tile pair, forward:  S = Q K^T; online softmax (base-2, scale*log2(e) folded in); O += P V.
 // Backward (recomputing P from the saved lse): S = Q K^T; P = exp(S*scale - lse); dP = dO V^T;
 // dS = P * (dP - rowsum(dO*O)); dV += P^T dO; dK += dS^T Q; dQ += dS K (scale applied at the end).
 #include "twinkle/kernels/cpu/attention.h"

@@ -218,6 +218,9 @@ TEST(ModelConfigBad, Files) {
   expect_error([&] { load_model_config(d / "config.json"); }, {"config.json not found in " + d.path()});
   write_bytes(d / "config.json", "{\n  \"model_type\": \"qwen3\",\n  \"vocab_size\": 12,,\n}");
   expect_error([&] { load_model_config(d.path()); }, {d / "config.json", "malformed JSON at byte 47"});
+  // Found by fuzz_model_config: a number too large for a double throws out_of_range, not parse_error.
+  write_bytes(d / "config.json", R"({"model_type": "qwen3", "hidden_size": 3e3333333})");
+  expect_error([&] { load_model_config(d.path()); }, {d / "config.json", "malformed JSON", "number overflow"});
   write_bytes(d / "config.json", "[1, 2]");
   expect_error([&] { load_model_config(d.path()); }, {d / "config.json", "must be a JSON object"});
 }

@@ -80,6 +80,8 @@ TEST(SafetensorsBad, HeaderNotJson) {
   expect_bad(d, "text.st", st_bytes("hello world", ""), {"not valid JSON"});
   expect_bad(d, "utf8.st", st_bytes("{\"\xff\xfe\":{}}", ""), {"not valid JSON"});
   expect_bad(d, "array.st", st_bytes("[1,2,3]", ""), {"must be a JSON object", "array"});
+  expect_bad(d, "numovf.st", st_bytes(R"({"w": {"dtype":"F32","shape":[1e99999],"data_offsets":[0,0]}})", ""),
+             {"not valid JSON", "number overflow"});
   expect_bad(d, "number.st", st_bytes("42", ""), {"must be a JSON object"});
   // Deep nesting must produce an error, never a stack overflow.
   std::string deep = "{\"w\":" + std::string(100000, '[') + std::string(100000, ']') + "}";

@@ -91,6 +91,43 @@ TEST(KernelsVMath, ExpAndExp2Accuracy) {
   EXPECT_NEAR(vmath::sigmoid(0.7f), 1.0 / (1.0 + std::exp(-0.7)), 1e-7);
 }
 
+#ifdef __AVX512F__
+TEST(KernelsVMath, SixteenLaneFormsMatchLibm) {
+  double worst = 0.0, worst2 = 0.0, worst_s = 0.0;
+  alignas(64) float in[16], o1[16], o2[16], o3[16];
+  for (int i = -870000; i <= 887000; i += 16) {
+    for (int l = 0; l < 16; ++l) in[l] = static_cast<float>(i + l) * 1e-4f;
+    _mm512_store_ps(o1, vmath::exp16(_mm512_load_ps(in)));
+    _mm512_store_ps(o2, vmath::exp2_16(_mm512_load_ps(in)));
+    _mm512_store_ps(o3, vmath::sigmoid16(_mm512_load_ps(in)));
+    for (int l = 0; l < 16; ++l) {
+      const double x = in[l], e = std::exp(x), e2 = std::exp2(x), sg = 1.0 / (1.0 + std::exp(-x));
+      if (e > 1.2e-38) worst = std::max(worst, std::fabs(o1[l] - e) / e);
+      if (e2 > 1.2e-38) worst2 = std::max(worst2, std::fabs(o2[l] - e2) / e2);
+      if (sg > 1.2e-38) worst_s = std::max(worst_s, std::fabs(o3[l] - sg) / sg);
+    }
+  }
+  std::printf("  exp16 %.3e  exp2_16 %.3e  sigmoid16 %.3e (max rel err)\n", worst, worst2, worst_s);
+  EXPECT_LT(worst, 2e-7);
+  EXPECT_LT(worst2, 2e-7);
+  EXPECT_LT(worst_s, 4e-7);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int l = 0; l < 16; ++l) in[l] = l % 4 == 0 ? -inf : l % 4 == 1 ? inf : l % 4 == 2 ? std::nanf("") : 200.0f;
+  _mm512_store_ps(o1, vmath::exp16(_mm512_load_ps(in)));
+  _mm512_store_ps(o2, vmath::exp2_16(_mm512_load_ps(in)));
+  for (int l = 0; l < 16; l += 4) {
+    EXPECT_EQ(o1[l], 0.0f);
+    EXPECT_EQ(o2[l], 0.0f);
+    EXPECT_TRUE(std::isinf(o1[l + 1]) && std::isinf(o2[l + 1]));
+    EXPECT_TRUE(std::isnan(o1[l + 2]) && std::isnan(o2[l + 2]));
+    EXPECT_TRUE(std::isinf(o1[l + 3]) && std::isinf(o2[l + 3]));
+  }
+  EXPECT_EQ(vmath::tail_mask(0), 0);
+  EXPECT_EQ(vmath::tail_mask(3), 0x7);
+  EXPECT_EQ(vmath::tail_mask(40), 0xFFFF);
+}
+#endif
+
 // ---------------------------------------------------------------- RMSNorm
 
 TEST(KernelsRmsNorm, FiniteDifferenceAndThreadInvariance) {

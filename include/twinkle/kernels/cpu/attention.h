@@ -12,6 +12,10 @@
 //   out = softmax(scale * q k^T + mask) v  (torch.nn.functional.scaled_dot_product_attention with a
 //   block-diagonal causal mask), lse = logsumexp(scale * q k^T + mask) (natural log).
 // scale is normally 1/sqrt(D). Accumulation is fp32.
+// Memory: operands are packed into grow-only thread_local scratch kept between calls (no per-call
+// page faults): forward ~2*Hkv*T*Dp floats, backward ~(3*Hq + 3*Hkv)*T*Dp floats, Dp = D rounded up
+// to 16, held by the calling thread until it exits (each calling thread has its own scratch, so concurrent
+// calls from different threads are safe).
 #pragma once
 #include <cstdint>
 

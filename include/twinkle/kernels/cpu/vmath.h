@@ -10,7 +10,8 @@
 // for e^r and a 2^n scale built from the exponent bits (textbook, e.g. Muller, "Elementary Functions").
 //
 // With AVX-512 the same functions also exist on 16 lanes (exp16, exp2_16, sigmoid16): clamp, round
-// (vrndscaleps), the same polynomial and vscalefps for the 2^n scale — about half the instructions
+// (vrndscaleps), the same polynomial and vscalefps for the 2^n scale (the maskz_ forms with a full mask
+// avoid GCC 12's -Wmaybe-uninitialized false positive on _mm512_undefined_ps) — about half the instructions
 // of the auto-vectorized scalar form; the hot loops (softmax, cross entropy, SwiGLU) use them.
 // They differ from the scalar forms only in the flushed / overflow ranges (vscalefps produces
 // subnormals and overflows at the true float limit).
@@ -79,10 +80,10 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + vmath::exp(-x)); }
 /// 16-lane e^x (same accuracy as vmath::exp). -inf -> 0, +inf -> +inf, NaN -> NaN.
 inline __m512 exp16(__m512 x) {
   const __m512 lo = _mm512_set1_ps(-104.0f), hi = _mm512_set1_ps(89.0f);
-  x = _mm512_max_ps(lo, x);  // max/min return the second operand for NaN: NaN propagates
-  x = _mm512_min_ps(hi, x);
-  const __m512 n =
-      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT);
+  x = _mm512_maskz_max_ps(0xFFFF, lo, x);  // max/min return the second operand for NaN: NaN propagates
+  x = _mm512_maskz_min_ps(0xFFFF, hi, x);
+  const __m512 n = _mm512_maskz_roundscale_ps(0xFFFF, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                              _MM_FROUND_TO_NEAREST_INT);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723212e-6f), r);
   __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
@@ -93,14 +94,14 @@ inline __m512 exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
+  return _mm512_maskz_scalef_ps(0xFFFF, p, n);
 }
 
 /// 16-lane 2^x (same accuracy as vmath::exp2). -inf -> 0.
 inline __m512 exp2_16(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-150.0f), x);
-  x = _mm512_min_ps(_mm512_set1_ps(129.0f), x);
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT);
+  x = _mm512_maskz_max_ps(0xFFFF, _mm512_set1_ps(-150.0f), x);
+  x = _mm512_maskz_min_ps(0xFFFF, _mm512_set1_ps(129.0f), x);
+  const __m512 n = _mm512_maskz_roundscale_ps(0xFFFF, x, _MM_FROUND_TO_NEAREST_INT);
   const __m512 r = _mm512_mul_ps(_mm512_sub_ps(x, n), _mm512_set1_ps(0.693147180559945309f));
   __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
@@ -110,7 +111,7 @@ inline __m512 exp2_16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
+  return _mm512_maskz_scalef_ps(0xFFFF, p, n);
 }
 
 /// 16-lane 1/(1+e^-x).
