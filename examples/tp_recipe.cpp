@@ -66,7 +66,7 @@ int recipe(int argc, char** argv) {
   ds.set_template("Template", {.model_id = model_id, .max_length = max_length});
   ds.map(SelfCognitionProcessor("twinkle大模型", "ModelScope社区"));
   ds.encode();
-  DataLoader loader(ds, {.batch_size = batch_size, .dp_rank = ps.coord.dp, .dp_size = mesh.dp_size()});
+  DataLoader loader(ds, {.batch_size = batch_size});  // dp rank and size from the global mesh
 
   // 3. model, optimizer, schedule
   MegatronModel model(model_id);

@@ -1,4 +1,5 @@
 #include "twinkle/data/dataloader.h"
+#include "twinkle/dist/runtime.h"
 
 #include <limits>
 #include <numeric>
@@ -73,6 +74,17 @@ DataLoader::DataLoader(std::vector<EncodedRow> rows, const DataLoaderOptions& op
 
 void DataLoader::init() {
   check(rows_ != nullptr && !rows_->empty(), "DataLoader: the dataset has no encoded rows");
+  if (opts_.dp_size == 0) {
+    // Like Twinkle's injected global mesh: this rank's data-parallel slot from initialize().
+    if (is_initialized()) {
+      const auto& ps = parallel_state();
+      opts_.dp_size = ps.mesh.dp_size();
+      opts_.dp_rank = ps.coord.dp;
+    } else {
+      opts_.dp_size = 1;
+      opts_.dp_rank = 0;
+    }
+  }
   const int64_t bs = opts_.batch_size, n = opts_.dp_size;
   check(bs >= 1, "DataLoader: batch_size must be >= 1, got " + std::to_string(bs));
   check(n >= 1, "DataLoader: dp_size must be >= 1, got " + std::to_string(n));

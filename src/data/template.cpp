@@ -118,7 +118,7 @@ Rendered Template::Impl::render(const std::vector<Message>& in, bool add_generat
       }
       o += "<|im_start|>assistant\n";
       const size_t span_begin = o.size();
-      if (i > last_query && (!reasoning.empty())) {
+      if (i > last_query && (last || !reasoning.empty())) {
         o += "<think>\n";
         o += strip_nl(reasoning);
         o += "\n</think>\n\n";

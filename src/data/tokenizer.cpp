@@ -302,8 +302,8 @@ class Regex {
   Regex(const std::string& pattern, bool literal, const std::string& where) {
     int err = 0;
     PCRE2_SIZE eoff = 0;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK;
-    if (literal) opts |= PCRE2_LITERAL;
+    const uint32_t opts = literal ? (PCRE2_UTF | PCRE2_LITERAL | PCRE2_NO_UTF_CHECK)
+                                  : (PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK);
     code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), opts, &err, &eoff, nullptr);
     if (!code_) {
       PCRE2_UCHAR buf[256];
@@ -458,13 +458,15 @@ std::string utf8proc_apply(std::string_view s, int options, const std::string& w
   return res;
 }
 
+// Rust char::to_lowercase per code point, as HF's Lowercase normalizer applies it (no final
+// sigma context): simple lowercase mappings plus U+0130 -> "i\u0307".
 std::string lowercase(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   size_t i = 0;
   while (i < s.size()) {
     const char32_t cp = utf8_next(s, i);
-    if (cp == 0x130) {  // Rust char::to_lowercase: U+0130 -> "i\u0307"
+    if (cp == 0x130) {
       out += "i\xCC\x87";
       continue;
     }
@@ -1279,6 +1281,7 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
     if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
       const json& at = j["added_tokens"];
       if (!at.is_array()) throw Error(name + ": added_tokens is not an array");
+      int64_t max_added = -1;
       for (size_t i = 0; i < at.size(); ++i) {
         const json& t = at[i];
         const std::string w = name + ": added_tokens[" + std::to_string(i) + "]";
@@ -1286,8 +1289,7 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
             !t["content"].is_string())
           throw Error(w + ": needs an integer \"id\" and a string \"content\"");
         AddedToken a;
-        a.id = t["id"].get<int32_t>();
-        if (a.id < 0) throw Error(w + ": negative id");
+        if (t["id"].get<int64_t>() < 0) throw Error(w + ": negative id");
         a.content = t["content"].get<std::string>();
         a.special = get_bool(t, "special", false);
         a.lstrip = get_bool(t, "lstrip", false);
@@ -1295,9 +1297,33 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
         a.normalized = get_bool(t, "normalized", !a.special);
         a.single_word = get_bool(t, "single_word", false);
         if (tok::utf8_invalid_offset(a.content) != tok::kValidUtf8) throw Error(w + ": content is not valid UTF-8");
+        if (a.content.empty()) continue;  // ignored by the Rust library
+        // The id is the one the Rust library assigns (tokenizer/serialization.rs re-adds the
+        // tokens through AddedVocabulary::add_tokens and only warns when it differs from the
+        // file): an existing added token or vocab entry keeps its id, a new one gets
+        // vocab.len() or (largest added id + 1).
+        auto same = I.added_by_content.find(a.content);
+        auto in_vocab = I.vocab.find(a.content);
+        if (same != I.added_by_content.end()) {
+          a.id = same->second;
+        } else if (in_vocab != I.vocab.end()) {
+          a.id = in_vocab->second;
+        } else if (max_added < 0) {
+          a.id = static_cast<int32_t>(I.vocab.size());
+        } else {
+          a.id = (max_added >= static_cast<int64_t>(I.vocab.size()) || I.vocab.empty())
+                     ? static_cast<int32_t>(max_added + 1)
+                     : static_cast<int32_t>(I.vocab.size());
+        }
+        max_added = std::max<int64_t>(max_added, a.id);
         max_id = std::max<int64_t>(max_id, a.id);
-        I.added_by_content[a.content] = a.id;
         if (a.special) I.special_ids.insert(a.id);
+        if (same != I.added_by_content.end()) {  // same content again: the later flags win
+          for (AddedToken& old : I.added)
+            if (old.content == a.content) old = a;
+          continue;
+        }
+        I.added_by_content[a.content] = a.id;
         I.added.push_back(std::move(a));
       }
       // Matching order of the Rust library: special tokens first, then the others.

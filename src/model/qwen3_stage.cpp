@@ -27,6 +27,7 @@ double Qwen3Model::head_forward(int slot, const StageBatch& b, const float* x, f
     parallel::all_gather_rows(tpg, fn, fnf, Tl, H);
   }
   const bool grad = training && grad_scale != 0.0f;
+  if (!grad && b.num_targets == 0) return 0.0;  // nothing to score (generation)
   float* dfnf = grad ? scratch_.get("dfnf", {T, H}).f32() : nullptr;
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(opts_.lm_head_chunk_tokens, T));
   float* logits = scratch_.get("logits", {chunk, Vl}).f32();
@@ -128,6 +129,16 @@ const float* Qwen3Model::backward(int slot, const StageBatch& b, const float* d_
   }
   k::embedding_backward(dfull, b.ids.data(), G(embed_), T, H, vocab_.start, vocab_.local);
   return nullptr;
+}
+
+std::vector<float> Qwen3Model::last_token_logits(int slot, const StageBatch& b) {
+  check(tp_ == 1 && first_ && last_, "last_token_logits needs a single-stage model with tp = 1");
+  const int64_t H = H_;
+  const float* fn = slot_ws(slot).get("fn", {b.T, H}).f32() + (b.T - 1) * H;
+  std::vector<float> out(static_cast<size_t>(vocab_.local));
+  k::linear_forward(fn, P(lm_head_), out.data(), 1, vocab_.local, H);
+  out.resize(static_cast<size_t>(cfg_.vocab_size));
+  return out;
 }
 
 void Qwen3Model::finalize_grads() {

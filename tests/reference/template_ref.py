@@ -137,6 +137,9 @@ def fixed_convs():
         {"messages": [u("q"), a("  spaced answer  ")]},
         {"messages": [u("q"), a("a", reasoning_content="\n\nr\n\n")]},
         {"messages": [u("multi\nline\nquestion"), a("multi\nline\nanswer\n")]},
+        {"messages": [u("q"), a("a</think>b", reasoning_content="")]},
+        {"messages": [u("q"), a("x<think>y</think>\n\nz", reasoning_content=None)]},
+        {"messages": [u("q"), a("<think>\n\nr\n\n</think>\n\n\na"), u("q2"), a("<think>s</think>b")]},
         # an earlier assistant turn starting with newlines: "assistant\n" + "\n\n..." is one
         # pre-token, so no label boundary exists there (twinkle must reject the row)
         {"messages": [u("q1"), a("\n\nfirst answer"), u("q2"), a("second")]},

@@ -7,13 +7,15 @@ Usage: tok_check.py --twinkle BIN --tokenizer-dir DIR --work DIR [--corpus FILE]
 2. reference: node tok_ref.js (Rust ids + decode, @huggingface/tokenizers second opinion);
 3. ours: `twinkle tokenize` and `twinkle tokenize --decode` (with and without --skip-special-tokens);
 4. checks, per text: identical ids; our decode == the Rust decode (both skip modes);
-   decode(encode(s)) == s for every NFC-stable s.
+   decode(encode(s)) == s for every NFC-stable s; and our decode == the Rust decode for random
+   id sequences (partial UTF-8 -> U+FFFD, special tokens skipped or kept).
 Fails (exit 1) on any mismatch, and also when node / node_modules / the tokenizer files are
 missing: the setup (scripts/fetch-assets) installs them, so their absence is an error.
 """
 import argparse
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -43,6 +45,9 @@ def main():
     ap.add_argument("--corpus")
     ap.add_argument("--min-texts", type=int, default=2000)
     ap.add_argument("--no-roundtrip", action="store_true", help="skip decode(encode(s)) == s")
+    ap.add_argument("--decode-fuzz", type=int, default=500, help="random id sequences to decode")
+    ap.add_argument("--n-random", type=int, default=1600, help="random strings in the generated corpus")
+    ap.add_argument("--specials", action="store_true", help="mix the tokenizer's added tokens into the corpus")
     a = ap.parse_args()
 
     tok_json = os.path.join(a.tokenizer_dir, "tokenizer.json")
@@ -57,7 +62,10 @@ def main():
         shutil.copyfile(a.corpus, corpus)
     else:
         with open(corpus, "wb") as f:
-            subprocess.run([sys.executable, os.path.join(HERE, "tok_corpus.py")], stdout=f, check=True)
+            cmd = [sys.executable, os.path.join(HERE, "tok_corpus.py"), str(a.n_random)]
+            if a.specials:
+                cmd += ["--specials-from", tok_json]
+            subprocess.run(cmd, stdout=f, check=True)
     rows = read_jsonl(corpus)
     texts = [r if isinstance(r, str) else r["text"] for r in rows]
     nfc_stable = [True if isinstance(r, str) else r.get("nfc_stable", True) for r in rows]
@@ -111,8 +119,47 @@ def main():
                 bad_rt += 1
                 if bad_rt <= 10:
                     print(f"ROUNDTRIP FAIL text {i}: {json.dumps(t[:200])} -> {json.dumps(dec[i][:200])}")
+    # Decoding arbitrary id sequences: partial UTF-8 (lossy U+FFFD replacement), specials.
+    with open(tok_json, encoding="utf-8") as f:
+        tj = json.load(f)
+    # added tokens get ids right after the vocab, in file order, one per distinct new content
+    # (what the Rust library assigns, whatever ids the file states)
+    n_added = len({t["content"] for t in tj.get("added_tokens") or []} - set(tj["model"]["vocab"]))
+    added_ids = list(range(len(tj["model"]["vocab"]), len(tj["model"]["vocab"]) + n_added))
+    rng = random.Random(7)
+    seqs = []
+    for _ in range(a.decode_fuzz):
+        seq = []
+        for _ in range(rng.randint(1, 24)):
+            r = rng.random()
+            if r < 0.5:
+                seq.append(rng.randrange(0, 256))  # byte-level single-byte symbols live at low ids
+            elif r < 0.6 and added_ids:
+                seq.append(rng.choice(added_ids))
+            else:
+                seq.append(rng.randrange(0, len(tj["model"]["vocab"])))
+        seqs.append(seq)
+    fuzz_path = os.path.join(a.work, "fuzz_ids.jsonl")
+    with open(fuzz_path, "w") as f:
+        for q in seqs:
+            f.write(json.dumps(q) + "\n")
+    fuzz_ref_path = os.path.join(a.work, "fuzz_ref.jsonl")
+    run(["node", os.path.join(HERE, "tok_ref.js"), tok_json, "--decode-only"], fuzz_path, fuzz_ref_path,
+        "reference decode (node)")
+    fuzz_ref = read_jsonl(fuzz_ref_path)
+    for skip, key in ((False, "decoded"), (True, "decoded_skip")):
+        out_path = os.path.join(a.work, "fuzz_ours_%s.jsonl" % key)
+        cmd = [a.twinkle, "tokenize", "--tokenizer", a.tokenizer_dir, "--decode"] + (["--skip-special-tokens"] if skip else [])
+        run(cmd, fuzz_path, out_path, "twinkle tokenize --decode (random ids)")
+        got = read_jsonl(out_path)
+        for i, (g, r) in enumerate(zip(got, fuzz_ref)):
+            if g != r[key]:
+                bad_dec += 1
+                if bad_dec <= 20:
+                    print(f"DECODE MISMATCH ids {seqs[i]} ({key}): ours {json.dumps(g)} ref {json.dumps(r[key])}")
     ntok = sum(len(x) for x in ours)
-    print(f"{len(texts)} texts, {ntok} tokens: id mismatches {bad_ids}, decode mismatches {bad_dec}, "
+    print(f"{len(texts)} texts, {ntok} tokens, {len(seqs)} random id sequences: id mismatches {bad_ids}, "
+          f"decode mismatches {bad_dec}, "
           f"round-trip failures {bad_rt} of {n_rt} NFC-stable texts; "
           f"@huggingface/tokenizers disagrees with Rust on {js_dis}")
     if bad_ids or bad_dec or bad_rt:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Deterministic tokenizer test corpus: one JSON object per line {"text": str, "nfc_stable": bool}.
 
-Usage: tok_corpus.py [N_RANDOM=1600] > corpus.jsonl
+Usage: tok_corpus.py [N_RANDOM=1600] [--specials-from TOKENIZER_JSON] > corpus.jsonl
 
 Covers what a byte-level BPE with Qwen's Split regex, NFC and added tokens can get wrong:
 Chinese / Japanese / Korean (incl. conjoining jamo and kana voicing marks that NFC composes),
@@ -98,7 +98,8 @@ CODE = [
 OTHER_SCRIPTS = [
     "Привет, мир! Как дела?", "Γειά σου Κόσμε", "مرحبا بالعالم", "שלום עולם", "नमस्ते दुनिया",
     "สวัสดีชาวโลก", "Xin chào thế giới", "Ḽơᶉëᶆ ȋṕšᶙṁ", "ÀÉÎÕÜ àéîõü ß ẞ", "İstanbul ıi",
-    "ﬁﬂ ligatures", "Ⓐⓑⓒ", "𝐀𝐁𝐂 math bold", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
+    "ﬁﬂ ligatures", "Ⓐⓑⓒ", "𝐀𝐁𝐂 math bold", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "ΟΔΟΣ ΟΔΟΣ. ΣΑΣ Σ ΑΣ' ΑΣ\u0301Β",
+    "İSTANBUL ǅemal ǄŽ ß ẞ ΐ", "ΌΣΟΣ, ΚΌΣΜΟΣ!",
 ]
 
 POOLS = {
@@ -169,7 +170,16 @@ def random_string(rng):
 
 
 def main():
-    n_random = int(sys.argv[1]) if len(sys.argv) > 1 else 1600
+    args = sys.argv[1:]
+    if "--specials-from" in args:  # mix the added tokens of another tokenizer.json in as well
+        k = args.index("--specials-from")
+        with open(args[k + 1], encoding="utf-8") as f:
+            extra = [t["content"] for t in json.load(f).get("added_tokens", [])]
+        del args[k:k + 2]
+        SPECIALS.extend(t for t in extra if t not in SPECIALS)
+        SPECIALS.extend(["[MASK]x", "a<word>b", "a <word> b", "Hello World", "hello world", "hello  world",
+                         "e\u0301x", "\u00e9x", "  [MASK]  ", "x-y-z", "a,b,,c", "12-34,56 78"])
+    n_random = int(args[0]) if args else 1600
     rng = random.Random(20250611)
     texts = base_strings()
     texts += [random_string(rng) for _ in range(n_random)]

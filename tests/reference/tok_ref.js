@@ -5,6 +5,7 @@
 // by scripts/fetch-assets.
 //
 // Usage: node tok_ref.js TOKENIZER_JSON [TOKENIZER_CONFIG_JSON] < corpus.jsonl > ref.jsonl
+//        node tok_ref.js TOKENIZER_JSON --decode-only < id_arrays.jsonl > decoded.jsonl
 //   input lines: {"text": "..."} or a bare JSON string
 //   output lines: {"ids": [...], "decoded": "...", "decoded_skip": "...", "js_agree": bool|null}
 //     ids           Rust encode(text, add_special_tokens=false)
@@ -37,7 +38,8 @@ async function main() {
   const tokPath = process.argv[2];
   if (!tokPath) fail("usage: node tok_ref.js TOKENIZER_JSON [TOKENIZER_CONFIG_JSON] < in > out");
   if (!fs.existsSync(tokPath)) fail(tokPath + " not found (run scripts/fetch-assets)");
-  const cfgPath = process.argv[3] || path.join(path.dirname(tokPath), "tokenizer_config.json");
+  const cfgPath = process.argv[3] && !process.argv[3].startsWith("--") ? process.argv[3]
+    : path.join(path.dirname(tokPath), "tokenizer_config.json");
   const tok = rust.Tokenizer.fromFile(tokPath);
   let js = null;
   try {
@@ -48,6 +50,14 @@ async function main() {
   }
 
   const lines = fs.readFileSync(0, "utf8").split("\n").filter((l) => l.length > 0);
+  if (process.argv.includes("--decode-only")) {
+    // input lines: JSON id arrays; output: {"decoded", "decoded_skip"} (Rust decode)
+    const idss = lines.map((l) => JSON.parse(l));
+    const a = await tok.decodeBatch(idss, false);
+    const b = await tok.decodeBatch(idss, true);
+    process.stdout.write(idss.map((_, i) => JSON.stringify({ decoded: a[i], decoded_skip: b[i] })).join("\n") + "\n");
+    return;
+  }
   const texts = lines.map((l) => {
     const v = JSON.parse(l);
     return typeof v === "string" ? v : v.text;

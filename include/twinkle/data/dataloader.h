@@ -33,8 +33,10 @@ struct DataLoaderOptions {
   bool shuffle = false;    ///< seeded permutation per epoch (identical on every rank)
   uint64_t seed = 42;      ///< shuffle seed (Twinkle: TWINKLE_SEED or 42)
   bool drop_last = false;  ///< drop a final batch smaller than batch_size
-  int64_t dp_rank = 0;     ///< this rank's data-parallel index
-  int64_t dp_size = 1;     ///< data-parallel world size
+  int64_t dp_rank = 0;     ///< this rank's data-parallel index (ignored when dp_size == 0)
+  /// Data-parallel world size; 0 (default) = take dp size and rank from the global mesh of
+  /// twinkle::initialize (Twinkle injects it the same way), or 1 before initialize().
+  int64_t dp_size = 0;
 };
 
 /// What one rank gets for one step.

@@ -43,7 +43,9 @@ struct TensorInfo {
 };
 
 /// A validated, read-only safetensors file (memory-mapped when opened from a path).
-/// Cheap to copy: copies share the mapping. Thread-safe for concurrent loads.
+/// Cheap to copy: copies share the mapping. Thread-safe for concurrent loads. Like any mmap
+/// reader, truncating the file on disk while it is open makes later loads fault (SIGBUS);
+/// twinkle's writers never do that (they replace files by rename).
 class SafetensorsFile {
  public:
   SafetensorsFile() = default;
@@ -117,7 +119,9 @@ class CheckpointReader {
   /// malformed (not JSON, no "weight_map" object, a non-string file name, a file name with a
   /// '/' or "..", the message naming the index file and the tensor), a shard listed in the
   /// index is missing, a shard is invalid (see SafetensorsFile::open), a name is mapped to a
-  /// shard that lacks it, or a shard holds a tensor that the index does not map to it.
+  /// shard that lacks it, or one name is stored in two shards. Tensors stored in a shard but
+  /// absent from weight_map are still served (transformers loads every key of each shard).
+  /// "metadata.total_size" is not checked (some published indexes get it wrong).
   /// A directory without any safetensors weights is NOT an error: has_weights() is false.
   static CheckpointReader open_dir(const std::string& dir);
 

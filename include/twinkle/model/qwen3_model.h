@@ -98,6 +98,9 @@ class Qwen3Model {
   /// biases under SP) over tp, and tied-embedding gradients over the embedding group
   /// (Megatron finalize_model_grads: _allreduce_layernorm_grads, _allreduce_word_embedding_grads).
   void finalize_grads();
+  /// Logits [vocab] of the last token of `b` after forward(slot, b, ..., training=false).
+  /// Single-stage, tp = 1 models only (generation); throws twinkle::Error otherwise.
+  std::vector<float> last_token_logits(int slot, const StageBatch& b);
   /// Bytes held by activation / scratch workspaces.
   size_t workspace_bytes() const;
 

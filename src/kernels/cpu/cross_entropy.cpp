@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "twinkle/core/error.h"
 #include "twinkle/kernels/cpu/vmath.h"
@@ -121,15 +122,17 @@ double cross_entropy_forward(const float* logits, const int32_t* labels, int64_t
     if (labels[t] != kIgnoreIndex && (labels[t] < 0 || labels[t] >= V))
       throw Error("cross_entropy_forward: label " + std::to_string(labels[t]) + " of row " + std::to_string(t) +
                   " is outside [0, " + std::to_string(V) + ") and is not -100");
-  double loss = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : loss) if (T * V > kParWork)
+  std::vector<double> row_loss(static_cast<size_t>(T), 0.0);
+#pragma omp parallel for schedule(static) if (T * V > kParWork)
   for (int64_t t = 0; t < T; ++t) {
     const float* x = logits + t * V;
     const float mx = row_max(x, V);
     const double l = static_cast<double>(mx) + std::log(row_sumexp(x, V, mx));
     lse[t] = static_cast<float>(l);
-    if (labels[t] != kIgnoreIndex) loss += l - static_cast<double>(x[labels[t]]);
+    if (labels[t] != kIgnoreIndex) row_loss[t] = l - static_cast<double>(x[labels[t]]);
   }
+  double loss = 0.0;  // summed in row order: independent of the thread count
+  for (double v : row_loss) loss += v;
   return loss;
 }
 

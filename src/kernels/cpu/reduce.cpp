@@ -1,11 +1,26 @@
 #include "twinkle/kernels/cpu/reduce.h"
 
+#include <cstddef>
+#include <vector>
+
 namespace twinkle::kernels::cpu {
 
 double sum_squares(const float* x, int64_t n) {
+  // Fixed blocks of 64K elements, partial sums combined in block order: the result is bitwise the
+  // same for any thread count (gradient norms, and so clipping, stay reproducible).
+  constexpr int64_t kBlock = 65536;
+  const int64_t nb = (n + kBlock - 1) / kBlock;
+  std::vector<double> part(static_cast<size_t>(nb));
+#pragma omp parallel for schedule(static) if (nb > 1)
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t e = (b + 1) * kBlock < n ? (b + 1) * kBlock : n;
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = b * kBlock; i < e; ++i) s += static_cast<double>(x[i]) * x[i];
+    part[b] = s;
+  }
   double s = 0.0;
-#pragma omp parallel for simd schedule(static) reduction(+ : s) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  for (double v : part) s += v;
   return s;
 }
 

@@ -33,7 +33,8 @@ void ce_backward(const float* logits, const int32_t* labels, const float* lse, i
                  int64_t vstart, const float* row_scale, float* dlogits);
 
 /// Single shard (vstart = 0, valid = Vl = V): returns the SUM over rows with label != -100 of
-/// -log softmax(logits[t])[label_t] (double); lse [T] receives logsumexp of every row (ignored rows too).
+/// -log softmax(logits[t])[label_t] (double, summed in row order: independent of the thread count);
+/// lse [T] receives logsumexp of every row (ignored rows too).
 /// Throws twinkle::Error naming the row if a label is outside [0, V) and != -100.
 double cross_entropy_forward(const float* logits, const int32_t* labels, int64_t T, int64_t V, float* lse);
 

@@ -5,7 +5,8 @@
 
 namespace twinkle::kernels::cpu {
 
-/// sum_i x[i]^2, accumulated in double (OpenMP reduction; deterministic for a fixed thread count).
+/// sum_i x[i]^2, accumulated in double; bitwise independent of the thread count (fixed 64K-element
+/// blocks summed in order).
 double sum_squares(const float* x, int64_t n);
 /// x[i] *= s.
 void scale_inplace(float* x, int64_t n, float s);

@@ -1,0 +1,68 @@
+// `twinkle plot METRICS.jsonl -o loss.png`: loss and learning-rate curves with gnuplot.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "command.h"
+#include "twinkle/core/error.h"
+
+namespace {
+
+int plot_main(int argc, char** argv) {
+  CLI::App app{"Plot loss and learning rate from a metrics JSONL file (gnuplot)", "twinkle plot"};
+  std::string metrics, out = "loss.png", title = "twinkle training";
+  app.add_option("metrics", metrics, "metrics JSONL (one object per step: step, loss, lr, ...)")->required();
+  app.add_option("-o,--output", out, "PNG file to write");
+  app.add_option("--title", title, "plot title");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  std::ifstream in(metrics);
+  twinkle::check(in.good(), "cannot open metrics file " + metrics);
+  const std::string data = std::filesystem::temp_directory_path() / ("twinkle-plot-" + std::to_string(::getpid()) + ".dat");
+  std::ofstream d(data);
+  std::string line;
+  int64_t n = 0, lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw twinkle::Error(metrics + ":" + std::to_string(lineno) + ": not valid JSON (" + e.what() + ")");
+    }
+    twinkle::check(j.contains("step") && j.contains("loss"), metrics + ":" + std::to_string(lineno) + ": needs 'step' and 'loss'");
+    d << j["step"].get<double>() << " " << j["loss"].get<double>() << " " << j.value("lr", 0.0) << "\n";
+    ++n;
+  }
+  d.close();
+  twinkle::check(n > 0, metrics + " has no metrics lines");
+  const std::string script = data + ".gp";
+  std::ofstream g(script);
+  g << "set terminal png size 900,500\n"
+    << "set output '" << out << "'\n"
+    << "set title '" << title << "'\n"
+    << "set xlabel 'step'\nset ylabel 'loss'\nset y2label 'learning rate'\nset ytics nomirror\nset y2tics\n"
+    << "set grid\nset key top right\n"
+    << "plot '" << data << "' using 1:2 with linespoints title 'loss' axes x1y1, '" << data
+    << "' using 1:3 with lines title 'lr' axes x1y2\n";
+  g.close();
+  int rc = std::system(("gnuplot '" + script + "'").c_str());
+  std::filesystem::remove(data);
+  std::filesystem::remove(script);
+  twinkle::check(rc == 0, "gnuplot failed (is gnuplot-nox installed? scripts/setup installs it)");
+  std::printf("wrote %s (%lld steps)\n", out.c_str(), static_cast<long long>(n));
+  return 0;
+}
+
+}  // namespace
+
+TWINKLE_REGISTER_COMMAND("plot", "draw loss and learning-rate curves from a metrics JSONL file", plot_main);
