@@ -38,8 +38,9 @@ int recipe(int argc, char** argv) {
   std::string device = env_or("TWINKLE_DEVICE", "cpu");
   std::string dataset_id = "ms://swift/self-cognition";
   std::string output_dir = "output/tp_recipe";
-  int64_t max_steps = 30, data_rows = 256, batch_size = 8, max_length = 512;
+  int64_t max_steps = 0, data_rows = 256, batch_size = 8, max_length = 512;
   double lr = 1e-4;
+  int dp = 2, tp = 2, pp = 2;
   CLI::App app{"Dense Qwen3 recipe: dp=2, tp=2, pp=2 (8 processes)", "tp_recipe"};
   app.add_option("--model", model_id, "model directory or hub id (default: models/qwen3-tiny)");
   app.add_option("--device", device, "cpu | cuda | npu (TWINKLE_DEVICE)");
@@ -49,6 +50,9 @@ int recipe(int argc, char** argv) {
   app.add_option("--batch-size", batch_size, "global batch size");
   app.add_option("--lr", lr, "peak learning rate");
   app.add_option("--output-dir", output_dir, "where the final checkpoint and metrics.jsonl go");
+  app.add_option("--dp", dp, "data-parallel size (the recipe: 2)");
+  app.add_option("--tp", tp, "tensor-parallel size (the recipe: 2)");
+  app.add_option("--pp", pp, "pipeline-parallel size (the recipe: 2)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -56,7 +60,7 @@ int recipe(int argc, char** argv) {
   }
 
   // 1. mesh and runtime
-  DeviceMesh mesh = DeviceMesh::from_sizes({.dp = 2, .tp = 2, .pp = 2, .device_type = device});
+  DeviceMesh mesh = DeviceMesh::from_sizes({.dp = dp, .tp = tp, .pp = pp, .device_type = device});
   twinkle::initialize({.mode = "local", .global_device_mesh = mesh});
   auto& log = get_logger();
   auto& ps = parallel_state();

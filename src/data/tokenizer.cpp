@@ -296,6 +296,85 @@ MatchScratch& match_scratch() {
   return s;
 }
 
+// Unicode-version alignment of PCRE2 with the Rust library's regex engine (Oniguruma).
+// Debian 12's PCRE2 10.42 has Unicode 14.0 tables; Oniguruma in `tokenizers` 0.22 has newer
+// ones, and PCRE2's \s also matches U+180E (not White_Space since Unicode 6.3). So before
+// compiling, \s / \S become explicit White_Space classes and \p{L} / \p{N} (also
+// \p{Letter} / \p{Number}) gain the letters / numbers assigned by Unicode 15.0-16.0 (the
+// ranges below: Unicode 16.0 L / N minus Unicode 14.0, the version of Oniguruma in the
+// reference library; checked code point by code point against it). \S and \P{..} inside a
+// character class are left to PCRE2.
+const char* kWhiteSpaceItems = "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+const char* kExtraLetters =
+    "\\x{1C89}-\\x{1C8A}\\x{A7CB}-\\x{A7CD}\\x{A7DA}-\\x{A7DC}\\x{105C0}-\\x{105F3}\\x{10D4A}-\\x{10D65}\\x{10D6F}-\\x{10D85}\\x{10EC2}-\\x{10EC4}\\x{1123F}-\\x{11240}\\x{11380}-\\x{11389}\\x{1138B}\\x{1138E}\\x{11390}-\\x{113B5}\\x{113B7}\\x{113D1}\\x{113D3}\\x{11BC0}-\\x{11BE0}\\x{11F02}\\x{11F04}-\\x{11F10}\\x{11F12}-\\x{11F33}\\x{1342F}\\x{13441}-\\x{13446}\\x{13460}-\\x{143FA}\\x{16100}-\\x{1611D}\\x{16D40}-\\x{16D6C}\\x{18CFF}\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}\\x{1E030}-\\x{1E06D}\\x{1E4D0}-\\x{1E4EB}\\x{1E5D0}-\\x{1E5ED}\\x{1E5F0}\\x{2B739}\\x{2EBF0}-\\x{2EE5D}\\x{31350}-\\x{323AF}";
+const char* kExtraNumbers =
+    "\\x{10D40}-\\x{10D49}\\x{116D0}-\\x{116E3}\\x{11BF0}-\\x{11BF9}\\x{11F50}-\\x{11F59}\\x{16130}-\\x{16139}\\x{16D70}-\\x{16D79}\\x{1CCF0}-\\x{1CCF9}\\x{1D2C0}-\\x{1D2D3}\\x{1E4F0}-\\x{1E4F9}\\x{1E5F1}-\\x{1E5FA}";
+
+std::string align_unicode_pattern(const std::string& pat) {
+  std::string out;
+  out.reserve(pat.size() * 2);
+  bool in_class = false;
+  size_t i = 0;
+  const size_t n = pat.size();
+  while (i < n) {
+    const char c = pat[i];
+    if (c == '\\' && i + 1 < n) {
+      const char e = pat[i + 1];
+      if ((e == 'p' || e == 'P') && i + 2 < n && pat[i + 2] == '{') {
+        const size_t close = pat.find('}', i + 3);
+        if (close != std::string::npos) {
+          const std::string prop = pat.substr(i + 3, close - i - 3);
+          const char* extra = (prop == "L" || prop == "Letter") ? kExtraLetters
+                              : (prop == "N" || prop == "Number") ? kExtraNumbers : nullptr;
+          const std::string orig = pat.substr(i, close + 1 - i);
+          if (extra && e == 'p') {
+            out += in_class ? orig + extra : "[" + orig + extra + "]";
+          } else if (extra && !in_class) {  // \P{L} outside a class
+            out += "[^\\p{" + prop + "}" + extra + "]";
+          } else {
+            out += orig;
+          }
+          i = close + 1;
+          continue;
+        }
+      }
+      if (e == 's') {
+        out += in_class ? std::string(kWhiteSpaceItems) : "[" + std::string(kWhiteSpaceItems) + "]";
+        i += 2;
+        continue;
+      }
+      if (e == 'S' && !in_class) {
+        out += "[^" + std::string(kWhiteSpaceItems) + "]";
+        i += 2;
+        continue;
+      }
+      out += pat.substr(i, 2);
+      i += 2;
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      out += c;
+      ++i;
+      if (i < n && pat[i] == '^') out += pat[i++];
+      if (i < n && pat[i] == ']') out += pat[i++];  // a leading ']' is literal
+      continue;
+    }
+    if (in_class && c == '[' && i + 1 < n && pat[i + 1] == ':') {  // POSIX class [:name:]
+      const size_t close = pat.find(":]", i + 2);
+      if (close != std::string::npos) {
+        out += pat.substr(i, close + 2 - i);
+        i = close + 2;
+        continue;
+      }
+    }
+    if (in_class && c == ']') in_class = false;
+    out += c;
+    ++i;
+  }
+  return out;
+}
+
 class Regex {
  public:
   Regex() = default;
@@ -304,7 +383,8 @@ class Regex {
     PCRE2_SIZE eoff = 0;
     const uint32_t opts = literal ? (PCRE2_UTF | PCRE2_LITERAL | PCRE2_NO_UTF_CHECK)
                                   : (PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK);
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), opts, &err, &eoff, nullptr);
+    const std::string pat = literal ? pattern : align_unicode_pattern(pattern);
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pat.data()), pat.size(), opts, &err, &eoff, nullptr);
     if (!code_) {
       PCRE2_UCHAR buf[256];
       pcre2_get_error_message(err, buf, sizeof buf);
@@ -365,11 +445,31 @@ enum class NormKind { NFC, NFD, NFKC, NFKD, Lowercase };
 // tables: a code point is "unsafe" when it has a non-zero combining class, can be the second
 // character of a canonical composition (Hangul V/T jamo included), or is changed by NFC on
 // its own (NFC_QC=No: singletons, exclusions). A string without unsafe code points is NFC.
+//
+// Version alignment: the Rust library normalizes with the unicode-normalization-alignments
+// crate, whose tables are Unicode 9.0. Combining marks assigned later (Unicode 10.0-15.0,
+// which utf8proc 2.8 knows) are unknown there, i.e. inert starters: they neither reorder nor
+// block nor compose. They are listed below (found code point by code point against the
+// reference library) and treated as "inert": never unsafe, and a region never includes them.
+constexpr char32_t kNfcInertRanges[][2] = {
+    {0x7FD, 0x7FD},     {0x898, 0x89F},     {0x8CA, 0x8D3},     {0x9FE, 0x9FE},     {0xC3C, 0xC3C},
+    {0xD3B, 0xD3C},     {0xEBA, 0xEBA},     {0x1715, 0x1715},   {0x1ABF, 0x1ACE},   {0x1DF6, 0x1DFA},
+    {0xA82C, 0xA82C},   {0x10D24, 0x10D27}, {0x10EAB, 0x10EAC}, {0x10EFD, 0x10EFF}, {0x10F46, 0x10F50},
+    {0x10F82, 0x10F85}, {0x11070, 0x11070}, {0x1133B, 0x1133B}, {0x1145E, 0x1145E}, {0x11839, 0x1183A},
+    {0x1193D, 0x1193E}, {0x11943, 0x11943}, {0x119E0, 0x119E0}, {0x11A34, 0x11A34}, {0x11A47, 0x11A47},
+    {0x11A99, 0x11A99}, {0x11D42, 0x11D42}, {0x11D44, 0x11D45}, {0x11D97, 0x11D97}, {0x11F41, 0x11F42},
+    {0x16FF0, 0x16FF1}, {0x1E08F, 0x1E08F}, {0x1E130, 0x1E136}, {0x1E2AE, 0x1E2AE}, {0x1E2EC, 0x1E2EF},
+    {0x1E4EC, 0x1E4EF},
+};
+
 class NfcUnsafeTable {
  public:
-  NfcUnsafeTable() : bits_(0x110000 / 64, 0) {
+  NfcUnsafeTable() : bits_(0x110000 / 64, 0), inert_(0x110000 / 64, 0) {
+    for (auto& r : kNfcInertRanges)
+      for (char32_t cp = r[0]; cp <= r[1]; ++cp) inert_[cp >> 6] |= 1ull << (cp & 63);
     for (char32_t cp = 0x80; cp < 0x110000; ++cp) {
       if (cp >= 0xD800 && cp < 0xE000) continue;
+      if (inert(cp)) continue;
       const utf8proc_property_t* p = utf8proc_get_property(static_cast<utf8proc_int32_t>(cp));
       bool unsafe = p->combining_class != 0 || (p->comb_index != UINT16_MAX && p->comb_index >= 0x8000) ||
                     (cp >= 0x1161 && cp <= 0x1175) || (cp >= 0x11A8 && cp <= 0x11C2);
@@ -387,9 +487,11 @@ class NfcUnsafeTable {
     }
   }
   bool unsafe(char32_t cp) const { return (bits_[cp >> 6] >> (cp & 63)) & 1; }
+  bool inert(char32_t cp) const { return (inert_[cp >> 6] >> (cp & 63)) & 1; }
 
  private:
   std::vector<uint64_t> bits_;
+  std::vector<uint64_t> inert_;
 };
 
 const NfcUnsafeTable& nfc_table() {
@@ -423,8 +525,9 @@ bool nfc_regions(std::string_view s, std::string& out) {
       continue;
     }
     const size_t st = i;
-    if (!t.unsafe(utf8_next(s, i))) {
-      last_safe = st;
+    const char32_t cp = utf8_next(s, i);
+    if (!t.unsafe(cp)) {
+      last_safe = t.inert(cp) ? i : st;  // a region may start at a safe starter, never at an inert mark
       continue;
     }
     const size_t rb = std::max(last_safe, copied);

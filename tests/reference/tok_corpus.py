@@ -7,7 +7,8 @@ Covers what a byte-level BPE with Qwen's Split regex, NFC and added tokens can g
 Chinese / Japanese / Korean (incl. conjoining jamo and kana voicing marks that NFC composes),
 emoji and ZWJ / flag / keycap / skin-tone sequences, combining marks NFC composes or reorders,
 singletons NFC replaces (U+212B, U+2126), digits and long numbers in several scripts, long
-whitespace runs, CRLF, tabs, exotic spaces (U+0085, U+00A0, U+2028, U+3000, U+FEFF, U+200B),
+whitespace runs, CRLF, tabs, exotic spaces (U+0085, U+00A0, U+2028, U+3000, U+FEFF, U+200B, U+180E),
+letters and digits added by Unicode 15-17 (the regex engines' Unicode versions differ),
 English contractions in every case (also U+017F long s), code snippets, and the special /
 added tokens <|im_start|>, <|im_end|>, <|endoftext|>, <think>, </think> inside text, adjacent
 to spaces and newlines, partial and nested. Then seeded random mixes of all of the above.
@@ -64,6 +65,8 @@ COMBINING = [
     "\u1112\u1161\u11AB\u1100\u1173\u11AF", "\u304B\u3099", "\u30CF\u309A", "\u0041\u030A\u0301",
     "\u00C5", "\u0065\u0301\u0301", "\u0301 leading mark", "x\u0327\u0301", "\u0958", "\u09CB",
     "\u0B47\u0B3E", "\u1E9B\u0323", "\uFB01 ligature", "\u00BD fraction", "\u2460 circled",
+    # marks newer than the reference's normalization tables (Unicode 9.0): inert there
+    "a\u0898\u0301", "\u07FD\u0327\u0301", "e\u0D3C\u0301", "\u0627\u08CA\u064B", "a\u1ABF\u0300",
 ]
 
 DIGITS = [
@@ -102,6 +105,15 @@ OTHER_SCRIPTS = [
     "İSTANBUL ǅemal ǄŽ ß ẞ ΐ", "ΌΣΟΣ, ΚΌΣΜΟΣ!",
 ]
 
+# Code points whose properties changed after Unicode 14.0 (Debian 12's PCRE2 tables): letters
+# and digits of Unicode 15.0 / 16.0 (CJK Ext. H, Kawi, Garay, Todhri), Unicode 17.0 ones the
+# reference library does not know yet (CJK Ext. J), and U+180E (not White_Space).
+NEW_UNICODE = [
+    "\U00031350\U00031351\U00031352 ext-H", "x\U00011F04\U00011F05y", "\U00010D40\U00010D41 garay digits",
+    "\U000105C0\U000105C1", "x\u180Ey \u180E\u180E 1\u180E's", "\u1C89\u1C8A", "\U000323B0\U000323B1 ext-J",
+    "\uA7CB\uA7CC\uA7CD", "\U00011F50\U00011F51 kawi digits",
+]
+
 POOLS = {
     "ascii": [chr(c) for c in range(0x20, 0x7F)],
     "letters": list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"),
@@ -114,6 +126,7 @@ POOLS = {
     "punct": list("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~") + ["，", "。", "！", "？", "、", "…", "—", "“", "”"],
     "digits": list("0123456789") + ["٣", "１", "²"],
     "latin_ext": [chr(c) for c in range(0xC0, 0x250)],
+    "new_unicode": list("".join(NEW_UNICODE)),
     "other": [chr(c) for c in range(0x400, 0x450)] + [chr(c) for c in range(0x600, 0x650)]
     + [chr(c) for c in range(0x900, 0x950)] + [chr(c) for c in range(0xE00, 0xE50)],
 }
@@ -121,7 +134,7 @@ POOLS = {
 
 def base_strings():
     out = []
-    out += ENGLISH + CJK + EMOJI + COMBINING + DIGITS + SPACES + CODE + OTHER_SCRIPTS
+    out += ENGLISH + CJK + EMOJI + COMBINING + DIGITS + SPACES + CODE + OTHER_SCRIPTS + NEW_UNICODE
     # contractions in context and in every case
     for c in CONTRACTIONS:
         for w in ["I", "you", "YOU", "He", "it", "x"]:

@@ -1,0 +1,19 @@
+# The dense recipe end to end (issue: make demo) and its device errors.
+add_test(NAME recipe_8ranks_equals_single_and_loads_in_torch
+         COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_recipe.py --build ${CMAKE_BINARY_DIR} --steps 4)
+set_tests_properties(recipe_8ranks_equals_single_and_loads_in_torch PROPERTIES TIMEOUT 600 PROCESSORS 2)
+add_test(NAME recipe_npu_fails_at_once
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/dist/expect_fail.sh 10 "no NPU backend.*CANN"
+                 ${CMAKE_BINARY_DIR}/examples/tp_recipe --device npu --dp 1 --tp 1 --pp 1)
+add_test(NAME recipe_ascend_visible_devices_fails_at_once
+         COMMAND ${CMAKE_COMMAND} -E env ASCEND_RT_VISIBLE_DEVICES=0,1 TWINKLE_DEVICE=npu
+                 ${CMAKE_SOURCE_DIR}/tests/dist/expect_fail.sh 10 "no NPU backend"
+                 ${CMAKE_BINARY_DIR}/examples/tp_recipe --dp 1 --tp 1 --pp 1)
+add_test(NAME recipe_cuda_without_backend_fails_at_once
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/dist/expect_fail.sh 10 "no CUDA backend"
+                 ${CMAKE_BINARY_DIR}/examples/tp_recipe --device cuda --dp 1 --tp 1 --pp 1)
+add_test(NAME recipe_world_size_mismatch_fails
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/dist/expect_fail.sh 30 "world size 1 does not match the device mesh"
+                 ${CMAKE_BINARY_DIR}/examples/tp_recipe)
+add_test(NAME cli_train_heads_not_divisible_by_tp
+         COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_bad_layouts.py --build ${CMAKE_BINARY_DIR})

@@ -1,0 +1,63 @@
+#!/usr/bin/python3
+"""Bad parallel configurations fail before training, at once, with a clear message."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+CASES = [
+    # (ranks, flags, expected message fragment)
+    (4, ["--tp", "4"], "num_key_value_heads 2 is not divisible by tp 4"),
+    (4, ["--pp", "4"], "pp 4 is larger than num_hidden_layers 2"),
+    (2, ["--dp", "2", "--batch-size", "3"], "batch_size 3 is not divisible by dp_size 2"),
+    (2, ["--tp", "2", "--pp", "2"], "world size 2 does not match the device mesh"),
+    (1, ["--device", "tpu"], "device_type"),
+    (1, ["--device", "npu"], "no NPU backend"),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    args = ap.parse_args()
+    twinkle = os.path.join(args.build, "bin", "twinkle")
+    launcher = os.path.join(args.build, "bin", "twinkle-run")
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(["/usr/bin/python3", os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"],
+                       check=True, stdout=subprocess.DEVNULL)
+        model = os.path.join(tmp, "tiny_a")
+        rows = os.path.join(tmp, "rows.jsonl")
+        with open(rows, "w") as f:
+            for i in range(4):
+                f.write(json.dumps({"input_ids": [1, 2, 3, 4 + i]}) + "\n")
+        for np_, flags, want in CASES:
+            cmd = [twinkle, "train", "--model", model, "--dataset", rows, "--max-steps", "1", "--no-save"] + flags
+            if "--batch-size" not in flags:
+                cmd += ["--batch-size", "4"]
+            if np_ > 1:
+                cmd = [launcher, f"--nproc_per_node={np_}"] + cmd
+            t0 = time.time()
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120,
+                               env=dict(os.environ, OMP_NUM_THREADS="1"))
+            dt = time.time() - t0
+            ok = r.returncode != 0 and want in r.stdout and dt < 60
+            print(f"{'ok  ' if ok else 'FAIL'} ranks={np_} {' '.join(flags)}: exit {r.returncode} in {dt:.1f}s; "
+                  f"wants '{want}'")
+            if not ok:
+                print(r.stdout[-2000:])
+                failures.append(" ".join(flags))
+    if failures:
+        print("FAILED:", failures)
+        return 1
+    print("OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+// `twinkle eval`: the global per-token loss of a dataset (forward only), as one JSON line.
+//
+//   twinkle eval --model DIR --dataset rows.jsonl [--batch-size 8] [--template qwen3 ...]
+//
+// Pre-tokenized rows ({"input_ids", "labels"}) or message rows through the chat template,
+// exactly as `twinkle train` reads them. Prints {"loss": x, "label_tokens": n, "rows": r}
+// where loss = sum of token losses / labelled tokens over the whole dataset.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+
+#include "command.h"
+#include "twinkle/data/dataset.h"
+#include "twinkle/data/preprocessor.h"
+#include "twinkle/dist/runtime.h"
+#include "twinkle/train/megatron_model.h"
+
+namespace {
+
+std::vector<int32_t> ints(const nlohmann::json& j, const std::string& what) {
+  twinkle::check(j.is_array(), what + " must be a list of integers");
+  std::vector<int32_t> v;
+  for (const auto& x : j) {
+    twinkle::check(x.is_number_integer(), what + " must contain only integers");
+    v.push_back(x.get<int32_t>());
+  }
+  return v;
+}
+
+int eval_main(int argc, char** argv) {
+  CLI::App app{"Loss of a dataset under a model (forward only)", "twinkle eval"};
+  std::string model, dataset, templ = "Template";
+  int64_t batch_size = 8, max_length = 8192;
+  app.add_option("--model", model, "model directory or hub id")->required();
+  app.add_option("--dataset", dataset, "JSONL/JSON/CSV file or hub id")->required();
+  app.add_option("--batch-size", batch_size, "rows per forward pass");
+  app.add_option("--template", templ, "chat template for message rows");
+  app.add_option("--max-length", max_length, "template max_length");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  twinkle::Dataset ds{twinkle::DatasetMeta(dataset)};
+  std::vector<twinkle::EncodedRow> rows;
+  if (ds.size() > 0 && ds[0].contains("input_ids")) {
+    for (int64_t i = 0; i < ds.size(); ++i) {
+      twinkle::EncodedRow r;
+      r.input_ids = ints(ds[i].at("input_ids"), ds.row_name(i) + ": input_ids");
+      r.labels = ds[i].contains("labels") ? ints(ds[i]["labels"], ds.row_name(i) + ": labels") : r.input_ids;
+      twinkle::check(r.labels.size() == r.input_ids.size(), ds.row_name(i) + ": labels and input_ids differ in length");
+      r.length = static_cast<int64_t>(r.input_ids.size());
+      for (int64_t t = 0; t < r.length; ++t) r.position_ids.push_back(static_cast<int32_t>(t));
+      rows.push_back(std::move(r));
+    }
+  } else {
+    ds.map(twinkle::MessagesPreprocessor());
+    ds.set_template(templ, {.model_id = model, .max_length = max_length});
+    ds.encode();
+    rows = ds.encoded();
+  }
+  twinkle::MegatronModel m(model, {.micro_batch_size = batch_size});
+  double loss_sum = 0;
+  int64_t tokens = 0;
+  for (size_t i = 0; i < rows.size(); i += static_cast<size_t>(batch_size)) {
+    std::vector<twinkle::EncodedRow> part(rows.begin() + static_cast<std::ptrdiff_t>(i),
+                                          rows.begin() + static_cast<std::ptrdiff_t>(std::min(rows.size(), i + batch_size)));
+    auto mb = twinkle::collate_padded(part, m.pad_token_id());
+    const int64_t n = mb.num_label_tokens();
+    loss_sum += m.forward_only(part) * static_cast<double>(n);
+    tokens += n;
+  }
+  nlohmann::json out = {{"loss", tokens ? loss_sum / static_cast<double>(tokens) : 0.0},
+                        {"label_tokens", tokens},
+                        {"rows", rows.size()}};
+  if (twinkle::parallel_state().global_rank == 0) std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+int eval_entry(int argc, char** argv) { return twinkle::run_main(argc, argv, eval_main); }
+
+}  // namespace
+
+TWINKLE_REGISTER_COMMAND("eval", "loss of a dataset under a model (forward only)", eval_entry);
