@@ -19,6 +19,15 @@ add_test(NAME tokenizer_reference_qwen3
                  --work ${TWINKLE_TOK_WORK}/qwen3)
 set_tests_properties(tokenizer_reference_qwen3 PROPERTIES TIMEOUT 300 LABELS "reference;tokenizer")
 
+# 1b. Code point sweep: one probe per code point (BMP, every 5th above, and the ranges where the
+#     reference's Unicode versions differ from PCRE2 / utf8proc), NFC round trip not required.
+add_test(NAME tokenizer_reference_sweep
+         COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/tok_check.py
+                 --twinkle $<TARGET_FILE:twinkle_cli>
+                 --tokenizer-dir ${CMAKE_SOURCE_DIR}/models/qwen3-tiny
+                 --work ${TWINKLE_TOK_WORK}/sweep --sweep --decode-fuzz 0)
+set_tests_properties(tokenizer_reference_sweep PROPERTIES TIMEOUT 600 LABELS "reference;tokenizer")
+
 # 2. Synthetic tokenizer.json variants (string merges, every added-token flag, NFKC+Lowercase,
 #    ByteLevel with regex and prefix space, all Split behaviors, invert, ignore_merges, added-token
 #    ids that the Rust library reassigns).

@@ -48,6 +48,7 @@ def main():
     ap.add_argument("--decode-fuzz", type=int, default=500, help="random id sequences to decode")
     ap.add_argument("--n-random", type=int, default=1600, help="random strings in the generated corpus")
     ap.add_argument("--specials", action="store_true", help="mix the tokenizer's added tokens into the corpus")
+    ap.add_argument("--sweep", action="store_true", help="corpus = one probe string per code point")
     a = ap.parse_args()
 
     tok_json = os.path.join(a.tokenizer_dir, "tokenizer.json")
@@ -65,6 +66,8 @@ def main():
             cmd = [sys.executable, os.path.join(HERE, "tok_corpus.py"), str(a.n_random)]
             if a.specials:
                 cmd += ["--specials-from", tok_json]
+            if a.sweep:
+                cmd = [sys.executable, os.path.join(HERE, "tok_corpus.py"), "--sweep"]
             subprocess.run(cmd, stdout=f, check=True)
     rows = read_jsonl(corpus)
     texts = [r if isinstance(r, str) else r["text"] for r in rows]
@@ -77,7 +80,8 @@ def main():
             f.write(json.dumps(t) + "\n")
 
     ref_path = os.path.join(a.work, "ref.jsonl")
-    summary = run(["node", os.path.join(HERE, "tok_ref.js"), tok_json], strings, ref_path, "reference (node)")
+    summary = run(["node", os.path.join(HERE, "tok_ref.js"), tok_json] + (["--no-js"] if a.sweep else []), strings,
+                  ref_path, "reference (node)")
     sys.stdout.write(summary)
     ref = read_jsonl(ref_path)
 

@@ -2,6 +2,7 @@
 """Deterministic tokenizer test corpus: one JSON object per line {"text": str, "nfc_stable": bool}.
 
 Usage: tok_corpus.py [N_RANDOM=1600] [--specials-from TOKENIZER_JSON] > corpus.jsonl
+       tok_corpus.py --sweep > probes.jsonl   (one probe string per code point, ~100k lines)
 
 Covers what a byte-level BPE with Qwen's Split regex, NFC and added tokens can get wrong:
 Chinese / Japanese / Korean (incl. conjoining jamo and kana voicing marks that NFC composes),
@@ -182,8 +183,27 @@ def random_string(rng):
     return "".join(s)
 
 
+def sweep_strings():
+    """One probe string per code point: every BMP code point, every 5th one above, and all of the
+    Unicode 15-16 letters / digits and post-9.0 combining marks (the ranges where the Rust
+    library's Unicode versions differ from PCRE2 14.0 / utf8proc 15.0 / Unicode 9.0)."""
+    cps = set(range(0x0, 0xD800)) | set(range(0xE000, 0x10000)) | set(range(0x10000, 0x40000, 5))
+    for a, b in [(0x105C0, 0x105F3), (0x10D40, 0x10D85), (0x10EC2, 0x10EFF), (0x10F46, 0x10F85),
+                 (0x11380, 0x113D3), (0x11BC0, 0x11BF9), (0x11F00, 0x11F59), (0x16D40, 0x16D79),
+                 (0x16EA0, 0x16ED3), (0x1E030, 0x1E08F), (0x1E4D0, 0x1E4F9), (0x1E5D0, 0x1E5FA),
+                 (0x31350, 0x313A0), (0x323A0, 0x323C0), (0xE0000, 0xE0080)]:
+        cps |= set(range(a, b + 1))
+    for cp in sorted(cps):
+        c = chr(cp)
+        yield "a" + c + "\u0301x" + c + "\u0327\u0301 " + c + c + " 1" + c + "'s" + c + "\n" + c
+
+
 def main():
     args = sys.argv[1:]
+    if "--sweep" in args:
+        for t in sweep_strings():
+            sys.stdout.write(json.dumps({"text": t, "nfc_stable": unicodedata.normalize("NFC", t) == t}) + "\n")
+        return
     if "--specials-from" in args:  # mix the added tokens of another tokenizer.json in as well
         k = args.index("--specials-from")
         with open(args[k + 1], encoding="utf-8") as f:

@@ -6,6 +6,7 @@
 //
 // Usage: node tok_ref.js TOKENIZER_JSON [TOKENIZER_CONFIG_JSON] < corpus.jsonl > ref.jsonl
 //        node tok_ref.js TOKENIZER_JSON --decode-only < id_arrays.jsonl > decoded.jsonl
+//   --no-js skips the @huggingface/tokenizers comparison (js_agree null)
 //   input lines: {"text": "..."} or a bare JSON string
 //   output lines: {"ids": [...], "decoded": "...", "decoded_skip": "...", "js_agree": bool|null}
 //     ids           Rust encode(text, add_special_tokens=false)
@@ -42,7 +43,7 @@ async function main() {
     : path.join(path.dirname(tokPath), "tokenizer_config.json");
   const tok = rust.Tokenizer.fromFile(tokPath);
   let js = null;
-  try {
+  if (!process.argv.includes("--no-js")) try {
     const cfg = fs.existsSync(cfgPath) ? JSON.parse(fs.readFileSync(cfgPath, "utf8")) : {};
     js = new hfjs.Tokenizer(JSON.parse(fs.readFileSync(tokPath, "utf8")), cfg);
   } catch (e) {

@@ -1,0 +1,256 @@
+// bench/layout_bench.cpp — a parallel layout next to the single process, with its traffic.
+//
+//   twinkle-run --nproc_per_node=8 build/bench/layout_bench --tp 2 --pp 2 --dp 2 [--sp]
+//        [--config tiny|small] [--rows 16] [--mbs 1] [--steps 3] [--no-distopt] [--check-volume]
+//
+// Per step it prints: the step time of the layout (max over ranks) and of one process on the
+// same global batch (run by rank 0 first, while the others wait), the 1F1B bubble measured on
+// each stage (time blocked in pipeline send/recv / compute time) against (p-1)/m, and the
+// bytes each rank sent per process group next to the analytic volume of the layout
+// (tensor/sequence-parallel collectives, pipeline activations and gradients, tied-embedding
+// and data-parallel reductions, scalars). --check-volume exits 1 when any rank's counted bytes
+// differ from the analytic figure (tests/dist.cmake runs it), so no traffic goes unaccounted.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "twinkle/dist/runtime.h"
+#include "twinkle/optim/distributed_optimizer.h"
+#include "twinkle/train/engine.h"
+
+using namespace twinkle;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Opts {
+  int tp = 1, pp = 1, dp = 1;
+  bool sp = false, distopt = true, check = false;
+  std::string config = "tiny";
+  int64_t rows = 16, mbs = 1, steps = 3;
+};
+
+ModelConfig make_config(const std::string& name) {
+  ModelConfig c;
+  c.model_type = "qwen3";
+  c.rope_theta = 1e6;
+  c.max_position_embeddings = 1024;
+  if (name == "tiny") {
+    c.vocab_size = 1001; c.hidden_size = 64; c.intermediate_size = 96; c.num_hidden_layers = 4;
+    c.num_attention_heads = 4; c.num_key_value_heads = 2; c.head_dim = 32; c.tie_word_embeddings = true;
+  } else {
+    c.vocab_size = 32000; c.hidden_size = 256; c.intermediate_size = 768; c.num_hidden_layers = 4;
+    c.num_attention_heads = 8; c.num_key_value_heads = 4; c.head_dim = 32; c.tie_word_embeddings = true;
+  }
+  return c;
+}
+
+std::vector<EncodedRow> make_rows(int64_t n, int64_t vocab) {
+  std::mt19937_64 g(5);
+  std::vector<EncodedRow> out;
+  for (int64_t i = 0; i < n; ++i) {
+    EncodedRow r;
+    int64_t L = 48 + static_cast<int64_t>(g() % 80);
+    for (int64_t t = 0; t < L; ++t) {
+      r.input_ids.push_back(static_cast<int32_t>(g() % static_cast<uint64_t>(vocab)));
+      r.labels.push_back(t < 8 ? -100 : r.input_ids.back());
+      r.position_ids.push_back(static_cast<int32_t>(t));
+    }
+    r.length = L;
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<MicroBatch> split(const std::vector<EncodedRow>& rows, int64_t mbs) {
+  std::vector<MicroBatch> out;
+  for (size_t i = 0; i < rows.size(); i += static_cast<size_t>(mbs))
+    out.push_back(collate_padded(std::vector<EncodedRow>(rows.begin() + static_cast<std::ptrdiff_t>(i),
+                                                         rows.begin() + static_cast<std::ptrdiff_t>(std::min(rows.size(), i + mbs))),
+                                 0));
+  return out;
+}
+
+// Byte model of ProcessGroup::bytes_sent (process_group.h).
+int64_t ar(int64_t n, int64_t elem, int g) { return g > 1 ? 2 * (g - 1) * (n * elem) / g : 0; }
+int64_t ag(int64_t n, int g) { return g > 1 ? (g - 1) * n * 4 : 0; }  // n = per-rank floats
+int64_t rs(int64_t n, int g) { return g > 1 ? (g - 1) * n * 4 : 0; }  // n = output floats
+
+struct Volume {
+  std::map<std::string, int64_t> by_group;
+  int64_t total() const {
+    int64_t s = 0;
+    for (auto& [k, v] : by_group) s += v;
+    return s;
+  }
+};
+
+Volume analytic(Qwen3Model& model, const std::vector<MicroBatch>& mbs, const dist::ParallelState& ps, bool distopt) {
+  Volume v;
+  const auto& c = model.config();
+  const int t = ps.tp->size(), p = ps.pp->size(), d = ps.dp_cp->size(), w = ps.world->size();
+  const bool sp = ps.sequence_parallel() && t > 1;
+  const bool first = ps.is_first_stage(), last = ps.is_last_stage();
+  const int64_t H = c.hidden_size, L = model.num_local_layers();
+  int64_t tpv = 0, ppv = 0;
+  for (const auto& mb : mbs) {
+    StageBatch b = model.prepare(mb);
+    const int64_t T = b.T, Tl = model.hidden_rows(b);
+    if (first) tpv += sp ? rs(Tl * H, t) + ag(Tl * H, t) : ar(T * H, 4, t);
+    tpv += L * (sp ? 4 * (ag(Tl * H, t) + rs(Tl * H, t)) : 4 * ar(T * H, 4, t));
+    if (last) {
+      if (sp) tpv += ag(Tl * H, t);
+      const int64_t chunk = std::min<int64_t>(1024, T);
+      for (int64_t c0 = 0; c0 < T; c0 += chunk) tpv += 3 * ar(std::min(chunk, T - c0), 4, t);
+      tpv += sp ? rs(Tl * H, t) : ar(T * H, 4, t);
+    }
+    if (!last) ppv += Tl * H * 4;
+    if (!first) ppv += Tl * H * 4;
+  }
+  for (const auto& prm : model.store().params())
+    if (prm.tp_grad_allreduce) tpv += ar(prm.grad.numel(), 4, t);
+  if (p > 1 && last) ppv += 8;  // loss broadcast from the last stage
+  v.by_group["tp"] = tpv;
+  v.by_group["pp"] = ppv;
+  int64_t emb = 0;
+  if (c.tie_word_embeddings && p > 1 && (first || last))
+    emb = ar(model.vocab_shard().local * H, 4, 2);
+  v.by_group["embedding"] = emb;
+  const int64_t N = model.store().numel();
+  v.by_group["dp-cp"] = ar(2, 8, d) + ar(1, 8, d) + (distopt ? 2 * (d - 1) * 4 * N / d : ar(N, 4, d));
+  v.by_group["world"] = ar(1, 8, w);
+  return v;
+}
+
+int bench(int argc, char** argv) {
+  Opts o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() { return std::string(i + 1 < argc ? argv[++i] : "0"); };
+    if (a == "--tp") o.tp = std::stoi(next());
+    else if (a == "--pp") o.pp = std::stoi(next());
+    else if (a == "--dp") o.dp = std::stoi(next());
+    else if (a == "--sp") o.sp = true;
+    else if (a == "--no-distopt") o.distopt = false;
+    else if (a == "--check-volume") o.check = true;
+    else if (a == "--config") o.config = next();
+    else if (a == "--rows") o.rows = std::stoll(next());
+    else if (a == "--mbs") o.mbs = std::stoll(next());
+    else if (a == "--steps") o.steps = std::stoll(next());
+    else throw Error("layout_bench: unknown option " + a);
+  }
+  MeshSizes ms;
+  ms.tp = o.tp;
+  ms.pp = o.pp;
+  ms.dp = o.dp;
+  ms.sequence_parallel = o.sp;
+  initialize({.global_device_mesh = DeviceMesh::from_sizes(ms)});
+  auto& state = parallel_state();
+  auto ps = std::shared_ptr<dist::ParallelState>(&state, [](dist::ParallelState*) {});
+  const ModelConfig cfg = make_config(o.config);
+  const auto all_rows = make_rows(o.rows, cfg.vocab_size);
+  OptimizerConfig oc;
+  oc.use_distributed_optimizer = o.distopt;
+  auto& world = *state.world;
+  const bool root = world.rank() == 0;
+
+  // Single-process baseline on the whole global batch (rank 0; the others wait).
+  double single_s = 0;
+  if (root) {
+    auto ls = dist::make_single_process_state();
+    Qwen3Model m1(cfg, ls);
+    m1.init_random(1);
+    Engine e1(m1);
+    DistributedOptimizer opt1(m1.store(), ls, oc);
+    auto mbs = split(all_rows, o.mbs);
+    for (int64_t s = 0; s <= o.steps; ++s) {
+      auto t0 = Clock::now();
+      e1.forward_backward(mbs);
+      opt1.step(1e-4);
+      if (s > 0) single_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    single_s /= static_cast<double>(o.steps);
+  }
+  world.barrier();
+
+  Qwen3Model model(cfg, ps);
+  model.init_random(1);
+  Engine eng(model);
+  DistributedOptimizer opt(model.store(), ps, oc);
+  const int64_t dpn = state.mesh.dp_size(), k = state.coord.dp, B = o.rows;
+  std::vector<EncodedRow> mine(all_rows.begin() + k * B / dpn, all_rows.begin() + (k + 1) * B / dpn);
+  auto mbs = split(mine, o.mbs);
+  std::vector<std::pair<std::string, dist::ProcessGroup*>> groups = {
+      {"tp", state.tp.get()},   {"pp", state.pp.get()},       {"dp-cp", state.dp_cp.get()}, {"world", state.world.get()},
+      {"dp", state.dp.get()},   {"cp", state.cp.get()},       {"tp-pp", state.tp_pp.get()}, {"embedding", state.embedding.get()},
+      {"ep", state.ep.get()},   {"edp", state.edp.get()},     {"etp", state.etp.get()}};
+  double layout_s = 0, bubble = 0;
+  bool mismatch = false;
+  Volume counted;
+  for (int64_t s = 0; s <= o.steps; ++s) {
+    for (auto& [n, g] : groups)
+      if (g) g->reset_bytes_sent();
+    world.barrier();
+    auto t0 = Clock::now();
+    StepResult r = eng.forward_backward(mbs);
+    opt.step(1e-4);
+    double el = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (s == 0) continue;  // warm-up
+    layout_s += el;
+    bubble += r.times.compute_s > 0 ? r.times.comm_s / r.times.compute_s : 0;
+    counted = Volume{};
+    for (auto& [n, g] : groups)
+      if (g) counted.by_group[n] += g->bytes_sent();
+  }
+  layout_s /= static_cast<double>(o.steps);
+  bubble /= static_cast<double>(o.steps);
+  Volume want = analytic(model, mbs, state, o.distopt);
+  // groups not in the model must carry nothing
+  for (auto& [n, b] : counted.by_group)
+    if (!want.by_group.count(n)) want.by_group[n] = 0;
+  std::string diff;
+  for (auto& [n, b] : want.by_group)
+    if (counted.by_group[n] != b)
+      diff += " " + n + ": counted " + std::to_string(counted.by_group[n]) + " analytic " + std::to_string(b) + ";";
+  mismatch = !diff.empty();
+  // one line per rank, printed in rank order
+  double mx = layout_s;
+  world.all_reduce_f64(&mx, 1, dist::ReduceOp::Max);
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "rank %d (tp %d pp %d dp %d): bytes/step %lld (tp %lld, pp %lld, embedding %lld, dp-cp %lld, world %lld) "
+                "analytic %lld %s| stage bubble %.3f",
+                world.rank(), state.coord.tp, state.coord.pp, state.coord.dp, static_cast<long long>(counted.total()),
+                static_cast<long long>(counted.by_group["tp"]), static_cast<long long>(counted.by_group["pp"]),
+                static_cast<long long>(counted.by_group["embedding"]), static_cast<long long>(counted.by_group["dp-cp"]),
+                static_cast<long long>(counted.by_group["world"]), static_cast<long long>(want.total()),
+                mismatch ? ("MISMATCH:" + diff + " ").c_str() : "ok ", bubble);
+  std::fflush(stdout);
+  for (int r = 0; r < world.size(); ++r) {
+    if (world.rank() == r) std::printf("%s\n", line), std::fflush(stdout);
+    world.barrier();
+  }
+  int64_t nbad = mismatch ? 1 : 0;
+  world.all_reduce(&nbad, 1);
+  if (root) {
+    const int p = state.pp->size();
+    const double m = static_cast<double>(mbs.size());
+    std::printf("layout tp=%d pp=%d dp=%d%s config %s, %lld rows, micro-batch %lld: step %.4f s vs single process "
+                "%.4f s (%.2fx); 1F1B bubble theory (p-1)/m = %.3f\n",
+                o.tp, o.pp, o.dp, o.sp ? " sp" : "", o.config.c_str(), static_cast<long long>(o.rows),
+                static_cast<long long>(o.mbs), mx, single_s, single_s > 0 ? mx / single_s : 0, (p - 1) / m);
+    if (o.check) std::printf("volume check: %s\n", nbad ? "FAILED" : "all ranks match the analytic volume");
+  }
+  return (o.check && nbad) ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return run_main(argc, argv, bench); }
