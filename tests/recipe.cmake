@@ -17,3 +17,5 @@ add_test(NAME recipe_world_size_mismatch_fails
                  ${CMAKE_BINARY_DIR}/examples/tp_recipe)
 add_test(NAME cli_train_heads_not_divisible_by_tp
          COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_bad_layouts.py --build ${CMAKE_BINARY_DIR})
+add_test(NAME train_rank_killed_mid_step_ends_job COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_kill_rank.py --build ${CMAKE_BINARY_DIR})
+set_tests_properties(train_rank_killed_mid_step_ends_job PROPERTIES TIMEOUT 180 PROCESSORS 2)
