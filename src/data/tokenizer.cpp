@@ -305,10 +305,74 @@ MatchScratch& match_scratch() {
 // reference library; checked code point by code point against it). \S and \P{..} inside a
 // character class are left to PCRE2.
 const char* kWhiteSpaceItems = "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
-const char* kExtraLetters =
-    "\\x{1C89}-\\x{1C8A}\\x{A7CB}-\\x{A7CD}\\x{A7DA}-\\x{A7DC}\\x{105C0}-\\x{105F3}\\x{10D4A}-\\x{10D65}\\x{10D6F}-\\x{10D85}\\x{10EC2}-\\x{10EC4}\\x{1123F}-\\x{11240}\\x{11380}-\\x{11389}\\x{1138B}\\x{1138E}\\x{11390}-\\x{113B5}\\x{113B7}\\x{113D1}\\x{113D3}\\x{11BC0}-\\x{11BE0}\\x{11F02}\\x{11F04}-\\x{11F10}\\x{11F12}-\\x{11F33}\\x{1342F}\\x{13441}-\\x{13446}\\x{13460}-\\x{143FA}\\x{16100}-\\x{1611D}\\x{16D40}-\\x{16D6C}\\x{18CFF}\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}\\x{1E030}-\\x{1E06D}\\x{1E4D0}-\\x{1E4EB}\\x{1E5D0}-\\x{1E5ED}\\x{1E5F0}\\x{2B739}\\x{2EBF0}-\\x{2EE5D}\\x{31350}-\\x{323AF}";
-const char* kExtraNumbers =
-    "\\x{10D40}-\\x{10D49}\\x{116D0}-\\x{116E3}\\x{11BF0}-\\x{11BF9}\\x{11F50}-\\x{11F59}\\x{16130}-\\x{16139}\\x{16D70}-\\x{16D79}\\x{1CCF0}-\\x{1CCF9}\\x{1D2C0}-\\x{1D2D3}\\x{1E4F0}-\\x{1E4F9}\\x{1E5F1}-\\x{1E5FA}";
+constexpr uint32_t kNewLetterRanges[][2] = {
+    {0x1C89, 0x1C8A}, {0xA7CB, 0xA7CD}, {0xA7DA, 0xA7DC}, {0x105C0, 0x105F3}, {0x10D4A, 0x10D65},
+    {0x10D6F, 0x10D85}, {0x10EC2, 0x10EC4}, {0x1123F, 0x11240}, {0x11380, 0x11389}, {0x1138B, 0x1138B},
+    {0x1138E, 0x1138E}, {0x11390, 0x113B5}, {0x113B7, 0x113B7}, {0x113D1, 0x113D1}, {0x113D3, 0x113D3},
+    {0x11BC0, 0x11BE0}, {0x11F02, 0x11F02}, {0x11F04, 0x11F10}, {0x11F12, 0x11F33}, {0x1342F, 0x1342F},
+    {0x13441, 0x13446}, {0x13460, 0x143FA}, {0x16100, 0x1611D}, {0x16D40, 0x16D6C}, {0x18CFF, 0x18CFF},
+    {0x1B132, 0x1B132}, {0x1B155, 0x1B155}, {0x1DF25, 0x1DF2A}, {0x1E030, 0x1E06D}, {0x1E4D0, 0x1E4EB},
+    {0x1E5D0, 0x1E5ED}, {0x1E5F0, 0x1E5F0}, {0x2B739, 0x2B739}, {0x2EBF0, 0x2EE5D}, {0x31350, 0x323AF},
+};
+constexpr uint32_t kNewNumberRanges[][2] = {
+    {0x10D40, 0x10D49}, {0x116D0, 0x116E3}, {0x11BF0, 0x11BF9}, {0x11F50, 0x11F59}, {0x16130, 0x16139},
+    {0x16D70, 0x16D79}, {0x1CCF0, 0x1CCF9}, {0x1D2C0, 0x1D2D3}, {0x1E4F0, 0x1E4F9}, {0x1E5F1, 0x1E5FA},
+};
+
+template <size_t N>
+std::string class_items(const uint32_t (&ranges)[N][2]) {
+  std::string s;
+  char buf[48];
+  for (auto& r : ranges) {
+    if (r[0] == r[1]) std::snprintf(buf, sizeof buf, "\\x{%X}", r[0]);
+    else std::snprintf(buf, sizeof buf, "\\x{%X}-\\x{%X}", r[0], r[1]);
+    s += buf;
+  }
+  return s;
+}
+
+// Code points on which the aligned pattern can differ from the original one.
+class AlignmentTable {
+ public:
+  AlignmentTable() : bits_(0x110000 / 64, 0) {
+    for (auto& r : kNewLetterRanges) set(r[0], r[1]);
+    for (auto& r : kNewNumberRanges) set(r[0], r[1]);
+    set(0x180E, 0x180E);
+  }
+  bool affected(char32_t cp) const { return (bits_[cp >> 6] >> (cp & 63)) & 1; }
+
+ private:
+  void set(uint32_t lo, uint32_t hi) {
+    for (uint32_t cp = lo; cp <= hi; ++cp) bits_[cp >> 6] |= 1ull << (cp & 63);
+  }
+  std::vector<uint64_t> bits_;
+};
+const AlignmentTable& alignment_table() {
+  static const AlignmentTable t;
+  return t;
+}
+
+bool has_alignment_sensitive(std::string_view s) {
+  const AlignmentTable& t = alignment_table();
+  size_t i = 0;
+  const size_t n = s.size();
+  while (i < n) {
+    if (i + 8 <= n) {
+      uint64_t w;
+      std::memcpy(&w, s.data() + i, 8);
+      if (!(w & 0x8080808080808080ull)) {
+        i += 8;
+        continue;
+      }
+    }
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    if (t.affected(utf8_next(s, i))) return true;
+  }
+  return false;
+}
 
 std::string align_unicode_pattern(const std::string& pat) {
   std::string out;
@@ -324,13 +388,14 @@ std::string align_unicode_pattern(const std::string& pat) {
         const size_t close = pat.find('}', i + 3);
         if (close != std::string::npos) {
           const std::string prop = pat.substr(i + 3, close - i - 3);
-          const char* extra = (prop == "L" || prop == "Letter") ? kExtraLetters
-                              : (prop == "N" || prop == "Number") ? kExtraNumbers : nullptr;
+          static const std::string letters = class_items(kNewLetterRanges), numbers = class_items(kNewNumberRanges);
+          const std::string* extra = (prop == "L" || prop == "Letter") ? &letters
+                                     : (prop == "N" || prop == "Number") ? &numbers : nullptr;
           const std::string orig = pat.substr(i, close + 1 - i);
           if (extra && e == 'p') {
-            out += in_class ? orig + extra : "[" + orig + extra + "]";
+            out += in_class ? orig + *extra : "[" + orig + *extra + "]";
           } else if (extra && !in_class) {  // \P{L} outside a class
-            out += "[^\\p{" + prop + "}" + extra + "]";
+            out += "[^\\p{" + prop + "}" + *extra + "]";
           } else {
             out += orig;
           }
@@ -378,39 +443,37 @@ std::string align_unicode_pattern(const std::string& pat) {
 class Regex {
  public:
   Regex() = default;
+  /// Compiles `pattern` (PCRE2, UTF + UCP, JIT). Non-literal patterns are compiled twice: as
+  /// written (fast) and Unicode-aligned (align_unicode_pattern, with large explicit classes);
+  /// the aligned program only runs on subjects holding a code point where the two differ.
   Regex(const std::string& pattern, bool literal, const std::string& where) {
-    int err = 0;
-    PCRE2_SIZE eoff = 0;
-    const uint32_t opts = literal ? (PCRE2_UTF | PCRE2_LITERAL | PCRE2_NO_UTF_CHECK)
-                                  : (PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK);
-    const std::string pat = literal ? pattern : align_unicode_pattern(pattern);
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pat.data()), pat.size(), opts, &err, &eoff, nullptr);
-    if (!code_) {
-      PCRE2_UCHAR buf[256];
-      pcre2_get_error_message(err, buf, sizeof buf);
-      throw Error(where + ": cannot compile regex /" + pattern + "/ at offset " + std::to_string(eoff) + ": " +
-                  reinterpret_cast<char*>(buf));
+    if (literal) {
+      aligned_ = compile(pattern, PCRE2_UTF | PCRE2_LITERAL | PCRE2_NO_UTF_CHECK, pattern, where);
+      return;
     }
-    jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
+    const std::string pat = align_unicode_pattern(pattern);
+    aligned_ = compile(pat, PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, pattern, where);
+    if (pat != pattern) fast_ = compile(pattern, PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, pattern, where);
   }
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
   ~Regex() {
-    if (code_) pcre2_code_free(code_);
+    for (Prog* p : {&aligned_, &fast_})
+      if (p->code) pcre2_code_free(p->code);
   }
-  bool jit() const { return jit_; }
 
   /// Calls fn(start, end) for every non-overlapping match of the subject (valid UTF-8),
   /// left to right; an empty match advances one character and is not reported.
   template <class Fn>
   void for_each_match(std::string_view s, Fn&& fn) const {
+    const Prog& p = (fast_.code && !has_alignment_sensitive(s)) ? fast_ : aligned_;
     auto& sc = match_scratch();
     const auto* subj = reinterpret_cast<PCRE2_SPTR>(s.data());
     size_t off = 0;
     const size_t n = s.size();
     while (off <= n) {
-      int rc = jit_ ? pcre2_jit_match(code_, subj, n, off, PCRE2_NO_UTF_CHECK, sc.md, sc.mc)
-                    : pcre2_match(code_, subj, n, off, PCRE2_NO_UTF_CHECK, sc.md, sc.mc);
+      int rc = p.jit ? pcre2_jit_match(p.code, subj, n, off, PCRE2_NO_UTF_CHECK, sc.md, sc.mc)
+                     : pcre2_match(p.code, subj, n, off, PCRE2_NO_UTF_CHECK, sc.md, sc.mc);
       if (rc == PCRE2_ERROR_NOMATCH) return;
       if (rc < 0) {
         PCRE2_UCHAR buf[256];
@@ -432,8 +495,25 @@ class Regex {
   }
 
  private:
-  pcre2_code* code_ = nullptr;
-  bool jit_ = false;
+  struct Prog {
+    pcre2_code* code = nullptr;
+    bool jit = false;
+  };
+  static Prog compile(const std::string& pat, uint32_t opts, const std::string& shown, const std::string& where) {
+    int err = 0;
+    PCRE2_SIZE eoff = 0;
+    Prog p;
+    p.code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pat.data()), pat.size(), opts, &err, &eoff, nullptr);
+    if (!p.code) {
+      PCRE2_UCHAR buf[256];
+      pcre2_get_error_message(err, buf, sizeof buf);
+      throw Error(where + ": cannot compile regex /" + shown + "/: " + reinterpret_cast<char*>(buf) +
+                  (pat == shown ? " at offset " + std::to_string(eoff) : std::string()));
+    }
+    p.jit = pcre2_jit_compile(p.code, PCRE2_JIT_COMPLETE) == 0;
+    return p;
+  }
+  Prog aligned_, fast_;
 };
 
 // ------------------------------------------------------------------------------------------

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "twinkle/data/hub.h"
@@ -82,10 +84,25 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
       pad_id_ = 0;
     }
   }
-  // Peak for MFU: env, else rank 0 measures one core while the others wait.
+  // Peak for MFU: TWINKLE_PEAK_GFLOPS, else the machine peak `twinkle info` saved, else rank 0
+  // measures one core while the others wait (times the cores this job can use).
+  const char* home = std::getenv("TWINKLE_HOME");
+  const fs::path peak_file = home ? fs::path(home) / "peak.json"
+                                  : fs::path(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") / ".cache/twinkle/peak.json";
   if (const char* e = std::getenv("TWINKLE_PEAK_GFLOPS")) {
     peak_flops_ = std::atof(e) * 1e9;
-  } else {
+  } else if (fs::exists(peak_file)) {
+    try {
+      std::ifstream in(peak_file);
+      auto j = nlohmann::json::parse(in);
+      const int64_t hw = std::max<unsigned>(1u, std::thread::hardware_concurrency());
+      const int64_t used = std::min<int64_t>(hw, static_cast<int64_t>(ps_->world->size()) * omp_get_max_threads());
+      peak_flops_ = j.at("core_gflops").get<double>() * 1e9 * static_cast<double>(used);
+    } catch (const std::exception&) {
+      peak_flops_ = 0;
+    }
+  }
+  if (peak_flops_ <= 0) {
     auto& world = *ps_->world;
     double core = 0;
     world.barrier();

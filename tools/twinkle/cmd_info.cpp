@@ -1,0 +1,81 @@
+// `twinkle info`: what this build and machine are, and the measured fp32 GEMM peak that MFU
+// is computed against (saved to $TWINKLE_HOME/peak.json, default ~/.cache/twinkle/peak.json).
+#include <dnnl.h>
+#include <mpi.h>
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "command.h"
+#include "twinkle/kernels/cpu/gemm.h"
+
+namespace {
+
+double sgemm_gflops(int threads, double seconds) {
+  const int64_t n = 1024;
+  std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(static_cast<size_t>(n * n), 0.25f),
+      c(static_cast<size_t>(n * n));
+  omp_set_num_threads(threads);
+  twinkle::kernels::cpu::sgemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  double best = 0;
+  auto start = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+    auto t0 = std::chrono::steady_clock::now();
+    twinkle::kernels::cpu::sgemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * n * n * n / el / 1e9);
+  }
+  return best;
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+int info_main(int argc, char** argv) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const dnnl_version_t* v = dnnl_version();
+  char mpi_ver[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(mpi_ver, &len);
+  std::string mpi(mpi_ver, static_cast<size_t>(len));
+  mpi = mpi.substr(0, mpi.find('\n'));
+  std::printf("twinkle build\n  backends      cpu (cuda: not built; npu: needs Ascend CANN, not available)\n");
+  std::printf("  GEMM          oneDNN %d.%d.%d (%s)\n", v->major, v->minor, v->patch, v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime");
+  std::printf("  MPI           %s\n", mpi.c_str());
+  std::printf("machine\n  CPU           %s\n  cores         %u\n  OMP threads   %d (OMP_NUM_THREADS)\n", cpu_model().c_str(),
+              cores, omp_get_max_threads());
+  const double one = sgemm_gflops(1, 0.5);
+  const double all = sgemm_gflops(static_cast<int>(cores), 0.5);
+  std::printf("measured fp32 sgemm peak (1024^3, best of 0.5 s)\n  1 thread      %.1f GFLOP/s\n  %u threads     %.1f GFLOP/s\n",
+              one, cores, all);
+  const char* home = std::getenv("TWINKLE_HOME");
+  std::filesystem::path dir = home ? std::filesystem::path(home)
+                                   : std::filesystem::path(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") / ".cache/twinkle";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::ofstream out(dir / "peak.json");
+  if (out) {
+    out << nlohmann::json{{"core_gflops", one}, {"machine_gflops", all}, {"cores", cores}, {"cpu", cpu_model()}}.dump(2)
+        << "\n";
+    std::printf("saved to %s (MegatronModel uses it for MFU; TWINKLE_PEAK_GFLOPS overrides)\n",
+                (dir / "peak.json").string().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+TWINKLE_REGISTER_COMMAND("info", "build and machine facts; measures the GEMM peak used for MFU", info_main);
