@@ -13,20 +13,11 @@
 #include "command.h"
 #include "twinkle/data/dataset.h"
 #include "twinkle/data/preprocessor.h"
+#include "twinkle/data/pretokenized.h"
 #include "twinkle/dist/runtime.h"
 #include "twinkle/train/megatron_model.h"
 
 namespace {
-
-std::vector<int32_t> ints(const nlohmann::json& j, const std::string& what) {
-  twinkle::check(j.is_array(), what + " must be a list of integers");
-  std::vector<int32_t> v;
-  for (const auto& x : j) {
-    twinkle::check(x.is_number_integer(), what + " must contain only integers");
-    v.push_back(x.get<int32_t>());
-  }
-  return v;
-}
 
 int eval_main(int argc, char** argv) {
   CLI::App app{"Loss of a dataset under a model (forward only)", "twinkle eval"};
@@ -44,16 +35,8 @@ int eval_main(int argc, char** argv) {
   }
   twinkle::Dataset ds{twinkle::DatasetMeta(dataset)};
   std::vector<twinkle::EncodedRow> rows;
-  if (ds.size() > 0 && ds[0].contains("input_ids")) {
-    for (int64_t i = 0; i < ds.size(); ++i) {
-      twinkle::EncodedRow r;
-      r.input_ids = ints(ds[i].at("input_ids"), ds.row_name(i) + ": input_ids");
-      r.labels = ds[i].contains("labels") ? ints(ds[i]["labels"], ds.row_name(i) + ": labels") : r.input_ids;
-      twinkle::check(r.labels.size() == r.input_ids.size(), ds.row_name(i) + ": labels and input_ids differ in length");
-      r.length = static_cast<int64_t>(r.input_ids.size());
-      for (int64_t t = 0; t < r.length; ++t) r.position_ids.push_back(static_cast<int32_t>(t));
-      rows.push_back(std::move(r));
-    }
+  if (ds.size() > 0 && twinkle::is_pretokenized(ds[0])) {
+    for (int64_t i = 0; i < ds.size(); ++i) rows.push_back(twinkle::pretokenized_row(ds[i], ds.row_name(i)));
   } else {
     ds.map(twinkle::MessagesPreprocessor());
     ds.set_template(templ, {.model_id = model, .max_length = max_length});

@@ -19,6 +19,7 @@
 #include "twinkle/data/dataloader.h"
 #include "twinkle/data/dataset.h"
 #include "twinkle/data/preprocessor.h"
+#include "twinkle/data/pretokenized.h"
 #include "twinkle/dist/runtime.h"
 #include "twinkle/io/safetensors.h"
 #include "twinkle/train/megatron_model.h"
@@ -26,17 +27,6 @@
 namespace {
 
 using json = nlohmann::json;
-
-std::vector<int32_t> int_list(const json& j, const std::string& field, const std::string& where) {
-  twinkle::check(j.is_array(), where + ": field '" + field + "' must be a list of integers");
-  std::vector<int32_t> out;
-  out.reserve(j.size());
-  for (const auto& v : j) {
-    twinkle::check(v.is_number_integer(), where + ": field '" + field + "' must contain only integers");
-    out.push_back(v.get<int32_t>());
-  }
-  return out;
-}
 
 twinkle::DataSlice parse_slice(const std::string& s) {
   // "A:B" range, or "i,j,k" list, or "N" (= 0:N)
@@ -123,22 +113,9 @@ int train_main(int argc, char** argv) {
   twinkle::Dataset ds(meta);
   ds.set_skip_bad_rows(skip_bad);
   std::vector<twinkle::EncodedRow> rows;
-  const bool pretokenized = ds.size() > 0 && ds[0].is_object() && ds[0].contains("input_ids");
+  const bool pretokenized = ds.size() > 0 && twinkle::is_pretokenized(ds[0]);
   if (pretokenized) {
-    for (int64_t i = 0; i < ds.size(); ++i) {
-      const json& r = ds[i];
-      const std::string where = ds.row_name(i);
-      twinkle::check(r.is_object() && r.contains("input_ids"), where + ": missing field 'input_ids'");
-      twinkle::EncodedRow e;
-      e.input_ids = int_list(r["input_ids"], "input_ids", where);
-      e.labels = r.contains("labels") ? int_list(r["labels"], "labels", where) : e.input_ids;
-      twinkle::check(e.labels.size() == e.input_ids.size(), where + ": 'labels' and 'input_ids' differ in length");
-      twinkle::check(!e.input_ids.empty(), where + ": empty 'input_ids'");
-      e.length = static_cast<int64_t>(e.input_ids.size());
-      e.attention_mask.assign(e.input_ids.size(), 1);
-      for (int64_t t = 0; t < e.length; ++t) e.position_ids.push_back(static_cast<int32_t>(t));
-      rows.push_back(std::move(e));
-    }
+    for (int64_t i = 0; i < ds.size(); ++i) rows.push_back(twinkle::pretokenized_row(ds[i], ds.row_name(i)));
   } else {
     if (!self_cog.empty()) {
       auto comma = self_cog.find(',');

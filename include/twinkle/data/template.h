@@ -99,9 +99,8 @@ class Template {
   const Tokenizer& tokenizer() const;
   const TemplateOptions& options() const;
 
-  struct Impl;
-
  private:
+  struct Impl;
   std::shared_ptr<const Impl> impl_;
 };
 

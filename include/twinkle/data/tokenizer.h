@@ -1,9 +1,16 @@
 // twinkle/data/tokenizer.h — Hugging Face byte-level BPE tokenizer (tokenizer.json).
 //
-// Semantics follow the Rust `tokenizers` library as used by Qwen3: added tokens
-// matched first (with lstrip/rstrip/normalized flags), NFC normalizer, Split
-// pre-tokenizer on Qwen's regex (PCRE2, JIT) then ByteLevel, BPE merges by rank,
-// ByteLevel decoder.
+// Semantics follow the Rust `tokenizers` library (0.22, the reference of the tests) as used by
+// Qwen3: added tokens matched first (with lstrip/rstrip/single_word/normalized flags), NFC
+// normalizer, Split pre-tokenizer on Qwen's regex (PCRE2, JIT) then ByteLevel, BPE merges by
+// rank, ByteLevel decoder. Ids are identical to the Rust library's for every code point
+// (tests/tokenizer.cmake sweeps all of the BMP and the changed ranges above it), including
+// where the engines' Unicode versions differ: the Rust library's regex (Oniguruma) has
+// Unicode 16.0 letters/digits and White_Space without U+180E, its normalizer Unicode 9.0
+// tables, its Lowercase Rust std's Unicode 17.0 mappings; Debian 12's PCRE2 has Unicode 14.0
+// and utf8proc 15.0, so the differences are tabulated in src/data/tokenizer.cpp.
+// Added-token ids are the ones the Rust library assigns (re-added in file order after the
+// vocab), like it, whatever ids the file states.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -82,9 +89,8 @@ class Tokenizer {
   Tokenizer(const Tokenizer&);
   Tokenizer& operator=(const Tokenizer&);
 
-  struct Impl;
-
  private:
+  struct Impl;
   const Impl& checked() const;  // throws twinkle::Error when default-constructed
   std::shared_ptr<const Impl> impl_;
 };

@@ -1,0 +1,22 @@
+// twinkle/data/pretokenized.h — rows that are already token ids.
+//
+// A pre-tokenized row is {"input_ids": [int...], "labels": [int...]} with labels optional
+// (then equal to input_ids) and -100 marking positions that are not trained (HF convention:
+// labels aligned with input_ids; the model shifts).
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "twinkle/data/batch.h"
+
+namespace twinkle {
+
+/// True when `row` is an object with an "input_ids" field.
+bool is_pretokenized(const nlohmann::json& row);
+
+/// The EncodedRow of a pre-tokenized row (attention_mask ones, position_ids 0..L-1).
+/// Throws twinkle::Error naming `where` (file:line) and the field: missing or empty
+/// input_ids, a non-list or non-integer entry, labels of a different length.
+EncodedRow pretokenized_row(const nlohmann::json& row, const std::string& where);
+
+}  // namespace twinkle

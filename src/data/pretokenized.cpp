@@ -1,0 +1,35 @@
+#include "twinkle/data/pretokenized.h"
+
+#include "twinkle/core/error.h"
+
+namespace twinkle {
+
+namespace {
+std::vector<int32_t> int_list(const nlohmann::json& j, const char* field, const std::string& where) {
+  check(j.is_array(), where + ": field '" + field + "' must be a list of integers");
+  std::vector<int32_t> out;
+  out.reserve(j.size());
+  for (const auto& v : j) {
+    check(v.is_number_integer(), where + ": field '" + field + "' must contain only integers");
+    out.push_back(v.get<int32_t>());
+  }
+  return out;
+}
+}  // namespace
+
+bool is_pretokenized(const nlohmann::json& row) { return row.is_object() && row.contains("input_ids"); }
+
+EncodedRow pretokenized_row(const nlohmann::json& row, const std::string& where) {
+  check(is_pretokenized(row), where + ": missing field 'input_ids'");
+  EncodedRow e;
+  e.input_ids = int_list(row["input_ids"], "input_ids", where);
+  e.labels = row.contains("labels") ? int_list(row["labels"], "labels", where) : e.input_ids;
+  check(!e.input_ids.empty(), where + ": empty 'input_ids'");
+  check(e.labels.size() == e.input_ids.size(), where + ": 'labels' and 'input_ids' differ in length");
+  e.length = static_cast<int64_t>(e.input_ids.size());
+  e.attention_mask.assign(e.input_ids.size(), 1);
+  for (int64_t t = 0; t < e.length; ++t) e.position_ids.push_back(static_cast<int32_t>(t));
+  return e;
+}
+
+}  // namespace twinkle
