@@ -60,10 +60,27 @@ void add3(float* out, const float* a, const float* b, int64_t n) {
 }
 }  // namespace
 
+const float* Qwen3Model::sp_all_gather(Workspace& ws, const std::string& full_key, const float* local, int64_t T,
+                                       int64_t Tl) {
+  if (!sp_) return local;
+  float* full = ws.get(full_key, {T, H_}).f32();
+  parallel::all_gather_rows(*ps_->tp, local, full, Tl, H_);
+  return full;
+}
+
+float* Qwen3Model::tp_reduce_rows(float* full, const char* local_key, int64_t T, int64_t Tl) {
+  if (!sp_) {
+    parallel::all_reduce_sum(*ps_->tp, full, T * H_);
+    return full;
+  }
+  float* local = scratch_.get(local_key, {Tl, H_}).f32();
+  parallel::reduce_scatter_rows(*ps_->tp, full, local, Tl, H_);
+  return local;
+}
+
 void Qwen3Model::layer_forward(int slot, int64_t li, const StageBatch& b, const float* x, float* y) {
   Workspace& ws = slot_ws(slot);
   const LayerParams& lp = layers_[static_cast<size_t>(li)];
-  auto& tpg = *ps_->tp;
   const std::string p = "l" + std::to_string(li) + ".";
   const int64_t T = b.T, Tl = hidden_rows(b), H = H_, D = D_;
   const int64_t nq = hq_ * D, nkv = hkv_ * D;
@@ -74,11 +91,7 @@ void Qwen3Model::layer_forward(int slot, int64_t li, const StageBatch& b, const 
   float* ln1 = ws.get(key(p, "ln1"), {Tl, H}).f32();
   float* rstd1 = ws.get(key(p, "rstd1"), {Tl}).f32();
   k::rmsnorm_forward(x, P(lp.ln1), ln1, rstd1, Tl, H, eps);
-  float* ln1f = ln1;
-  if (sp_) {
-    ln1f = ws.get(key(p, "ln1f"), {T, H}).f32();
-    parallel::all_gather_rows(tpg, ln1, ln1f, Tl, H);
-  }
+  const float* ln1f = sp_all_gather(ws, key(p, "ln1f"), ln1, T, Tl);
   float* qp = ws.get(key(p, "qp"), {T, nq}).f32();
   float* kp = ws.get(key(p, "kp"), {T, nkv}).f32();
   float* v = ws.get(key(p, "v"), {T, nkv}).f32();
@@ -106,25 +119,14 @@ void Qwen3Model::layer_forward(int slot, int64_t li, const StageBatch& b, const 
   float* ofull = scratch_.get("ofull", {T, H}).f32();
   k::linear_forward(attn, P(lp.o), ofull, T, H, nq);
   float* h = ws.get(key(p, "h"), {Tl, H}).f32();
-  if (sp_) {
-    float* olocal = scratch_.get("olocal", {Tl, H}).f32();
-    parallel::reduce_scatter_rows(tpg, ofull, olocal, Tl, H);
-    add3(h, x, olocal, Tl * H);
-  } else {
-    parallel::all_reduce_sum(tpg, ofull, T * H);
-    add3(h, x, ofull, Tl * H);
-  }
+  add3(h, x, tp_reduce_rows(ofull, "olocal", T, Tl), Tl * H);
   if (lp.ob != SIZE_MAX) add_bias_rows(h, P(lp.ob), Tl, H);
 
   // --- MLP block ---
   float* ln2 = ws.get(key(p, "ln2"), {Tl, H}).f32();
   float* rstd2 = ws.get(key(p, "rstd2"), {Tl}).f32();
   k::rmsnorm_forward(h, P(lp.ln2), ln2, rstd2, Tl, H, eps);
-  float* ln2f = ln2;
-  if (sp_) {
-    ln2f = ws.get(key(p, "ln2f"), {T, H}).f32();
-    parallel::all_gather_rows(tpg, ln2, ln2f, Tl, H);
-  }
+  const float* ln2f = sp_all_gather(ws, key(p, "ln2f"), ln2, T, Tl);
   float* g = ws.get(key(p, "g"), {T, I_}).f32();
   float* u = ws.get(key(p, "u"), {T, I_}).f32();
   float* a = ws.get(key(p, "a"), {T, I_}).f32();
@@ -133,37 +135,24 @@ void Qwen3Model::layer_forward(int slot, int64_t li, const StageBatch& b, const 
   k::swiglu_forward(g, u, a, T * I_);
   float* dfull = scratch_.get("ofull", {T, H}).f32();
   k::linear_forward(a, P(lp.down), dfull, T, H, I_);
-  if (sp_) {
-    float* dlocal = scratch_.get("olocal", {Tl, H}).f32();
-    parallel::reduce_scatter_rows(tpg, dfull, dlocal, Tl, H);
-    add3(y, h, dlocal, Tl * H);
-  } else {
-    parallel::all_reduce_sum(tpg, dfull, T * H);
-    add3(y, h, dfull, Tl * H);
-  }
+  add3(y, h, tp_reduce_rows(dfull, "olocal", T, Tl), Tl * H);
 }
 
 void Qwen3Model::layer_backward(int slot, int64_t li, const StageBatch& b, const float* x, const float* dy,
                                 float* dx) {
   Workspace& ws = slot_ws(slot);
   const LayerParams& lp = layers_[static_cast<size_t>(li)];
-  auto& tpg = *ps_->tp;
   const std::string p = "l" + std::to_string(li) + ".";
   const int64_t T = b.T, Tl = hidden_rows(b), H = H_, D = D_;
   const int64_t nq = hq_ * D, nkv = hkv_ * D;
   const int64_t nseg = static_cast<int64_t>(b.cu_seqlens.size()) - 1;
   auto get = [&](const char* n, const Shape& s) { return ws.get(key(p, n), s).f32(); };
-  const float* ln1f = sp_ ? get("ln1f", {T, H}) : get("ln1", {Tl, H});
+  const float* ln1f = sp_ ? get("ln1f", {T, H}) : get("ln1", {Tl, H});  // saved by layer_forward
   const float* ln2f = sp_ ? get("ln2f", {T, H}) : get("ln2", {Tl, H});
   const float* h = get("h", {Tl, H});
 
   // --- MLP block ---
-  const float* dyf = dy;
-  if (sp_) {
-    float* t = scratch_.get("gfull", {T, H}).f32();
-    parallel::all_gather_rows(tpg, dy, t, Tl, H);
-    dyf = t;
-  }
+  const float* dyf = sp_all_gather(scratch_, "gfull", dy, T, Tl);
   float* da = scratch_.get("da", {T, I_}).f32();
   k::linear_backward(get("a", {T, I_}), P(lp.down), dyf, da, G(lp.down), T, H, I_);
   float* dg = scratch_.get("dg", {T, I_}).f32();
@@ -172,25 +161,14 @@ void Qwen3Model::layer_backward(int slot, int64_t li, const StageBatch& b, const
   float* dln2f = scratch_.get("dlnf", {T, H}).f32();
   k::linear_backward(ln2f, P(lp.gate), dg, dln2f, G(lp.gate), T, I_, H);
   k::linear_backward(ln2f, P(lp.up), du, dln2f, G(lp.up), T, I_, H, /*accumulate_dx=*/true);
-  float* dln2 = dln2f;
-  if (sp_) {
-    dln2 = scratch_.get("dln", {Tl, H}).f32();
-    parallel::reduce_scatter_rows(tpg, dln2f, dln2, Tl, H);
-  } else {
-    parallel::all_reduce_sum(tpg, dln2f, T * H);
-  }
+  const float* dln2 = tp_reduce_rows(dln2f, "dln", T, Tl);
   float* dh = scratch_.get("dh", {Tl, H}).f32();
   k::rmsnorm_backward(h, P(lp.ln2), get("rstd2", {Tl}), dln2, dh, G(lp.ln2), Tl, H);
   k::add_inplace(dh, dy, Tl * H);
 
   // --- attention block ---
   if (lp.ob != SIZE_MAX) bias_grad(dh, G(lp.ob), Tl, H);
-  const float* dhf = dh;
-  if (sp_) {
-    float* t = scratch_.get("gfull", {T, H}).f32();
-    parallel::all_gather_rows(tpg, dh, t, Tl, H);
-    dhf = t;
-  }
+  const float* dhf = sp_all_gather(scratch_, "gfull", dh, T, Tl);
   float* dattn = scratch_.get("dattn", {T, nq}).f32();
   k::linear_backward(get("attn", {T, nq}), P(lp.o), dhf, dattn, G(lp.o), T, H, nq);
   float* dq = scratch_.get("dq", {T, nq}).f32();
@@ -212,13 +190,7 @@ void Qwen3Model::layer_backward(int slot, int64_t li, const StageBatch& b, const
   k::linear_backward(ln1f, P(lp.q), dq, dln1f, G(lp.q), T, nq, H);
   k::linear_backward(ln1f, P(lp.k), dk, dln1f, G(lp.k), T, nkv, H, true);
   k::linear_backward(ln1f, P(lp.v), dv, dln1f, G(lp.v), T, nkv, H, true);
-  float* dln1 = dln1f;
-  if (sp_) {
-    dln1 = scratch_.get("dln", {Tl, H}).f32();
-    parallel::reduce_scatter_rows(tpg, dln1f, dln1, Tl, H);
-  } else {
-    parallel::all_reduce_sum(tpg, dln1f, T * H);
-  }
+  const float* dln1 = tp_reduce_rows(dln1f, "dln", T, Tl);
   k::rmsnorm_backward(x, P(lp.ln1), get("rstd1", {Tl}), dln1, dx, G(lp.ln1), Tl, H);
   k::add_inplace(dx, dh, Tl * H);
 }

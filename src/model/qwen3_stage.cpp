@@ -21,11 +21,7 @@ double Qwen3Model::head_forward(int slot, const StageBatch& b, const float* x, f
   float* fn = ws.get("fn", {Tl, H}).f32();
   float* rstdf = ws.get("rstdf", {Tl}).f32();
   k::rmsnorm_forward(x, P(final_norm_), fn, rstdf, Tl, H, static_cast<float>(cfg_.rms_norm_eps));
-  float* fnf = fn;
-  if (sp_) {
-    fnf = scratch_.get("fnf", {T, H}).f32();
-    parallel::all_gather_rows(tpg, fn, fnf, Tl, H);
-  }
+  const float* fnf = sp_all_gather(scratch_, "fnf", fn, T, Tl);
   const bool grad = training && grad_scale != 0.0f;
   if (!grad && b.num_targets == 0) return 0.0;  // nothing to score (generation)
   float* dfnf = grad ? scratch_.get("dfnf", {T, H}).f32() : nullptr;
@@ -50,19 +46,13 @@ double Qwen3Model::head_forward(int slot, const StageBatch& b, const float* x, f
   }
   if (grad) {
     float* dfn = ws.get("dfn", {Tl, H}).f32();
-    if (sp_) {
-      parallel::reduce_scatter_rows(tpg, dfnf, dfn, Tl, H);
-    } else {
-      parallel::all_reduce_sum(tpg, dfnf, T * H);
-      std::memcpy(dfn, dfnf, static_cast<size_t>(T * H) * 4);
-    }
+    std::memcpy(dfn, tp_reduce_rows(dfnf, "dfn_local", T, Tl), static_cast<size_t>(Tl * H) * 4);
   }
   return loss;
 }
 
 double Qwen3Model::forward(int slot, const StageBatch& b, const float* in_hidden, float grad_scale, bool training) {
   Workspace& ws = slot_ws(slot);
-  auto& tpg = *ps_->tp;
   const int64_t T = b.T, Tl = hidden_rows(b), H = H_;
   float* x0 = ws.get("x0", {Tl, H}).f32();
   if (first_) {
@@ -71,12 +61,7 @@ double Qwen3Model::forward(int slot, const StageBatch& b, const float* in_hidden
     } else {
       float* ef = scratch_.get("embf", {T, H}).f32();
       k::embedding_forward(P(embed_), b.ids.data(), ef, T, H, vocab_.start, vocab_.local);
-      if (sp_) {
-        parallel::reduce_scatter_rows(tpg, ef, x0, Tl, H);
-      } else {
-        parallel::all_reduce_sum(tpg, ef, T * H);
-        std::memcpy(x0, ef, static_cast<size_t>(T * H) * 4);
-      }
+      std::memcpy(x0, tp_reduce_rows(ef, "emb_local", T, Tl), static_cast<size_t>(Tl * H) * 4);
     }
   } else {
     check(in_hidden != nullptr, "Qwen3Model::forward: a non-first stage needs the previous stage's hidden state");
@@ -99,7 +84,6 @@ const float* Qwen3Model::output_hidden(int slot) {
 
 const float* Qwen3Model::backward(int slot, const StageBatch& b, const float* d_out) {
   Workspace& ws = slot_ws(slot);
-  auto& tpg = *ps_->tp;
   const int64_t T = b.T, Tl = hidden_rows(b), H = H_;
   auto layer_in = [&](int64_t i) -> const float* {
     return i == 0 ? ws.get("x0", {Tl, H}).f32() : ws.get("l" + std::to_string(i - 1) + ".y", {Tl, H}).f32();
@@ -121,12 +105,7 @@ const float* Qwen3Model::backward(int slot, const StageBatch& b, const float* d_
     cur ^= 1;
   }
   if (!first_) return dcur;
-  const float* dfull = dcur;
-  if (sp_) {
-    float* t = scratch_.get("gfull", {T, H}).f32();
-    parallel::all_gather_rows(tpg, dcur, t, Tl, H);
-    dfull = t;
-  }
+  const float* dfull = sp_all_gather(scratch_, "gfull", dcur, T, Tl);
   k::embedding_backward(dfull, b.ids.data(), G(embed_), T, H, vocab_.start, vocab_.local);
   return nullptr;
 }

@@ -116,6 +116,13 @@ class Qwen3Model {
   void layer_backward(int slot, int64_t li, const StageBatch& b, const float* x, const float* dy, float* dx);
   double head_forward(int slot, const StageBatch& b, const float* x, float grad_scale, bool training);
   void declare_params();
+  /// Megatron gather_from_sequence_parallel_region: under SP all-gathers this rank's [Tl, H]
+  /// rows into ws[full_key] ([T, H]) and returns it; without SP returns `local` (T == Tl).
+  const float* sp_all_gather(Workspace& ws, const std::string& full_key, const float* local, int64_t T, int64_t Tl);
+  /// Reduces a tp-partial [T, H] sum (row-parallel output, column-parallel input gradient):
+  /// under SP reduce-scatters into scratch[local_key] ([Tl, H]); else all-reduces in place.
+  /// Returns this rank's reduced rows.
+  float* tp_reduce_rows(float* full, const char* local_key, int64_t T, int64_t Tl);
   void for_each_full_tensor(const std::function<void(Param&)>& fn);
 
   ModelConfig cfg_;
