@@ -6,6 +6,7 @@ set(CHECK_TRAIN ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py)
 
 add_test(NAME train_vs_torch_tied_gqa_headdim COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant a --steps 5)
 add_test(NAME train_vs_torch_untied_bias COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant b --steps 5)
+add_test(NAME train_vs_torch_padding_idx_tied COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant a --pad-token-id 13 --steps 3)
 add_test(NAME train_vs_torch_padded_microbatches COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant b --batch rows:6 --mbs 4 --steps 3)
 
 # name | ranks | variant | flags

@@ -1,6 +1,7 @@
 // Qwen3Model: one pipeline stage's forward/backward (embedding, layers, fused lm head + loss).
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "twinkle/kernels/cpu/cross_entropy.h"
 #include "twinkle/kernels/cpu/embedding.h"
@@ -106,7 +107,16 @@ const float* Qwen3Model::backward(int slot, const StageBatch& b, const float* d_
   }
   if (!first_) return dcur;
   const float* dfull = sp_all_gather(scratch_, "gfull", dcur, T, Tl);
-  k::embedding_backward(dfull, b.ids.data(), G(embed_), T, H, vocab_.start, vocab_.local);
+  if (cfg_.pad_token_id) {
+    // HF builds nn.Embedding(vocab, hidden, padding_idx=config.pad_token_id): that row gets no
+    // gradient from the lookup (a tied lm head still contributes to it).
+    std::vector<int32_t> ids = b.ids;
+    for (auto& id : ids)
+      if (id == *cfg_.pad_token_id) id = -1;  // outside every shard: skipped
+    k::embedding_backward(dfull, ids.data(), G(embed_), T, H, vocab_.start, vocab_.local);
+  } else {
+    k::embedding_backward(dfull, b.ids.data(), G(embed_), T, H, vocab_.start, vocab_.local);
+  }
   return nullptr;
 }
 

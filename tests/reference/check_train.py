@@ -103,6 +103,7 @@ def main():
     ap.add_argument("--mbs", type=int, default=0)
     ap.add_argument("--param-tol", type=float, default=1e-5)
     ap.add_argument("--packing", action="store_true")
+    ap.add_argument("--pad-token-id", type=int, default=None, help="set config.pad_token_id (HF padding_idx)")
     args = ap.parse_args()
 
     twinkle = os.path.join(args.build, "bin", "twinkle")
@@ -114,9 +115,12 @@ def main():
         cfg_path = os.path.join(model, "config.json")
         with open(cfg_path) as f:
             cfg = json.load(f)
-        if args.layers:
-            cfg["num_hidden_layers"] = args.layers
-            cfg["max_window_layers"] = args.layers
+        if args.layers or args.pad_token_id is not None:
+            if args.layers:
+                cfg["num_hidden_layers"] = args.layers
+                cfg["max_window_layers"] = args.layers
+            if args.pad_token_id is not None:
+                cfg["pad_token_id"] = args.pad_token_id
             with open(cfg_path, "w") as f:
                 json.dump(cfg, f, indent=2)
         run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "init", "--config", cfg_path, "--seed", "0",
