@@ -5,13 +5,19 @@ Runs the independent Qwen3 reference model (tests/reference/qwen3_ref.py) for wh
 steps - forward, loss (HF causal-LM mean over all shifted targets), backward, grad clipping
 (torch.nn.utils.clip_grad_norm_, max norm 1.0; --clip 0 disables), torch.optim.AdamW
 (lr 1e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on params with dim >= 2) - on random
-token ids (labels = input ids), and prints one JSON line:
+token ids (labels = input ids).
 
+--threads N sets torch.set_num_threads(N) AND OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=N (set
+before torch loads: Debian's torch runs its matmuls in OpenBLAS-pthreads, whose pool ignores
+torch.set_num_threads and otherwise uses every core).  --blas-threads K overrides the OpenBLAS
+pool (0: leave it unset = every core, i.e. what a bare torch.set_num_threads(1) gives).
+
+Prints one JSON line:
   config, threads, batch, seq, params (all parameters), matmul_params (N below),
   step_s (mean wall time of the timed steps), step_times_s, tokens_per_s (batch*seq/step_s),
   gflops (flops_per_step / step_s / 1e9), flops_per_step, minor_faults_per_step,
   cpu_s_per_step (user+sys CPU seconds of the process per timed step: with 1 thread, a wall
-  time much above it means the machine was busy with something else), loadavg_1min_at_end,
+  time well above it means the machine was busy with something else), loadavg_1min_at_end,
   peak_rss_bytes (resource.getrusage(RUSAGE_SELF).ru_maxrss * 1024).
 
 FLOP formula (the usual MFU convention, PaLM appendix B / Megatron):
@@ -41,10 +47,9 @@ import resource
 import sys
 import time
 
-import torch
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
-import qwen3_ref  # noqa: E402
+torch = None      # imported in main(), after OPENBLAS_NUM_THREADS / OMP_NUM_THREADS are set
+qwen3_ref = None
+_REF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference")
 
 CONFIGS = {
     "a": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
@@ -69,6 +74,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=3, help="timed steps")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    ap.add_argument("--blas-threads", type=int, default=-1,
+                    help="OPENBLAS_NUM_THREADS (default: = --threads; 0: unset, OpenBLAS uses every core)")
     ap.add_argument("--batch", type=int, default=0, help="override the config's batch")
     ap.add_argument("--seq", type=int, default=0, help="override the config's sequence length")
     ap.add_argument("--untied", action="store_true", help="separate lm_head")
@@ -77,7 +84,23 @@ def main():
     a = ap.parse_args()
     if a.steps < 1 or a.warmup < 0 or a.threads < 1:
         raise SystemExit("torch_peer: --steps >= 1, --warmup >= 0, --threads >= 1")
+    if a.blas_threads < 0:
+        a.blas_threads = a.threads
 
+    # Debian's torch does its matmuls in OpenBLAS (pthreads build), whose thread pool ignores
+    # torch.set_num_threads and would use every core: pin both pools to --threads before the
+    # libraries load.
+    os.environ["OMP_NUM_THREADS"] = str(a.threads)
+    if a.blas_threads > 0:
+        os.environ["OPENBLAS_NUM_THREADS"] = str(a.blas_threads)
+    else:
+        os.environ.pop("OPENBLAS_NUM_THREADS", None)
+    global torch, qwen3_ref
+    import torch as _torch
+    torch = _torch
+    sys.path.insert(0, _REF_DIR)
+    import qwen3_ref as _ref
+    qwen3_ref = _ref
     torch.set_num_threads(a.threads)
     spec = dict(CONFIGS[a.config])
     B = a.batch or spec.pop("batch")
@@ -122,7 +145,7 @@ def main():
     step_s = sum(times) / len(times)
     fl, n = flops_per_step(cfg, B, S)
     out = {
-        "config": a.config, "threads": a.threads, "batch": B, "seq": S,
+        "config": a.config, "threads": a.threads, "blas_threads": a.blas_threads, "batch": B, "seq": S,
         "tied": cfg["tie_word_embeddings"], "clip": a.clip,
         "params": sum(p.numel() for p in params), "matmul_params": n,
         "warmup": a.warmup, "steps": a.steps,
@@ -134,7 +157,8 @@ def main():
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "loss": [round(x, 5) for x in losses],
         "env": {k: os.environ.get(k) for k in ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "OMP_WAIT_POLICY",
-                                                "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")},
+                                                "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS",
+                                                "OMP_NUM_THREADS")},
         "torch": torch.__version__,
     }
     print(json.dumps(out))
