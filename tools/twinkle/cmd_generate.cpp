@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "command.h"
 #include "twinkle/data/template.h"
@@ -62,7 +63,10 @@ int generate_main(int argc, char** argv) {
   if (!raw) {
     auto end = text.find("</think>");
     if (end != std::string::npos) text = text.substr(end + 8);
-    text.erase(0, text.find_first_not_of(" \n"));
+    for (const char* tag : {"<think>", "</think>"})
+      for (auto pos = text.find(tag); pos != std::string::npos; pos = text.find(tag)) text.erase(pos, std::strlen(tag));
+    const auto b = text.find_first_not_of(" \n"), e = text.find_last_not_of(" \n");
+    text = b == std::string::npos ? "(empty reply)" : text.substr(b, e - b + 1);
   }
   std::printf("%s\n", text.c_str());
   return 0;
