@@ -171,6 +171,24 @@ def pieces_of(text, n_assistant):
     return [p for p in pieces if p[0]]
 
 
+def shipped_self_cognition():
+    """The shipped data/self_cognition.jsonl through the recipe's preprocessing, written here
+    independently of twinkle: {{NAME}} / {{AUTHOR}} replaced literally in query and response
+    (Twinkle's SelfCognitionProcessor), messages [system, user, assistant]."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "self_cognition.jsonl")
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            fill = lambda t: t.replace("{{NAME}}", "twinkle大模型").replace("{{AUTHOR}}", "ModelScope社区")
+            out.append({"messages": [{"role": "system", "content": "You are a helpful assistant."},
+                                     {"role": "user", "content": fill(row["query"])},
+                                     {"role": "assistant", "content": fill(row["response"])}]})
+    return out
+
+
 def main():
     if len(sys.argv) < 3:
         raise SystemExit(__doc__)
@@ -180,7 +198,7 @@ def main():
         source = json.load(f)["chat_template"]
     tmpl = make_env().from_string(source)
     rng = random.Random(4242)
-    convs = fixed_convs() + [random_conv(rng) for _ in range(n_random)]
+    convs = fixed_convs() + shipped_self_cognition() + [random_conv(rng) for _ in range(n_random)]
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "convs.jsonl"), "w", encoding="utf-8") as fc, \
             open(os.path.join(out_dir, "render.jsonl"), "w", encoding="utf-8") as fr:
