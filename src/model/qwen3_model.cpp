@@ -207,8 +207,25 @@ void Qwen3Model::load_checkpoint(const CheckpointReader& ck) {
     Shape fs = full_shape(p);
     check(info.shape == fs, "checkpoint " + ck.dir() + ": tensor '" + name + "' has shape " + shape_str(info.shape) +
                                 ", expected " + shape_str(fs) + " from config.json");
-    Tensor full = ck.load_f32(name);
-    copy_shard(p, full.f32());
+    // Read only this rank's slice (a tp shard of a large checkpoint never exists in full here).
+    const ShardSpec& sp = p.shard;
+    if (sp.split_dim == -1) {
+      Tensor full = ck.load_f32(name);
+      copy_shard(p, full.f32());
+      continue;
+    }
+    p.data.zero_();  // vocab padding rows stay zero
+    if (sp.valid == 0) continue;
+    Tensor part = ck.load_f32_narrow(name, sp.split_dim, sp.offset, sp.valid);
+    const float* src = part.f32();
+    float* dst = p.data.f32();
+    if (sp.split_dim == 0 || p.shape.size() == 1) {
+      std::memcpy(dst, src, static_cast<size_t>(part.numel()) * 4);
+    } else {
+      const int64_t local_cols = p.shape.back();
+      for (int64_t r = 0; r < sp.full_rows; ++r)
+        std::memcpy(dst + r * local_cols, src + r * sp.valid, static_cast<size_t>(sp.valid) * 4);
+    }
   }
 }
 
