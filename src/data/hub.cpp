@@ -343,7 +343,10 @@ std::vector<std::string> resolve_dataset_files(const std::string& id_or_path, co
       if (fs::is_regular_file(p, ec)) {
         std::string canon = fs::weakly_canonical(p, ec).string();
         if (canon.empty()) canon = p;
-        std::fprintf(stderr,
+        const char* lr = std::getenv("OMPI_COMM_WORLD_RANK");
+        if (!lr) lr = std::getenv("PMIX_RANK");
+        if (!lr || std::string(lr) == "0")  // once per job, not once per rank
+          std::fprintf(stderr,
                      "[twinkle] info: dataset '%s' is not in the local caches; using the shipped stand-in %s "
                      "(re-written, not the ModelScope original)\n",
                      id_or_path.c_str(), canon.c_str());

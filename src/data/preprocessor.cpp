@@ -83,7 +83,12 @@ json MessagesPreprocessor::operator()(const json& row) const {
     msgs = parse_messages(*it);
   } else {
     auto cv = row.find("conversations");
-    if (cv == row.end()) throw Error(name() + ": neither column 'messages' nor 'conversations' is present");
+    if (cv == row.end())
+      throw Error(name() + ": neither column 'messages' nor 'conversations' is present" +
+                  std::string(row.contains("query") && row.contains("response")
+                                  ? " (query/response rows are self-cognition data: use SelfCognitionProcessor, "
+                                    "`twinkle train --self-cognition NAME,AUTHOR`)"
+                                  : ""));
     if (!cv->is_array()) throw Error(name() + ": column 'conversations' is " + json_type_name(*cv) + ", expected an array");
     for (size_t i = 0; i < cv->size(); ++i) {
       const json& m = (*cv)[i];

@@ -32,4 +32,15 @@ EncodedRow pretokenized_row(const nlohmann::json& row, const std::string& where)
   return e;
 }
 
+void check_row_vocab(const EncodedRow& row, int64_t vocab_size, const std::string& where) {
+  auto bad = [&](const char* field, size_t j, int32_t id) {
+    throw Error(where + ": " + field + "[" + std::to_string(j) + "] = " + std::to_string(id) +
+                " is outside the vocabulary [0, " + std::to_string(vocab_size) + ") of the model");
+  };
+  for (size_t j = 0; j < row.input_ids.size(); ++j)
+    if (row.input_ids[j] < 0 || row.input_ids[j] >= vocab_size) bad("input_ids", j, row.input_ids[j]);
+  for (size_t j = 0; j < row.labels.size(); ++j)
+    if (row.labels[j] != kIgnoreIndex && (row.labels[j] < 0 || row.labels[j] >= vocab_size)) bad("labels", j, row.labels[j]);
+}
+
 }  // namespace twinkle

@@ -202,8 +202,8 @@ void initialize(const InitOptions& opts) {
                 std::string(env("ASCEND_RT_VISIBLE_DEVICES") ? " [ASCEND_RT_VISIBLE_DEVICES is set]" : ""));
 #ifndef TWINKLE_WITH_CUDA
   if (dev == "cuda")
-    throw Error("device_type 'cuda' requested but this build has no CUDA backend (configure with -DTWINKLE_CUDA=ON "
-                "on a machine with the CUDA toolkit)");
+    throw Error("device_type 'cuda' requested but this build has no CUDA backend: the CUDA kernels and NCCL "
+                "process groups are not implemented yet (this build trains on the cpu backend only)");
 #endif
   check(dev == "cpu" || dev == "cuda", "InitOptions.global_device_mesh.device_type '" + dev + "' is unknown");
 

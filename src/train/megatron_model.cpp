@@ -243,7 +243,9 @@ std::string MegatronModel::get_train_configs() const {
     o << "LR scheduler: constant\n";
   }
   o << "Micro batch size: " << (opts_.micro_batch_size ? std::to_string(opts_.micro_batch_size) : "min(2, rows)")
-    << (opts_.packing ? " (packed)" : "") << "\nGradient accumulation steps: 1";
+    << (opts_.packing ? " (packed)" : "")
+    << "\nGradient accumulation steps: 1 (one optimizer step per global batch; its micro-batches are pipelined "
+       "and their gradients summed)";
   return o.str();
 }
 

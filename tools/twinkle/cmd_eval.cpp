@@ -13,7 +13,10 @@
 #include "command.h"
 #include "twinkle/data/dataset.h"
 #include "twinkle/data/preprocessor.h"
+#include "twinkle/data/hub.h"
 #include "twinkle/data/pretokenized.h"
+#include "twinkle/io/model_config.h"
+#include <filesystem>
 #include "twinkle/dist/runtime.h"
 #include "twinkle/train/megatron_model.h"
 
@@ -36,7 +39,13 @@ int eval_main(int argc, char** argv) {
   twinkle::Dataset ds{twinkle::DatasetMeta(dataset)};
   std::vector<twinkle::EncodedRow> rows;
   if (ds.size() > 0 && twinkle::is_pretokenized(ds[0])) {
-    for (int64_t i = 0; i < ds.size(); ++i) rows.push_back(twinkle::pretokenized_row(ds[i], ds.row_name(i)));
+    const int64_t vocab =
+        twinkle::load_model_config((std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string())
+            .vocab_size;
+    for (int64_t i = 0; i < ds.size(); ++i) {
+      rows.push_back(twinkle::pretokenized_row(ds[i], ds.row_name(i)));
+      twinkle::check_row_vocab(rows.back(), vocab, ds.row_name(i));
+    }
   } else {
     ds.map(twinkle::MessagesPreprocessor());
     ds.set_template(templ, {.model_id = model, .max_length = max_length});

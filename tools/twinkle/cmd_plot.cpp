@@ -39,17 +39,31 @@ int plot_main(int argc, char** argv) {
     } catch (const nlohmann::json::exception& e) {
       throw twinkle::Error(metrics + ":" + std::to_string(lineno) + ": not valid JSON (" + e.what() + ")");
     }
-    twinkle::check(j.contains("step") && j.contains("loss"), metrics + ":" + std::to_string(lineno) + ": needs 'step' and 'loss'");
-    d << j["step"].get<double>() << " " << j["loss"].get<double>() << " " << j.value("lr", 0.0) << "\n";
+    const std::string where = metrics + ":" + std::to_string(lineno);
+    auto num = [&](const char* f, bool required) -> double {
+      if (!j.is_object() || !j.contains(f)) {
+        twinkle::check(!required, where + ": needs a numeric '" + f + "'");
+        return 0.0;
+      }
+      twinkle::check(j[f].is_number(), where + ": field '" + f + "' must be a number, got " + j[f].dump());
+      return j[f].get<double>();
+    };
+    d << num("step", true) << " " << num("loss", true) << " " << num("lr", false) << "\n";
     ++n;
   }
   d.close();
   twinkle::check(n > 0, metrics + " has no metrics lines");
   const std::string script = data + ".gp";
+  // gnuplot single-quoted strings: a quote is written twice
+  auto quote = [](const std::string& v) {
+    std::string r = "'";
+    for (char ch : v) r += ch == '\'' ? std::string("''") : std::string(1, ch);
+    return r + "'";
+  };
   std::ofstream g(script);
   g << "set terminal png size 900,500\n"
-    << "set output '" << out << "'\n"
-    << "set title '" << title << "'\n"
+    << "set output " << quote(out) << "\n"
+    << "set title " << quote(title) << " noenhanced\n"
     << "set xlabel 'step'\nset ylabel 'loss'\nset y2label 'learning rate'\nset ytics nomirror\nset y2tics\n"
     << "set grid\nset key top right\n"
     << "plot '" << data << "' using 1:2 with linespoints title 'loss' axes x1y1, '" << data
@@ -58,7 +72,9 @@ int plot_main(int argc, char** argv) {
   int rc = std::system(("gnuplot '" + script + "'").c_str());
   std::filesystem::remove(data);
   std::filesystem::remove(script);
-  twinkle::check(rc == 0, "gnuplot failed (is gnuplot-nox installed? scripts/setup installs it)");
+  twinkle::check(rc == 0, std::system("command -v gnuplot >/dev/null 2>&1") != 0
+                              ? std::string("gnuplot is not installed (scripts/setup installs gnuplot-nox)")
+                              : "gnuplot could not draw " + out + " (its message is above; is the directory writable?)");
   std::printf("wrote %s (%lld steps)\n", out.c_str(), static_cast<long long>(n));
   return 0;
 }

@@ -19,7 +19,9 @@
 #include "twinkle/data/dataloader.h"
 #include "twinkle/data/dataset.h"
 #include "twinkle/data/preprocessor.h"
+#include "twinkle/data/hub.h"
 #include "twinkle/data/pretokenized.h"
+#include "twinkle/io/model_config.h"
 #include "twinkle/dist/runtime.h"
 #include "twinkle/io/safetensors.h"
 #include "twinkle/train/megatron_model.h"
@@ -70,7 +72,7 @@ int train_main(int argc, char** argv) {
   app.add_option("--clip-grad", clip, "max global grad norm (<= 0: no clipping)");
   app.add_option("--seed", seed, "seed of the random init (when the model has no weights) and shuffling");
   app.add_option("--output-dir", output_dir, "where the final Hugging Face checkpoint is written");
-  app.add_option("--metrics-file", metrics_file, "append one JSON line of metrics per step");
+  app.add_option("--metrics-file", metrics_file, "JSONL file (rewritten per run) that gets one line of metrics per step");
   app.add_option("--tp", tp, "tensor-parallel size");
   app.add_option("--pp", pp, "pipeline-parallel size");
   app.add_option("--dp", dp, "data-parallel size (default: world / (tp*pp))");
@@ -115,7 +117,13 @@ int train_main(int argc, char** argv) {
   std::vector<twinkle::EncodedRow> rows;
   const bool pretokenized = ds.size() > 0 && twinkle::is_pretokenized(ds[0]);
   if (pretokenized) {
-    for (int64_t i = 0; i < ds.size(); ++i) rows.push_back(twinkle::pretokenized_row(ds[i], ds.row_name(i)));
+    const int64_t vocab =
+        twinkle::load_model_config((std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string())
+            .vocab_size;
+    for (int64_t i = 0; i < ds.size(); ++i) {
+      rows.push_back(twinkle::pretokenized_row(ds[i], ds.row_name(i)));
+      twinkle::check_row_vocab(rows.back(), vocab, ds.row_name(i));
+    }
   } else {
     if (!self_cog.empty()) {
       auto comma = self_cog.find(',');
@@ -173,7 +181,7 @@ int train_main(int argc, char** argv) {
   if (rank0 && !metrics_file.empty()) {
     auto parent = std::filesystem::path(metrics_file).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
-    metrics.open(metrics_file, std::ios::app);
+    metrics.open(metrics_file, std::ios::trunc);  // one run per file; each step appends a line
     twinkle::check(metrics.good(), "cannot open metrics file " + metrics_file);
   }
   int64_t step = 0;

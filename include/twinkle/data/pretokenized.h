@@ -19,4 +19,8 @@ bool is_pretokenized(const nlohmann::json& row);
 /// input_ids, a non-list or non-integer entry, labels of a different length.
 EncodedRow pretokenized_row(const nlohmann::json& row, const std::string& where);
 
+/// Throws twinkle::Error "<where>: input_ids[j] = id is outside the vocabulary [0, V)" (or
+/// labels[j], -100 allowed) when a row does not fit a model with `vocab_size` ids.
+void check_row_vocab(const EncodedRow& row, int64_t vocab_size, const std::string& where);
+
 }  // namespace twinkle

@@ -39,8 +39,8 @@ struct InitOptions {
 ///  2. device_type "npu" (or ASCEND_RT_VISIBLE_DEVICES set with device_type npu) ->
 ///     "device_type 'npu' requested but this build has no NPU backend: it needs Huawei
 ///     Ascend's CANN toolkit (not available in this build)"; "cuda" -> "this build has no
-///     CUDA backend (configure with -DTWINKLE_CUDA=ON on a machine with the CUDA toolkit)"
-///     unless compiled with TWINKLE_WITH_CUDA.
+///     CUDA backend: the CUDA kernels and NCCL process groups are not implemented yet ..."
+///     (a future CUDA build defines TWINKLE_WITH_CUDA).
 ///  3. Under a launcher (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_SIZE, or SLURM_NTASKS > 1
 ///     together with a PMI variable): MPI_Init_thread(MPI_THREAD_FUNNELED) unless MPI is
 ///     already initialised; the MPI world size must equal the mesh's, else "world size 4
