@@ -52,10 +52,10 @@ add_test(NAME dist_init_world_mismatch
                  ${TWINKLE_MPIRUN} -np 4 ${TWINKLE_DIST_TEST_DIR}/mpi_fail mismatch 0)
 # initialize(): npu requested in a single process without a launcher (no MPI call).
 add_test(NAME dist_init_npu_single_process
-         COMMAND ${TWINKLE_EXPECT_FAIL} 10 "\\[rank 0\\] error: device_type 'npu' requested but this build has no NPU backend"
+         COMMAND ${TWINKLE_EXPECT_FAIL} 10 "^error: device_type 'npu' requested but this build has no NPU backend"
                  ${TWINKLE_DIST_TEST_DIR}/mpi_groups dp=1,device=npu)
 add_test(NAME dist_init_cuda_single_process
-         COMMAND ${TWINKLE_EXPECT_FAIL} 10 "\\[rank 0\\] error: device_type 'cuda' requested but this build has no CUDA backend"
+         COMMAND ${TWINKLE_EXPECT_FAIL} 10 "^error: device_type 'cuda' requested but this build has no CUDA backend"
                  ${TWINKLE_DIST_TEST_DIR}/mpi_groups dp=1,device=cuda)
 
 # A failing rank ends the whole job within 30 s, its message printed (launched by twinkle-run).

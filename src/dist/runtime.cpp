@@ -279,7 +279,8 @@ int run_main(int argc, char** argv, std::function<int(int, char**)> body) {
   }
   if (!error.empty()) {
     g_aborting = true;
-    print_err("[rank " + std::to_string(world_rank()) + "] error: " + error);
+    // a single process needs no rank tag
+    print_err((world_size() > 1 ? "[rank " + std::to_string(world_rank()) + "] error: " : std::string("error: ")) + error);
     if (dist::mpi_active()) abort_job(1);
     finalize();
     return 1;

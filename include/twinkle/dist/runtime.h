@@ -77,7 +77,7 @@ int local_rank();
 int local_device_id(const std::string& device_type);
 
 /// Runs body(argc, argv) so that a failing rank ends the whole job within seconds:
-/// an exception is printed as "[rank R] error: <what>" on stderr and MPI_Abort(MPI_COMM_WORLD,
+/// an exception is printed as "[rank R] error: <what>" ("error: <what>" in a single process) on stderr and MPI_Abort(MPI_COMM_WORLD,
 /// 1) is called when MPI is active (else run_main returns 1); a non-zero return code
 /// while MPI is active aborts the job the same way ("[rank R] exited with code C";
 /// MPI_Abort with that code). Installs the std::terminate handler at once (the signal
