@@ -10,7 +10,8 @@ token ids (labels = input ids).
 --threads N sets torch.set_num_threads(N) AND OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=N (set
 before torch loads: Debian's torch runs its matmuls in OpenBLAS-pthreads, whose pool ignores
 torch.set_num_threads and otherwise uses every core).  --blas-threads K overrides the OpenBLAS
-pool (0: leave it unset = every core, i.e. what a bare torch.set_num_threads(1) gives).
+pool (0: OPENBLAS_NUM_THREADS and OMP_NUM_THREADS unset, so OpenBLAS uses every core - what a
+bare torch.set_num_threads(1) gives).
 
 Prints one JSON line:
   config, threads, batch, seq, params (all parameters), matmul_params (N below),
@@ -90,11 +91,13 @@ def main():
     # Debian's torch does its matmuls in OpenBLAS (pthreads build), whose thread pool ignores
     # torch.set_num_threads and would use every core: pin both pools to --threads before the
     # libraries load.
-    os.environ["OMP_NUM_THREADS"] = str(a.threads)
+    # (OpenBLAS falls back to OMP_NUM_THREADS when OPENBLAS_NUM_THREADS is unset.)
     if a.blas_threads > 0:
         os.environ["OPENBLAS_NUM_THREADS"] = str(a.blas_threads)
+        os.environ["OMP_NUM_THREADS"] = str(a.threads)
     else:
-        os.environ.pop("OPENBLAS_NUM_THREADS", None)
+        for k in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
+            os.environ.pop(k, None)
     global torch, qwen3_ref
     import torch as _torch
     torch = _torch
