@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <sstream>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -254,42 +255,24 @@ std::string MegatronModel::save(const std::string& name, const SaveOptions& opts
   auto& world = *ps_->world;
   const fs::path dir = name.empty() ? fs::path(opts.output_dir) : fs::path(opts.output_dir) / name;
   if (world.rank() == 0) {
+    // Every file is written atomically (io's write_file_atomic / save_checkpoint_dir), and the
+    // weights last: save_checkpoint_dir removes old weights first and writes its index last,
+    // so an interrupted save never leaves a checkpoint that looks complete.
     const ModelConfig& cfg = model_->config();
-    const fs::path tmp = (dir.has_filename() ? dir : dir.parent_path()).string() + ".tmp-" + std::to_string(::getpid());
-    fs::remove_all(tmp);
-    fs::create_directories(tmp);
-    std::vector<std::pair<std::string, Tensor>> out;
-    out.reserve(tensors.size());
-    for (auto& [n, t] : tensors) out.emplace_back(n, cfg.torch_dtype == DType::F32 ? t : t.to_dtype(cfg.torch_dtype));
-    save_checkpoint_dir(tmp.string(), out, opts.max_shard_bytes);
-    save_model_config(cfg, (tmp / "config.json").string());
+    fs::create_directories(dir);
     for (const char* f : {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
                           "special_tokens_map.json", "generation_config.json"}) {
       fs::path src = fs::path(model_dir_) / f;
-      if (fs::exists(src)) fs::copy_file(src, tmp / f, fs::copy_options::overwrite_existing);
+      if (!fs::exists(src) || fs::equivalent(src.parent_path(), dir)) continue;
+      std::ifstream in(src, std::ios::binary);
+      io_detail::write_file_atomic((dir / f).string(),
+                                   std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
     }
-    // Move into place file by file (each rename is atomic), weights last: a crash mid-save
-    // never leaves a directory whose weights look complete but belong to a partial write.
-    fs::create_directories(dir);
-    std::vector<fs::path> files, weights;
-    for (auto& e : fs::directory_iterator(tmp)) {
-      const std::string n = e.path().filename().string();
-      (n.rfind("model", 0) == 0 && (n.find(".safetensors") != std::string::npos) ? weights : files).push_back(e.path());
-    }
-    // stale shards of an earlier save would confuse loaders
-    for (auto& e : fs::directory_iterator(dir)) {
-      const std::string n = e.path().filename().string();
-      if (n.rfind("model", 0) == 0 && n.find(".safetensors") != std::string::npos) fs::remove(e.path());
-    }
-    std::sort(weights.begin(), weights.end(), [](const fs::path& a, const fs::path& b) {
-      // index file last
-      bool ai = a.filename().string().find("index.json") != std::string::npos;
-      bool bi = b.filename().string().find("index.json") != std::string::npos;
-      return ai != bi ? bi : a < b;
-    });
-    for (auto& f : files) fs::rename(f, dir / f.filename());
-    for (auto& f : weights) fs::rename(f, dir / f.filename());
-    fs::remove_all(tmp);
+    save_model_config(cfg, (dir / "config.json").string());
+    std::vector<std::pair<std::string, Tensor>> out;
+    out.reserve(tensors.size());
+    for (auto& [n, t] : tensors) out.emplace_back(n, cfg.torch_dtype == DType::F32 ? t : t.to_dtype(cfg.torch_dtype));
+    save_checkpoint_dir(dir.string(), out, opts.max_shard_bytes);
   }
   world.barrier();
   return dir.string();
