@@ -34,10 +34,12 @@ foreach(spec ${TWINKLE_DIST_MESHES})
                        PASS_REGULAR_EXPRESSION "mpi_groups OK" FAIL_REGULAR_EXPRESSION "CHECK FAILED")
 endforeach()
 # The same through the launcher (its mpirun options and environment).
+# Both lines must appear, in any order: ranks' stdout and stderr interleave, so one regex
+# "A.*B" would fail whenever the OK line is flushed before the placement table.
 add_test(NAME dist_groups_via_twinkle_run
-         COMMAND ${TWINKLE_RUN} --nproc_per_node 8 ${TWINKLE_DIST_TEST_DIR}/mpi_groups dp=2,tp=2,pp=2)
+         COMMAND bash -c "out=$(\"$0\" --nproc_per_node 8 \"$1\" dp=2,tp=2,pp=2 2>&1); rc=$?; printf '%s\\n' \"$out\"; [ $rc -eq 0 ] && grep -q 'DEVICE PLACEMENT TOPOLOGY' <<< \"$out\" && grep -q 'mpi_groups OK pp=2 x dp=2 x tp=2' <<< \"$out\""
+                 ${TWINKLE_RUN} ${TWINKLE_DIST_TEST_DIR}/mpi_groups)
 set_tests_properties(dist_groups_via_twinkle_run PROPERTIES TIMEOUT 90 ENVIRONMENT "LOG_LEVEL=INFO"
-                     PASS_REGULAR_EXPRESSION "DEVICE PLACEMENT TOPOLOGY.*mpi_groups OK pp=2 x dp=2 x tp=2"
                      FAIL_REGULAR_EXPRESSION "CHECK FAILED")
 
 # DeviceMesh against an independent numpy formulation of Megatron's layout.
