@@ -304,6 +304,13 @@ def selftest():
     c = moe_config(tiny_config(num_hidden_layers=6, mlp_only_layers=[1], decoder_sparse_step=2))
     check("layer rule", [is_moe_layer(c, i) for i in range(6)] == [False, False, False, True, False, True])
 
+    # the embedded default MoE model: sparse layers 0, 2, 3; untied; renormalised top-2 of 8
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    c = moe_config(q3.read_config(os.path.join(root, "models", "qwen3-moe-tiny", "config.json")))
+    check("models/qwen3-moe-tiny", [is_moe_layer(c, i) for i in range(c.num_hidden_layers)] ==
+          [True, False, True, True] and (c.num_experts, c.num_experts_per_tok, c.norm_topk_prob,
+                                         c.tie_word_embeddings) == (8, 2, True, False))
+
     # the block == a dense formulation (every expert on every token, weights scattered to [N, E])
     for norm in (True, False):
         c = moe_config(tiny_config(norm_topk_prob=norm))
