@@ -124,6 +124,7 @@ void scenario(const char* name, const vector<int64_t>& tokens_per_rank, const ve
   vector<float> probs(Tr * E), tw(Tr * K), out(Tr * H), dtw(Tr * K), dx(Tr * H), dl(Tr * E);
   vector<int32_t> sel(Tr * K);
   moe_router_forward(logits.data() + off * E, probs.data(), sel.data(), tw.data(), Tr, E, K, true);
+  ep->reset_bytes_sent();
   d.dispatch(x.data() + off * H, sel.data(), Tr, K);
   const int64_t R = d.expert_rows();
   vector<float> y(R * H), dy(R * H), dxe(R * H);
@@ -169,6 +170,26 @@ void scenario(const char* name, const vector<int64_t>& tokens_per_rank, const ve
           break;
         }
     }
+  // Communication volume = the analytic volume of the routing that happened: the counts
+  // exchange (El int64 to each other rank), then rows to other ranks' experts twice (dispatch,
+  // combine backward) and rows received from other ranks twice (combine, dispatch backward).
+  int64_t rows_out = 0, rows_in = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    vector<float> p(E), ww(K);
+    vector<int32_t> s(K);
+    moe_router_forward(logits.data() + t * E, p.data(), s.data(), ww.data(), 1, E, K, true);
+    const bool mine = t >= off && t < off + Tr;
+    for (auto e : s) {
+      const bool local_expert = e >= e0 && e < e0 + El;
+      if (mine && !local_expert) ++rows_out;
+      if (!mine && local_expert) ++rows_in;
+    }
+  }
+  const int64_t want_bytes = 8 * El * (es - 1) + 2 * 4 * H * (rows_out + rows_in);
+  MPI_CHECK(ep->bytes_sent() == want_bytes,
+            name << ": all-to-all bytes " << ep->bytes_sent() << ", analytic volume " << want_bytes);
+  MPI_CHECK(d.last_dispatch_bytes() == 4 * H * rows_out,
+            name << ": last_dispatch_bytes " << d.last_dispatch_bytes() << " want " << 4 * H * rows_out);
   // B10: the expert gradient norm summed over the EP group equals the single-process one
   double sq = 0.0, sq_ref = 0.0;
   for (auto v : dwg) sq += double(v) * v;

@@ -28,12 +28,34 @@ Weight names are HF's: model.layers.{i}.mlp.gate.weight [E, H],
 model.layers.{i}.mlp.experts.{e}.{gate,up,down}_proj.weight, dense layers
 model.layers.{i}.mlp.{gate,up,down}_proj.weight; the rest as Qwen3.
 
-CLI:  qwen3_moe_ref.py selftest
+Training objective of `step` (one process; the definitions twinkle's MoE path must equal):
+  loss = CE_sum / N_targets (global token mean over the micro batches, as qwen3_ref.py)
+         + aux_coef * mean over micro batches of aux_mb
+         + z_coef * mean over micro batches of sum over MoE layers of z_mb,layer
+  aux_mb, --aux-type global: load_balancing_loss over the micro batch's MoE layers (padding
+  excluded) - for one micro batch exactly transformers' loss = CE_mean + router_aux_loss_coef * aux;
+  --aux-type per_layer: the sum over MoE layers of megatron_aux_loss (coefficient 1), as Megatron
+  adds every layer's aux loss with the main-loss scale 1 / num_microbatches.
+  The aux value (coefficient excluded) is reported even when aux_coef is 0, with the expert load
+  (max / min share of the routed slots of the real tokens, all MoE layers and micro batches).
+
+CLI (batch.json as qwen3_ref.py; rows right-padded; padding = beyond a row's length or beyond
+cu_seqlens[-1]):
+  init  --config config.json --seed S --out DIR [--dtype F32|BF16|F16]
+  loss  --model DIR --batch batch.json [--aux-coef X --aux-type global|per_layer --z-coef X]
+  step  --model DIR --batch batch.json --steps N --lr --weight-decay --beta1 --beta2 --eps
+        --clip-grad --out OUT [--dtype float32|float64] [--aux-coef ...] [--save-dtype F32|F64]
+        OUT/metrics.json {"loss", "lm_loss", "aux_loss", "z_loss", "grad_norm", "tokens",
+        "expert_load_max", "expert_load_min", ...} per step, OUT/grads_step0.safetensors,
+        OUT/final.safetensors (as qwen3_ref.py step).
+  selftest
 """
 import argparse
-import copy
+import json
 import os
+import shutil
 import sys
+import tempfile
 
 import torch
 import torch.nn as nn
@@ -41,6 +63,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import qwen3_ref as q3  # noqa: E402
+import safetensors_py as st  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,6 +297,142 @@ def attention_mask_of(d):
 
 
 # ---------------------------------------------------------------------------------------------
+# training (CLI)
+
+
+def real_token_mask(mb, row_lengths=None):
+    """[B, S] 1 for real tokens: positions < each row's length (right padding), and for a packed
+    row (cu_seqlens) positions < cu_seqlens[-1]."""
+    B, S = mb["input_ids"].shape
+    m = torch.ones(B, S, dtype=torch.int64)
+    if row_lengths is not None:
+        for i, n in enumerate(row_lengths):
+            m[i, n:] = 0
+    return m
+
+
+def load_steps(path):
+    """batch.json -> list of steps, each a list of (micro batch dict, attention mask)."""
+    with open(path) as f:
+        d = json.load(f)
+
+    def one(x, where):
+        mb = q3.make_batch(x, where)
+        if x.get("cu_seqlens") is not None:
+            lengths = [int(x["cu_seqlens"][-1])]
+        else:
+            lengths = [len(r) for r in x["input_ids"]]
+        return mb, real_token_mask(mb, lengths)
+
+    def one_step(x, where):
+        if "micro_batches" in x:
+            return [one(m, f"{where}.micro_batches[{i}]") for i, m in enumerate(x["micro_batches"])]
+        return [one(x, where)]
+
+    if "steps" in d:
+        return [one_step(x, f"{path}: steps[{i}]") for i, x in enumerate(d["steps"])]
+    return [one_step(d, path)]
+
+
+def load_model(model_dir, dtype=torch.float32):
+    model = Qwen3MoeRef(q3.read_config(os.path.join(model_dir, "config.json")), dtype)
+    model.load_tensors(st.load_dir(model_dir), source=model_dir)
+    return model
+
+
+def step_losses(model, micro_batches, aux_coef, aux_type, z_coef, backward=True):
+    """One optimizer step's forward (+ backward) over the micro batches with the objective above.
+    Returns a dict of floats: loss, lm_loss, aux_loss, z_loss, tokens, expert_load_max/min."""
+    c = model.config
+    E, k = c.num_experts, c.num_experts_per_tok
+    total = sum(q3.count_targets(mb) for mb, _ in micro_batches)
+    if total == 0:
+        raise ValueError("batch has no labelled targets")
+    nmb = len(micro_batches)
+    lm = aux_sum = z_sum = 0.0
+    counts = torch.zeros(E, dtype=torch.float64)
+    for mb, mask in micro_batches:
+        ce, _, aux_g, router = model.losses(mb, mask)
+        if aux_type == "global":
+            aux = aux_g
+        else:
+            aux = sum(megatron_aux_loss(lg, E, k, 1.0, mask) for lg in router) if router else torch.zeros(())
+        z = sum(z_loss(lg, 1.0, mask) for lg in router) if router else torch.zeros(())
+        obj = ce / total + aux_coef * aux / nmb + z_coef * z / nmb
+        if backward:
+            obj.backward()
+        lm += float(ce)
+        aux_sum += float(aux)
+        z_sum += float(z)
+        keep = mask.reshape(-1).bool()
+        for lg in router:
+            _, sel = topk_lower(F.softmax(lg.detach(), -1), k)
+            counts += F.one_hot(sel[keep], E).sum((0, 1)).double()
+    share = counts / counts.sum() if float(counts.sum()) > 0 else counts
+    lm_loss = lm / total
+    return {"loss": lm_loss + aux_coef * aux_sum / nmb + z_coef * z_sum / nmb, "lm_loss": lm_loss,
+            "aux_loss": aux_sum / nmb, "z_loss": z_sum / nmb, "tokens": total,
+            "expert_load_max": float(share.max()) if E else 0.0, "expert_load_min": float(share.min()) if E else 0.0}
+
+
+def cmd_init(a):
+    model = Qwen3MoeRef(q3.read_config(a.config), torch.float32)
+    model.init_weights(a.seed)
+    os.makedirs(a.out, exist_ok=True)
+    st.save(os.path.join(a.out, st.SINGLE_NAME), q3.param_tensors(model), dtype=a.dtype)
+    if os.path.abspath(a.config) != os.path.abspath(os.path.join(a.out, "config.json")):
+        shutil.copyfile(a.config, os.path.join(a.out, "config.json"))
+    print(json.dumps({"out": a.out, "params": sum(p.numel() for p in model.parameters())}))
+
+
+def cmd_loss(a):
+    model = load_model(a.model, q3._DTYPES[a.dtype])
+    with torch.no_grad():
+        r = step_losses(model, load_steps(a.batch)[0], a.aux_coef, a.aux_type, a.z_coef, backward=False)
+    print(json.dumps(r))
+
+
+def cmd_step(a):
+    dtype = q3._DTYPES[a.dtype]
+    if dtype == torch.bfloat16:
+        raise SystemExit("qwen3_moe_ref step: float32 or float64 only")
+    model = load_model(a.model, dtype)
+    steps = load_steps(a.batch)
+    opt = q3.make_optimizer(model, a.lr, a.weight_decay, a.beta1, a.beta2, a.eps)
+    params = list(model.parameters())
+    os.makedirs(a.out, exist_ok=True)
+    keys = ["loss", "lm_loss", "aux_loss", "z_loss", "grad_norm", "tokens", "clip_coef", "expert_load_max",
+            "expert_load_min"]
+    metrics = {k: [] for k in keys}
+    metrics["settings"] = {k: getattr(a, k) for k in ("lr", "weight_decay", "beta1", "beta2", "eps", "clip_grad",
+                                                      "dtype", "steps", "aux_coef", "aux_type", "z_coef")}
+    for i in range(max(a.steps, 1)):
+        opt.zero_grad(set_to_none=True)
+        r = step_losses(model, steps[i % len(steps)], a.aux_coef, a.aux_type, a.z_coef)
+        for p in params:  # an expert that received no token has a zero gradient
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        if i == 0:
+            st.save(os.path.join(a.out, "grads_step0.safetensors"),
+                    {n: p.grad.detach().clone() for n, p in model.named_parameters()}, dtype=a.save_dtype)
+        max_norm = a.clip_grad if a.clip_grad > 0 else float("inf")
+        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        r["grad_norm"] = norm
+        r["clip_coef"] = min(1.0, max_norm / (norm + 1e-6)) if a.clip_grad > 0 else 1.0
+        for k in keys:
+            metrics[k].append(r[k])
+        if a.steps > 0:
+            opt.step()
+        print(f"step {i}: loss {r['loss']:.8f} lm {r['lm_loss']:.8f} aux {r['aux_loss']:.6f} "
+              f"grad_norm {norm:.8f} load max {r['expert_load_max']:.3f} min {r['expert_load_min']:.3f}",
+              file=sys.stderr)
+    st.save(os.path.join(a.out, "final.safetensors"), q3.param_tensors(model), dtype=a.save_dtype)
+    with open(os.path.join(a.out, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=1)
+    print(json.dumps({"loss": metrics["loss"], "grad_norm": metrics["grad_norm"]}))
+
+
+# ---------------------------------------------------------------------------------------------
 # selftest: the block and the losses against independent formulations
 
 
@@ -371,18 +530,92 @@ def selftest():
     (ce / n + 0.5 * aux).backward()
     check("gate gradients nonzero", all(float(m.model.layers[i].mlp.gate.weight.grad.abs().sum()) > 0 for i in (0, 2)))
     check("dense layer has no gate", not hasattr(m.model.layers[1].mlp, "gate"))
+    # CLI: init -> step (aux global on, padded rows, 2 micro batches) runs, learns, and its step-0
+    # objective equals transformers' formula computed here by hand for each micro batch
+    with tempfile.TemporaryDirectory() as tmp:
+        cfgp = os.path.join(tmp, "config.json")
+        with open(cfgp, "w") as f:
+            json.dump(tiny_config(), f)
+        batch = {"micro_batches": [
+            {"input_ids": [[1, 2, 3, 4, 5, 6], [7, 8, 9]], "labels": [[1, 2, 3, 4, 5, 6], [-100, 8, 9]]},
+            {"input_ids": [[10, 11, 12, 13]], "labels": [[10, 11, 12, 13]]}]}
+        bp = os.path.join(tmp, "batch.json")
+        with open(bp, "w") as f:
+            json.dump(batch, f)
+        main(["init", "--config", cfgp, "--seed", "3", "--out", os.path.join(tmp, "m")])
+        main(["step", "--model", os.path.join(tmp, "m"), "--batch", bp, "--steps", "4", "--lr", "1e-2",
+              "--aux-coef", "0.1", "--out", os.path.join(tmp, "o")])
+        with open(os.path.join(tmp, "o", "metrics.json")) as f:
+            met = json.load(f)
+        check("step: loss falls", met["loss"][-1] < met["loss"][0], str(met["loss"]))
+        check("step: loss = lm + coef * aux", abs(met["loss"][0] - met["lm_loss"][0] - 0.1 * met["aux_loss"][0]) < 1e-9)
+        m = load_model(os.path.join(tmp, "m"), torch.float64)
+        mbs = load_steps(bp)[0]
+        n_all = sum(q3.count_targets(mb) for mb, _ in mbs)
+        auxes = []
+        ce_all = 0.0
+        for mb, mask in mbs:
+            ce, _, _, router = m.losses(mb, mask)
+            real = [lg[mask.reshape(-1).bool()] for lg in router]  # padding removed instead of masked
+            auxes.append(float(load_balancing_loss(real, m.config.num_experts, m.config.num_experts_per_tok)))
+            ce_all += float(ce)
+        want = ce_all / n_all + 0.1 * sum(auxes) / 2
+        check("step: step-0 objective by hand", abs(met["loss"][0] - want) < 1e-5 * abs(want),
+              f"{met['loss'][0]} vs {want}")
+        check("step: load shares", 0 < met["expert_load_min"][0] <= met["expert_load_max"][0] < 1)
     print("qwen3_moe_ref selftest:", "FAILED " + ", ".join(failures) if failures else "all ok")
     return 1 if failures else 0
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("selftest")
+
+    def common(p):
+        p.add_argument("--model", required=True, help="dir with config.json + safetensors")
+        p.add_argument("--batch", required=True, help="batch.json")
+        p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+        p.add_argument("--aux-coef", type=float, default=0.0, help="load-balancing loss coefficient")
+        p.add_argument("--aux-type", choices=["global", "per_layer"], default="global")
+        p.add_argument("--z-coef", type=float, default=0.0, help="router z-loss coefficient")
+        p.add_argument("--threads", type=int, default=0)
+
+    p = sub.add_parser("init", help="random-init checkpoint (HF init, HF names)")
+    p.add_argument("--config", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    p.add_argument("--dtype", choices=["F32", "BF16", "F16"], default="F32")
+    p.add_argument("--threads", type=int, default=0)
+    p.set_defaults(fn=cmd_init)
+
+    p = sub.add_parser("loss", help="print the losses of the first step's micro batches")
+    common(p)
+    p.set_defaults(fn=cmd_loss)
+
+    p = sub.add_parser("step", help="N AdamW training steps")
+    common(p)
+    p.add_argument("--steps", type=int, default=1)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--beta1", type=float, default=0.9)
+    p.add_argument("--beta2", type=float, default=0.999)
+    p.add_argument("--eps", type=float, default=1e-8)
+    p.add_argument("--clip-grad", type=float, default=1.0)
+    p.add_argument("--save-dtype", choices=["F32", "F64"], default="F32")
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_step)
+
+    p = sub.add_parser("selftest")
+    p.add_argument("--threads", type=int, default=0)
+    p.set_defaults(fn=lambda a: selftest())
+
     a = ap.parse_args(argv)
-    if a.cmd == "selftest":
-        return selftest()
-    return 2
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    if getattr(a, "steps", 0) < 0:
+        raise SystemExit("--steps must be >= 0")
+    return a.fn(a) or 0
 
 
 if __name__ == "__main__":
