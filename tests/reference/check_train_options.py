@@ -212,6 +212,23 @@ def main():
         if rc != 0 or got.get("label_tokens") != want["tokens"] or want["tokens"] != 15 or \
                 abs(got["loss"] - want["loss"]) > 1e-5 * want["loss"]:
             fail(f"B30: stop / pad ids as labels: twinkle {got} vs torch {want}")
+
+        # 9. --ignore-empty-think reaches the template from `twinkle train`: 2 self-cognition rows (one
+        #    assistant turn each, no reasoning: the template inserts <think>\n\n</think>\n\n = 4 tokens
+        #    per row) train 8 labelled tokens fewer (the labels themselves are checked against jinja2 +
+        #    HF tokenizers in template_reference_qwen3).
+        sc = os.path.join(HERE, "..", "..", "data", "self_cognition.jsonl")
+        counts = []
+        for extra in ([], ["--ignore-empty-think"]):
+            mp = os.path.join(tmp, "m_iet.jsonl")
+            rc, out = run([twinkle, "train", "--model", real, "--dataset", sc, "--self-cognition", "twinkle,ModelScope",
+                           "--data-slice", "2", "--batch-size", "2", "--max-steps", "1", "--lr", "0", "--no-save",
+                           "--metrics-file", mp] + extra)
+            with open(mp) as f:
+                counts.append(json.loads(f.readline())["label_tokens"] if rc == 0 else None)
+        print(f"--ignore-empty-think: label tokens {counts[0]} without, {counts[1]} with the flag")
+        if counts[0] is None or counts[1] is None or counts[0] - counts[1] != 8:
+            fail(f"--ignore-empty-think: label tokens {counts}, expected 8 fewer with the flag")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if failures:
