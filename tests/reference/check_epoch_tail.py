@@ -10,6 +10,9 @@ Oracle: tests/reference/qwen3_ref.py (PyTorch) loss and label-token count of tho
 Layouts: dp 1, 2, 4, tp2 x dp2, pp2 x dp2: per-step loss, label tokens, grad norm equal to dp 1
 and the oracle (1e-5 relative). --drop-last: batches 0-3, 4-7, then 0-3 again, for dp 1 and dp 4 alike.
 The dp>1 runs must also warn that a rank gets no row.
+B24: 2 supervised + 2 fully masked rows ([v,v,m,m] and [v,m,v,m]) as dp1 mbs4 / mbs1 and dp2 mbs1 /
+mbs2 (so a micro-batch or a dp rank has no labelled token): the PyTorch loss of the 4 rows, the
+same grad norm in every layout.
 Run with /usr/bin/python3 (Debian's python3-torch).
 """
 import argparse
@@ -119,6 +122,47 @@ def main():
         check("drop_last dp4", dl4, dl_batches, dl1)
         if "drop_last drops the last 1 rows" not in log:
             failures.append("drop_last: no warning about the dropped rows")
+
+        # B24: micro-batches / dp ranks holding rows but no labelled token. Rows 0, 1 supervised,
+        # 2, 3 fully masked, in the orders [v,v,m,m] and [v,m,v,m]; dp1 mbs4, dp1 mbs1, dp2 mbs1,
+        # dp2 mbs2: loss = the PyTorch loss of the 4 rows, the same grad norm everywhere, no NaN.
+        for order in ([0, 1, 2, 3], [0, 2, 1, 3]):
+            sup = [ids[8], ids[4]]
+            rows4 = [(sup[0], labels[8]), (sup[1], labels[4]), (ids[5], [-100] * len(ids[5])),
+                     (ids[6], [-100] * len(ids[6]))]
+            rows4 = [rows4[k] for k in order]
+            rows_path = os.path.join(tmp, "rows4.jsonl")
+            with open(rows_path, "w") as f:
+                for x, y in rows4:
+                    f.write(json.dumps({"input_ids": x, "labels": y}) + "\n")
+            b = os.path.join(tmp, "b4.json")
+            with open(b, "w") as f:
+                json.dump({"input_ids": [x for x, _ in rows4], "labels": [y for _, y in rows4]}, f)
+            o = json.loads(run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "loss", "--model", model,
+                                "--batch", b]).strip().splitlines()[-1])
+            ref = None
+            for tag, np_, flags in (("dp1_mbs4", 1, ["--micro-batch-size", "4"]),
+                                    ("dp1_mbs1", 1, ["--micro-batch-size", "1"]),
+                                    ("dp2_mbs1", 2, ["--dp", "2", "--micro-batch-size", "1"]),
+                                    ("dp2_mbs2", 2, ["--dp", "2", "--micro-batch-size", "2"])):
+                metrics = os.path.join(tmp, "m_b24.jsonl")
+                cmd = [twinkle, "train", "--model", model, "--dataset", rows_path, "--batch-size", "4",
+                       "--max-steps", "1", "--lr", "0", "--no-save", "--metrics-file", metrics] + flags
+                if np_ > 1:
+                    cmd = [launcher, f"--nproc_per_node={np_}"] + cmd
+                run(cmd)
+                with open(metrics) as f:
+                    g = json.loads(f.readline())
+                name = f"B24 order {order} {tag}"
+                print(f"{name}: loss {g['loss']} oracle {o['loss']:.9f} label_tokens {g['label_tokens']} "
+                      f"grad_norm {g['grad_norm']}")
+                if g["loss"] is None or rel(g["loss"], o["loss"]) > 1e-5 or g["label_tokens"] != o["tokens"]:
+                    failures.append(f"{name}: loss {g['loss']} / {g['label_tokens']} tokens vs oracle {o}")
+                if g["grad_norm"] is None or not (g["grad_norm"] > 0):
+                    failures.append(f"{name}: grad norm {g['grad_norm']}")
+                elif ref is not None and rel(g["grad_norm"], ref) > 1e-5:
+                    failures.append(f"{name}: grad norm {g['grad_norm']} vs dp1_mbs4 {ref}")
+                ref = ref if ref is not None else g["grad_norm"]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if failures:
