@@ -50,3 +50,25 @@ foreach(np 2 3)
   set_tests_properties(moe_aux_split_np${np} PROPERTIES TIMEOUT 90 ENVIRONMENT "OMP_NUM_THREADS=1;LOG_LEVEL=INFO"
                        PASS_REGULAR_EXPRESSION "moe_aux_check OK" FAIL_REGULAR_EXPRESSION "CHECK FAILED")
 endforeach()
+
+# Qwen3-MoE training in one process vs tests/reference/qwen3_moe_ref.py step (float64):
+# loss / grad norm / lm / aux / z / expert load per step, step-0 gradients, params after AdamW
+# (tests/reference/check_train_moe.py). Layer 1 is an mlp_only_layers (dense) layer; rows:6 in
+# micro-batches of 2 are right-padded (padding excluded from the router statistics).
+set(CHECK_TRAIN_MOE ${CMAKE_SOURCE_DIR}/tests/reference/check_train_moe.py)
+# name | flags
+set(TWINKLE_MOE_TRAIN
+  "norm_topk_aux_off|--norm-topk-prob true"
+  "raw_topk_aux_off|--norm-topk-prob false"
+  "norm_topk_aux_global|--norm-topk-prob true --aux-coef 0.1 --aux-type global"
+  "raw_topk_aux_global_z|--norm-topk-prob false --aux-coef 0.05 --aux-type global --z-coef 0.01 --mbs 3"
+  "norm_topk_aux_per_layer|--norm-topk-prob true --aux-coef 0.1 --aux-type per_layer --mbs 1")
+foreach(spec ${TWINKLE_MOE_TRAIN})
+  string(REPLACE "|" ";" parts "${spec}")
+  list(GET parts 0 name)
+  list(GET parts 1 flags)
+  separate_arguments(flag_list UNIX_COMMAND "${flags}")
+  add_test(NAME moe_train_vs_torch_${name}
+           COMMAND /usr/bin/python3 ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} ${flag_list})
+  set_tests_properties(moe_train_vs_torch_${name} PROPERTIES TIMEOUT 300)
+endforeach()

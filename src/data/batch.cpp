@@ -24,6 +24,7 @@ MicroBatch collate_padded(const std::vector<EncodedRow>& rows, int32_t pad_id) {
   mb.input_ids.assign(T, pad_id);
   mb.labels.assign(T, kIgnoreIndex);
   mb.position_ids.assign(T, 0);
+  mb.attention_mask.assign(T, 0);
   for (size_t b = 0; b < rows.size(); ++b) {
     const auto& r = rows[b];
     check(r.labels.size() == r.input_ids.size(), "collate_padded: row " + std::to_string(b) +
@@ -33,6 +34,7 @@ MicroBatch collate_padded(const std::vector<EncodedRow>& rows, int32_t pad_id) {
       if (t < r.input_ids.size()) {
         mb.input_ids[base + t] = r.input_ids[t];
         mb.labels[base + t] = r.labels[t];
+        mb.attention_mask[base + t] = 1;
       }
       mb.position_ids[base + t] = static_cast<int32_t>(t);
     }

@@ -12,7 +12,9 @@ template <class F>
 void layout(StageActivations& a, const ActivationDims& d, int64_t T, F&& buf) {
   const int64_t Tl = d.sequence_parallel ? (T + d.tp - 1) / d.tp : T, H = d.hidden;
   buf(a.x0, Tl * H);
-  for (auto& l : a.layers) {
+  for (size_t i = 0; i < a.layers.size(); ++i) {
+    auto& l = a.layers[i];
+    const bool moe = i < d.moe_layer.size() && d.moe_layer[i];
     buf(l.ln1, Tl * H);
     buf(l.rstd1, Tl);
     if (d.sequence_parallel) buf(l.attn.x_full, T * H);
@@ -28,10 +30,12 @@ void layout(StageActivations& a, const ActivationDims& d, int64_t T, F&& buf) {
     buf(l.h, Tl * H);
     buf(l.ln2, Tl * H);
     buf(l.rstd2, Tl);
-    if (d.sequence_parallel) buf(l.mlp.x_full, T * H);
-    buf(l.mlp.gate, T * d.intermediate);
-    buf(l.mlp.up, T * d.intermediate);
-    buf(l.mlp.act, T * d.intermediate);
+    if (!moe) {
+      if (d.sequence_parallel) buf(l.mlp.x_full, T * H);
+      buf(l.mlp.gate, T * d.intermediate);
+      buf(l.mlp.up, T * d.intermediate);
+      buf(l.mlp.act, T * d.intermediate);
+    }
     buf(l.out, Tl * H);
   }
   if (d.last_stage) {

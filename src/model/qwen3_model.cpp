@@ -1,13 +1,27 @@
 // Qwen3Model: construction — the tensor table of every stage and this stage's layers.
 #include "twinkle/model/qwen3_model.h"
 
+#include "twinkle/parallel/expert_layout.h"
+
 namespace twinkle {
 
 Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelState> ps, Qwen3ModelOptions opts)
     : cfg_(cfg), ps_(std::move(ps)), opts_(std::move(opts)) {
-  check(cfg_.model_type == "qwen3",
-        "Qwen3Model: model_type '" + cfg_.model_type + "' is not a dense qwen3 model" +
+  check(cfg_.model_type == "qwen3" || cfg_.model_type == "qwen3_moe",
+        "Qwen3Model: model_type '" + cfg_.model_type + "' is neither qwen3 nor qwen3_moe" +
             (cfg_.source.empty() ? "" : " (" + cfg_.source + ")"));
+  const std::string model_name = cfg_.source.empty() ? std::string("the model") : cfg_.source;
+  parallel::check_expert_layout(ps_->mesh, cfg_.is_moe(), cfg_.num_experts, model_name);
+  parallel::check_moe_loss_options(opts_.moe_aux_loss_type, opts_.moe_aux_loss_coeff, opts_.moe_z_loss_coeff,
+                                   ps_->mesh, cfg_.is_moe());
+  if (cfg_.is_moe()) {
+    check(ps_->tp_size() == 1, "Qwen3-MoE with tp = " + std::to_string(ps_->tp_size()) +
+                                   " is not implemented yet (" + model_name + "); use tp = 1");
+    check(ps_->ep_size() == 1, "Qwen3-MoE with ep = " + std::to_string(ps_->ep_size()) +
+                                   " is not implemented yet (" + model_name + "); use ep = 1");
+    check(ps_->cp->size() == 1, "Qwen3-MoE with cp = " + std::to_string(ps_->cp->size()) +
+                                    " is not implemented yet (" + model_name + "); use cp = 1");
+  }
   tp_ = ps_->tp_size();
   sp_ = ps_->sequence_parallel() && tp_ > 1;
   auto fail = [&](const std::string& m) { throw Error("model does not fit the mesh: " + m); };
@@ -45,7 +59,7 @@ void Qwen3Model::build_table() {
       if (s == mine) embed_tokens_ = e;
     }
     for (int64_t l = split_.first[static_cast<size_t>(s)]; l < split_.first[static_cast<size_t>(s)] + split_.count[static_cast<size_t>(s)]; ++l) {
-      Qwen3DecoderLayer layer(table_, tp, cfg_, l, &rope_);
+      Qwen3DecoderLayer layer(table_, tp, cfg_, l, &rope_, ps_->ep_size());
       if (s == mine) layers_.push_back(std::move(layer));
     }
     if (s == pp - 1) {
@@ -87,6 +101,7 @@ ActivationDims Qwen3Model::activation_dims() const {
   d.kv_width = d.kv_heads * cfg_.head_dim;
   d.intermediate = cfg_.intermediate_size / tp_;
   d.layers = nlayers_;
+  for (const auto& l : layers_) d.moe_layer.push_back(l.is_moe);
   d.tp = tp_;
   d.sequence_parallel = sp_;
   d.last_stage = last_;

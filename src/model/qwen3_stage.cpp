@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "twinkle/kernels/cpu/embedding.h"
+#include "twinkle/kernels/cpu/moe_aux_loss.h"
 #include "twinkle/model/qwen3_model.h"
 #include "twinkle/parallel/tp_comm.h"
 
@@ -36,12 +37,20 @@ StageBatch Qwen3Model::prepare(const MicroBatch& mb) const {
           "position id " + std::to_string(p) + " exceeds max_position_embeddings " +
               std::to_string(cfg_.max_position_embeddings));
   b.T = T0;
+  check(mb.attention_mask.empty() || mb.attention_mask.size() == mb.input_ids.size(),
+        "micro-batch: attention_mask differs in length from input_ids");
+  if (mb.attention_mask.empty())
+    b.token_mask.assign(static_cast<size_t>(T0), 1);
+  else
+    for (uint8_t m : mb.attention_mask) b.token_mask.push_back(m ? 1 : 0);
+  for (uint8_t m : b.token_mask) b.num_real += m;
   if (sp_ && b.T % tp_) {
     const int64_t pad = tp_ - b.T % tp_;
     for (int64_t i = 0; i < pad; ++i) {
       b.ids.push_back(0);
       b.targets.push_back(kIgnoreIndex);
       b.positions.push_back(static_cast<int32_t>(i));
+      b.token_mask.push_back(0);
     }
     b.T += pad;
     b.cu_seqlens.push_back(static_cast<int32_t>(b.T));
@@ -66,11 +75,65 @@ double Qwen3Model::forward(int slot, const StageBatch& b, const float* in_hidden
     layers_[i].forward(x, b, a.layers[i], scratch_);
     x = a.layers[i].out;
   }
+  if (cfg_.is_moe()) moe_router_losses(b, a, training);
   if (!last_) return 0.0;
   norm_.forward(x, a.final_norm, a.rstd_final, Tl);
   const bool grad = training && grad_scale != 0.0f;
   if (!grad && b.num_targets == 0) return 0.0;  // nothing to score (generation)
   return lm_head_.forward(a.final_norm, b.targets.data(), T, grad_scale, grad ? a.d_final_norm : nullptr, scratch_);
+}
+
+// The router statistics of the micro-batch over this stage's MoE layers (real tokens only) and
+// the router-loss gradients each MoE block's backward adds (objective: coeff * aux / micro-batches,
+// z_coeff * z / micro-batches; tests/reference/qwen3_moe_ref.py step_losses).
+void Qwen3Model::moe_router_losses(const StageBatch& b, StageActivations& a, bool training) {
+  namespace k = kernels::cpu;
+  const int64_t E = cfg_.num_experts, K = cfg_.num_experts_per_tok, T = b.T;
+  const double per_mb = 1.0 / static_cast<double>(global_mbs_);
+  const double coeff = training ? opts_.moe_aux_loss_coeff : 0.0, zc = training ? opts_.moe_z_loss_coeff : 0.0;
+  const bool global = opts_.moe_aux_loss_type == "global";
+  MoeStageStats& s = a.moe;
+  s.prob_sum.assign(static_cast<size_t>(E), 0.0);
+  s.counts.assign(static_cast<size_t>(E), 0);
+  s.n = s.layers = 0;
+  s.aux_per_layer = s.z = 0.0;
+  const uint8_t* mask = b.token_mask.data();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (!layers_[i].is_moe) continue;
+    MoeActivations& m = a.layers[i].moe;
+    m.real_counts.assign(static_cast<size_t>(E), 0);
+    m.real_prob_sum.assign(static_cast<size_t>(E), 0.0);
+    const int64_t n =
+        k::moe_routing_stats(m.probs.data(), m.topk_idx.data(), mask, T, E, K, m.real_prob_sum.data(), m.real_counts.data());
+    for (int64_t e = 0; e < E; ++e) {
+      s.prob_sum[static_cast<size_t>(e)] += m.real_prob_sum[static_cast<size_t>(e)];
+      s.counts[static_cast<size_t>(e)] += m.real_counts[static_cast<size_t>(e)];
+    }
+    s.n += n;
+    ++s.layers;
+    const double lscale = k::moe_aux_scale_per_layer(E, K, n);
+    s.aux_per_layer += k::moe_aux_loss_value(m.real_prob_sum.data(), m.real_counts.data(), E, lscale);
+    const double zsum = k::moe_z_loss_forward(m.logits.data(), mask, T, E, m.lse.data());
+    if (n > 0) s.z += zsum / static_cast<double>(n);
+    if (coeff > 0 && !global) {
+      m.aux_counts = m.real_counts.data();
+      m.aux_coeff_scale = coeff * per_mb * lscale;
+    }
+    if (zc > 0 && n > 0) m.z_scale = zc * per_mb / static_cast<double>(n);
+  }
+  if (coeff > 0 && global) {  // transformers: every MoE layer's statistics of the micro-batch together (pp = 1)
+    const double scale = coeff * per_mb * k::moe_aux_scale_global(E, s.n);
+    for (size_t i = 0; i < layers_.size(); ++i)
+      if (layers_[i].is_moe) {
+        a.layers[i].moe.aux_counts = s.counts.data();
+        a.layers[i].moe.aux_coeff_scale = scale;
+      }
+  }
+}
+
+const MoeStageStats& Qwen3Model::moe_stats(int slot) const {
+  check(static_cast<size_t>(slot) < slots_.size(), "Qwen3Model::moe_stats: slot " + std::to_string(slot) + " has no forward");
+  return slots_[static_cast<size_t>(slot)].moe;
 }
 
 const float* Qwen3Model::output_hidden(int slot) {

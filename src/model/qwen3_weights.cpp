@@ -2,6 +2,7 @@
 #include <cstring>
 #include <random>
 
+#include "twinkle/io/moe_checkpoint.h"
 #include "twinkle/model/qwen3_model.h"
 
 namespace twinkle {
@@ -54,6 +55,7 @@ void Qwen3Model::init_random(uint64_t seed) {
 }
 
 void Qwen3Model::load_checkpoint(const CheckpointReader& ck) {
+  if (cfg_.is_moe()) check_moe_checkpoint(cfg_, ck.names(), ck.dir());
   for (size_t id = 0; id < table_.size(); ++id) {
     const parallel::TensorEntry& e = table_[id];
     if (e.param == parallel::kNoParam) continue;

@@ -1,5 +1,9 @@
 #include "twinkle/train/engine.h"
 
+#include <algorithm>
+
+#include "twinkle/kernels/cpu/moe_aux_loss.h"
+
 namespace twinkle {
 
 Engine::Engine(Qwen3Model& model) : model_(model) {}
@@ -21,6 +25,17 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs, bool training) {
     counts[1] += static_cast<int64_t>(mb.input_ids.size());
   }
   if (ps.dp_cp->size() > 1) ps.dp_cp->all_reduce(counts, 2, DType::I64, dist::ReduceOp::Sum);
+  const bool moe = model_.is_moe();
+  const int64_t E = moe ? model_.config().num_experts : 0;
+  // Per micro-batch router statistics of this stage: prob_sum[E], counts[E], N, aux_per_layer, z.
+  const size_t W = static_cast<size_t>(2 * E + 3);
+  std::vector<double> mstats;
+  if (moe) {
+    int64_t nmb[1] = {static_cast<int64_t>(mbs.size())};
+    if (ps.dp->size() > 1) ps.dp->all_reduce(nmb, 1, DType::I64, dist::ReduceOp::Sum);
+    model_.set_global_micro_batches(nmb[0]);
+    mstats.assign(W * mbs.size(), 0.0);
+  }
   StepResult res;
   res.label_tokens = counts[0];
   res.tokens = counts[1];
@@ -29,7 +44,19 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs, bool training) {
   double loss_sum = 0;
   parallel::PipelineStage st;
   st.forward = [&](int mb, const float* in) {
-    loss_sum += model_.forward(parallel::pipeline_slot(mb, s, p), sb[static_cast<size_t>(mb)], in, grad_scale, training);
+    const int slot = parallel::pipeline_slot(mb, s, p);
+    loss_sum += model_.forward(slot, sb[static_cast<size_t>(mb)], in, grad_scale, training);
+    if (moe) {
+      const MoeStageStats& m = model_.moe_stats(slot);
+      double* o = mstats.data() + W * static_cast<size_t>(mb);
+      for (int64_t e = 0; e < E; ++e) {
+        o[e] = m.prob_sum[static_cast<size_t>(e)];
+        o[E + e] = static_cast<double>(m.counts[static_cast<size_t>(e)]);
+      }
+      o[2 * E] = static_cast<double>(m.n);
+      o[2 * E + 1] = m.aux_per_layer;
+      o[2 * E + 2] = m.z;
+    }
   };
   st.output = [&](int mb) { return model_.output_hidden(parallel::pipeline_slot(mb, s, p)); };
   st.backward = [&](int mb, const float* dout) {
@@ -45,6 +72,38 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs, bool training) {
   if (ps.dp_cp->size() > 1) ps.dp_cp->all_reduce_f64(v, 1, dist::ReduceOp::Sum);
   if (p > 1) ps.pp->broadcast(v, 1, DType::I64, p - 1);  // 8-byte payload (a double)
   res.loss = counts[0] > 0 ? v[0] / static_cast<double>(counts[0]) : 0.0;
+  res.lm_loss = res.loss;
+  if (moe) {
+    // Each stage holds its MoE layers' part of every micro-batch: sum the parts over pp, then
+    // evaluate each micro-batch's value and sum the values and the expert counts over dp.
+    if (p > 1 && !mstats.empty()) ps.pp->all_reduce_f64(mstats.data(), static_cast<int64_t>(mstats.size()), dist::ReduceOp::Sum);
+    const bool global = model_.options().moe_aux_loss_type == "global";
+    std::vector<double> tot(static_cast<size_t>(E + 3), 0.0);  // counts[E], aux sum, z sum, micro-batches
+    std::vector<int64_t> cnt(static_cast<size_t>(E));
+    for (size_t mb = 0; mb < mbs.size(); ++mb) {
+      const double* o = mstats.data() + W * mb;
+      for (int64_t e = 0; e < E; ++e) cnt[static_cast<size_t>(e)] = static_cast<int64_t>(o[E + e]);
+      const double aux = global ? kernels::cpu::moe_aux_loss_value(o, cnt.data(), E,
+                                                                    kernels::cpu::moe_aux_scale_global(
+                                                                        E, static_cast<int64_t>(o[2 * E])))
+                                : o[2 * E + 1];
+      for (int64_t e = 0; e < E; ++e) tot[static_cast<size_t>(e)] += o[E + e];
+      tot[static_cast<size_t>(E)] += aux;
+      tot[static_cast<size_t>(E + 1)] += o[2 * E + 2];
+      tot[static_cast<size_t>(E + 2)] += 1.0;
+    }
+    if (ps.dp->size() > 1) ps.dp->all_reduce_f64(tot.data(), static_cast<int64_t>(tot.size()), dist::ReduceOp::Sum);
+    const double nmb = std::max(1.0, tot[static_cast<size_t>(E + 2)]);
+    for (int64_t e = 0; e < E; ++e) cnt[static_cast<size_t>(e)] = static_cast<int64_t>(tot[static_cast<size_t>(e)]);
+    const auto load = kernels::cpu::moe_expert_load(cnt.data(), E);
+    res.moe = true;
+    res.aux_loss = tot[static_cast<size_t>(E)] / nmb;
+    res.z_loss = tot[static_cast<size_t>(E + 1)] / nmb;
+    res.expert_load_max = load.max_share;
+    res.expert_load_min = load.min_share;
+    res.loss = res.lm_loss + model_.options().moe_aux_loss_coeff * res.aux_loss +
+               model_.options().moe_z_loss_coeff * res.z_loss;
+  }
   return res;
 }
 

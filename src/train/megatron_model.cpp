@@ -44,6 +44,11 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
   Qwen3ModelOptions mo;
   mo.layers_per_stage = opts_.layers_per_stage;
   mo.lm_head_chunk_tokens = opts_.lm_head_chunk_tokens;
+  mo.moe_aux_loss_type = opts_.moe_aux_loss_type;
+  mo.moe_aux_loss_coeff = opts_.moe_aux_loss_coeff
+                              ? *opts_.moe_aux_loss_coeff
+                              : (cfg.is_moe() && cfg.output_router_logits ? cfg.router_aux_loss_coef : 0.0);
+  mo.moe_z_loss_coeff = opts_.moe_z_loss_coeff;
   model_ = std::make_unique<Qwen3Model>(cfg, ps_, mo);
   bool loaded = false;
   if (opts_.load_weights) {
@@ -184,6 +189,12 @@ StepStats MegatronModel::clip_grad_and_step(std::optional<double> max_grad_norm)
   last_.lr = lr;
   last_.tokens = last_fb_.tokens;
   last_.label_tokens = last_fb_.label_tokens;
+  last_.moe = last_fb_.moe;
+  last_.lm_loss = last_fb_.lm_loss;
+  last_.aux_loss = last_fb_.aux_loss;
+  last_.z_loss = last_fb_.z_loss;
+  last_.expert_load_max = last_fb_.expert_load_max;
+  last_.expert_load_min = last_fb_.expert_load_min;
   last_.step_time_s = fb_time_s_;
   last_.tokens_per_s = fb_time_s_ > 0 ? static_cast<double>(last_fb_.tokens) / fb_time_s_ : 0;
   const double fl = flops_per_token(mean_seq_) * static_cast<double>(last_fb_.tokens);
@@ -226,6 +237,10 @@ std::string MegatronModel::get_train_configs() const {
     << c.hidden_size << ", heads " << c.num_attention_heads << "/" << c.num_key_value_heads << ", head_dim "
     << c.head_dim << ", vocab " << c.vocab_size << (c.tie_word_embeddings ? ", tied" : ", untied") << ", "
     << model_->num_parameters() << " parameters)\n";
+  if (c.is_moe())
+    o << "MoE: " << c.num_experts << " experts, top-" << c.num_experts_per_tok << (c.norm_topk_prob ? " (renormalised)" : "")
+      << ", aux loss " << model_->options().moe_aux_loss_type << " x " << model_->options().moe_aux_loss_coeff
+      << ", z-loss x " << model_->options().moe_z_loss_coeff << "\n";
   o << "Optimizer: AdamW (" << (optim_cfg_.use_distributed_optimizer ? "distributed" : "replicated")
     << "), lr " << optim_cfg_.lr << ", weight_decay " << optim_cfg_.weight_decay << ", betas (" << optim_cfg_.adam_beta1
     << ", " << optim_cfg_.adam_beta2 << "), eps " << optim_cfg_.adam_eps << ", clip_grad " << optim_cfg_.clip_grad

@@ -60,7 +60,10 @@ int train_main(int argc, char** argv) {
   int64_t batch_size = 8, max_steps = 0, mbs = 0, max_length = 8192, warmup = 0, decay = 0;
   double lr = 1e-4, wd = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, clip = 1.0, min_lr = 0;
   uint64_t seed = 42;
-  int tp = 1, pp = 1, dp = 0;
+  int tp = 1, pp = 1, dp = 0, ep = 1, etp = 1;
+  std::string moe_aux_type = "global";
+  std::optional<double> moe_aux_coeff;
+  double moe_z_coeff = 0.0;
   std::string dump_grads;
   bool sp = false, dist_opt = true, shuffle = false, packing = false, skip_bad = false, no_save = false;
   bool drop_last = false, ignore_empty_think = false;
@@ -88,6 +91,13 @@ int train_main(int argc, char** argv) {
   app.add_option("--tp", tp, "tensor-parallel size");
   app.add_option("--pp", pp, "pipeline-parallel size");
   app.add_option("--dp", dp, "data-parallel size (0 = world / (tp*pp))");
+  app.add_option("--ep", ep, "expert-parallel size (Qwen3-MoE)");
+  app.add_option("--etp", etp, "expert tensor-parallel size (Qwen3-MoE; 1 as in Twinkle)");
+  app.add_option("--moe-aux-loss-coeff", moe_aux_coeff,
+                 "load-balancing loss coefficient (default: config's router_aux_loss_coef when output_router_logits, else 0)");
+  app.add_option("--moe-aux-loss-type", moe_aux_type,
+                 "global (transformers' load_balancing_loss_func, pp = 1) | per_layer (Megatron's)");
+  app.add_option("--moe-z-loss-coeff", moe_z_coeff, "router z-loss coefficient (default 0)");
   app.add_flag("--sequence-parallel", sp, "sequence parallelism in the tp regions");
   app.add_option("--use-distributed-optimizer", dist_opt, "ZeRO-1 optimizer sharding over dp");
   app.add_option("--device", device, "cpu | cuda | npu");
@@ -140,6 +150,9 @@ int train_main(int argc, char** argv) {
   mo.seed = seed;
   mo.packing = packing;
   mo.on_nonfinite = on_nonfinite;
+  mo.moe_aux_loss_type = moe_aux_type;
+  mo.moe_aux_loss_coeff = moe_aux_coeff;
+  mo.moe_z_loss_coeff = moe_z_coeff;
   twinkle::validate(mo);
   twinkle::DataLoaderOptions lo;
   lo.batch_size = batch_size;
@@ -154,6 +167,8 @@ int train_main(int argc, char** argv) {
   ms.dp = dp;
   ms.tp = tp;
   ms.pp = pp;
+  ms.ep = ep;
+  ms.etp = etp;
   ms.device_type = device;
   ms.sequence_parallel = sp;
   twinkle::InitOptions io;
@@ -240,6 +255,13 @@ int train_main(int argc, char** argv) {
                 {"mfu", mt.mfu},
                 {"step_time_s", mt.step_time_s}};
       if (mt.skipped) j["skipped"] = true;
+      if (mt.moe) {
+        j["lm_loss"] = num_or_null(mt.lm_loss, mt.has_loss);
+        j["aux_loss"] = mt.aux_loss;
+        j["z_loss"] = mt.z_loss;
+        j["expert_load_max"] = mt.expert_load_max;
+        j["expert_load_min"] = mt.expert_load_min;
+      }
       if (metrics.is_open()) {
         metrics << j.dump() << "\n";
         metrics.flush();

@@ -35,6 +35,9 @@ struct MicroBatch {
   std::vector<int32_t> labels;        ///< [batch*seq], -100 = ignore
   std::vector<int32_t> position_ids;  ///< [batch*seq], restart at 0 per segment
   std::vector<int32_t> cu_seqlens;    ///< [n_segments+1], cumulative segment starts
+  /// [batch*seq] 1 for a real token, 0 for right padding (HF attention_mask); empty = all
+  /// real. Only statistics over real tokens read it (the MoE load-balancing loss and load).
+  std::vector<uint8_t> attention_mask;
   int64_t tokens() const { return batch * seq; }
   /// Number of labelled positions after the one-token shift (the loss denominator).
   int64_t num_label_tokens() const;

@@ -39,6 +39,31 @@ struct MlpActivations {
   float* act = nullptr;       ///< [T, I] silu(gate) * up (down_proj input)
 };
 
+/// Sparse MoE block (Qwen3MoeBlock) of one layer; R = T * top_k routed rows, E experts,
+/// I = moe_intermediate_size. Held in vectors that keep their capacity across steps (the row
+/// count of each expert changes with the routing; the total R does not).
+struct MoeActivations {
+  const float* x = nullptr;          ///< [T, H] block input (the layer's ln2)
+  std::vector<float> logits;         ///< [T, E] router logits
+  std::vector<float> probs;          ///< [T, E] softmax over all experts
+  std::vector<float> lse;            ///< [T] logsumexp of the logits (z-loss)
+  std::vector<float> topk_w;         ///< [T, k] combine weights
+  std::vector<int32_t> topk_idx;     ///< [T, k] selected experts
+  std::vector<int32_t> row_of_slot;  ///< [R] permuted row of slot t*k+j
+  std::vector<int32_t> slot_of_row;  ///< [R]
+  std::vector<int64_t> counts;       ///< [E] rows per expert (all tokens, padding included)
+  std::vector<float> xp;             ///< [R, H] permuted input
+  std::vector<float> gate, up, act;  ///< [R, I]
+  std::vector<float> y;              ///< [R, H] expert outputs (before the combine)
+  std::vector<int64_t> real_counts;  ///< [E] slots routed to each expert from real tokens
+  std::vector<double> real_prob_sum; ///< [E] sum of probs over real tokens
+  /// Router-loss gradients, set by the model after the stage forward (0 / null: none):
+  /// dprobs[t, e] += aux_coeff_scale * aux_counts[e] and the z-loss with scale z_scale.
+  const int64_t* aux_counts = nullptr;
+  double aux_coeff_scale = 0.0;
+  double z_scale = 0.0;
+};
+
 /// One decoder layer: out = h + mlp(ln2(h)), h = x + attn(ln1(x)).
 struct DecoderLayerActivations {
   float* ln1 = nullptr;       ///< [Tl, H]
@@ -47,7 +72,8 @@ struct DecoderLayerActivations {
   float* h = nullptr;         ///< [Tl, H] residual after attention
   float* ln2 = nullptr;       ///< [Tl, H]
   float* rstd2 = nullptr;     ///< [Tl]
-  MlpActivations mlp;
+  MlpActivations mlp;         ///< dense layers
+  MoeActivations moe;         ///< MoE layers
   float* out = nullptr;       ///< [Tl, H] layer output (the next layer's input)
 };
 
@@ -55,9 +81,22 @@ struct DecoderLayerActivations {
 struct ActivationDims {
   int64_t hidden = 0, q_width = 0, kv_width = 0, q_heads = 0, kv_heads = 0, intermediate = 0;
   int64_t layers = 0;           ///< decoder layers of the stage
+  std::vector<bool> moe_layer;  ///< per stage layer: a sparse MoE block (no dense MLP buffers); empty = all dense
   int tp = 1;
   bool sequence_parallel = false;
   bool last_stage = false;      ///< holds the final norm and its saved gradient
+};
+
+/// Router statistics of one micro-batch over this stage's MoE layers (real tokens only),
+/// filled by Qwen3Model::forward: what the `global` load-balancing loss, the logged aux / z
+/// values and the expert load need.
+struct MoeStageStats {
+  std::vector<double> prob_sum;   ///< [E] sum over MoE layers and real tokens of the softmax probs
+  std::vector<int64_t> counts;    ///< [E] routed slots per expert over MoE layers and real tokens
+  int64_t n = 0;                  ///< (MoE layers) x (real tokens): transformers' N
+  int64_t layers = 0;             ///< MoE layers of the stage
+  double aux_per_layer = 0;       ///< sum over layers of Megatron's per-layer aux value (coefficient 1)
+  double z = 0;                   ///< sum over layers of the mean z-loss (coefficient 1)
 };
 
 /// Everything one micro-batch slot of a stage keeps between its forward and backward.
@@ -68,6 +107,7 @@ struct StageActivations {
   float* final_norm = nullptr;  ///< [Tl, H] final RMSNorm output (last stage)
   float* rstd_final = nullptr;  ///< [Tl]
   float* d_final_norm = nullptr;///< [Tl, H] d(loss)/d(final_norm), from the fused head backward (last stage)
+  MoeStageStats moe;            ///< MoE models: the router statistics of the micro-batch
 
   /// Points every field at buffers for a micro-batch of T tokens (reallocating, with
   /// headroom, only when T exceeds the capacity) and records T. Contents are unspecified.

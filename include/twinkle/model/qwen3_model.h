@@ -53,6 +53,13 @@ struct Qwen3ModelOptions {
   std::vector<int64_t> layers_per_stage;
   /// Tokens per chunk of the fused lm-head + cross-entropy (bounds the [chunk, vocab/tp] logits buffer).
   int64_t lm_head_chunk_tokens = 1024;
+  /// Qwen3-MoE router losses (issue 10; parallel/expert_layout.h check_moe_loss_options):
+  /// "global" = transformers' load_balancing_loss_func over the micro-batch's MoE layers
+  /// (pp = 1), "per_layer" = Megatron's switch_load_balancing_loss_func per layer; the
+  /// coefficient 0 (default, as Twinkle's Megatron path) logs the value without a gradient.
+  std::string moe_aux_loss_type = "global";
+  double moe_aux_loss_coeff = 0.0;
+  double moe_z_loss_coeff = 0.0;  ///< Megatron's router z-loss coefficient
 };
 
 class Qwen3Model {
@@ -60,7 +67,9 @@ class Qwen3Model {
   /// Builds this rank's stage: its layers, its tensor-parallel shards. Throws
   /// twinkle::Error when the config does not fit the mesh (heads, kv heads or
   /// intermediate size not divisible by tp; pp larger than the number of layers;
-  /// a custom layer split that does not sum to num_hidden_layers) or is not a dense qwen3.
+  /// a custom layer split that does not sum to num_hidden_layers) or is neither qwen3 nor
+  /// qwen3_moe; for qwen3_moe also check_expert_layout / check_moe_loss_options
+  /// (parallel/expert_layout.h), and tp > 1 or ep > 1 (not implemented yet for MoE).
   Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelState> ps, Qwen3ModelOptions opts = {});
   // The layers point into the table and the table into the store: not copyable or movable.
   Qwen3Model(const Qwen3Model&) = delete;
@@ -116,6 +125,14 @@ class Qwen3Model {
   /// Logits [vocab] of the last token of `b` after forward(slot, b, ..., training=false).
   /// Single-stage, tp = 1 models only (generation); throws twinkle::Error otherwise.
   std::vector<float> last_token_logits(int slot, const StageBatch& b);
+  /// A Qwen3-MoE model (model_type qwen3_moe).
+  bool is_moe() const { return cfg_.is_moe(); }
+  const Qwen3ModelOptions& options() const { return opts_; }
+  /// Micro-batches of the global batch of this step (all dp ranks): the router losses are
+  /// averaged over them (Megatron's loss scale 1 / num_microbatches). Set before forward.
+  void set_global_micro_batches(int64_t n) { global_mbs_ = n > 0 ? n : 1; }
+  /// Router statistics of slot `slot`'s last forward over this stage's MoE layers.
+  const MoeStageStats& moe_stats(int slot) const;
   /// Bytes held by activation / scratch workspaces.
   size_t workspace_bytes() const;
 
@@ -124,6 +141,7 @@ class Qwen3Model {
   StageActivations& slot_acts(int slot);
   parallel::TensorParallel tp_group() const;
   ActivationDims activation_dims() const;
+  void moe_router_losses(const StageBatch& b, StageActivations& a, bool training);
 
   ModelConfig cfg_;
   std::shared_ptr<dist::ParallelState> ps_;
@@ -144,6 +162,7 @@ class Qwen3Model {
   parallel::VocabParallelLMHead lm_head_;              // last stage
   std::vector<StageActivations> slots_;                // saved activations per micro-batch slot
   Workspace scratch_;                                  // scratch only: nothing in it outlives a call
+  int64_t global_mbs_ = 1;                             // micro-batches of the step (MoE losses)
 };
 
 }  // namespace twinkle

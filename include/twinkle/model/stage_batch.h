@@ -14,6 +14,8 @@ struct StageBatch {
   std::vector<int32_t> positions;     ///< [T]
   std::vector<int32_t> cu_seqlens;    ///< segments of the token axis
   int64_t num_targets = 0;            ///< targets != -100
+  std::vector<uint8_t> token_mask;    ///< [T] 1 = real token, 0 = right padding or SP padding
+  int64_t num_real = 0;               ///< tokens with token_mask 1
 };
 
 }  // namespace twinkle

@@ -19,10 +19,19 @@
 namespace twinkle {
 
 struct StepResult {
-  double loss = 0;               ///< global per-token mean loss
+  double loss = 0;               ///< the objective: lm_loss (+ MoE router-loss terms, see below)
   int64_t label_tokens = 0;      ///< global labelled tokens
   int64_t tokens = 0;            ///< global tokens processed (padding included)
   parallel::PipelineTimes times; ///< this rank's compute / communication split
+  // Qwen3-MoE (moe true): loss = lm_loss + aux_coeff * aux_loss + z_coeff * z_loss, where
+  // aux_loss / z_loss are means over the global batch's micro-batches of the per-micro-batch
+  // value (global: transformers' load_balancing_loss_func over the micro-batch's MoE layers;
+  // per_layer: the sum over MoE layers of Megatron's per-layer loss; z: sum over layers of
+  // Megatron's z-loss), computed and reported even with coefficient 0;
+  // expert_load_max/min: the largest / smallest share of routed slots (real tokens, all MoE
+  // layers and micro-batches). tests/reference/qwen3_moe_ref.py step_losses.
+  bool moe = false;
+  double lm_loss = 0, aux_loss = 0, z_loss = 0, expert_load_max = 0, expert_load_min = 0;
 };
 
 class Engine {

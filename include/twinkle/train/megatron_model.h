@@ -39,6 +39,13 @@ struct MegatronModelOptions {
   /// under the fp16 grad scaler: no optimizer or scheduler step), counts it
   /// (StepMetrics::skipped_steps) and logs a warning. Every rank takes the same decision.
   std::string on_nonfinite = "error";
+  /// Qwen3-MoE router losses (Qwen3ModelOptions): "global" (transformers, pp = 1) or
+  /// "per_layer" (Megatron); the coefficient, when unset, is config.json's router_aux_loss_coef
+  /// if output_router_logits is true, else 0 (Twinkle's Megatron default). The value is always
+  /// computed and logged (StepMetrics::aux_loss).
+  std::string moe_aux_loss_type = "global";
+  std::optional<double> moe_aux_loss_coeff;
+  double moe_z_loss_coeff = 0.0;
 };
 
 /// The one place the model/training options are checked (the MegatronModel constructor,
@@ -103,6 +110,8 @@ class MegatronModel {
     bool has_loss = true;       ///< false: the global batch had no labelled token (loss undefined)
     bool skipped = false;       ///< the update was skipped (non-finite loss / grad norm, on_nonfinite "skip")
     int64_t skipped_steps = 0;  ///< skipped updates so far
+    bool moe = false;           ///< a Qwen3-MoE model: the fields below are set (engine.h StepResult)
+    double lm_loss = 0, aux_loss = 0, z_loss = 0, expert_load_max = 0, expert_load_min = 0;
   };
   const StepMetrics& last_metrics() const { return last_; }
   /// Layout, optimizer, scheduler and model settings as text (Twinkle's get_train_configs).

@@ -1,0 +1,135 @@
+#!/usr/bin/python3
+"""Checks twinkle's Qwen3-MoE training (one process) against tests/reference/qwen3_moe_ref.py.
+
+A tiny Qwen3-MoE (3 layers, layer 1 in mlp_only_layers = a dense MLP among sparse ones,
+6 experts top-2, untied) is initialised by the reference, then trained N AdamW steps by
+`twinkle train` and by `qwen3_moe_ref.py step` (float64) on the same rows, split into the same
+micro-batches (right-padded per micro-batch; the padding is excluded from the router
+statistics). Compared, as tests/reference/check_train.py does for the dense model:
+  * loss (lm + coef * aux) and grad norm of every step: 1e-5 relative;
+  * lm_loss, aux_loss (logged even with coefficient 0), expert_load_max/min of every step: 1e-5
+    relative (load shares: 1e-9 absolute; they are ratios of integer counts);
+  * every step-0 gradient (router gate, every expert, the dense layer): max abs err <= 1e-4 *
+    max|ref|;
+  * parameters after the last step: check_train.compare_params.
+Run with /usr/bin/python3 (Debian's python3-torch).
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import check_train as ct  # noqa: E402
+import safetensors_py  # noqa: E402
+
+
+def moe_config(norm_topk_prob, mlp_only_layers, layers):
+    return {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 64,
+        "intermediate_size": 96, "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 32, "hidden_act": "silu", "max_position_embeddings": 512, "rope_theta": 1000000.0,
+        "rope_scaling": None, "rms_norm_eps": 1e-06, "initializer_range": 0.02, "attention_bias": False,
+        "attention_dropout": 0.0, "vocab_size": 517, "tie_word_embeddings": False, "bos_token_id": 1,
+        "eos_token_id": 2, "num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
+        "norm_topk_prob": norm_topk_prob, "decoder_sparse_step": 1, "mlp_only_layers": mlp_only_layers,
+        "router_aux_loss_coef": 0.001, "output_router_logits": False, "torch_dtype": "float32",
+        "use_sliding_window": False, "sliding_window": None, "max_window_layers": layers}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--norm-topk-prob", choices=["true", "false"], default="true")
+    ap.add_argument("--layers", type=int, default=3)
+    ap.add_argument("--mlp-only-layers", default="1", help="comma list ('' = none)")
+    ap.add_argument("--batch", default="rows:6")
+    ap.add_argument("--mbs", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--clip-grad", type=float, default=0.05)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--aux-coef", type=float, default=0.0)
+    ap.add_argument("--aux-type", choices=["global", "per_layer"], default="global")
+    ap.add_argument("--z-coef", type=float, default=0.0)
+    ap.add_argument("--param-tol", type=float, default=1e-5)
+    args = ap.parse_args()
+
+    tmp = tempfile.mkdtemp(prefix="twinkle-check-moe-")
+    try:
+        model = os.path.join(tmp, "model")
+        os.makedirs(model)
+        only = [int(x) for x in args.mlp_only_layers.split(",") if x != ""]
+        cfg = moe_config(args.norm_topk_prob == "true", only, args.layers)
+        cfg_path = os.path.join(model, "config.json")
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f, indent=2)
+        ref_py = os.path.join(HERE, "qwen3_moe_ref.py")
+        ct.run(["/usr/bin/python3", ref_py, "init", "--config", cfg_path, "--seed", "0", "--out", model])
+        ids, labels = ct.make_batch(args.batch, cfg["vocab_size"], 1234)
+        rows_path = os.path.join(tmp, "rows.jsonl")
+        ct.write_rows(rows_path, ids, labels)
+        tw_out = os.path.join(tmp, "out")
+        metrics_path = os.path.join(tmp, "metrics.jsonl")
+        grads_path = os.path.join(tmp, "tw_grads0.safetensors")
+        ct.run([os.path.join(args.build, "bin", "twinkle"), "train", "--model", model, "--dataset", rows_path,
+                "--batch-size", str(len(ids)), "--micro-batch-size", str(args.mbs), "--max-steps", str(args.steps),
+                "--lr", str(args.lr), "--weight-decay", str(args.weight_decay), "--clip-grad", str(args.clip_grad),
+                "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--adam-eps", "1e-8", "--output-dir", tw_out,
+                "--metrics-file", metrics_path, "--dump-grads", grads_path, "--moe-aux-loss-coeff",
+                str(args.aux_coef), "--moe-aux-loss-type", args.aux_type, "--moe-z-loss-coeff", str(args.z_coef)],
+               env=dict(os.environ, OMP_NUM_THREADS="1"))
+        tw = ct.read_metrics(metrics_path)
+        # the same micro-batches as twinkle's split (rows in order, mbs per micro-batch)
+        mbs = [{"input_ids": ids[i:i + args.mbs], "labels": labels[i:i + args.mbs]}
+               for i in range(0, len(ids), args.mbs)]
+        batch_json = os.path.join(tmp, "batch.json")
+        with open(batch_json, "w") as f:
+            json.dump({"micro_batches": mbs}, f)
+        ref_out = os.path.join(tmp, "ref")
+        ct.run(["/usr/bin/python3", ref_py, "step", "--model", model, "--batch", batch_json, "--steps",
+                str(args.steps), "--lr", str(args.lr), "--weight-decay", str(args.weight_decay), "--beta1", "0.9",
+                "--beta2", "0.95", "--eps", "1e-8", "--clip-grad", str(args.clip_grad), "--out", ref_out,
+                "--dtype", "float64", "--save-dtype", "F64", "--aux-coef", str(args.aux_coef), "--aux-type",
+                args.aux_type, "--z-coef", str(args.z_coef)])
+        with open(os.path.join(ref_out, "metrics.json")) as f:
+            ref = json.load(f)
+        failures = []
+        if len(tw) != args.steps:
+            failures.append(f"twinkle logged {len(tw)} steps, expected {args.steps}")
+        for i in range(min(args.steps, len(tw))):
+            print(f"step {i+1}: loss twinkle {tw[i]['loss']:.8f} torch-f64 {ref['loss'][i]:.8f} | grad_norm "
+                  f"{tw[i]['grad_norm']:.8f} vs {ref['grad_norm'][i]:.8f} | aux {tw[i].get('aux_loss')} vs "
+                  f"{ref['aux_loss'][i]:.8f} | load {tw[i].get('expert_load_max')}/{tw[i].get('expert_load_min')} vs "
+                  f"{ref['expert_load_max'][i]:.6f}/{ref['expert_load_min'][i]:.6f}")
+            for key in ("loss", "grad_norm", "lm_loss", "aux_loss", "z_loss"):
+                if key not in tw[i]:
+                    failures.append(f"step {i+1}: twinkle's metrics lack {key}")
+                elif ct.rel(tw[i][key], ref[key][i]) > 1e-5 and abs(tw[i][key] - ref[key][i]) > 1e-12:
+                    failures.append(f"step {i+1}: {key} {tw[i][key]} vs torch {ref[key][i]}")
+            for key in ("expert_load_max", "expert_load_min"):
+                if key not in tw[i] or abs(tw[i][key] - ref[key][i]) > 1e-9:
+                    failures.append(f"step {i+1}: {key} {tw[i].get(key)} vs torch {ref[key][i]}")
+        g_tw = safetensors_py.load(grads_path)
+        g_ref = safetensors_py.load(os.path.join(ref_out, "grads_step0.safetensors"))
+        if set(g_tw) != set(g_ref):
+            failures.append(f"gradient names differ: only twinkle {sorted(set(g_tw) - set(g_ref))[:5]}, "
+                            f"only torch {sorted(set(g_ref) - set(g_tw))[:5]}")
+        failures += ct.compare_tensors("twinkle", g_tw, "torch", g_ref, 1e-4, "step-0 gradient")
+        p_tw = ct.load_ckpt(tw_out)
+        p64 = safetensors_py.load(os.path.join(ref_out, "final.safetensors"))
+        failures += ct.compare_params(p_tw, p64, args)
+        if failures:
+            print("FAILED:\n  " + "\n  ".join(failures[:40]))
+            return 1
+        print("OK")
+        return 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
