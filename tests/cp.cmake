@@ -8,9 +8,10 @@ target_compile_options(mpi_cp_attention PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_F
 target_link_libraries(mpi_cp_attention PRIVATE twinkle_parallel)
 foreach(np 1 2 4)
   add_test(NAME cp_attention_np${np}
-           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "mpi_cp_attention OK on ${np} ranks"
+                   ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
                    --mca mpi_yield_when_idle 1 -np ${np} ${CMAKE_BINARY_DIR}/tests/mpi_cp_attention)
+  # check_run.sh: exit code 0 AND the anchored OK line (a pass regex would ignore the exit code)
   set_tests_properties(cp_attention_np${np} PROPERTIES TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1"
-                       PASS_REGULAR_EXPRESSION "mpi_cp_attention OK on ${np} ranks"
                        FAIL_REGULAR_EXPRESSION "CHECK FAILED")
 endforeach()
