@@ -167,7 +167,7 @@ double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows) {
   auto t0 = Clock::now();
   double len = 0;
   for (const auto& r : rows) len += static_cast<double>(r.input_ids.size());
-  mean_seq_ = len / static_cast<double>(std::max<size_t>(1, rows.size()));
+  if (!rows.empty()) mean_seq_ = len / static_cast<double>(rows.size());  // a rank without rows keeps the last
   last_fb_ = engine_->forward_backward(split(rows));
   fb_time_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
   ++cur_step_;
