@@ -75,3 +75,23 @@ foreach(spec ${TWINKLE_MOE_TRAIN})
            COMMAND /usr/bin/python3 ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} ${flag_list})
   set_tests_properties(moe_train_vs_torch_${name} PROPERTIES TIMEOUT 300)
 endforeach()
+
+# Qwen3-MoE layouts with tp = ep = 1 == one process (check_train_moe.py --layout): pipeline
+# stages (MoE and dense layers on different stages) and data parallelism with ZeRO-1.
+# name | ranks | flags of the check | layout flags
+set(TWINKLE_MOE_LAYOUTS
+  "pp2_aux_per_layer|2|--aux-coef 0.1 --aux-type per_layer|--pp 2"
+  "dp2_aux_global|2|--aux-coef 0.1 --aux-type global --batch rows:8|--dp 2"
+  "dp2_pp2_z|4|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4|--dp 2 --pp 2")
+foreach(spec ${TWINKLE_MOE_LAYOUTS})
+  string(REPLACE "|" ";" parts "${spec}")
+  list(GET parts 0 name)
+  list(GET parts 1 np)
+  list(GET parts 2 flags)
+  list(GET parts 3 layout)
+  separate_arguments(flag_list UNIX_COMMAND "${flags}")
+  add_test(NAME moe_layout_${name}
+           COMMAND /usr/bin/python3 ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 ${flag_list}
+                   --np ${np} --layout "${layout}")
+  set_tests_properties(moe_layout_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
+endforeach()

@@ -12,6 +12,9 @@ statistics). Compared, as tests/reference/check_train.py does for the dense mode
   * every step-0 gradient (router gate, every expert, the dense layer): max abs err <= 1e-4 *
     max|ref|;
   * parameters after the last step: check_train.compare_params.
+With --np N --layout "FLAGS" it instead compares `twinkle train` on that layout (twinkle-run,
+N ranks) with twinkle in one process on the same model, rows and micro-batches: loss, grad
+norm, lm / aux / z loss and expert load of every step (1e-5 relative) and the final parameters.
 Run with /usr/bin/python3 (Debian's python3-torch).
 """
 import argparse
@@ -56,6 +59,8 @@ def main():
     ap.add_argument("--aux-type", choices=["global", "per_layer"], default="global")
     ap.add_argument("--z-coef", type=float, default=0.0)
     ap.add_argument("--param-tol", type=float, default=1e-5)
+    ap.add_argument("--np", type=int, default=1, help="ranks of the layout run (with --layout)")
+    ap.add_argument("--layout", default="", help="twinkle train flags of a layout compared with one process")
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="twinkle-check-moe-")
@@ -72,17 +77,45 @@ def main():
         ids, labels = ct.make_batch(args.batch, cfg["vocab_size"], 1234)
         rows_path = os.path.join(tmp, "rows.jsonl")
         ct.write_rows(rows_path, ids, labels)
-        tw_out = os.path.join(tmp, "out")
-        metrics_path = os.path.join(tmp, "metrics.jsonl")
+        def twinkle_train(tag, np_, extra):
+            out = os.path.join(tmp, "out_" + tag)
+            metrics = os.path.join(tmp, f"metrics_{tag}.jsonl")
+            cmd = [os.path.join(args.build, "bin", "twinkle"), "train", "--model", model, "--dataset", rows_path,
+                   "--batch-size", str(len(ids)), "--micro-batch-size", str(args.mbs), "--max-steps",
+                   str(args.steps), "--lr", str(args.lr), "--weight-decay", str(args.weight_decay), "--clip-grad",
+                   str(args.clip_grad), "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--adam-eps", "1e-8",
+                   "--output-dir", out, "--metrics-file", metrics, "--moe-aux-loss-coeff", str(args.aux_coef),
+                   "--moe-aux-loss-type", args.aux_type, "--moe-z-loss-coeff", str(args.z_coef)] + extra
+            if np_ > 1:
+                cmd = [os.path.join(args.build, "bin", "twinkle-run"), f"--nproc_per_node={np_}"] + cmd
+            ct.run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"))
+            return ct.read_metrics(metrics), out
+
+        if args.layout:
+            base, base_out = twinkle_train("single", 1, [])
+            lay, lay_out = twinkle_train("layout", args.np, args.layout.split())
+            failures = []
+            if len(lay) != args.steps or len(base) != args.steps:
+                failures.append(f"logged {len(lay)} / {len(base)} steps, expected {args.steps}")
+            for i in range(min(len(lay), len(base))):
+                a, b = lay[i], base[i]
+                print(f"step {i+1}: loss layout {a['loss']:.8f} single {b['loss']:.8f} | grad_norm "
+                      f"{a['grad_norm']:.8f} vs {b['grad_norm']:.8f} | aux {a.get('aux_loss')} vs {b.get('aux_loss')}")
+                for key in ("loss", "grad_norm", "lm_loss", "aux_loss", "z_loss", "expert_load_max",
+                            "expert_load_min"):
+                    if key not in a or key not in b:
+                        failures.append(f"step {i+1}: metrics lack {key}")
+                    elif ct.rel(a[key], b[key]) > 1e-5 and abs(a[key] - b[key]) > 1e-12:
+                        failures.append(f"step {i+1}: {key} {a[key]} vs single {b[key]}")
+            failures += ct.compare_params(ct.load_ckpt(lay_out), ct.load_ckpt(base_out), args)
+            if failures:
+                print("FAILED:\n  " + "\n  ".join(failures[:40]))
+                return 1
+            print("OK")
+            return 0
+
         grads_path = os.path.join(tmp, "tw_grads0.safetensors")
-        ct.run([os.path.join(args.build, "bin", "twinkle"), "train", "--model", model, "--dataset", rows_path,
-                "--batch-size", str(len(ids)), "--micro-batch-size", str(args.mbs), "--max-steps", str(args.steps),
-                "--lr", str(args.lr), "--weight-decay", str(args.weight_decay), "--clip-grad", str(args.clip_grad),
-                "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--adam-eps", "1e-8", "--output-dir", tw_out,
-                "--metrics-file", metrics_path, "--dump-grads", grads_path, "--moe-aux-loss-coeff",
-                str(args.aux_coef), "--moe-aux-loss-type", args.aux_type, "--moe-z-loss-coeff", str(args.z_coef)],
-               env=dict(os.environ, OMP_NUM_THREADS="1"))
-        tw = ct.read_metrics(metrics_path)
+        tw, tw_out = twinkle_train("single", 1, ["--dump-grads", grads_path])
         # the same micro-batches as twinkle's split (rows in order, mbs per micro-batch)
         mbs = [{"input_ids": ids[i:i + args.mbs], "labels": labels[i:i + args.mbs]}
                for i in range(0, len(ids), args.mbs)]
