@@ -30,6 +30,7 @@ uint64_t splitmix64(uint64_t x) {
 
 Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelState> ps, Qwen3ModelOptions opts)
     : cfg_(cfg), ps_(std::move(ps)), opts_(std::move(opts)) {
+  kernels_ = kernels::resolve_kernels(ps_->mesh.device_type(), opts_.kernels);
   check(cfg_.model_type == "qwen3",
         "Qwen3Model: model_type '" + cfg_.model_type + "' is not a dense qwen3 model" +
             (cfg_.source.empty() ? "" : " (" + cfg_.source + ")"));
@@ -68,6 +69,13 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   rope_ = kernels::cpu::make_rope_table(cfg_.max_position_embeddings, D_, cfg_.rope_theta);
   declare_params();
   store_.finalize(64 * ps_->dp_cp->size());  // flat size divisible by the ZeRO shard count
+}
+
+void Qwen3Model::set_kernels(const kernels::KernelTable& t) {
+  check(t.device == kernels_.device, "Qwen3Model::set_kernels: table for device '" + t.device +
+                                         "' but the model runs on '" + kernels_.device + "'");
+  check(t.complete(), "Qwen3Model::set_kernels: the kernel table lacks an op");
+  kernels_ = t;
 }
 
 void Qwen3Model::declare_params() {

@@ -53,6 +53,7 @@ int train_main(int argc, char** argv) {
   uint64_t seed = 42;
   int tp = 1, pp = 1, dp = 0;
   std::string dump_grads;
+  std::string kernels = "fused";
   bool sp = false, dist_opt = true, shuffle = false, packing = false, skip_bad = false, no_save = false;
   std::string truncation = "raise";
   app.add_option("--model", model, "model directory or hub id (config.json [+ safetensors])")->required();
@@ -86,6 +87,8 @@ int train_main(int argc, char** argv) {
   app.add_option("--self-cognition", self_cog, "NAME,AUTHOR: apply SelfCognitionProcessor");
   app.add_flag("--shuffle", shuffle, "shuffle rows each epoch");
   app.add_flag("--packing", packing, "padding-free packed micro-batches");
+  app.add_option("--kernels", kernels, "kernel set: fused (default) | reference (plain loops, for debugging)")
+      ->check(CLI::IsMember({"fused", "reference"}));
   app.add_flag("--skip-bad-rows", skip_bad, "count malformed rows as warnings instead of failing");
   app.add_flag("--no-save", no_save, "do not save the final checkpoint");
   app.add_option("--dump-grads", dump_grads, "write the step-1 gradients (HF names, f32) to this safetensors file (dp=1 only)");
@@ -155,6 +158,7 @@ int train_main(int argc, char** argv) {
   mo.micro_batch_size = mbs;
   mo.seed = seed;
   mo.packing = packing;
+  mo.kernels = kernels;
   twinkle::MegatronModel m(model, mo);
   twinkle::OptimizerConfig oc;
   oc.lr = lr;

@@ -151,9 +151,10 @@ struct LinearCrossEntropyOp {
   /// X [T, H], W [V, H], labels [T] (global ids or -100). Returns the SUM of the token losses (as
   /// CrossEntropyOp::forward on X W^T) and writes lse [T]. When dX is non-null also the backward of
   /// grad_scale * (that sum): dX [T, H] OVERWRITTEN, dW [V, H] ACCUMULATED (dW may be null).
+  /// chunk_rows bounds the rows whose logits exist at once (<= 0: the implementation's choice).
   /// Throws twinkle::Error on a label outside [0, V) other than -100.
   double (*forward_backward)(const float* X, const float* W, const int32_t* labels, int64_t T, int64_t V, int64_t H,
-                             float grad_scale, float* lse, float* dX, float* dW);
+                             float grad_scale, float* lse, float* dX, float* dW, int64_t chunk_rows);
 };
 
 /// torch.optim.AdamW step (twinkle/kernels/cpu/adamw.h).

@@ -24,6 +24,7 @@
 #include "twinkle/io/model_config.h"
 #include "twinkle/io/safetensors.h"
 #include "twinkle/kernels/cpu/rope.h"
+#include "twinkle/kernels/registry.h"
 #include "twinkle/model/parameter.h"
 #include "twinkle/parallel/vocab_parallel.h"
 
@@ -34,6 +35,10 @@ struct Qwen3ModelOptions {
   std::vector<int64_t> layers_per_stage;
   /// Tokens per chunk of the fused lm-head + cross-entropy (bounds the [chunk, vocab/tp] logits buffer).
   int64_t lm_head_chunk_tokens = 1024;
+  /// Kernel set the model starts with (twinkle/kernels/registry.h): "fused" (default) or "reference"
+  /// (plain double-accumulating loops, for debugging). Resolved for the mesh's device_type; throws
+  /// twinkle::Error for a device without kernels (npu: needs CANN; cuda: not built) or another name.
+  std::string kernels = "fused";
 };
 
 /// A micro-batch as one stage sees it: the MicroBatch plus shifted targets and, under
@@ -104,6 +109,11 @@ class Qwen3Model {
   /// Bytes held by activation / scratch workspaces.
   size_t workspace_bytes() const;
 
+  /// The kernels every compute op of this stage calls (see twinkle/model/kernelize.h to swap them).
+  const kernels::KernelTable& kernels() const { return kernels_; }
+  /// Replaces the kernel table (kernelize_model does this; the device must match the model's).
+  void set_kernels(const kernels::KernelTable& t);
+
  private:
   struct LayerParams {
     size_t ln1, q, k, v, o, qn, kn, ln2, gate, up, down;
@@ -138,6 +148,7 @@ class Qwen3Model {
   size_t embed_ = SIZE_MAX, final_norm_ = SIZE_MAX, lm_head_ = SIZE_MAX;
   std::vector<LayerParams> layers_;
   kernels::cpu::RopeTable rope_;
+  kernels::KernelTable kernels_;
   std::vector<Workspace> slots_;
   Workspace scratch_;
 };

@@ -22,6 +22,7 @@
 
 #include "twinkle/dist/parallel_state.h"
 #include "twinkle/model/parameter.h"
+#include "twinkle/kernels/registry.h"
 
 namespace twinkle {
 
@@ -56,6 +57,9 @@ class DistributedOptimizer {
   /// + parameter all-gather + zero gradients.
   StepStats step(double lr, double max_norm = -1.0);
   void zero_grad() { store_.zero_grad(); }
+  /// Kernels of the grad norm, clipping and AdamW (norms, adamw ops); the table must outlive the
+  /// optimizer (MegatronModel passes its model's). Default: the CPU fused set.
+  void set_kernels(const kernels::KernelTable& kt) { kt_ = &kt; }
   const OptimizerConfig& config() const { return cfg_; }
   OptimizerConfig& mutable_config() { return cfg_; }
   int64_t steps() const { return step_; }
@@ -71,6 +75,8 @@ class DistributedOptimizer {
     int64_t state_off;   // offset into m_/v_
   };
   ParamStore& store_;
+  const kernels::KernelTable* kt_ = nullptr;
+  const kernels::KernelTable& kernels() const;  // *kt_, or the CPU fused set
   std::shared_ptr<dist::ParallelState> ps_;
   OptimizerConfig cfg_;
   std::vector<std::pair<int64_t, int64_t>> buckets_;  // [start, len)

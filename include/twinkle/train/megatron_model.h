@@ -32,6 +32,10 @@ struct MegatronModelOptions {
   std::vector<int64_t> layers_per_stage;  ///< custom pipeline split (empty = even)
   bool packing = false;              ///< padding-free micro-batches (one packed sequence each)
   int64_t lm_head_chunk_tokens = 1024;
+  /// Kernel set: "fused" (default, as MindSpeed's fused kernels on Twinkle's NPU path) or "reference"
+  /// (plain double-accumulating loops, for debugging); see twinkle/kernels/registry.h. Single ops can be
+  /// swapped afterwards with kernelize_model(model.model(), mapping) (twinkle/model/kernelize.h).
+  std::string kernels = "fused";
 };
 
 struct SaveOptions {

@@ -30,11 +30,7 @@ void register_fused_kernels(Registry& r) {
   r.add(dev, name, LinearOp{linear_forward, linear_backward});
   r.add(dev, name, GroupedLinearOp{grouped_linear_forward, grouped_linear_backward});
   r.add(dev, name, CrossEntropyOp{ce_local_max, ce_local_sumexp_target, ce_backward, cross_entropy_forward});
-  r.add(dev, name,
-        LinearCrossEntropyOp{[](const float* X, const float* W, const int32_t* labels, int64_t T, int64_t V, int64_t H,
-                                float grad_scale, float* lse, float* dX, float* dW) {
-          return linear_cross_entropy(X, W, labels, T, V, H, grad_scale, lse, dX, dW);
-        }});
+  r.add(dev, name, LinearCrossEntropyOp{linear_cross_entropy});
   r.add(dev, name, AdamwOp{adamw_step});
   r.add(dev, name, NormsOp{sum_squares, scale_inplace});
   r.add(dev, name, AddOp{add_inplace, add_out});

@@ -311,12 +311,12 @@ void linear_cross_entropy(const KernelTable& k, const std::string& name, Check& 
   std::vector<float> lse(T, 7.0f), dx(T * H, 7.0f), dw(V * H, 0.5f);
   const double lf =
       k.linear_cross_entropy.forward_backward(x.data(), w.data(), lab.data(), T, V, H, 0.0f, lse.data(), nullptr,
-                                              nullptr);
+                                              nullptr, 0);
   ck.scalar(lf, c.d("loss_sum")[0], 1e-5, "fwd loss");
   ck.close(lse, c.d("lse"), 1e-5, "fwd lse");
   const double lb = k.linear_cross_entropy.forward_backward(x.data(), w.data(), lab.data(), T, V, H,
                                                             1.0f / static_cast<float>(nv), lse.data(), dx.data(),
-                                                            dw.data());
+                                                            dw.data(), 4);  // chunks of 4, 4, 3 rows
   ck.scalar(lb, c.d("loss_sum")[0], 1e-5, "fwd+bwd loss");
   ck.close(dx, c.d("dx"), 1e-5, "bwd dx");
   ck.close(dw, plus(c.d("dw"), 0.5), 1e-5, "bwd dw (+=)");

@@ -13,6 +13,6 @@ namespace twinkle::kernels::cpu {
 /// (<= 0: 1024) reuse one grow-only thread_local logits buffer. Throws twinkle::Error naming the row of
 /// a label outside [0, V) that is not -100.
 double linear_cross_entropy(const float* X, const float* W, const int32_t* labels, int64_t T, int64_t V, int64_t H,
-                            float grad_scale, float* lse, float* dX, float* dW, int64_t chunk_rows = 0);
+                            float grad_scale, float* lse, float* dX, float* dW, int64_t chunk_rows);
 
 }  // namespace twinkle::kernels::cpu

@@ -66,7 +66,7 @@ double cross_entropy_forward(const float* logits, const int32_t* labels, int64_t
 }
 
 double linear_cross_entropy(const float* X, const float* W, const int32_t* labels, int64_t T, int64_t V, int64_t H,
-                            float grad_scale, float* lse, float* dX, float* dW) {
+                            float grad_scale, float* lse, float* dX, float* dW, int64_t /*chunk_rows: unfused*/) {
   std::vector<float> logits(static_cast<size_t>(T * V));
   linear_forward(X, W, logits.data(), T, V, H, false);
   const double loss = cross_entropy_forward(logits.data(), labels, T, V, lse);

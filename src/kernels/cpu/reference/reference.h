@@ -56,7 +56,7 @@ void ce_backward(const float* logits, const int32_t* labels, const float* lse, i
                  int64_t vstart, const float* row_scale, float* dlogits);
 double cross_entropy_forward(const float* logits, const int32_t* labels, int64_t T, int64_t V, float* lse);
 double linear_cross_entropy(const float* X, const float* W, const int32_t* labels, int64_t T, int64_t V, int64_t H,
-                            float grad_scale, float* lse, float* dX, float* dW);
+                            float grad_scale, float* lse, float* dX, float* dW, int64_t chunk_rows);
 
 void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
                 float weight_decay, int64_t step);
