@@ -15,11 +15,10 @@ void add_rmsnorm_forward(const float* x, const float* r, float* h, const float* 
     const float* rr = r + i * dim;
     float* hr = h + i * dim;
     float* yr = y + i * dim;
-    double ss = 0.0;
+    double ss = 0.0;  // x + r recomputed in the second pass (the rows are in L1 by then) instead of re-read from h
 #pragma omp simd reduction(+ : ss)
     for (int64_t j = 0; j < dim; ++j) {
       const float v = xr[j] + rr[j];
-      hr[j] = v;
       ss += static_cast<double>(v) * v;
     }
     // as rmsnorm_forward: variance in fp32, rsqrt(variance + eps)
@@ -27,7 +26,11 @@ void add_rmsnorm_forward(const float* x, const float* r, float* h, const float* 
     const float rs = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var + eps)));
     rstd[i] = rs;
 #pragma omp simd
-    for (int64_t j = 0; j < dim; ++j) yr[j] = w[j] * (hr[j] * rs);
+    for (int64_t j = 0; j < dim; ++j) {
+      const float v = xr[j] + rr[j];
+      hr[j] = v;
+      yr[j] = w[j] * (v * rs);
+    }
   }
 }
 
