@@ -284,7 +284,7 @@ def grouped_linear_case(root, name, group_rows, N, K):
     X, W = leaf64(x), leaf64(w)
     y = torch.cat([F.linear(X[offs[g]:offs[g + 1]], W[g]) for g in range(G)], dim=0)
     y.backward(dy.double())
-    c.put("offsets", torch.tensor(offs, dtype=torch.int32), "i32")
+    c.put("counts", torch.tensor(group_rows, dtype=torch.int32), "i32")
     for n, t in [("x", x), ("w", w), ("dy", dy)]:
         c.put(n, t, "f32")
     c.put("y", y, "f64")

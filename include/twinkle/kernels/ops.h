@@ -119,16 +119,18 @@ struct LinearOp {
                    int64_t K, bool accumulate_dx);
 };
 
-/// Grouped linear (the MoE experts' grouped GEMM, Megatron GroupedMLP / MindSpeed npu_gmm): rows
-/// [offsets[g], offsets[g+1]) of X use the weight W[g] ([N, K], W is [G, N, K]). offsets [G+1],
-/// non-decreasing, offsets[0] = 0, M = offsets[G].
+/// Grouped linear: the MoE experts' grouped GEMM (Megatron-core GroupedMLP / TEGroupedLinear, MindSpeed
+/// npu_gmm; twinkle/kernels/cpu/grouped_gemm.h): the consecutive row blocks X_e of X [R, K] given by
+/// counts [E] (R = sum counts, expert order) use W_e = W + e * w_stride ([N, K], w_stride >= N*K).
 struct GroupedLinearOp {
   static constexpr const char* kName = "grouped_linear";
-  /// Y [M, N] = per-group X W[g]^T (OVERWRITTEN).
-  void (*forward)(const float* X, const float* W, float* Y, const int64_t* offsets, int64_t G, int64_t N, int64_t K);
-  /// dX [M, K] OVERWRITTEN; dW [G, N, K] ACCUMULATED (skipped when null).
-  void (*backward)(const float* X, const float* W, const float* dY, float* dX, float* dW, const int64_t* offsets,
-                   int64_t G, int64_t N, int64_t K);
+  /// Y_e [counts[e], N] (+)= X_e W_e^T (OVERWRITTEN unless accumulate). Throws twinkle::Error on a count < 0.
+  void (*forward)(const float* X, const float* W, int64_t w_stride, const int64_t* counts, int64_t E, float* Y,
+                  int64_t N, int64_t K, bool accumulate);
+  /// dX_e (+)= dY_e W_e (OVERWRITTEN unless accumulate_dx; skipped when dX is null);
+  /// dW_e += dY_e^T X_e (skipped when dW is null; an expert without rows leaves dW_e untouched).
+  void (*backward)(const float* X, const float* W, int64_t w_stride, const int64_t* counts, int64_t E,
+                   const float* dY, float* dX, float* dW, int64_t N, int64_t K, bool accumulate_dx);
 };
 
 /// Token cross entropy in Megatron's vocab-parallel pieces (twinkle/kernels/cpu/cross_entropy.h).

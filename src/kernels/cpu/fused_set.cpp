@@ -6,7 +6,7 @@
 #include "twinkle/kernels/cpu/embedding.h"
 #include "twinkle/kernels/cpu/gate_up_swiglu.h"
 #include "twinkle/kernels/cpu/gemm.h"
-#include "twinkle/kernels/cpu/grouped_linear.h"
+#include "twinkle/kernels/cpu/grouped_gemm.h"
 #include "twinkle/kernels/cpu/linear_cross_entropy.h"
 #include "twinkle/kernels/cpu/qk_norm_rope.h"
 #include "twinkle/kernels/cpu/reduce.h"

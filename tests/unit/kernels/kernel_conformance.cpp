@@ -240,13 +240,29 @@ void grouped_linear(const KernelTable& k, const std::string& name, Check& ck) {
   Case c(name);
   const int64_t M = c.pi("M"), N = c.pi("N"), K = c.pi("K"), G = c.pi("G");
   auto x = c.f("x"), w = c.f("w"), dy = c.f("dy");
-  const auto offs = widen(c.i("offsets"));
-  std::vector<float> y(M * N, 7.0f), dx(M * K, 7.0f), dw(G * N * K, 0.5f);
-  k.grouped_linear.forward(x.data(), w.data(), y.data(), offs.data(), G, N, K);
+  const auto counts = widen(c.i("counts"));
+  // expert weights at a stride larger than N*K (padding filled with garbage that must not be read)
+  const int64_t ws = N * K + 5;
+  std::vector<float> wp(G * ws, 1e4f);
+  for (int64_t g = 0; g < G; ++g) std::copy(w.begin() + g * N * K, w.begin() + (g + 1) * N * K, wp.begin() + g * ws);
+  std::vector<float> y(M * N, 7.0f), dx(M * K, 7.0f), dwp(G * ws, 0.5f);
+  k.grouped_linear.forward(x.data(), wp.data(), ws, counts.data(), G, y.data(), N, K, false);
   ck.close(y, c.d("y"), 1e-5, "fwd y");
-  k.grouped_linear.backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), offs.data(), G, N, K);
+  std::fill(y.begin(), y.end(), 1.0f);
+  k.grouped_linear.forward(x.data(), wp.data(), ws, counts.data(), G, y.data(), N, K, true);
+  ck.close(y, plus(c.d("y"), 1.0), 1e-5, "fwd y (accumulate)");
+  k.grouped_linear.backward(x.data(), wp.data(), ws, counts.data(), G, dy.data(), dx.data(), dwp.data(), N, K, false);
   ck.close(dx, c.d("dx"), 1e-5, "bwd dx");
+  std::vector<float> dw;
+  for (int64_t g = 0; g < G; ++g) dw.insert(dw.end(), dwp.begin() + g * ws, dwp.begin() + g * ws + N * K);
   ck.close(dw, plus(c.d("dw"), 0.5), 1e-5, "bwd dw (+=)");
+  bool pad_ok = true;  // the stride padding of dW is never written
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t i = N * K; i < ws; ++i) pad_ok &= dwp[g * ws + i] == 0.5f;
+  ck.expect(pad_ok, "bwd: dW written outside an expert's [N, K] block");
+  std::fill(dx.begin(), dx.end(), 1.0f);
+  k.grouped_linear.backward(x.data(), wp.data(), ws, counts.data(), G, dy.data(), dx.data(), nullptr, N, K, true);
+  ck.close(dx, plus(c.d("dx"), 1.0), 1e-5, "bwd dx (accumulate_dx)");
 }
 
 void cross_entropy(const KernelTable& k, const std::string& name, Check& ck) {

@@ -54,26 +54,33 @@ void linear_backward(const float* X, const float* W, const float* dY, float* dX,
 }
 
 namespace {
-void check_offsets(const char* fn, const int64_t* offsets, int64_t G) {
-  check(G >= 0 && (G == 0 || offsets[0] == 0), std::string(fn) + ": offsets[0] must be 0");
-  for (int64_t g = 0; g < G; ++g)
-    check(offsets[g + 1] >= offsets[g], std::string(fn) + ": offsets decrease at group " + std::to_string(g));
+void check_counts(const char* fn, const int64_t* counts, int64_t E) {
+  for (int64_t e = 0; e < E; ++e)
+    check(counts[e] >= 0, std::string(fn) + ": counts[" + std::to_string(e) + "] = " + std::to_string(counts[e]) +
+                              " is negative");
 }
 }  // namespace
 
-void grouped_linear_forward(const float* X, const float* W, float* Y, const int64_t* offsets, int64_t G, int64_t N,
-                            int64_t K) {
-  check_offsets("grouped_linear_forward", offsets, G);
-  for (int64_t g = 0; g < G; ++g)
-    linear_forward(X + offsets[g] * K, W + g * N * K, Y + offsets[g] * N, offsets[g + 1] - offsets[g], N, K, false);
+// A loop over the experts, each a plain linear on its block of rows.
+void grouped_linear_forward(const float* X, const float* W, int64_t w_stride, const int64_t* counts, int64_t E,
+                            float* Y, int64_t N, int64_t K, bool accumulate) {
+  check_counts("grouped_linear_forward", counts, E);
+  int64_t r0 = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    linear_forward(X + r0 * K, W + e * w_stride, Y + r0 * N, counts[e], N, K, accumulate);
+    r0 += counts[e];
+  }
 }
 
-void grouped_linear_backward(const float* X, const float* W, const float* dY, float* dX, float* dW,
-                             const int64_t* offsets, int64_t G, int64_t N, int64_t K) {
-  check_offsets("grouped_linear_backward", offsets, G);
-  for (int64_t g = 0; g < G; ++g)
-    linear_backward(X + offsets[g] * K, W + g * N * K, dY + offsets[g] * N, dX + offsets[g] * K,
-                    dW ? dW + g * N * K : nullptr, offsets[g + 1] - offsets[g], N, K, false);
+void grouped_linear_backward(const float* X, const float* W, int64_t w_stride, const int64_t* counts, int64_t E,
+                             const float* dY, float* dX, float* dW, int64_t N, int64_t K, bool accumulate_dx) {
+  check_counts("grouped_linear_backward", counts, E);
+  int64_t r0 = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    linear_backward(X + r0 * K, W + e * w_stride, dY + r0 * N, dX ? dX + r0 * K : nullptr,
+                    dW ? dW + e * w_stride : nullptr, counts[e], N, K, accumulate_dx);
+    r0 += counts[e];
+  }
 }
 
 // Unfused: gate = X Wg^T, up = X Wu^T (two linears), a = swiglu(gate, up); gu holds [gate | up] per row.

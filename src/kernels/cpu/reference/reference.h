@@ -35,10 +35,10 @@ void swiglu_backward(const float* gate, const float* up, const float* dh, float*
 void linear_forward(const float* X, const float* W, float* Y, int64_t M, int64_t N, int64_t K, bool accumulate);
 void linear_backward(const float* X, const float* W, const float* dY, float* dX, float* dW, int64_t M, int64_t N,
                      int64_t K, bool accumulate_dx);
-void grouped_linear_forward(const float* X, const float* W, float* Y, const int64_t* offsets, int64_t G, int64_t N,
-                            int64_t K);
-void grouped_linear_backward(const float* X, const float* W, const float* dY, float* dX, float* dW,
-                             const int64_t* offsets, int64_t G, int64_t N, int64_t K);
+void grouped_linear_forward(const float* X, const float* W, int64_t w_stride, const int64_t* counts, int64_t E,
+                            float* Y, int64_t N, int64_t K, bool accumulate);
+void grouped_linear_backward(const float* X, const float* W, int64_t w_stride, const int64_t* counts, int64_t E,
+                             const float* dY, float* dX, float* dW, int64_t N, int64_t K, bool accumulate_dx);
 void gate_up_swiglu_forward(const float* X, const float* Wgu, float* gu, float* a, int64_t T, int64_t I, int64_t H);
 void gate_up_swiglu_backward(const float* X, const float* Wgu, const float* gu, const float* da, float* dgu,
                              float* dX, float* dWgu, int64_t T, int64_t I, int64_t H, bool accumulate_dx);
