@@ -56,7 +56,7 @@ int recipe(int argc, char** argv) {
   app.add_option("--dp", dp, "data-parallel size (the recipe: 2)");
   app.add_option("--tp", tp, "tensor-parallel size (the recipe: 2)");
   app.add_option("--pp", pp, "pipeline-parallel size (the recipe: 2)");
-  app.add_option("--kernels", kernels, "kernel set: fused (default) | reference (plain loops, for debugging)")
+  app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
       ->check(CLI::IsMember({"fused", "reference"}));
   try {
     app.parse(argc, argv);

@@ -35,7 +35,7 @@ int eval_main(int argc, char** argv) {
   app.add_option("--batch-size", batch_size, "rows per forward pass");
   app.add_option("--template", templ, "chat template for message rows");
   app.add_option("--max-length", max_length, "template max_length");
-  app.add_option("--kernels", kernels, "kernel set: fused (default) | reference (plain loops, for debugging)")
+  app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
       ->check(CLI::IsMember({"fused", "reference"}));
   try {
     app.parse(argc, argv);

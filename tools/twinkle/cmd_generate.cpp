@@ -29,7 +29,7 @@ int generate_main(int argc, char** argv) {
   app.add_option("--system", system, "system message (empty: none)");
   app.add_option("--max-new-tokens", max_new, "at most this many new tokens");
   app.add_flag("--raw", raw, "print the generated text as is (with the think block)");
-  app.add_option("--kernels", kernels, "kernel set: fused (default) | reference (plain loops, for debugging)")
+  app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
       ->check(CLI::IsMember({"fused", "reference"}));
   try {
     app.parse(argc, argv);

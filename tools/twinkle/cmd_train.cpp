@@ -102,7 +102,7 @@ int train_main(int argc, char** argv) {
   app.add_flag("--shuffle", shuffle, "shuffle rows each epoch");
   app.add_flag("--drop-last", drop_last, "drop a final partial batch of each epoch (for every layout alike)");
   app.add_flag("--packing", packing, "padding-free packed micro-batches");
-  app.add_option("--kernels", kernels, "kernel set: fused (default) | reference (plain loops, for debugging)")
+  app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
       ->check(CLI::IsMember({"fused", "reference"}));
   app.add_flag("--skip-bad-rows", skip_bad, "drop malformed rows with a warning naming file:line instead of failing");
   app.add_flag("--no-save", no_save, "do not save the final checkpoint");
