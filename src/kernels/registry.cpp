@@ -156,4 +156,9 @@ KernelTable resolve_kernels(const std::string& device, const std::string& set, c
   return t;
 }
 
+const KernelTable& default_cpu_kernels() {
+  static const KernelTable t = resolve_kernels("cpu", "fused");
+  return t;
+}
+
 }  // namespace twinkle::kernels

@@ -8,15 +8,8 @@
 
 namespace twinkle {
 
-namespace {
-// The CPU fused set, for an optimizer nobody gave a table (set_kernels).
-const kernels::KernelTable& default_kernels() {
-  static const kernels::KernelTable t = kernels::resolve_kernels("cpu", "fused");
-  return t;
-}
-}  // namespace
 
-const kernels::KernelTable& DistributedOptimizer::kernels() const { return kt_ ? *kt_ : default_kernels(); }
+const kernels::KernelTable& DistributedOptimizer::kernels() const { return kt_ ? *kt_ : kernels::default_cpu_kernels(); }
 
 DistributedOptimizer::DistributedOptimizer(ParamStore& store, std::shared_ptr<dist::ParallelState> ps,
                                            const OptimizerConfig& cfg)

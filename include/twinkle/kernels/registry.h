@@ -101,6 +101,9 @@ void check_kernel_set(const std::string& set);
 KernelTable resolve_kernels(const std::string& device, const std::string& set = "fused",
                             const KernelMapping& mapping = {});
 
+/// The CPU "fused" table, resolved once (for code that was given no table).
+const KernelTable& default_cpu_kernels();
+
 namespace cpu {
 /// Registers the built-in CPU implementations (called by Registry::global()).
 void register_reference_kernels(Registry& r);

@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "twinkle/dist/parallel_state.h"
-#include "twinkle/model/parameter.h"
 #include "twinkle/kernels/registry.h"
+#include "twinkle/parallel/param_store.h"
 
 namespace twinkle {
 
