@@ -15,7 +15,7 @@ Modes:
   --against kernels twinkle with --kernels reference vs --kernels fused on the same layout:
                     loss of every step within 1e-6 relative, grad norm within 1e-5, every step-1
                     gradient (when the layout has dp = 1) within 1e-5 of the tensor's max, final
-                    parameters as for --against torch (--param-tol).
+                    parameters as for --against single (--layout-tol).
 The initial checkpoint has RMSNorm weights 1 + 0.1*N(0,1) and biases 0.02*N(0,1) (not HF's 1 / 0),
 so a loader that skips or swaps norms or biases changes the step-1 loss.
 Run with /usr/bin/python3 (Debian's python3-torch).
@@ -222,7 +222,7 @@ def main():
                 g_f = safetensors_py.load(os.path.join(tmp, "grads_fused.safetensors"))
                 g_r = safetensors_py.load(os.path.join(tmp, "grads_reference.safetensors"))
                 failures += compare_tensors("fused", g_f, "reference", g_r, 1e-5, "step-1 gradient")
-            failures += compare_params(load_ckpt(f_out), load_ckpt(r_out), args)
+            failures += compare_params_strict(load_ckpt(f_out), load_ckpt(r_out), args)
         else:
             base_metrics, _, base_out = twinkle_run("single", 1, ["--kernels", args.single_kernels])
             lay_metrics, _, lay_out = twinkle_run("layout", args.np, args.layout.split())
