@@ -4,12 +4,10 @@
 #include <string>
 
 #include "twinkle/core/error.h"
-#include "twinkle/kernels/cpu/gemm.h"
-#include "twinkle/kernels/cpu/grouped_gemm.h"
 #include "twinkle/kernels/cpu/moe_aux_loss.h"
 #include "twinkle/kernels/cpu/moe_permute.h"
 #include "twinkle/kernels/cpu/moe_router.h"
-#include "twinkle/kernels/cpu/swiglu.h"
+#include "twinkle/kernels/registry.h"
 
 namespace twinkle {
 
@@ -28,7 +26,7 @@ Qwen3MoeBlock::Qwen3MoeBlock(parallel::TensorTable& table, const ModelConfig& cf
   const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
   gate_ = table.add(parallel::replicated_entry(p + "gate.weight", {E_, H_}, parallel::ParamInit::Normal));
   const char* proj[3] = {"gate_proj", "up_proj", "down_proj"};
-  const int64_t per_rank = E_ / (ep_size > 0 ? ep_size : 1);
+  (void)ep_size;  // ep > 1 (an owner per expert entry) is not implemented yet: every rank holds every expert
   for (int j = 0; j < 3; ++j) {
     const Shape full = j < 2 ? Shape{I_, H_} : Shape{H_, I_};
     experts_[j].reserve(static_cast<size_t>(E_));
@@ -36,7 +34,6 @@ Qwen3MoeBlock::Qwen3MoeBlock(parallel::TensorTable& table, const ModelConfig& cf
       parallel::TensorEntry en = parallel::replicated_entry(
           p + "experts." + std::to_string(e) + "." + proj[j] + ".weight", full, parallel::ParamInit::Normal);
       en.expert = true;
-      en.ep_rank = static_cast<int>(e / per_rank);
       experts_[j].push_back(table.add(std::move(en)));
     }
   }
@@ -63,6 +60,7 @@ Qwen3MoeBlock::Weights Qwen3MoeBlock::weights() const {
 const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActivations& a, Workspace& scratch) const {
   const int64_t T = b.T, R = T * k_;
   const Weights w = weights();
+  const kernels::KernelTable& kt = table_->kernels();
   a.x = x;
   a.logits.resize(static_cast<size_t>(T * E_));
   a.probs.resize(static_cast<size_t>(T * E_));
@@ -81,16 +79,16 @@ const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActi
   a.aux_coeff_scale = 0.0;
   a.z_scale = 0.0;
   // Router: fp32 logits, softmax over all experts, top-k (moe_router.h).
-  k::linear_forward(x, w.router, a.logits.data(), T, E_, H_);
+  kt.linear.forward(x, w.router, a.logits.data(), T, E_, H_, false);
   k::moe_router_forward(a.logits.data(), a.probs.data(), a.topk_idx.data(), a.topk_w.data(), T, E_, k_,
                         norm_topk_prob_);
   // Permute the k copies of each token into expert order, run the experts, combine.
   k::moe_sort_by_expert(a.topk_idx.data(), T, k_, E_, a.counts.data(), a.row_of_slot.data(), a.slot_of_row.data());
   k::moe_permute_forward(x, a.slot_of_row.data(), a.xp.data(), R, k_, H_);
-  k::grouped_linear_forward(a.xp.data(), w.w[0], w.stride[0], a.counts.data(), E_, a.gate.data(), I_, H_);
-  k::grouped_linear_forward(a.xp.data(), w.w[1], w.stride[1], a.counts.data(), E_, a.up.data(), I_, H_);
-  k::swiglu_forward(a.gate.data(), a.up.data(), a.act.data(), R * I_);
-  k::grouped_linear_forward(a.act.data(), w.w[2], w.stride[2], a.counts.data(), E_, a.y.data(), H_, I_);
+  kt.grouped_linear.forward(a.xp.data(), w.w[0], w.stride[0], a.counts.data(), E_, a.gate.data(), I_, H_, false);
+  kt.grouped_linear.forward(a.xp.data(), w.w[1], w.stride[1], a.counts.data(), E_, a.up.data(), I_, H_, false);
+  kt.swiglu.forward(a.gate.data(), a.up.data(), a.act.data(), R * I_);
+  kt.grouped_linear.forward(a.act.data(), w.w[2], w.stride[2], a.counts.data(), E_, a.y.data(), H_, I_, false);
   float* out = scratch.get("moe.out", {T, H_}).f32();
   k::moe_unpermute_forward(a.y.data(), a.row_of_slot.data(), a.topk_w.data(), out, T, k_, H_);
   return out;
@@ -101,17 +99,20 @@ const float* Qwen3MoeBlock::backward(const float* dout, const StageBatch& b, con
   const int64_t T = b.T, R = T * k_;
   check(static_cast<int64_t>(a.topk_idx.size()) == R, "Qwen3MoeBlock::backward: no forward of this micro-batch");
   const Weights w = weights();
+  const kernels::KernelTable& kt = table_->kernels();
   float* dy = scratch.get("moe.dy", {R, H_}).f32();
   float* dtopk_w = scratch.get("moe.dtopk_w", {T, k_}).f32();
   k::moe_unpermute_backward(a.y.data(), a.row_of_slot.data(), a.topk_w.data(), dout, dy, dtopk_w, T, k_, H_);
   float* dact = scratch.get("moe.dact", {R, I_}).f32();
-  k::grouped_linear_backward(a.act.data(), w.w[2], w.stride[2], a.counts.data(), E_, dy, dact, w.dw[2], H_, I_);
+  kt.grouped_linear.backward(a.act.data(), w.w[2], w.stride[2], a.counts.data(), E_, dy, dact, w.dw[2], H_, I_,
+                             false);
   float* dgate = scratch.get("moe.dgate", {R, I_}).f32();
   float* dup = scratch.get("moe.dup", {R, I_}).f32();
-  k::swiglu_backward(a.gate.data(), a.up.data(), dact, dgate, dup, R * I_);
+  kt.swiglu.backward(a.gate.data(), a.up.data(), dact, dgate, dup, R * I_);
   float* dxp = scratch.get("moe.dxp", {R, H_}).f32();
-  k::grouped_linear_backward(a.xp.data(), w.w[0], w.stride[0], a.counts.data(), E_, dgate, dxp, w.dw[0], I_, H_);
-  k::grouped_linear_backward(a.xp.data(), w.w[1], w.stride[1], a.counts.data(), E_, dup, dxp, w.dw[1], I_, H_,
+  kt.grouped_linear.backward(a.xp.data(), w.w[0], w.stride[0], a.counts.data(), E_, dgate, dxp, w.dw[0], I_, H_,
+                             false);
+  kt.grouped_linear.backward(a.xp.data(), w.w[1], w.stride[1], a.counts.data(), E_, dup, dxp, w.dw[1], I_, H_,
                              /*accumulate_dx=*/true);
   float* dx = scratch.get("moe.dx", {T, H_}).f32();
   k::moe_permute_backward(dxp, a.row_of_slot.data(), dx, T, k_, H_);
@@ -132,7 +133,7 @@ const float* Qwen3MoeBlock::backward(const float* dout, const StageBatch& b, con
   float* dlogits = scratch.get("moe.dlogits", {T, E_}).f32();
   k::moe_router_backward(a.probs.data(), a.topk_idx.data(), a.topk_w.data(), dtopk_w, dprobs, dz, dlogits, T, E_, k_,
                          norm_topk_prob_);
-  k::linear_backward(a.x, w.router, dlogits, dx, w.drouter, T, E_, H_, /*accumulate_dx=*/true);
+  kt.linear.backward(a.x, w.router, dlogits, dx, w.drouter, T, E_, H_, /*accumulate_dx=*/true);
   return dx;
 }
 

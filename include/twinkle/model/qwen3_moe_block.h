@@ -9,7 +9,8 @@
 //            moe_intermediate_size (gate_proj, up_proj, down_proj, no biases).
 // Dropless, as Megatron-core's MoELayer with the alltoall dispatcher at ep = 1: the k copies of
 // each token are permuted into expert order (kernels/cpu/moe_permute.h), every expert runs one
-// GEMM over its contiguous rows (kernels/cpu/grouped_gemm.h, the `grouped_linear` op), SwiGLU,
+// GEMM over its contiguous rows (the `grouped_linear` op of the model's kernel table,
+// kernels/ops.h; router GEMM `linear`, `swiglu`), SwiGLU,
 // the down projection, then the probability-weighted combine back to token order.
 // The router losses (load balancing in transformers' `global` or Megatron's `per_layer` form,
 // the z-loss) are computed by the model from this block's saved activations; their gradient
@@ -17,7 +18,7 @@
 //
 // Parameters (tensor table, HF names and order): mlp.gate.weight [E, H] (replicated), then
 // mlp.experts.{e}.gate_proj.weight [I, H] for every e, then every up_proj [I, H], then every
-// down_proj [H, I]; expert entries are flagged expert with their ep rank. Declared projection
+// down_proj [H, I]; expert entries are flagged expert. Declared projection
 // by projection, each projection's experts sit at a constant stride in the ParamStore, so the
 // grouped GEMM reads them as W_e = W_0 + e * stride.
 // Layout support: tp = 1 (or the caller has rejected it), ep = 1, etp = 1.
@@ -37,7 +38,7 @@ class Qwen3MoeBlock {
  public:
   Qwen3MoeBlock() = default;
   /// Adds model.layers.{layer}.mlp.gate.weight and the experts' tensors to `table` (order above).
-  /// `ep_size` / `ep_rank` only label each expert entry's owner (ep_rank = e / (E / ep_size)).
+  /// `ep_size`: reserved for expert parallelism (ep > 1 is rejected by the model for now).
   Qwen3MoeBlock(parallel::TensorTable& table, const ModelConfig& cfg, int64_t layer, int ep_size = 1);
 
   /// x [T, H] f32 (kept by the caller until backward). Saves into `a` and returns the combined
