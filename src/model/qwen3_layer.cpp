@@ -114,7 +114,8 @@ void Qwen3Model::layer_forward(int slot, int64_t li, const StageBatch& b, const 
   float* attn = ws.get(key(p, "attn"), {T, nq}).f32();
   float* lse = ws.get(key(p, "lse"), {T, hq_}).f32();
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  k::flash_attention_forward(q, kk, v, attn, lse, b.cu_seqlens.data(), nseg, hq_, hkv_, D, scale);
+  k::flash_attention_forward(q, kk, v, attn, lse, b.cu_seqlens.data(), nseg, hq_, hkv_, D, scale,
+                             cfg_.attention_window(layer0_ + li));
   // o_proj (row-parallel): partial sums, reduced over tp, bias added once after the reduction
   float* ofull = scratch_.get("ofull", {T, H}).f32();
   k::linear_forward(attn, P(lp.o), ofull, T, H, nq);
@@ -176,7 +177,8 @@ void Qwen3Model::layer_backward(int slot, int64_t li, const StageBatch& b, const
   float* dv = scratch_.get("dv", {T, nkv}).f32();
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   k::flash_attention_backward(get("q", {T, nq}), get("k", {T, nkv}), get("v", {T, nkv}), get("attn", {T, nq}),
-                              get("lse", {T, hq_}), dattn, dq, dk, dv, b.cu_seqlens.data(), nseg, hq_, hkv_, D, scale);
+                              get("lse", {T, hq_}), dattn, dq, dk, dv, b.cu_seqlens.data(), nseg, hq_, hkv_, D, scale,
+                              cfg_.attention_window(layer0_ + li));
   k::rope_backward(dq, b.positions.data(), rope_, T, hq_, D);
   k::rope_backward(dk, b.positions.data(), rope_, T, hkv_, D);
   k::rmsnorm_backward(get("qp", {T, nq}), P(lp.qn), get("rstdq", {T * hq_}), dq, dq, G(lp.qn), T * hq_, D);

@@ -5,6 +5,7 @@
 
 #include "twinkle/kernels/cpu/embedding.h"
 #include "twinkle/model/qwen3_model.h"
+#include "twinkle/model/rope_variant.h"
 
 namespace twinkle {
 
@@ -65,7 +66,7 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   hkv_ = cfg_.num_key_value_heads / tp_;
   I_ = cfg_.intermediate_size / tp_;
   vocab_ = parallel::make_vocab_shard(cfg_.vocab_size, ps_->tp_rank(), tp_);
-  rope_ = kernels::cpu::make_rope_table(cfg_.max_position_embeddings, D_, cfg_.rope_theta);
+  rope_ = kernels::cpu::make_rope_table(cfg_.max_position_embeddings, D_, cfg_.rope_theta, rope_variant(cfg_));
   declare_params();
   store_.finalize(64 * ps_->dp_cp->size());  // flat size divisible by the ZeRO shard count
 }

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -17,6 +18,7 @@
 #include "twinkle/data/tokenizer.h"
 #include "twinkle/dist/runtime.h"
 #include "twinkle/io/safetensors.h"
+#include "twinkle/io/tied_head.h"
 #include "twinkle/kernels/cpu/gemm.h"
 
 namespace twinkle {
@@ -67,14 +69,21 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
   Qwen3ModelOptions mo;
   mo.layers_per_stage = opts_.layers_per_stage;
   mo.lm_head_chunk_tokens = opts_.lm_head_chunk_tokens;
+  std::optional<CheckpointReader> ck;
+  if (opts_.load_weights) {
+    ck = CheckpointReader::open_dir(model_dir_);
+    if (!ck->has_weights()) ck.reset();
+  }
+  // A tied config with a checkpoint holding a different lm_head: untie (transformers 5).
+  if (ck) {
+    const std::string warn = untie_if_checkpoint_head_differs(cfg, *ck);
+    if (!warn.empty() && ps_->world->rank() == 0) get_logger().warning(warn);
+  }
   model_ = std::make_unique<Qwen3Model>(cfg, ps_, mo);
   bool loaded = false;
-  if (opts_.load_weights) {
-    CheckpointReader ck = CheckpointReader::open_dir(model_dir_);
-    if (ck.has_weights()) {
-      model_->load_checkpoint(ck);
-      loaded = true;
-    }
+  if (ck) {
+    model_->load_checkpoint(*ck);
+    loaded = true;
   }
   if (!loaded) model_->init_random(opts_.seed ? opts_.seed : global_seed());
   engine_ = std::make_unique<Engine>(*model_);
@@ -281,6 +290,9 @@ std::string MegatronModel::save(const std::string& name, const SaveOptions& opts
 void MegatronModel::load(const std::string& dir) {
   CheckpointReader ck = CheckpointReader::open_dir(resolve_model_dir(dir));
   check(ck.has_weights(), "load: " + dir + " has no safetensors weights");
+  check(!(model_->config().tie_word_embeddings && checkpoint_head_differs(ck)),
+        "load: " + ck.dir() + " holds an lm_head.weight that differs from model.embed_tokens.weight but this "
+        "model is tied; build the model from that checkpoint (it is then untied, as transformers 5 does)");
   model_->load_checkpoint(ck);
 }
 
