@@ -102,6 +102,46 @@ TEST(ModelConfig, Qwen3_30B_A3B) {
   for (int l = 0; l < 48; ++l) EXPECT_TRUE(c.is_moe_layer(l));
 }
 
+// The embedded default MoE model: Qwen3-MoE's architecture, untied, renormalised top-2 of 8
+// experts, layer 1 dense (mlp_only_layers).
+TEST(ModelConfig, EmbeddedQwen3MoeTiny) {
+  ModelConfig c = load_model_config(std::string(TWINKLE_SOURCE_DIR) + "/models/qwen3-moe-tiny");
+  EXPECT_TRUE(c.is_moe());
+  EXPECT_EQ(c.architectures, std::vector<std::string>{"Qwen3MoeForCausalLM"});
+  EXPECT_EQ(c.num_experts, 8);
+  EXPECT_EQ(c.num_experts_per_tok, 2);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_EQ(c.mlp_only_layers, std::vector<int64_t>{1});
+  std::vector<bool> got;
+  for (int l = 0; l < c.num_hidden_layers; ++l) got.push_back(c.is_moe_layer(l));
+  EXPECT_EQ(got, (std::vector<bool>{true, false, true, true}));
+}
+
+// Qwen3MoeConfig: mlp_only_layers None -> [], output_router_logits False, router_aux_loss_coef 0.001.
+TEST(ModelConfig, MoeNullAndAbsentDefaults) {
+  TempDir d;
+  json j = tiny_moe();
+  j["mlp_only_layers"] = nullptr;
+  j.erase("output_router_logits");
+  j.erase("router_aux_loss_coef");
+  j.erase("norm_topk_prob");
+  j.erase("decoder_sparse_step");
+  ModelConfig c = load_json(d, j);
+  EXPECT_TRUE(c.mlp_only_layers.empty());
+  EXPECT_FALSE(c.output_router_logits);
+  EXPECT_EQ(c.router_aux_loss_coef, 0.001);
+  EXPECT_FALSE(c.norm_topk_prob);
+  EXPECT_EQ(c.decoder_sparse_step, 1);
+  for (int l = 0; l < c.num_hidden_layers; ++l) EXPECT_TRUE(c.is_moe_layer(l));
+  // a round trip writes the MoE fields back with these values
+  json out = to_json(c);
+  EXPECT_EQ(out["mlp_only_layers"], json::array());
+  EXPECT_EQ(out["output_router_logits"], false);
+  EXPECT_EQ(out["num_experts"], 4);
+}
+
 TEST(ModelConfig, MoeLayerRule) {
   TempDir d;
   json j = tiny_moe();

@@ -1,0 +1,26 @@
+// twinkle/parallel/expert_layout.h — checks of the expert grid against the model, run before
+// training so a bad layout fails with the numbers instead of inside the first all-to-all.
+//
+// Megatron-core asserts the same facts late (megatron/core/parallel_state.py
+// initialize_model_parallel: world % (etp*ep*pp) — DeviceMesh::from_sizes checks that one;
+// megatron/core/transformer/moe/moe_layer.py: num_moe_experts % ep_size == 0). Twinkle's mesh
+// (DeviceMesh.from_sizes) accepts ep > 1 for any model; a dense model has no experts to split.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "twinkle/dist/device_mesh.h"
+
+namespace twinkle::parallel {
+
+/// Throws twinkle::Error naming the numbers and `model` (a path or model id for the message):
+///   * ep > 1 or etp > 1 with a dense model (is_moe false):
+///       "ep = 2 needs a MoE model, but <model> is dense (model_type qwen3, no experts); use ep = 1"
+///   * num_experts % ep != 0:
+///       "num_experts = 6 (<model>) is not divisible by ep = 4: each ep rank holds num_experts / ep experts"
+///   * etp > 1 (expert tensor parallelism is not implemented yet):
+///       "etp = 2: expert tensor parallelism is not implemented yet; use etp = 1 (Twinkle's default)"
+/// A dense model with ep = etp = 1, or a MoE model whose experts split evenly, passes.
+void check_expert_layout(const DeviceMesh& mesh, bool is_moe, int64_t num_experts, const std::string& model);
+
+}  // namespace twinkle::parallel

@@ -1,0 +1,103 @@
+// twinkle/parallel/moe_dispatcher.h — expert parallelism: Megatron-core's alltoall token
+// dispatcher (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher)
+// for expert-tensor-parallel size 1, in explicit forward / backward form.
+//
+// The E experts of a MoE layer are split over the ep ranks of the EP group: rank r owns the
+// contiguous block [r*El, (r+1)*El), El = E / ep (Megatron's local_expert_indices). Every rank
+// routes its own tokens (the router runs before dispatch); then
+//   dispatch:  count slots per expert -> exchange the per-expert counts over EP (all-to-all)
+//              -> permute the local tokens' k copies by global expert (= by destination rank,
+//              then local expert; kernels/cpu/moe_permute.h) -> all-to-all-v of the rows
+//              -> regroup the received chunks [src][local expert] into [local expert][src]
+//              (Megatron's sort_chunks_by_idxs), so each local expert's rows are contiguous
+//              for the grouped GEMM;
+//   combine:   the reverse: regroup [local expert][src] -> [src][local expert], all-to-all-v
+//              back, then un-permute with the probability-weighted sum (transformers'
+//              combine: out[t] = sum_j w[t, j] * y[slot t*k+j]).
+// The backward of an all-to-all is the all-to-all in the other direction (a permutation of
+// rows across ranks): no reduction and no scaling (failure class B10: expert gradients must
+// not double). With ep = 1 (a size-1 group) the same code runs without communication and
+// equals the single-process expert block.
+//
+// Row order inside a local expert: source ranks ascending, and each source's tokens
+// ascending, i.e. the token order of the concatenated EP group's tokens — the same rows, in
+// the same order, as one process running the whole group's tokens, so expert GEMMs and
+// their weight gradients are equal to the single-process ones.
+//
+// The dispatcher keeps its buffers between calls (grow-only) and the routing plan of the
+// last dispatch(); call dispatch / combine / combine_backward / dispatch_backward in that
+// order for each micro-batch and layer (one dispatcher per MoE layer when several
+// micro-batches are in flight).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "twinkle/dist/process_group.h"
+
+namespace twinkle::parallel {
+
+class AlltoAllDispatcher {
+ public:
+  /// ep: the expert-parallel group (size ep). num_experts % ep must be 0 and hidden >= 1,
+  /// else twinkle::Error naming the numbers.
+  AlltoAllDispatcher(std::shared_ptr<dist::ProcessGroup> ep, int64_t num_experts, int64_t hidden);
+
+  int64_t num_experts() const { return E_; }
+  int64_t num_local_experts() const { return El_; }
+  /// First global expert index owned by this rank (ep_rank * num_local_experts).
+  int64_t first_local_expert() const { return first_; }
+
+  /// Forward dispatch of this rank's T tokens x [T, hidden] f32 with their routing
+  /// topk_idx [T, k] i32 (global expert ids in [0, E), distinct per token; else
+  /// twinkle::Error). Collective over the EP group. Afterwards expert_input() holds
+  /// expert_rows() rows [R, hidden] grouped by local expert, local_counts() [El] rows each.
+  void dispatch(const float* x, const int32_t* topk_idx, int64_t T, int64_t k);
+  const float* expert_input() const { return expert_in_.data(); }
+  int64_t expert_rows() const { return R_; }
+  const int64_t* local_counts() const { return local_counts_.data(); }
+  /// Slots routed by THIS rank's tokens to each global expert [E] (the load statistics and the
+  /// aux loss counts of the local tokens).
+  const int64_t* global_counts() const { return counts_.data(); }
+
+  /// Forward combine: y [R, hidden] the experts' outputs in expert_input()'s row order,
+  /// topk_w [T, k] the combine weights -> out [T, hidden] (OVERWRITTEN). Collective. Keeps the
+  /// returned expert outputs for combine_backward.
+  void combine(const float* y, const float* topk_w, float* out);
+
+  /// Backward of combine given dout [T, hidden]: dy [R, hidden] (OVERWRITTEN; the gradient of
+  /// the experts' outputs in expert_input()'s order) and dtopk_w [T, k] (OVERWRITTEN). Collective.
+  void combine_backward(const float* dout, const float* topk_w, float* dy, float* dtopk_w);
+
+  /// Backward of dispatch given d_expert_input [R, hidden] -> dx [T, hidden] (OVERWRITTEN, or
+  /// added to when accumulate). Collective.
+  void dispatch_backward(const float* d_expert_input, float* dx, bool accumulate = false);
+
+  /// Bytes of token rows this rank sent to other ranks in the last dispatch (each direction
+  /// of the forward moves the same volume): sum over destinations != self of rows * hidden * 4.
+  int64_t last_dispatch_bytes() const { return last_bytes_; }
+
+ private:
+  // [src][local expert] <-> [local expert][src] chunk reordering of R rows.
+  void src_to_expert_order(const float* in, float* out) const;
+  void expert_to_src_order(const float* in, float* out) const;
+  // All-to-all of [rows, hidden] rows: forward direction (to expert owners) or back.
+  void exchange(const float* send, float* recv, bool to_experts);
+
+  std::shared_ptr<dist::ProcessGroup> ep_;
+  int64_t E_ = 0, El_ = 0, H_ = 0, first_ = 0;
+  int ep_size_ = 1, ep_rank_ = 0;
+  // routing plan of the last dispatch
+  int64_t T_ = 0, k_ = 0, R_ = 0;
+  std::vector<int64_t> counts_;          // [E] this rank's slots per global expert
+  std::vector<int64_t> recv_counts_;     // [ep][El] rows received from each source per local expert
+  std::vector<int64_t> local_counts_;    // [El]
+  std::vector<int64_t> send_rows_, recv_rows_;  // [ep] rows to / from each peer
+  std::vector<int32_t> row_of_slot_, slot_of_row_;
+  // buffers (grow-only)
+  std::vector<float> permuted_, recv_buf_, expert_in_, back_buf_, y_perm_, tmp_;
+  std::vector<int64_t> sc_, sd_, rc_, rd_;
+  int64_t last_bytes_ = 0;
+};
+
+}  // namespace twinkle::parallel

@@ -1,0 +1,153 @@
+// Megatron's alltoall token dispatcher for expert parallelism (see twinkle/parallel/moe_dispatcher.h).
+#include "twinkle/parallel/moe_dispatcher.h"
+
+#include <cstring>
+#include <string>
+
+#include "twinkle/core/error.h"
+#include "twinkle/kernels/cpu/moe_permute.h"
+
+namespace twinkle::parallel {
+
+namespace kc = twinkle::kernels::cpu;
+
+namespace {
+
+template <typename V>
+void grow(V& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+}  // namespace
+
+AlltoAllDispatcher::AlltoAllDispatcher(std::shared_ptr<dist::ProcessGroup> ep, int64_t num_experts, int64_t hidden)
+    : ep_(std::move(ep)), E_(num_experts), H_(hidden) {
+  if (!ep_) throw Error("AlltoAllDispatcher: no expert-parallel group");
+  ep_size_ = ep_->size();
+  ep_rank_ = ep_->rank();
+  if (E_ < 1 || hidden < 1)
+    throw Error("AlltoAllDispatcher: num_experts (" + std::to_string(E_) + ") and hidden (" + std::to_string(hidden) +
+                ") must be >= 1");
+  if (E_ % ep_size_ != 0)
+    throw Error("expert parallelism: num_experts = " + std::to_string(E_) + " is not divisible by ep = " +
+                std::to_string(ep_size_) + " (each ep rank holds num_experts / ep experts)");
+  El_ = E_ / ep_size_;
+  first_ = static_cast<int64_t>(ep_rank_) * El_;
+  counts_.assign(static_cast<size_t>(E_), 0);
+  recv_counts_.assign(static_cast<size_t>(E_), 0);
+  local_counts_.assign(static_cast<size_t>(El_), 0);
+  send_rows_.assign(static_cast<size_t>(ep_size_), 0);
+  recv_rows_.assign(static_cast<size_t>(ep_size_), 0);
+  sc_.assign(static_cast<size_t>(ep_size_), 0);
+  sd_ = rc_ = rd_ = sc_;
+}
+
+void AlltoAllDispatcher::dispatch(const float* x, const int32_t* topk_idx, int64_t T, int64_t k) {
+  if (T < 0 || k < 1 || k > E_)
+    throw Error("AlltoAllDispatcher::dispatch: need T >= 0 and 1 <= k <= num_experts (" + std::to_string(E_) +
+                "), got T=" + std::to_string(T) + " k=" + std::to_string(k));
+  T_ = T;
+  k_ = k;
+  const int64_t S = T * k;
+  grow(row_of_slot_, static_cast<size_t>(S));
+  grow(slot_of_row_, static_cast<size_t>(S));
+  grow(permuted_, static_cast<size_t>(S * H_));
+  // 1. permute this rank's slots by global expert = by destination rank, then local expert
+  kc::moe_sort_by_expert(topk_idx, T, k, E_, counts_.data(), row_of_slot_.data(), slot_of_row_.data());
+  kc::moe_permute_forward(x, slot_of_row_.data(), permuted_.data(), S, k, H_);
+  // 2. exchange the per-expert counts: rank r gets counts_[r*El, (r+1)*El) from every source
+  for (int r = 0; r < ep_size_; ++r) {
+    sc_[r] = rc_[r] = El_;
+    sd_[r] = rd_[r] = static_cast<int64_t>(r) * El_;
+  }
+  ep_->all_to_all_v(counts_.data(), sc_, sd_, recv_counts_.data(), rc_, rd_, DType::I64);
+  R_ = 0;
+  for (int64_t e = 0; e < El_; ++e) local_counts_[e] = 0;
+  for (int r = 0; r < ep_size_; ++r) {
+    int64_t s = 0, q = 0;
+    for (int64_t e = 0; e < El_; ++e) {
+      s += counts_[r * El_ + e];
+      q += recv_counts_[r * El_ + e];
+      local_counts_[e] += recv_counts_[r * El_ + e];
+    }
+    send_rows_[r] = s;
+    recv_rows_[r] = q;
+    R_ += q;
+  }
+  // 3. all-to-all-v of the rows, 4. [src][local expert] -> [local expert][src]
+  grow(recv_buf_, static_cast<size_t>(R_ * H_));
+  grow(expert_in_, static_cast<size_t>(R_ * H_));
+  exchange(permuted_.data(), recv_buf_.data(), true);
+  last_bytes_ = 0;
+  for (int r = 0; r < ep_size_; ++r)
+    if (r != ep_rank_) last_bytes_ += send_rows_[r] * H_ * static_cast<int64_t>(sizeof(float));
+  src_to_expert_order(recv_buf_.data(), expert_in_.data());
+}
+
+void AlltoAllDispatcher::combine(const float* y, const float* topk_w, float* out) {
+  grow(tmp_, static_cast<size_t>(R_ * H_));
+  grow(y_perm_, static_cast<size_t>(T_ * k_ * H_));
+  expert_to_src_order(y, tmp_.data());
+  exchange(tmp_.data(), y_perm_.data(), false);
+  kc::moe_unpermute_forward(y_perm_.data(), row_of_slot_.data(), topk_w, out, T_, k_, H_);
+}
+
+void AlltoAllDispatcher::combine_backward(const float* dout, const float* topk_w, float* dy, float* dtopk_w) {
+  grow(back_buf_, static_cast<size_t>(T_ * k_ * H_));
+  grow(tmp_, static_cast<size_t>(R_ * H_));
+  kc::moe_unpermute_backward(y_perm_.data(), row_of_slot_.data(), topk_w, dout, back_buf_.data(), dtopk_w, T_, k_, H_);
+  exchange(back_buf_.data(), tmp_.data(), true);
+  src_to_expert_order(tmp_.data(), dy);
+}
+
+void AlltoAllDispatcher::dispatch_backward(const float* d_expert_input, float* dx, bool accumulate) {
+  grow(back_buf_, static_cast<size_t>(T_ * k_ * H_));
+  grow(tmp_, static_cast<size_t>(R_ * H_));
+  expert_to_src_order(d_expert_input, tmp_.data());
+  exchange(tmp_.data(), back_buf_.data(), false);
+  kc::moe_permute_backward(back_buf_.data(), row_of_slot_.data(), dx, T_, k_, H_, accumulate);
+}
+
+void AlltoAllDispatcher::exchange(const float* send, float* recv, bool to_experts) {
+  const std::vector<int64_t>& out_rows = to_experts ? send_rows_ : recv_rows_;
+  const std::vector<int64_t>& in_rows = to_experts ? recv_rows_ : send_rows_;
+  int64_t so = 0, ro = 0;
+  for (int r = 0; r < ep_size_; ++r) {
+    sc_[r] = out_rows[r] * H_;
+    sd_[r] = so;
+    so += sc_[r];
+    rc_[r] = in_rows[r] * H_;
+    rd_[r] = ro;
+    ro += rc_[r];
+  }
+  ep_->all_to_all_v(send, sc_, sd_, recv, rc_, rd_, DType::F32);
+}
+
+void AlltoAllDispatcher::src_to_expert_order(const float* in, float* out) const {
+  // in: for s, for e: recv_counts_[s][e] rows;  out: for e, for s: the same blocks
+  int64_t o = 0;
+  for (int64_t e = 0; e < El_; ++e)
+    for (int s = 0; s < ep_size_; ++s) {
+      int64_t i = 0;  // offset of block (s, e) in the input
+      for (int s2 = 0; s2 < s; ++s2) i += recv_rows_[s2];
+      for (int64_t e2 = 0; e2 < e; ++e2) i += recv_counts_[s * El_ + e2];
+      const int64_t n = recv_counts_[s * El_ + e] * H_;
+      if (n) std::memcpy(out + o, in + i * H_, static_cast<size_t>(n) * sizeof(float));
+      o += n;
+    }
+}
+
+void AlltoAllDispatcher::expert_to_src_order(const float* in, float* out) const {
+  int64_t o = 0;
+  for (int64_t e = 0; e < El_; ++e)
+    for (int s = 0; s < ep_size_; ++s) {
+      int64_t i = 0;
+      for (int s2 = 0; s2 < s; ++s2) i += recv_rows_[s2];
+      for (int64_t e2 = 0; e2 < e; ++e2) i += recv_counts_[s * El_ + e2];
+      const int64_t n = recv_counts_[s * El_ + e] * H_;
+      if (n) std::memcpy(out + i * H_, in + o, static_cast<size_t>(n) * sizeof(float));
+      o += n;
+    }
+}
+
+}  // namespace twinkle::parallel

@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""Float64 PyTorch references for twinkle's MoE CPU kernels (tests/unit/kernels/torch_ref_moe.cpp).
+
+Run with Debian's python3-torch:  /usr/bin/python3 tests/reference/moe_kernels_ref.py --out DIR
+Same file format as tests/reference/kernels_ref.py (DIR/<case>/meta.json + raw .bin tensors; inputs
+float32, references float64 computed from those float32 values with autograd). The semantics are
+tests/reference/qwen3_moe_ref.py's (transformers' Qwen3MoeSparseMoeBlock and
+load_balancing_loss_func, Megatron's switch_load_balancing_loss_func and z_loss_func) - never
+the code under test.
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernels_ref as kr  # noqa: E402  (Case, f32, leaf64)
+import qwen3_moe_ref as mr  # noqa: E402
+
+
+def router_case(root, name, T, E, k, norm, ties):
+    c = kr.Case(root, name, T=T, E=E, k=k, norm=int(norm))
+    logits = kr.f32((T, E), 1.5)
+    if ties:  # exact duplicates inside the top-k and at its boundary
+        logits[0, :] = 0.0
+        logits[1, 3] = logits[1, 5] = logits[1, 1] = 4.0
+        logits[2, 2] = 5.0
+        logits[2, 0] = logits[2, E - 1] = 3.0
+    dw, dprobs = kr.f32((T, k)), kr.f32((T, E), 0.3)
+    L = kr.leaf64(logits)
+    p, w, sel = mr.route(L, k, norm)
+    (w * dw.double()).sum().add((p * dprobs.double()).sum()).backward()
+    for n, t in [("logits", logits), ("dw", dw), ("dprobs", dprobs)]:
+        c.put(n, t, "f32")
+    c.put("probs", p, "f64")
+    c.put("w", w, "f64")
+    c.put("sel", sel, "i32")
+    c.put("dlogits", L.grad, "f64")
+    c.close()
+
+
+def experts_case(root, name, T, H, I, E, k, norm, empty_expert):
+    """The whole sparse block (fixed router logits as an input) with its gradients."""
+    c = kr.Case(root, name, T=T, H=H, I=I, E=E, k=k, norm=int(norm), empty_expert=empty_expert)
+    cfg = mr.moe_config({"model_type": "qwen3_moe", "vocab_size": 8, "hidden_size": H, "intermediate_size": 8,
+                         "num_hidden_layers": 1, "num_attention_heads": 1, "head_dim": 2, "num_experts": E,
+                         "num_experts_per_tok": k, "moe_intermediate_size": I, "norm_topk_prob": norm})
+    blk = mr.SparseMoeBlock(cfg)
+    x, logits, dout = kr.f32((T, H)), kr.f32((T, E)), kr.f32((T, H))
+    if empty_expert >= 0:
+        logits[:, empty_expert] = -20.0  # nobody routes there
+    wg, wu, wd = kr.f32((E, I, H), 0.2), kr.f32((E, I, H), 0.2), kr.f32((E, H, I), 0.2)
+    blk = blk.double()
+    with torch.no_grad():
+        for e in range(E):
+            blk.experts[e].gate_proj.weight.copy_(wg[e].double())
+            blk.experts[e].up_proj.weight.copy_(wu[e].double())
+            blk.experts[e].down_proj.weight.copy_(wd[e].double())
+    X, L = kr.leaf64(x), kr.leaf64(logits)
+    routing = {}
+    out, _ = blk(X, fixed_logits=L, routing_out=routing)
+    out.backward(dout.double())
+    for n, t in [("x", x), ("logits", logits), ("dout", dout), ("wg", wg), ("wu", wu), ("wd", wd)]:
+        c.put(n, t, "f32")
+    c.put("out", out, "f64")
+    c.put("w", routing["w"], "f64")
+    c.put("sel", routing["sel"], "i32")
+    c.put("dx", X.grad, "f64")
+    c.put("dlogits", L.grad, "f64")
+    def grads(proj):  # an expert that got no token has no .grad: its gradient is zero
+        ws = [getattr(blk.experts[e], proj).weight for e in range(E)]
+        return torch.stack([w.grad if w.grad is not None else torch.zeros_like(w) for w in ws])
+
+    assert empty_expert < 0 or blk.experts[empty_expert].gate_proj.weight.grad is None
+    c.put("dwg", grads("gate_proj"), "f64")
+    c.put("dwu", grads("up_proj"), "f64")
+    c.put("dwd", grads("down_proj"), "f64")
+    c.close()
+
+
+def aux_global_case(root, name, layers, B, S, E, k):
+    """transformers' load_balancing_loss_func over `layers` MoE layers with right padding."""
+    c = kr.Case(root, name, layers=layers, B=B, S=S, E=E, k=k)
+    mask = torch.ones(B, S, dtype=torch.int32)
+    mask[0, S - 3:] = 0
+    mask[B - 1, S - 1:] = 0
+    logits = kr.f32((layers, B * S, E), 1.2)
+    L = kr.leaf64(logits)
+    aux = mr.load_balancing_loss([L[i] for i in range(layers)], E, k, mask)
+    aux.backward()
+    c.put("logits", logits, "f32")
+    c.put("mask", mask, "i32")
+    c.put("aux", aux.reshape(1), "f64")
+    c.put("dlogits", L.grad, "f64")
+    c.close()
+
+
+def aux_per_layer_case(root, name, T, E, k, coeff):
+    c = kr.Case(root, name, T=T, E=E, k=k, coeff=coeff)
+    mask = torch.ones(T, dtype=torch.int32)
+    mask[T - 4:] = 0
+    logits = kr.f32((T, E), 1.2)
+    L = kr.leaf64(logits)
+    aux = mr.megatron_aux_loss(L, E, k, coeff, mask)
+    aux.backward()
+    c.put("logits", logits, "f32")
+    c.put("mask", mask, "i32")
+    c.put("aux", aux.reshape(1), "f64")
+    c.put("dlogits", L.grad, "f64")
+    c.close()
+
+
+def z_loss_case(root, name, T, E, coeff):
+    c = kr.Case(root, name, T=T, E=E, coeff=coeff)
+    mask = torch.ones(T, dtype=torch.int32)
+    mask[1] = 0
+    logits = kr.f32((T, E), 2.0, 1.0)
+    L = kr.leaf64(logits)
+    z = mr.z_loss(L, coeff, mask)
+    z.backward()
+    c.put("logits", logits, "f32")
+    c.put("mask", mask, "i32")
+    c.put("z", z.reshape(1), "f64")
+    c.put("dlogits", L.grad, "f64")
+    c.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    torch.manual_seed(20261130)
+    router_case(a.out, "moe_router_norm", 41, 8, 2, True, True)
+    router_case(a.out, "moe_router_raw", 41, 8, 2, False, True)
+    router_case(a.out, "moe_router_e16_k4", 23, 16, 4, True, False)
+    experts_case(a.out, "moe_experts_norm", 29, 16, 12, 6, 2, True, 4)
+    experts_case(a.out, "moe_experts_raw_k3", 19, 24, 8, 5, 3, False, -1)
+    aux_global_case(a.out, "moe_aux_global", 3, 2, 7, 6, 2)
+    aux_per_layer_case(a.out, "moe_aux_per_layer", 21, 8, 2, 0.01)
+    z_loss_case(a.out, "moe_z_loss", 17, 8, 1e-3)
+    open(os.path.join(a.out, "DONE"), "w").close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+// Expert grid vs model checks: the errors name the numbers (issue 10, "Errors before training").
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "twinkle/core/error.h"
+#include "twinkle/parallel/expert_layout.h"
+
+using twinkle::DeviceMesh;
+using twinkle::MeshSizes;
+using twinkle::parallel::check_expert_layout;
+
+namespace {
+
+DeviceMesh mesh(int dp, int tp, int pp, int ep, int etp = 1) {
+  MeshSizes s;
+  s.dp = dp;
+  s.tp = tp;
+  s.pp = pp;
+  s.ep = ep;
+  s.etp = etp;
+  return DeviceMesh::from_sizes(s);
+}
+
+std::string error_of(const DeviceMesh& m, bool moe, int64_t experts) {
+  try {
+    check_expert_layout(m, moe, experts, "models/x");
+  } catch (const twinkle::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ExpertLayout, ValidLayoutsPass) {
+  EXPECT_EQ(error_of(mesh(1, 1, 1, 1), false, 0), "");          // dense, one process
+  EXPECT_EQ(error_of(mesh(2, 2, 2, 2), true, 128), "");         // the recipe: 30B-A3B on dp2 tp2 pp2 ep2
+  EXPECT_EQ(error_of(mesh(4, 1, 1, 4), true, 8), "");
+  EXPECT_EQ(error_of(mesh(1, 1, 1, 1), true, 6), "");           // ep 1 takes any expert count
+}
+
+TEST(ExpertLayout, DenseModelWithEp) {
+  const auto e = error_of(mesh(2, 1, 1, 2), false, 0);
+  EXPECT_NE(e.find("ep = 2 needs a MoE model, but models/x is dense"), std::string::npos) << e;
+  const auto f = error_of(mesh(4, 1, 1, 1, 2), false, 0);
+  EXPECT_NE(f.find("etp = 2 needs a MoE model"), std::string::npos) << f;
+}
+
+TEST(ExpertLayout, ExpertsNotDivisibleByEp) {
+  const auto e = error_of(mesh(4, 1, 1, 4), true, 6);
+  EXPECT_NE(e.find("num_experts = 6 (models/x) is not divisible by ep = 4"), std::string::npos) << e;
+}
+
+TEST(ExpertLayout, EtpNotImplemented) {
+  const auto e = error_of(mesh(4, 2, 1, 2, 2), true, 8);
+  EXPECT_NE(e.find("etp = 2: expert tensor parallelism is not implemented yet"), std::string::npos) << e;
+}
+
+TEST(ExpertLayout, WorldVsExpertGridNamesTheNumbers) {
+  // world 6 (dp 3 x tp 2) vs etp 1 x ep 4 x pp 1: DeviceMesh::from_sizes refuses it
+  MeshSizes s;
+  s.dp = 3;
+  s.tp = 2;
+  s.ep = 4;
+  try {
+    DeviceMesh::from_sizes(s);
+    FAIL() << "accepted ep = 4 on 6 ranks";
+  } catch (const twinkle::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MeshSizes.ep = 4 (x etp=1 x pp=1 = 4) does not divide the world size 6"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
