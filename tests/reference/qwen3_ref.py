@@ -11,9 +11,16 @@ loss/loss_utils.py (ForCausalLMLoss); no code is copied:
     head_dim per head, BEFORE RoPE; v = v_proj(x).  q/k/v AND o_proj carry a bias when
     config.attention_bias (HF Qwen3Attention passes bias=config.attention_bias to all four;
     Qwen2 differs: o_proj never has a bias there).
-  * RoPE, default type only: inv_freq = 1 / theta^(arange(0, D, 2)/D) computed in float32,
-    angles = position * inv_freq (float32), emb = cat(angles, angles), q*cos + rotate_half(q)*sin,
+  * RoPE: inv_freq = 1 / theta^(arange(0, D, 2)/D) computed in float32 (default type), or the
+    linear / dynamic / yarn variants of transformers 5 modeling_rope_utils.py (rope_inv_freq;
+    config spellings rope_scaling / rope_parameters / legacy "type", parse_rope);
+    angles = position * inv_freq (float32), emb = cat(angles, angles), cos/sin times the
+    variant's attention scaling, q*cos + rotate_half(q)*sin,
     rotate_half(x) = cat(-x[D/2:], x[:D/2]).  cos/sin cast to the compute dtype.
+  * Sliding window (Qwen3Config / masking_utils): on the layers parse_windows selects, query t
+    sees keys u with t - u < sliding_window.
+  * tie_word_embeddings with a checkpoint holding a different lm_head.weight: untied
+    (transformers 5, resolve_tied_head).
   * GQA via repeat_kv (kv head j serves q heads j*G .. j*G+G-1, G = H / H_kv);
     scores = (q @ k^T) * head_dim^-0.5; causal mask; softmax in float32 (or the compute dtype
     when that is float64); p @ v; o_proj.
