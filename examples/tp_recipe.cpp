@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -42,11 +43,12 @@ int recipe(int argc, char** argv) {
   double lr = 1e-4;
   int dp = 2, tp = 2, pp = 2;
   CLI::App app{"Dense Qwen3 recipe: dp=2, tp=2, pp=2 (8 processes)", "tp_recipe"};
+  app.option_defaults()->always_capture_default();  // --help shows every default
   app.add_option("--model", model_id, "model directory or hub id (default: models/qwen3-tiny)");
   app.add_option("--device", device, "cpu | cuda | npu (TWINKLE_DEVICE)");
   app.add_option("--dataset", dataset_id, "dataset id or file");
   app.add_option("--data-rows", data_rows, "data_slice = range(N) (indices past the end wrap around)");
-  app.add_option("--max-steps", max_steps, "optimizer steps (0 = one pass over the data)");
+  app.add_option("--max-steps", max_steps, "optimizer steps (>= 0; 0 = one epoch)");
   app.add_option("--batch-size", batch_size, "global batch size");
   app.add_option("--lr", lr, "peak learning rate");
   app.add_option("--output-dir", output_dir, "where the final checkpoint and metrics.jsonl go");
@@ -58,6 +60,13 @@ int recipe(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+
+  // Every option through the API's own checks before anything starts.
+  check_option(max_steps >= 0, "train", "max_steps", ">= 0 (0 = one epoch)", max_steps);
+  check_option(data_rows >= 1, "recipe", "data_rows", ">= 1", data_rows);
+  validate(OptimizerConfig{.lr = lr});
+  validate(TemplateOptions{.model_id = model_id, .max_length = max_length});
+  validate(DataLoaderOptions{.batch_size = batch_size, .dp_rank = 0, .dp_size = dp});
 
   // 1. mesh and runtime
   DeviceMesh mesh = DeviceMesh::from_sizes({.dp = dp, .tp = tp, .pp = pp, .device_type = device});
@@ -75,7 +84,7 @@ int recipe(int argc, char** argv) {
   // 3. model, optimizer, schedule
   MegatronModel model(model_id);
   model.set_optimizer("default", {.lr = lr});
-  const int64_t steps = max_steps > 0 ? max_steps : loader.size();
+  const int64_t steps = resolve_max_steps(max_steps, loader.size());  // 0 = one epoch
   model.set_lr_scheduler("default", {.lr_warmup_steps = 2, .lr_decay_steps = std::max<int64_t>(steps, 3)});
   log.info(get_device_placement());
   log.info("\n" + model.get_train_configs());
@@ -100,7 +109,8 @@ int recipe(int argc, char** argv) {
       last_loss = m.loss;
       tok_s_sum += m.tokens_per_s;
       if (rank0) {
-        nlohmann::json j = {{"step", step}, {"loss", m.loss}, {"grad_norm", m.grad_norm}, {"lr", m.lr},
+        nlohmann::json loss = m.has_loss && std::isfinite(m.loss) ? nlohmann::json(m.loss) : nlohmann::json(nullptr);
+        nlohmann::json j = {{"step", step}, {"loss", loss}, {"grad_norm", m.grad_norm}, {"lr", m.lr},
                             {"tokens", m.tokens}, {"tokens_per_s", m.tokens_per_s}, {"mfu", m.mfu},
                             {"step_time_s", m.step_time_s}};
         metrics << j.dump() << "\n";

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "twinkle/core/error.h"
+#include "twinkle/core/option_check.h"
 #include "twinkle/core/tensor.h"
 #include "twinkle/data/batch.h"
 #include "twinkle/data/dataloader.h"

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "twinkle/core/error.h"
+#include "twinkle/core/option_check.h"
 #include "twinkle/data/dataset.h"
 
 namespace twinkle {
@@ -37,6 +38,19 @@ int64_t get_int(const nlohmann::json& j, const char* key) {
 }
 
 }  // namespace
+
+void validate(const DataLoaderOptions& o) {
+  const char* s = "DataLoader";
+  check_option(o.batch_size >= 1, s, "batch_size", ">= 1", o.batch_size);
+  check_option(o.dp_size >= 0, s, "dp_size", ">= 0 (0 = from the global mesh)", o.dp_size);
+  if (o.dp_size > 0) {
+    check_option(o.dp_rank >= 0 && o.dp_rank < o.dp_size, s, "dp_rank",
+                 "in [0, dp_size=" + std::to_string(o.dp_size) + ")", o.dp_rank);
+    check_option(o.batch_size % o.dp_size == 0, s, "batch_size",
+                 "divisible by dp_size " + std::to_string(o.dp_size) + " (each data-parallel rank needs an equal share)",
+                 o.batch_size);
+  }
+}
 
 nlohmann::json DataLoaderState::to_json() const {
   return {{"epoch", epoch},
@@ -85,19 +99,25 @@ void DataLoader::init() {
       opts_.dp_rank = 0;
     }
   }
+  validate(opts_);
   const int64_t bs = opts_.batch_size, n = opts_.dp_size;
-  check(bs >= 1, "DataLoader: batch_size must be >= 1, got " + std::to_string(bs));
-  check(n >= 1, "DataLoader: dp_size must be >= 1, got " + std::to_string(n));
-  check(opts_.dp_rank >= 0 && opts_.dp_rank < n, "DataLoader: dp_rank " + std::to_string(opts_.dp_rank) +
-                                                     " is outside [0, dp_size=" + std::to_string(n) + ")");
-  check(bs % n == 0, "DataLoader: batch_size " + std::to_string(bs) + " is not divisible by dp_size " +
-                         std::to_string(n) + " (each data-parallel rank needs an equal share)");
   const int64_t N = num_rows();
   const int64_t full = N / bs, rem = N % bs;
-  num_batches_ = full + ((rem > 0 && !opts_.drop_last && rem >= n) ? 1 : 0);
-  check(num_batches_ > 0, "DataLoader: " + std::to_string(N) + " rows make no batch with batch_size " +
-                              std::to_string(bs) + (opts_.drop_last ? " and drop_last" : "") + " and dp_size " +
-                              std::to_string(n));
+  num_batches_ = full + ((rem > 0 && !opts_.drop_last) ? 1 : 0);
+  check(num_batches_ > 0, "DataLoader: " + std::to_string(N) + " rows make no full batch of batch_size " +
+                              std::to_string(bs) + " with drop_last");
+  auto& log = get_logger();
+  if (bs > N && !opts_.drop_last)
+    log.warning("DataLoader: batch_size " + std::to_string(bs) + " is larger than the dataset (" + std::to_string(N) +
+                " rows): every step trains all " + std::to_string(N) + " rows (one batch per epoch)");
+  else if (rem > 0 && opts_.drop_last)
+    log.warning("DataLoader: drop_last drops the last " + std::to_string(rem) + " rows of every epoch (" +
+                std::to_string(N) + " rows, batch_size " + std::to_string(bs) + ")");
+  if (!opts_.drop_last && rem > 0 && rem < n)
+    log.warning("DataLoader: the last batch of each epoch has " + std::to_string(rem) + " rows for dp_size " +
+                std::to_string(n) + ": " + std::to_string(n - rem) +
+                " data-parallel ranks get no row in that step (they contribute 0 tokens; the loss is the "
+                "global per-token mean, as on one process)");
 }
 
 std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const {

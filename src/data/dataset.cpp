@@ -243,6 +243,35 @@ Dataset& Dataset::encode(int num_threads) {
   return *this;
 }
 
+Dataset& Dataset::encode_pretokenized(int64_t vocab_size) {
+  auto enc = std::make_shared<std::vector<EncodedRow>>();
+  std::vector<Source> esrc;
+  std::vector<int64_t> eidx;
+  enc->reserve(rows_.size());
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const std::string name = row_name(static_cast<int64_t>(i));
+    EncodedRow r;
+    const std::string err = capture([&] {
+      r = pretokenized_row(rows_[i], name);
+      if (vocab_size > 0) check_row_vocab(r, vocab_size, name);
+    });
+    if (!err.empty()) {
+      bad_row(static_cast<int64_t>(i), err);
+      continue;
+    }
+    enc->push_back(std::move(r));
+    esrc.push_back(sources_[i]);
+    eidx.push_back(static_cast<int64_t>(i));
+  }
+  if (enc->empty())
+    throw Error("dataset '" + id_ + "' has no valid pre-tokenized row (" + std::to_string(bad_rows_) +
+                " bad rows skipped in total)");
+  encoded_ = std::move(enc);
+  encoded_sources_ = std::move(esrc);
+  encoded_source_idx_ = std::move(eidx);
+  return *this;
+}
+
 const std::vector<EncodedRow>& Dataset::encoded() const {
   check(encoded_ != nullptr, "dataset '" + id_ + "' is not encoded: call set_template() and encode() first");
   return *encoded_;

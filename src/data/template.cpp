@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "twinkle/core/error.h"
+#include "twinkle/core/option_check.h"
 #include "twinkle/data/hub.h"
 
 namespace twinkle {
@@ -34,6 +35,21 @@ std::string_view strip_nl(std::string_view s) { return rstrip_nl(lstrip_nl(s)); 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
+}
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+// Length of the match of ms-swift's ignore_empty_think regex ^<think>\s*</think>\s* at
+// text[pos] (0 when it does not match).
+size_t empty_think_prefix(std::string_view text, size_t pos) {
+  std::string_view s = text.substr(pos);
+  if (!starts_with(s, "<think>")) return 0;
+  size_t i = 7;
+  while (i < s.size() && is_space(s[i])) ++i;
+  if (!starts_with(s.substr(i), "</think>")) return 0;
+  i += 8;
+  while (i < s.size() && is_space(s[i])) ++i;
+  return i;
 }
 
 std::string row_prefix(const std::string& row_name) { return row_name.empty() ? "row" : "row " + row_name; }
@@ -127,7 +143,7 @@ Rendered Template::Impl::render(const std::vector<Message>& in, bool add_generat
         o += content;
       }
       o += "<|im_end|>\n";
-      out.spans.emplace_back(span_begin, o.size());
+      out.spans.emplace_back(span_begin + (opts.ignore_empty_think ? empty_think_prefix(o, span_begin) : 0), o.size());
     } else if (x.role == "tool") {
       if (first || m[i - 1].role != "tool") o += "<|im_start|>user";
       o += "\n<tool_response>\n";
@@ -143,6 +159,13 @@ Rendered Template::Impl::render(const std::vector<Message>& in, bool add_generat
   return out;
 }
 
+void validate(const TemplateOptions& o) {
+  static const char* kTrunc[] = {"raise", "left", "right", "delete", "split"};
+  check_option(std::find(std::begin(kTrunc), std::end(kTrunc), o.truncation) != std::end(kTrunc), "template",
+               "truncation", "one of raise, left, right, delete, split", o.truncation);
+  check_option(o.max_length >= 1, "template", "max_length", ">= 1", o.max_length);
+}
+
 Template::Template(const std::string& name, const TemplateOptions& opts)
     : Template(name, opts, Tokenizer::from_dir(resolve_model_dir(opts.model_id))) {}
 
@@ -150,11 +173,7 @@ Template::Template(const std::string& name, const TemplateOptions& opts, Tokeniz
   const std::string n = lower(name);
   if (n != "template" && n != "qwen3")
     throw Error("chat template \"" + name + "\" is unknown (supported: \"qwen3\", \"Template\")");
-  static const char* kTrunc[] = {"raise", "left", "right", "delete", "split"};
-  if (std::find(std::begin(kTrunc), std::end(kTrunc), opts.truncation) == std::end(kTrunc))
-    throw Error("template option truncation \"" + opts.truncation +
-                "\" is unknown (supported: raise, left, right, delete, split)");
-  if (opts.max_length < 1) throw Error("template option max_length must be >= 1, got " + std::to_string(opts.max_length));
+  validate(opts);
   const std::string where = opts.model_id.empty() ? std::string("the tokenizer") : "model '" + opts.model_id + "'";
   for (const char* t : {"<|im_start|>", "<|im_end|>"})
     if (!tokenizer.token_to_id(t)) throw Error(where + " has no token " + t + " (not a Qwen chat tokenizer)");

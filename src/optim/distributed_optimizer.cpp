@@ -15,6 +15,7 @@ namespace k = kernels::cpu;
 DistributedOptimizer::DistributedOptimizer(ParamStore& store, std::shared_ptr<dist::ParallelState> ps,
                                            const OptimizerConfig& cfg)
     : store_(store), ps_(std::move(ps)), cfg_(cfg) {
+  validate(cfg_);
   auto& g = *ps_->dp_cp;
   const int64_t n = g.size(), r = g.rank(), N = store_.numel();
   check(N % n == 0, "DistributedOptimizer: flat parameter buffer (" + std::to_string(N) +
@@ -114,10 +115,19 @@ StepStats DistributedOptimizer::step(double lr, double max_norm) {
   StepStats st;
   st.grad_norm = grad_norm();
   st.lr = lr;
+  if (!std::isfinite(st.grad_norm)) {
+    // Never apply a non-finite update (failure class B26): the norm is a world all-reduce,
+    // so every rank takes this branch and no collective below is left half-entered.
+    discard_gradients();
+    st.skipped = true;
+    st.step = step_;
+    last_bytes_ = g.bytes_sent() + ps_->world->bytes_sent() - bytes0;
+    return st;
+  }
   const double clip = max_norm >= 0 ? max_norm : cfg_.clip_grad;
   float* grads = store_.flat_grads().f32();
   float* params = store_.flat_params().f32();
-  if (clip > 0 && std::isfinite(st.grad_norm)) {
+  if (clip > 0) {
     const double coef = clip / (st.grad_norm + 1e-6);
     if (coef < 1.0) {
       st.clip_coef = coef;

@@ -6,15 +6,7 @@
 
 namespace twinkle {
 
-LRScheduler::LRScheduler(const LRSchedulerConfig& cfg) : cfg_(cfg) {
-  check(cfg.lr_decay_style == "cosine" || cfg.lr_decay_style == "linear" || cfg.lr_decay_style == "constant",
-        "lr_decay_style '" + cfg.lr_decay_style + "' is not one of cosine, linear, constant");
-  check(cfg.lr_warmup_steps >= 0 && cfg.lr_decay_steps >= 0, "lr_warmup_steps and lr_decay_steps must be >= 0");
-  check(cfg.lr_decay_steps == 0 || cfg.lr_warmup_steps < cfg.lr_decay_steps,
-        "lr_warmup_steps (" + std::to_string(cfg.lr_warmup_steps) + ") must be smaller than lr_decay_steps (" +
-            std::to_string(cfg.lr_decay_steps) + ")");
-  check(cfg.max_lr >= 0 && cfg.min_lr >= 0 && cfg.min_lr <= cfg.max_lr, "need 0 <= min_lr <= lr");
-}
+LRScheduler::LRScheduler(const LRSchedulerConfig& cfg) : cfg_(cfg) { validate(cfg_); }
 
 double LRScheduler::lr_at(int64_t n) const {
   const auto W = cfg_.lr_warmup_steps, D = cfg_.lr_decay_steps;

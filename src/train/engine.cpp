@@ -9,7 +9,9 @@ StepResult Engine::forward_only(const std::vector<MicroBatch>& mbs) { return run
 
 StepResult Engine::run(const std::vector<MicroBatch>& mbs, bool training) {
   auto& ps = model_.ps();
-  check(!mbs.empty(), "forward_backward: no micro-batches");
+  // No micro-batch is allowed: a data-parallel rank without a row of a short last batch
+  // (B27) still joins the token count, the pipeline (0 micro-batches on every stage of its
+  // replica) and the loss reduction, contributing 0.
   std::vector<StageBatch> sb;
   sb.reserve(mbs.size());
   int64_t counts[2] = {0, 0};  // labelled tokens, tokens

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -64,6 +65,7 @@ std::string fmt_double(const char* f, double v) {
 
 MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOptions& options)
     : ps_(global_state()), opts_(options) {
+  validate(opts_);
   model_dir_ = resolve_model_dir(model_id);
   ModelConfig cfg = load_model_config((fs::path(model_dir_) / "config.json").string());
   Qwen3ModelOptions mo;
@@ -128,6 +130,12 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
 void MegatronModel::set_optimizer(const std::string& name, const OptimizerConfig& cfg) {
   check(name.empty() || name == "default" || name == "MegatronOptimizer" || name == "Adam" || name == "AdamW",
         "set_optimizer: optimizer '" + name + "' is not supported (use \"default\" / AdamW)");
+  validate(cfg);
+  if (has_sched_) {  // the scheduler's max_lr follows the optimizer's lr: check before changing anything
+    LRSchedulerConfig sc = sched_.config();
+    sc.max_lr = cfg.lr;
+    validate(sc);
+  }
   optim_cfg_ = cfg;
   optim_ = std::make_unique<DistributedOptimizer>(model_->store(), ps_, cfg);
   if (has_sched_) {
@@ -153,9 +161,9 @@ DistributedOptimizer& MegatronModel::optimizer() {
 }
 
 std::vector<MicroBatch> MegatronModel::split(const std::vector<EncodedRow>& rows) const {
-  check(!rows.empty(), "forward_backward: the batch has no rows for this rank");
-  int64_t mbs = opts_.micro_batch_size > 0 ? opts_.micro_batch_size : std::min<int64_t>(2, rows.size());
   std::vector<MicroBatch> out;
+  if (rows.empty()) return out;  // a rank without a row of a short last batch (B27)
+  int64_t mbs = opts_.micro_batch_size > 0 ? opts_.micro_batch_size : std::min<int64_t>(2, rows.size());
   for (size_t i = 0; i < rows.size(); i += static_cast<size_t>(mbs)) {
     std::vector<EncodedRow> part(rows.begin() + static_cast<std::ptrdiff_t>(i),
                                  rows.begin() + static_cast<std::ptrdiff_t>(std::min(rows.size(), i + mbs)));
@@ -172,11 +180,19 @@ double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows) {
   last_fb_ = engine_->forward_backward(split(rows));
   fb_time_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
   ++cur_step_;
+  if (last_fb_.label_tokens == 0)
+    get_logger().warning("step " + std::to_string(cur_step_) +
+                         ": no labelled tokens in the global batch (every label is -100): the loss is undefined "
+                         "(logged as \"no labelled tokens\", null in JSON) and the gradients are zero");
   return last_fb_.loss;
 }
 
 double MegatronModel::forward_only(const std::vector<EncodedRow>& rows) {
-  return engine_->forward_only(split(rows)).loss;
+  StepResult r = engine_->forward_only(split(rows));
+  last_eval_label_tokens_ = r.label_tokens;
+  if (r.label_tokens == 0)
+    get_logger().warning("eval: no labelled tokens in the batch (every label is -100): the loss is undefined");
+  return r.loss;
 }
 
 double MegatronModel::flops_per_token(double S) const {
@@ -191,11 +207,48 @@ StepStats MegatronModel::clip_grad_and_step(std::optional<double> max_grad_norm)
   auto t0 = Clock::now();
   DistributedOptimizer& opt = optimizer();
   const double lr = has_sched_ ? sched_.current() : optim_cfg_.lr;
-  StepStats st = opt.step(lr, max_grad_norm ? *max_grad_norm : -1.0);
-  if (has_sched_) sched_.step();
+  const bool has_loss = last_fb_.label_tokens > 0;
+  // Megatron's check_for_nan_in_loss_and_grad: the loss first (it is the same on every
+  // rank; the flag is still agreed over the world so no rank can go its own way), then the
+  // grad norm (reduced over the world inside step(), which applies nothing when it is
+  // non-finite).
+  int64_t bad_loss = has_loss && !std::isfinite(last_fb_.loss) ? 1 : 0;
+  if (ps_->world->size() > 1) ps_->world->all_reduce(&bad_loss, 1, DType::I64, dist::ReduceOp::Max);
+  const bool skip_policy = opts_.on_nonfinite == "skip";
+  auto value = [](double v) { return std::isnan(v) ? std::string("nan") : fmt_double("%g", v); };
+  StepStats st;
+  if (bad_loss) {
+    opt.discard_gradients();
+    st.grad_norm = std::numeric_limits<double>::quiet_NaN();
+    st.lr = lr;
+    st.step = opt.steps();
+    st.skipped = true;
+    if (!skip_policy)
+      throw Error("step " + std::to_string(cur_step_) + ": the loss is non-finite (" + value(last_fb_.loss) +
+                  "); nothing was applied, the weights are those of the last good step (lower the learning rate or "
+                  "check the data; --on-nonfinite skip / on_nonfinite=\"skip\" skips such steps instead)");
+  } else {
+    st = opt.step(lr, max_grad_norm ? *max_grad_norm : -1.0);
+    if (st.skipped && !skip_policy)
+      throw Error("step " + std::to_string(cur_step_) + ": the gradient norm is non-finite (" + value(st.grad_norm) +
+                  ", loss " + (has_loss ? value(last_fb_.loss) : std::string("undefined")) +
+                  "); nothing was applied, the weights are those of the last good step (lower the learning rate or "
+                  "check the data; --on-nonfinite skip / on_nonfinite=\"skip\" skips such steps instead)");
+  }
+  if (st.skipped) {
+    ++skipped_steps_;
+    get_logger().warning("step " + std::to_string(cur_step_) + ": skipped the update: non-finite " +
+                         (bad_loss ? "loss (" + value(last_fb_.loss) + ")" : "grad norm (" + value(st.grad_norm) + ")") +
+                         "; " + std::to_string(skipped_steps_) + " skipped so far");
+  } else if (has_sched_) {
+    sched_.step();  // Megatron advances the scheduler only when the update succeeded
+  }
   fb_time_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
   last_.step = st.step;
   last_.loss = last_fb_.loss;
+  last_.has_loss = has_loss;
+  last_.skipped = st.skipped;
+  last_.skipped_steps = skipped_steps_;
   last_.grad_norm = st.grad_norm;
   last_.lr = lr;
   last_.tokens = last_fb_.tokens;
@@ -214,7 +267,8 @@ std::map<std::string, std::string> MegatronModel::calculate_metric(bool is_train
   auto now = Clock::now();
   const double since_last = std::chrono::duration<double>(now - t_last_metric_).count();
   const double total = std::chrono::duration<double>(now - t_start_).count();
-  m["loss"] = fmt_double("%.4f", last_.loss);
+  m["loss"] = last_.has_loss ? fmt_double("%.4f", last_.loss) : std::string("no labelled tokens");
+  if (last_.skipped_steps > 0) m["skipped steps"] = std::to_string(last_.skipped_steps);
   if (is_training) {
     if (last_.grad_norm != 0) m["grad_norm"] = fmt_double("%.6f", last_.grad_norm);
     m["learning rate"] = fmt_double("%.6e", has_sched_ ? sched_.current() : optim_cfg_.lr);
@@ -276,6 +330,14 @@ std::string MegatronModel::save(const std::string& name, const SaveOptions& opts
       std::ifstream in(src, std::ios::binary);
       io_detail::write_file_atomic((dir / f).string(),
                                    std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+    }
+    // Never write non-finite weights (B26): refuse before any file is touched.
+    for (auto& [n, t] : tensors) {
+      const float* p = t.f32();
+      for (int64_t i = 0, e = t.numel(); i < e; ++i)
+        if (!std::isfinite(p[i]))
+          throw Error("save: parameter " + n + " holds a non-finite value at element " + std::to_string(i) +
+                      "; refusing to write a checkpoint to " + dir.string());
     }
     save_model_config(cfg, (dir / "config.json").string());
     std::vector<std::pair<std::string, Tensor>> out;

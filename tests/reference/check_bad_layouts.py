@@ -14,7 +14,7 @@ CASES = [
     # (ranks, flags, expected message fragment)
     (4, ["--tp", "4"], "num_key_value_heads 2 is not divisible by tp 4"),
     (4, ["--pp", "4"], "pp 4 is larger than num_hidden_layers 2"),
-    (2, ["--dp", "2", "--batch-size", "3"], "batch_size 3 is not divisible by dp_size 2"),
+    (2, ["--dp", "2", "--batch-size", "3"], "'batch_size' (--batch-size) must be divisible by dp_size 2"),
     (2, ["--tp", "2", "--pp", "2"], "world size 2 does not match the device mesh"),
     (1, ["--device", "tpu"], "device_type"),
     (1, ["--device", "npu"], "no NPU backend"),

@@ -9,6 +9,8 @@ Writes OUT_DIR/convs.jsonl  — {"messages": [...]} rows (deterministic: hand-wr
            text             render(add_generation_prompt=False)                (enable_thinking=True)
            text_gen         render(add_generation_prompt=True)                 (enable_thinking=True)
            text_gen_nothink render(add_generation_prompt=True, enable_thinking=False)
+           pieces_iet       the same with ms-swift's ignore_empty_think regex applied to each trained
+                            piece (its leading empty think block untrained)
            pieces           [[substring, trained], ...] covering text: each assistant turn is trained
                             from the end of its "<|im_start|>assistant\\n" header through its
                             "<|im_end|>\\n" (found by searching the rendered text, independently of
@@ -19,6 +21,7 @@ trim_blocks, lstrip_blocks, loopcontrols, a tojson filter and raise_exception.
 import json
 import os
 import random
+import re
 import sys
 
 import jinja2
@@ -171,6 +174,24 @@ def pieces_of(text, n_assistant):
     return [p for p in pieces if p[0]]
 
 
+# ms-swift's loss_scale "ignore_empty_think" (swift/loss_scale/config/ignore_empty_think.json):
+# the part of an assistant response matching this regex at its start gets loss scale 0.
+EMPTY_THINK = re.compile(r"^<think>\s*</think>\s*")
+
+
+def ignore_empty_think(pieces):
+    out = []
+    for text, trained in pieces:
+        m = EMPTY_THINK.match(text) if trained else None
+        if m:
+            out.append([m.group(0), False])
+            if m.end() < len(text):
+                out.append([text[m.end():], True])
+        else:
+            out.append([text, trained])
+    return out
+
+
 def shipped_self_cognition():
     """The shipped data/self_cognition.jsonl through the recipe's preprocessing, written here
     independently of twinkle: {{NAME}} / {{AUTHOR}} replaced literally in query and response
@@ -214,6 +235,7 @@ def main():
                 "text_gen": render(tmpl, msgs, True, True),
                 "text_gen_nothink": render(tmpl, msgs, True, False),
                 "pieces": pieces_of(text, n_asst),
+                "pieces_iet": ignore_empty_think(pieces_of(text, n_asst)),
             }, ensure_ascii=False) + "\n")
 
 

@@ -9,6 +9,7 @@
 //     labels      piece ids for trained pieces, -100 for the others (pieces tokenized one by one)
 //     consistent  the concatenated piece ids equal encode(text) (else labels are undefined and
 //                 twinkle must reject the row)
+//     labels_iet, consistent_iet  the same for pieces_iet (ms-swift's ignore_empty_think)
 //     prompt_ids  encode(text_gen); prompt_ids_nothink encode(text_gen_nothink)
 "use strict";
 const fs = require("fs");
@@ -47,11 +48,24 @@ async function main() {
       }
     }
     const consistent = pieceIds.length === ids.length && pieceIds.every((x, k) => x === ids[k]);
+    // the same for pieces_iet (ignore_empty_think)
+    const ietIds = [];
+    const labelsIet = [];
+    for (const [text, trained] of r.pieces_iet || []) {
+      const p = await enc(text);
+      for (const id of p) {
+        ietIds.push(id);
+        labelsIet.push(trained ? id : -100);
+      }
+    }
+    const consistentIet = ietIds.length === ids.length && ietIds.every((x, k) => x === ids[k]);
     out.push(
       JSON.stringify({
         input_ids: ids,
         labels,
         consistent,
+        labels_iet: labelsIet,
+        consistent_iet: consistentIet,
         prompt_ids: await enc(r.text_gen),
         prompt_ids_nothink: await enc(r.text_gen_nothink),
       })

@@ -35,7 +35,7 @@ int cmd_encode(int argc, char** argv) {
   CLI::App app{"Encode chat rows (JSONL with \"messages\") into input_ids / labels rows", "twinkle encode"};
   std::string tmpl = "qwen3", dir, input, truncation = "raise", system;
   int64_t max_length = 8192;
-  bool render = false, gen_prompt = false, prompt = false, no_thinking = false;
+  bool render = false, gen_prompt = false, prompt = false, no_thinking = false, ignore_empty_think = false;
   app.add_option("--template", tmpl, "chat template (qwen3)");
   app.add_option("--tokenizer", dir, "model directory or hub id holding tokenizer.json / tokenizer_config.json")
       ->required();
@@ -45,6 +45,8 @@ int cmd_encode(int argc, char** argv) {
   app.add_option("--input", input, "JSONL input file (default: stdin)");
   app.add_option("--system", system, "default system prompt for conversations starting with a user turn");
   app.add_flag("--no-thinking", no_thinking, "enable_thinking=false (only changes the generation prompt)");
+  app.add_flag("--ignore-empty-think", ignore_empty_think,
+               "label -100 on an assistant turn's empty <think>...</think> block (ms-swift ignore_empty_think)");
   app.add_flag("--render", render, "print the rendered chat text of each row as a JSON string");
   app.add_flag("--add-generation-prompt", gen_prompt, "with --render: add the assistant header");
   app.add_flag("--prompt", prompt, "print the generation prompt ids of each row");
@@ -59,6 +61,7 @@ int cmd_encode(int argc, char** argv) {
   opts.truncation = truncation;
   opts.enable_thinking = !no_thinking;
   opts.default_system = system;
+  opts.ignore_empty_think = ignore_empty_think;
   const twinkle::Template t(tmpl, opts);
 
   std::ifstream file;

@@ -4,13 +4,15 @@
 //
 // Pre-tokenized rows ({"input_ids", "labels"}) or message rows through the chat template,
 // exactly as `twinkle train` reads them. Prints {"loss": x, "label_tokens": n, "rows": r}
-// where loss = sum of token losses / labelled tokens over the whole dataset.
+// where loss = sum of token losses / labelled tokens over the whole dataset (null, with a
+// warning, when no row has a labelled token).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
 
 #include "command.h"
+#include "twinkle/core/option_check.h"
 #include "twinkle/data/dataset.h"
 #include "twinkle/data/preprocessor.h"
 #include "twinkle/data/hub.h"
@@ -24,6 +26,7 @@ namespace {
 
 int eval_main(int argc, char** argv) {
   CLI::App app{"Loss of a dataset under a model (forward only)", "twinkle eval"};
+  app.option_defaults()->always_capture_default();
   std::string model, dataset, templ = "Template";
   int64_t batch_size = 8, max_length = 8192;
   app.add_option("--model", model, "model directory or hub id")->required();
@@ -36,22 +39,20 @@ int eval_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  twinkle::check_option(batch_size >= 1, "eval", "batch_size", ">= 1", batch_size);
+  const twinkle::TemplateOptions to{.model_id = model, .max_length = max_length};
+  twinkle::validate(to);
   twinkle::Dataset ds{twinkle::DatasetMeta(dataset)};
-  std::vector<twinkle::EncodedRow> rows;
   if (ds.size() > 0 && twinkle::is_pretokenized(ds[0])) {
-    const int64_t vocab =
+    ds.encode_pretokenized(
         twinkle::load_model_config((std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string())
-            .vocab_size;
-    for (int64_t i = 0; i < ds.size(); ++i) {
-      rows.push_back(twinkle::pretokenized_row(ds[i], ds.row_name(i)));
-      twinkle::check_row_vocab(rows.back(), vocab, ds.row_name(i));
-    }
+            .vocab_size);
   } else {
     ds.map(twinkle::MessagesPreprocessor());
-    ds.set_template(templ, {.model_id = model, .max_length = max_length});
+    ds.set_template(templ, to);
     ds.encode();
-    rows = ds.encoded();
   }
+  const std::vector<twinkle::EncodedRow>& rows = ds.encoded();
   twinkle::MegatronModel m(model, {.micro_batch_size = batch_size});
   double loss_sum = 0;
   int64_t tokens = 0;
@@ -63,7 +64,9 @@ int eval_main(int argc, char** argv) {
     loss_sum += m.forward_only(part) * static_cast<double>(n);
     tokens += n;
   }
-  nlohmann::json out = {{"loss", tokens ? loss_sum / static_cast<double>(tokens) : 0.0},
+  // No labelled token: the loss is undefined (null), never 0.0 (a perfect fit).
+  if (tokens == 0) twinkle::get_logger().warning("eval: the dataset has no labelled tokens (every label is -100): loss is null");
+  nlohmann::json out = {{"loss", tokens ? nlohmann::json(loss_sum / static_cast<double>(tokens)) : nlohmann::json(nullptr)},
                         {"label_tokens", tokens},
                         {"rows", rows.size()}};
   if (twinkle::parallel_state().global_rank == 0) std::printf("%s\n", out.dump().c_str());

@@ -1,8 +1,11 @@
 // `twinkle plot METRICS.jsonl -o loss.png`: loss and learning-rate curves with gnuplot.
+// A loss or lr that is null or non-finite (a skipped step, a step without labelled tokens)
+// is drawn as a gap in its curve.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -40,15 +43,26 @@ int plot_main(int argc, char** argv) {
       throw twinkle::Error(metrics + ":" + std::to_string(lineno) + ": not valid JSON (" + e.what() + ")");
     }
     const std::string where = metrics + ":" + std::to_string(lineno);
-    auto num = [&](const char* f, bool required) -> double {
+    // A value that is null (what JSON writers make of NaN / inf, and twinkle's "no labelled
+    // tokens") or a non-finite number is drawn as a gap: gnuplot's NaN is undefined.
+    auto num = [&](const char* f, bool required, bool nullable) -> std::string {
       if (!j.is_object() || !j.contains(f)) {
         twinkle::check(!required, where + ": needs a numeric '" + f + "'");
-        return 0.0;
+        return "NaN";
       }
-      twinkle::check(j[f].is_number(), where + ": field '" + f + "' must be a number, got " + j[f].dump());
-      return j[f].get<double>();
+      if (nullable && j[f].is_null()) return "NaN";
+      twinkle::check(j[f].is_number(), where + ": field '" + f + "' must be a number" +
+                                           (nullable ? std::string(" or null") : std::string()) + ", got " + j[f].dump());
+      const double v = j[f].get<double>();
+      if (!std::isfinite(v)) {
+        twinkle::check(nullable, where + ": field '" + f + "' must be finite");
+        return "NaN";
+      }
+      char buf[40];
+      std::snprintf(buf, sizeof buf, "%.17g", v);
+      return buf;
     };
-    d << num("step", true) << " " << num("loss", true) << " " << num("lr", false) << "\n";
+    d << num("step", true, false) << " " << num("loss", true, true) << " " << num("lr", false, true) << "\n";
     ++n;
   }
   d.close();

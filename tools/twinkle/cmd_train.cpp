@@ -5,11 +5,15 @@
 //
 // The dataset is either pre-tokenized JSONL rows {"input_ids": [...], "labels": [...]}
 // (labels optional: then equal to input_ids) or a message / self-cognition dataset
-// encoded with --template. Each step appends one JSON line to --metrics-file; the final
-// weights are saved to --output-dir in Hugging Face format.
+// encoded with --template. Each step appends one JSON line to --metrics-file (a loss that
+// is undefined — no labelled token — or non-finite is null); the final weights are saved to
+// --output-dir in Hugging Face format. Every option is checked by the validate() of its
+// option set (the C++ API's checks) before anything is loaded; --max-steps 0 (the default)
+// trains one epoch.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +25,7 @@
 #include "twinkle/data/preprocessor.h"
 #include "twinkle/data/hub.h"
 #include "twinkle/data/pretokenized.h"
+#include "twinkle/core/option_check.h"
 #include "twinkle/io/model_config.h"
 #include "twinkle/dist/runtime.h"
 #include "twinkle/io/safetensors.h"
@@ -44,56 +49,104 @@ twinkle::DataSlice parse_slice(const std::string& s) {
   return twinkle::DataSlice::range(std::stoll(s));
 }
 
+// JSON number, or null for a value that is undefined (no labelled token) or non-finite.
+json num_or_null(double v, bool defined = true) { return defined && std::isfinite(v) ? json(v) : json(nullptr); }
+
 int train_main(int argc, char** argv) {
   CLI::App app{"Train a Qwen3 model (full parameters) on a dp/tp/pp layout", "twinkle train"};
+  app.option_defaults()->always_capture_default();  // --help shows every default
   std::string model, dataset, output_dir = "output/train", metrics_file, templ, self_cog, data_slice;
-  std::string lr_style = "constant", device = "cpu";
-  int64_t batch_size = 8, max_steps = 10, mbs = 0, max_length = 8192, warmup = 0, decay = 0;
+  std::string lr_style = "constant", device = "cpu", on_nonfinite = "error";
+  int64_t batch_size = 8, max_steps = 0, mbs = 0, max_length = 8192, warmup = 0, decay = 0;
   double lr = 1e-4, wd = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, clip = 1.0, min_lr = 0;
   uint64_t seed = 42;
   int tp = 1, pp = 1, dp = 0;
   std::string dump_grads;
   bool sp = false, dist_opt = true, shuffle = false, packing = false, skip_bad = false, no_save = false;
+  bool drop_last = false, ignore_empty_think = false;
   std::string truncation = "raise";
   app.add_option("--model", model, "model directory or hub id (config.json [+ safetensors])")->required();
   app.add_option("--dataset", dataset, "JSONL/JSON/CSV file or hub id")->required();
-  app.add_option("--batch-size", batch_size, "global batch size (rows per step)");
-  app.add_option("--micro-batch-size", mbs, "rows per micro-batch (default min(2, local rows))");
-  app.add_option("--max-steps", max_steps, "optimizer steps");
-  app.add_option("--lr", lr, "learning rate");
-  app.add_option("--min-lr", min_lr, "minimum learning rate of the decay");
-  app.add_option("--lr-warmup-steps", warmup, "linear warm-up steps from 0");
-  app.add_option("--lr-decay-steps", decay, "decay steps (default: max-steps when a decay style is set)");
+  app.add_option("--batch-size", batch_size, "global batch size (rows per step, >= 1, divisible by dp)");
+  app.add_option("--micro-batch-size", mbs, "rows per micro-batch (>= 0; 0 = min(2, rows of the rank))");
+  app.add_option("--max-steps", max_steps, "optimizer steps (>= 0; 0 = one epoch)");
+  app.add_option("--lr", lr, "learning rate (finite, >= 0)");
+  app.add_option("--min-lr", min_lr, "minimum learning rate of the decay (0 <= min-lr <= lr)");
+  app.add_option("--lr-warmup-steps", warmup, "linear warm-up steps from 0 (< decay steps)");
+  app.add_option("--lr-decay-steps", decay, "decay steps (0 = the run's steps when a decay style or warm-up is set)");
   app.add_option("--lr-decay-style", lr_style, "constant | cosine | linear");
-  app.add_option("--weight-decay", wd, "AdamW weight decay (not applied to biases and 1-D params)");
-  app.add_option("--adam-beta1", b1);
-  app.add_option("--adam-beta2", b2);
-  app.add_option("--adam-eps", eps);
-  app.add_option("--clip-grad", clip, "max global grad norm (<= 0: no clipping)");
+  app.add_option("--weight-decay", wd, "AdamW weight decay (>= 0; not applied to biases and 1-D params)");
+  app.add_option("--adam-beta1", b1, "AdamW beta1, in [0, 1)");
+  app.add_option("--adam-beta2", b2, "AdamW beta2, in [0, 1)");
+  app.add_option("--adam-eps", eps, "AdamW eps (finite, > 0)");
+  app.add_option("--clip-grad", clip, "max global grad norm (finite; <= 0: no clipping)");
+  app.add_option("--on-nonfinite", on_nonfinite,
+                 "a step with a NaN/inf loss or grad norm: error (stop, weights untouched) | skip (no update, counted)");
   app.add_option("--seed", seed, "seed of the random init (when the model has no weights) and shuffling");
   app.add_option("--output-dir", output_dir, "where the final Hugging Face checkpoint is written");
-  app.add_option("--metrics-file", metrics_file, "JSONL file (rewritten per run) that gets one line of metrics per step");
+  app.add_option("--metrics-file", metrics_file, "JSONL file (rewritten per run) that gets one line of metrics per step (default: none)");
   app.add_option("--tp", tp, "tensor-parallel size");
   app.add_option("--pp", pp, "pipeline-parallel size");
-  app.add_option("--dp", dp, "data-parallel size (default: world / (tp*pp))");
+  app.add_option("--dp", dp, "data-parallel size (0 = world / (tp*pp))");
   app.add_flag("--sequence-parallel", sp, "sequence parallelism in the tp regions");
-  app.add_option("--use-distributed-optimizer", dist_opt, "ZeRO-1 optimizer sharding over dp (default true)");
+  app.add_option("--use-distributed-optimizer", dist_opt, "ZeRO-1 optimizer sharding over dp");
   app.add_option("--device", device, "cpu | cuda | npu");
-  app.add_option("--template", templ, "chat template for message datasets (qwen3)");
-  app.add_option("--max-length", max_length, "template max_length");
+  app.add_option("--template", templ, "chat template for message datasets (default: Template = qwen3)");
+  app.add_option("--max-length", max_length, "template max_length (>= 1)");
   app.add_option("--truncation", truncation, "raise | left | right | delete | split");
-  app.add_option("--data-slice", data_slice, "rows: A:B, N, or i,j,k (indices past the end wrap)");
-  app.add_option("--self-cognition", self_cog, "NAME,AUTHOR: apply SelfCognitionProcessor");
+  app.add_flag("--ignore-empty-think", ignore_empty_think,
+               "no loss on the empty <think>\\n\\n</think>\\n\\n block of assistant turns (ms-swift ignore_empty_think)");
+  app.add_option("--data-slice", data_slice, "rows: A:B, N, or i,j,k (indices past the end wrap; default: all rows)");
+  app.add_option("--self-cognition", self_cog, "NAME,AUTHOR: apply SelfCognitionProcessor (default: none)");
   app.add_flag("--shuffle", shuffle, "shuffle rows each epoch");
+  app.add_flag("--drop-last", drop_last, "drop a final partial batch of each epoch (for every layout alike)");
   app.add_flag("--packing", packing, "padding-free packed micro-batches");
-  app.add_flag("--skip-bad-rows", skip_bad, "count malformed rows as warnings instead of failing");
+  app.add_flag("--skip-bad-rows", skip_bad, "drop malformed rows with a warning naming file:line instead of failing");
   app.add_flag("--no-save", no_save, "do not save the final checkpoint");
-  app.add_option("--dump-grads", dump_grads, "write the step-1 gradients (HF names, f32) to this safetensors file (dp=1 only)");
+  app.add_option("--dump-grads", dump_grads, "write the step-1 gradients (HF names, f32) to this safetensors file (dp=1 only; default: none)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+
+  // ---- every option set, checked before anything is loaded (the same checks as the API) ----
+  twinkle::OptimizerConfig oc;
+  oc.lr = lr;
+  oc.weight_decay = wd;
+  oc.adam_beta1 = b1;
+  oc.adam_beta2 = b2;
+  oc.adam_eps = eps;
+  oc.clip_grad = clip;
+  oc.use_distributed_optimizer = dist_opt;
+  twinkle::validate(oc);
+  const bool use_sched = lr_style != "constant" || warmup > 0 || decay > 0;
+  twinkle::LRSchedulerConfig sc;
+  sc.lr_warmup_steps = warmup;
+  sc.lr_decay_steps = decay;
+  sc.lr_decay_style = lr_style;
+  sc.min_lr = min_lr;
+  sc.max_lr = lr;
+  twinkle::validate(sc);
+  twinkle::check_option(max_steps >= 0, "train", "max_steps", ">= 0 (0 = one epoch)", max_steps);
+  twinkle::TemplateOptions to;
+  to.model_id = model;
+  to.max_length = max_length;
+  to.truncation = truncation;
+  to.ignore_empty_think = ignore_empty_think;
+  twinkle::validate(to);
+  twinkle::MegatronModelOptions mo;
+  mo.micro_batch_size = mbs;
+  mo.seed = seed;
+  mo.packing = packing;
+  mo.on_nonfinite = on_nonfinite;
+  twinkle::validate(mo);
+  twinkle::DataLoaderOptions lo;
+  lo.batch_size = batch_size;
+  lo.shuffle = shuffle;
+  lo.seed = seed;
+  lo.drop_last = drop_last;
+  twinkle::validate(lo);
 
   const int world = twinkle::world_size();
   if (dp == 0) dp = std::max(1, world / std::max(1, tp * pp));
@@ -109,21 +162,20 @@ int train_main(int argc, char** argv) {
   twinkle::initialize(io);
   auto& ps = twinkle::parallel_state();
   auto& log = twinkle::get_logger();
+  lo.dp_rank = ps.coord.dp;
+  lo.dp_size = ps.mesh.dp_size();
+  twinkle::validate(lo);
 
   // ---- data ----
   twinkle::DatasetMeta meta(dataset, data_slice.empty() ? std::nullopt : std::optional<twinkle::DataSlice>(parse_slice(data_slice)));
+  meta.skip_bad_rows = skip_bad;  // also while the file is read (bad JSON lines)
   twinkle::Dataset ds(meta);
-  ds.set_skip_bad_rows(skip_bad);
-  std::vector<twinkle::EncodedRow> rows;
   const bool pretokenized = ds.size() > 0 && twinkle::is_pretokenized(ds[0]);
   if (pretokenized) {
     const int64_t vocab =
         twinkle::load_model_config((std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string())
             .vocab_size;
-    for (int64_t i = 0; i < ds.size(); ++i) {
-      rows.push_back(twinkle::pretokenized_row(ds[i], ds.row_name(i)));
-      twinkle::check_row_vocab(rows.back(), vocab, ds.row_name(i));
-    }
+    ds.encode_pretokenized(vocab);
   } else {
     if (!self_cog.empty()) {
       auto comma = self_cog.find(',');
@@ -134,43 +186,20 @@ int train_main(int argc, char** argv) {
     } else {
       ds.map(twinkle::MessagesPreprocessor());
     }
-    twinkle::TemplateOptions to;
-    to.model_id = model;
-    to.max_length = max_length;
-    to.truncation = truncation;
     ds.set_template(templ.empty() ? "Template" : templ, to);
     ds.encode();
-    rows = ds.encoded();
   }
-  twinkle::DataLoaderOptions lo;
-  lo.batch_size = batch_size;
-  lo.shuffle = shuffle;
-  lo.seed = seed;
-  lo.dp_rank = ps.coord.dp;
-  lo.dp_size = ps.mesh.dp_size();
-  twinkle::DataLoader loader(std::move(rows), lo);
+  const int64_t n_rows = static_cast<int64_t>(ds.encoded().size());
+  log.info("dataset: " + std::to_string(n_rows) + " rows" +
+           (ds.bad_rows() ? " (" + std::to_string(ds.bad_rows()) + " bad rows skipped)" : std::string()));
+  twinkle::DataLoader loader(ds, lo);
+  const int64_t steps = twinkle::resolve_max_steps(max_steps, loader.size());
 
   // ---- model ----
-  twinkle::MegatronModelOptions mo;
-  mo.micro_batch_size = mbs;
-  mo.seed = seed;
-  mo.packing = packing;
   twinkle::MegatronModel m(model, mo);
-  twinkle::OptimizerConfig oc;
-  oc.lr = lr;
-  oc.weight_decay = wd;
-  oc.adam_beta1 = b1;
-  oc.adam_beta2 = b2;
-  oc.adam_eps = eps;
-  oc.clip_grad = clip;
-  oc.use_distributed_optimizer = dist_opt;
   m.set_optimizer("default", oc);
-  if (lr_style != "constant" || warmup > 0) {
-    twinkle::LRSchedulerConfig sc;
-    sc.lr_warmup_steps = warmup;
-    sc.lr_decay_steps = decay > 0 ? decay : std::max<int64_t>(max_steps, warmup + 1);
-    sc.lr_decay_style = lr_style;
-    sc.min_lr = min_lr;
+  if (use_sched) {
+    if (sc.lr_decay_steps == 0) sc.lr_decay_steps = std::max<int64_t>(steps, warmup + 1);
     m.set_lr_scheduler("default", sc);
   }
   log.info(twinkle::get_device_placement());
@@ -186,7 +215,7 @@ int train_main(int argc, char** argv) {
   }
   int64_t step = 0;
   twinkle::LocalBatch batch;
-  while (step < max_steps) {
+  while (step < steps) {
     if (!loader.next(batch)) {
       loader.next_epoch();
       twinkle::check(loader.next(batch), "the dataset yields no batch of " + std::to_string(batch_size) + " rows");
@@ -201,20 +230,35 @@ int train_main(int argc, char** argv) {
     ++step;
     const auto& mt = m.last_metrics();
     if (rank0) {
-      json j = {{"step", step},       {"loss", mt.loss},         {"grad_norm", mt.grad_norm},
-                {"lr", mt.lr},        {"tokens", mt.tokens},     {"label_tokens", mt.label_tokens},
-                {"tokens_per_s", mt.tokens_per_s}, {"mfu", mt.mfu}, {"step_time_s", mt.step_time_s}};
+      json j = {{"step", step},
+                {"loss", num_or_null(mt.loss, mt.has_loss)},
+                {"grad_norm", num_or_null(mt.grad_norm)},
+                {"lr", mt.lr},
+                {"tokens", mt.tokens},
+                {"label_tokens", mt.label_tokens},
+                {"tokens_per_s", mt.tokens_per_s},
+                {"mfu", mt.mfu},
+                {"step_time_s", mt.step_time_s}};
+      if (mt.skipped) j["skipped"] = true;
       if (metrics.is_open()) {
         metrics << j.dump() << "\n";
         metrics.flush();
       }
-      char line[256];
-      std::snprintf(line, sizeof line, "step %lld/%lld  loss %.6f  grad_norm %.6f  lr %.3e  tokens/s %.1f  mfu %.3f",
-                    static_cast<long long>(step), static_cast<long long>(max_steps), mt.loss, mt.grad_norm, mt.lr,
-                    mt.tokens_per_s, mt.mfu);
+      char loss[64];
+      if (!mt.has_loss) std::snprintf(loss, sizeof loss, "no labelled tokens");
+      else if (!std::isfinite(mt.loss)) std::snprintf(loss, sizeof loss, "%s", std::isnan(mt.loss) ? "nan" : "inf");
+      else std::snprintf(loss, sizeof loss, "%.6f", mt.loss);
+      char line[320];
+      std::snprintf(line, sizeof line, "step %lld/%lld  loss %s  grad_norm %.6f  lr %.3e  tokens/s %.1f  mfu %.3f%s",
+                    static_cast<long long>(step), static_cast<long long>(steps), loss, mt.grad_norm, mt.lr,
+                    mt.tokens_per_s, mt.mfu, mt.skipped ? "  (update skipped: non-finite)" : "");
       log.info(line);
     }
   }
+  const auto& last = m.last_metrics();
+  log.info("summary: " + std::to_string(step) + " steps, " + std::to_string(last.skipped_steps) +
+           " skipped (non-finite), " + std::to_string(n_rows) + " rows, " + std::to_string(ds.bad_rows()) +
+           " bad rows skipped");
   if (!no_save) {
     std::filesystem::path od(output_dir);
     std::string dir = m.save(od.filename().string(), {od.parent_path().empty() ? "." : od.parent_path().string()});

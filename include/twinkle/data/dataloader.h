@@ -39,6 +39,12 @@ struct DataLoaderOptions {
   int64_t dp_size = 0;
 };
 
+/// The one place the DataLoader options are checked (the DataLoader constructors, `twinkle
+/// train` and the recipes call it). Throws twinkle::Error naming the field: batch_size < 1,
+/// dp_size < 0, dp_rank outside [0, dp_size) when dp_size > 0, batch_size not divisible by
+/// dp_size (each data-parallel rank needs an equal share of a full batch).
+void validate(const DataLoaderOptions& opts);
+
 /// What one rank gets for one step.
 struct LocalBatch {
   std::vector<EncodedRow> rows;      ///< this rank's block of the global batch
@@ -65,17 +71,17 @@ struct DataLoaderState {
 class DataLoader {
  public:
   /// Over `dataset.encoded()` (shared, so the loader stays valid if the Dataset goes
-  /// away). Throws twinkle::Error if the dataset is not encoded, batch_size < 1,
-  /// dp_size < 1, dp_rank outside [0, dp_size), or batch_size % dp_size != 0 (the
-  /// message names both values).
+  /// away). Throws twinkle::Error if the dataset is not encoded, what validate(opts)
+  /// throws, or (drop_last) when no full batch exists. Warns (logger, rank 0) when
+  /// batch_size exceeds the row count (one batch of every row per epoch) and when the
+  /// final partial batch leaves some data-parallel ranks without a row.
   DataLoader(const Dataset& dataset, const DataLoaderOptions& opts);
   /// Over given rows (same checks; throws on an empty list).
   DataLoader(std::shared_ptr<const std::vector<EncodedRow>> rows, const DataLoaderOptions& opts);
   DataLoader(std::vector<EncodedRow> rows, const DataLoaderOptions& opts);
 
-  /// Batches per epoch that iteration yields: ceil(N/batch_size) (floor with drop_last),
-  /// minus one when the final partial batch has fewer than dp_size rows (Twinkle's
-  /// len() still counts that batch, but its iteration stops before it).
+  /// Batches per epoch: ceil(N/batch_size) (floor with drop_last), the same for every
+  /// dp_size.
   int64_t size() const { return num_batches_; }
   /// Rows per epoch (N, the encoded row count).
   int64_t num_rows() const { return static_cast<int64_t>(rows_->size()); }
@@ -86,7 +92,7 @@ class DataLoader {
   /// splitmix64(seed + epoch), so every rank and every run gets the same order).
   std::vector<int64_t> epoch_order(int64_t epoch) const;
   /// This rank's part of batch `index` of `epoch` (random access; does not move the
-  /// position). Throws twinkle::Error if index is outside [0, size()). Not thread-safe
+  /// position). May hold no row (a final partial batch with fewer rows than dp_size). Throws twinkle::Error if index is outside [0, size()). Not thread-safe
   /// (caches the epoch's permutation); use one DataLoader per thread.
   LocalBatch batch(int64_t epoch, int64_t index) const;
   /// Produces the next batch of the current epoch into `out` and advances the position;

@@ -25,6 +25,7 @@
 #include "twinkle/data/batch.h"
 #include "twinkle/data/dataset_meta.h"
 #include "twinkle/data/preprocessor.h"
+#include "twinkle/data/pretokenized.h"
 #include "twinkle/data/template.h"
 
 namespace twinkle {
@@ -87,6 +88,12 @@ class Dataset {
   /// thread-safe; Template::encode is const). Throws twinkle::Error if no encoded row
   /// is left or no encoder/template is set. Returns *this.
   Dataset& encode(int num_threads = 1);
+  /// Encodes pre-tokenized rows ({"input_ids", optional "labels"}, twinkle/data/
+  /// pretokenized.h) instead of running a template: each row through pretokenized_row and,
+  /// when vocab_size > 0, check_row_vocab. A malformed row throws twinkle::Error naming
+  /// "<file>:<line>" and the field, or, with skip_bad_rows, is dropped with a warning naming
+  /// it and counted in bad_rows(). Throws twinkle::Error if no row is left. Returns *this.
+  Dataset& encode_pretokenized(int64_t vocab_size = 0);
   bool is_encoded() const { return encoded_ != nullptr; }
   /// The encoded rows (throws twinkle::Error if encode() has not run).
   const std::vector<EncodedRow>& encoded() const;

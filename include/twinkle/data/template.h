@@ -66,13 +66,25 @@ struct TemplateOptions {
   std::string truncation = "raise"; ///< "raise", "left", "right", "delete", "split"
   bool enable_thinking = true;
   std::string default_system;       ///< added when the first message is a user message (if non-empty)
+  /// ms-swift's `--loss_scale ignore_empty_think` (swift/loss_scale/config/
+  /// ignore_empty_think.json): an assistant turn whose rendered text starts with an empty
+  /// reasoning block (regex ^<think>\s*</think>\s*, the "<think>\n\n</think>\n\n" the
+  /// Qwen3 template inserts into turns without reasoning) gets -100 labels on that block;
+  /// the rest of the turn stays labelled. Off by default (Twinkle labels every assistant
+  /// token).
+  bool ignore_empty_think = false;
 };
+
+/// The one place the template options are checked (Template, Dataset::set_template, `twinkle
+/// train` / `encode` and the recipes). Throws twinkle::Error naming the field: max_length < 1,
+/// truncation not one of raise, left, right, delete, split.
+void validate(const TemplateOptions& opts);
 
 class Template {
  public:
   /// `name`: "Template"/"qwen3" (the only one for now). Resolves options.model_id to a
   /// directory (see twinkle/data/hub.h) and loads its tokenizer. Throws twinkle::Error:
-  /// unknown name or truncation, max_length < 1, tokenizer files missing, a tokenizer
+  /// unknown name, what validate(opts) throws, tokenizer files missing, a tokenizer
   /// without <|im_start|> / <|im_end|>, or a chat_template that is not Qwen3's (it must
   /// contain "last_query_index"; an absent chat_template is accepted).
   Template(const std::string& name, const TemplateOptions& opts);

@@ -15,6 +15,12 @@
 //    applied only when below 1.
 //  * AdamW: torch.optim.AdamW; biases and 1-D parameters are not decayed (Megatron).
 //  * Gradients are zeroed after every step (unlike upstream Twinkle, whose DDP buffers leak).
+//  * A non-finite global grad norm (NaN / inf on any rank: the norm is reduced over the
+//    world, so every rank sees the same value) never reaches the weights: step() then
+//    discards the gradients, leaves parameters and AdamW state untouched and reports
+//    skipped (Megatron's check_for_nan_in_loss_and_grad / the fp16 grad scaler's
+//    found_inf skip, megatron/core/optimizer/optimizer.py). The caller decides whether
+//    that is an error (MegatronModel: on_nonfinite).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -36,16 +42,26 @@ struct OptimizerConfig {
   int64_t bucket_bytes = 4 << 20;  ///< gradient bucket size for the dp reduction
 };
 
+/// The one place the optimizer options are checked (MegatronModel::set_optimizer, the
+/// DistributedOptimizer constructor, `twinkle train` and the recipes all call it). Throws
+/// twinkle::Error naming the field (and its command-line flag) and the allowed range, with
+/// PyTorch's torch.optim.AdamW rules: lr finite and >= 0; adam_beta1 / adam_beta2 in [0, 1);
+/// adam_eps finite and > 0; weight_decay finite and >= 0; clip_grad finite (<= 0 disables
+/// clipping); bucket_bytes >= 1.
+void validate(const OptimizerConfig& cfg);
+
 struct StepStats {
   double grad_norm = 0;  ///< pre-clip global norm
   double clip_coef = 1;  ///< applied coefficient (1 = no clipping)
   double lr = 0;
   int64_t step = 0;      ///< optimizer steps taken (after this one)
+  bool skipped = false;  ///< the grad norm was non-finite: nothing was applied
 };
 
 class DistributedOptimizer {
  public:
-  /// Throws twinkle::Error if the store's flat size is not divisible by the dp-cp size.
+  /// Throws twinkle::Error if the store's flat size is not divisible by the dp-cp size, or
+  /// what validate(cfg) throws.
   DistributedOptimizer(ParamStore& store, std::shared_ptr<dist::ParallelState> ps, const OptimizerConfig& cfg);
 
   /// Sums gradients over dp-cp (reduce-scatter with the distributed optimizer, else all-reduce).
@@ -53,8 +69,17 @@ class DistributedOptimizer {
   /// Global pre-clip gradient L2 norm (call after reduce_gradients).
   double grad_norm();
   /// reduce_gradients + grad norm + clip (max_norm < 0: use cfg.clip_grad) + AdamW at `lr`
-  /// + parameter all-gather + zero gradients.
+  /// + parameter all-gather + zero gradients. When the global grad norm is NaN or inf the
+  /// update is not applied: gradients are zeroed, parameters, AdamW moments and the step
+  /// count stay as they were, and the result has skipped = true (collective; every rank
+  /// agrees because the norm is reduced over the world).
   StepStats step(double lr, double max_norm = -1.0);
+  /// Throws the gradients of this step away without an update (collective-free): used
+  /// when the loss itself is non-finite.
+  void discard_gradients() {
+    store_.zero_grad();
+    reduced_ = false;
+  }
   void zero_grad() { store_.zero_grad(); }
   const OptimizerConfig& config() const { return cfg_; }
   OptimizerConfig& mutable_config() { return cfg_; }

@@ -22,10 +22,18 @@ struct LRSchedulerConfig {
   std::string lr_decay_style = "cosine";  ///< "cosine", "linear", "constant"
 };
 
+/// The one place the scheduler options are checked (LRScheduler, MegatronModel::
+/// set_lr_scheduler, `twinkle train` and the recipes). Throws twinkle::Error naming the field
+/// (and its flag) and the allowed range, with Megatron's OptimizerParamScheduler asserts:
+/// lr_decay_style one of cosine / linear / constant; lr_warmup_steps, lr_decay_steps >= 0;
+/// lr_warmup_steps < lr_decay_steps when lr_decay_steps > 0; max_lr, min_lr, init_lr finite
+/// and >= 0; min_lr <= max_lr (max_lr is the optimizer's lr); init_lr <= max_lr.
+void validate(const LRSchedulerConfig& cfg);
+
 class LRScheduler {
  public:
   LRScheduler() = default;
-  /// Throws twinkle::Error for an unknown style, negative steps, or warm-up >= decay steps (when decay > 0).
+  /// Throws what validate(cfg) throws.
   explicit LRScheduler(const LRSchedulerConfig& cfg);
   /// Learning rate after `n` scheduler steps.
   double lr_at(int64_t n) const;

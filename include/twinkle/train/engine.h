@@ -30,7 +30,9 @@ class Engine {
   explicit Engine(Qwen3Model& model);
   /// Forward and backward of this rank's micro-batches (gradients accumulate into the
   /// model's ParamStore, then tp / embedding-group reductions run). All micro-batches of
-  /// one call must be given to every rank of the same dp-cp coordinate.
+  /// one call must be given to every rank of the same dp-cp coordinate. The list may be empty
+  /// (this replica has no row this step); with no labelled token in the global batch the
+  /// loss is 0 with label_tokens 0 and the gradients stay zero.
   StepResult forward_backward(const std::vector<MicroBatch>& micro_batches);
   /// Loss only (no gradients).
   StepResult forward_only(const std::vector<MicroBatch>& micro_batches);

@@ -26,13 +26,32 @@
 namespace twinkle {
 
 struct MegatronModelOptions {
-  int64_t micro_batch_size = 0;      ///< rows per micro-batch; 0 = Twinkle's min(2, local rows)
+  int64_t micro_batch_size = 0;      ///< rows per micro-batch (>= 0); 0 = Twinkle's min(2, local rows)
   bool load_weights = true;          ///< load safetensors when the model dir has them
   uint64_t seed = 0;                 ///< init seed when there are no weights; 0 = twinkle::global_seed()
   std::vector<int64_t> layers_per_stage;  ///< custom pipeline split (empty = even)
   bool packing = false;              ///< padding-free micro-batches (one packed sequence each)
-  int64_t lm_head_chunk_tokens = 1024;
+  int64_t lm_head_chunk_tokens = 1024;  ///< tokens per lm-head / cross-entropy chunk (>= 1)
+  /// What a step whose loss or global grad norm is NaN / inf does (failure class B26):
+  /// "error" (default; Megatron's check_for_nan_in_loss_and_grad) throws twinkle::Error
+  /// naming the step and the value before anything is applied, so the weights stay those
+  /// of the last good step; "skip" applies nothing (like Megatron's skipped iterations
+  /// under the fp16 grad scaler: no optimizer or scheduler step), counts it
+  /// (StepMetrics::skipped_steps) and logs a warning. Every rank takes the same decision.
+  std::string on_nonfinite = "error";
 };
+
+/// The one place the model/training options are checked (the MegatronModel constructor,
+/// `twinkle train` and the recipes). Throws twinkle::Error naming the field:
+/// micro_batch_size < 0, lm_head_chunk_tokens < 1, a layers_per_stage entry < 1,
+/// on_nonfinite not "error" or "skip".
+void validate(const MegatronModelOptions& opts);
+
+/// Optimizer steps of a training loop: `max_steps` when > 0, one epoch
+/// (`batches_per_epoch`) when 0 (the meaning of "--max-steps 0" or an absent flag in
+/// `twinkle train` and every recipe). Throws twinkle::Error naming --max-steps when it is
+/// negative.
+int64_t resolve_max_steps(int64_t max_steps, int64_t batches_per_epoch);
 
 struct SaveOptions {
   std::string output_dir = "output";
@@ -57,13 +76,22 @@ class MegatronModel {
 
   /// Forward + backward over this rank's rows (split into micro-batches, pipelined with
   /// 1F1B); returns the global per-token mean loss. Gradients accumulate until the next step.
+  /// Collective over the world. A rank may get no row (a short last batch split over dp,
+  /// B27): it runs no micro-batch, contributes 0 tokens and still takes part in every
+  /// reduction. When the whole global batch has no labelled token (B24) the loss is
+  /// undefined: the call returns 0, last_metrics().has_loss is false, the gradients are
+  /// zero, and a warning says so.
   double forward_backward(const std::vector<EncodedRow>& rows);
   double forward_backward(const LocalBatch& batch) { return forward_backward(batch.rows); }
-  /// Loss only (evaluation).
+  /// Loss only (evaluation); 0 with a warning when the batch has no labelled token
+  /// (last_eval_label_tokens() tells).
   double forward_only(const std::vector<EncodedRow>& rows);
   double forward_only(const LocalBatch& batch) { return forward_only(batch.rows); }
   /// Reduces gradients, clips to max_grad_norm (default: set_optimizer's clip_grad), AdamW
-  /// step at the scheduler's lr, zeroes gradients, advances the scheduler.
+  /// step at the scheduler's lr, zeroes gradients, advances the scheduler. Before anything is
+  /// applied, a non-finite loss or global grad norm (on any rank) throws twinkle::Error
+  /// "step N: non-finite ..." (on_nonfinite "error") or skips the update (on_nonfinite
+  /// "skip": result skipped = true, no scheduler step, counted in last_metrics()). Collective.
   StepStats clip_grad_and_step(std::optional<double> max_grad_norm = std::nullopt);
 
   /// Metrics of the last step(s): loss, grad_norm, learning rate, iters, total time elapse,
@@ -74,6 +102,9 @@ class MegatronModel {
     int64_t step = 0;
     double loss = 0, grad_norm = 0, lr = 0, tokens_per_s = 0, mfu = 0, step_time_s = 0;
     int64_t tokens = 0, label_tokens = 0;
+    bool has_loss = true;       ///< false: the global batch had no labelled token (loss undefined)
+    bool skipped = false;       ///< the update was skipped (non-finite loss / grad norm, on_nonfinite "skip")
+    int64_t skipped_steps = 0;  ///< skipped updates so far
   };
   const StepMetrics& last_metrics() const { return last_; }
   /// Layout, optimizer, scheduler and model settings as text (Twinkle's get_train_configs).
@@ -92,6 +123,9 @@ class MegatronModel {
   DistributedOptimizer& optimizer();
   const std::string& model_dir() const { return model_dir_; }
   int32_t pad_token_id() const { return pad_id_; }
+  /// Global labelled tokens of the last forward_only call.
+  int64_t last_eval_label_tokens() const { return last_eval_label_tokens_; }
+  const MegatronModelOptions& options() const { return opts_; }
   /// Achievable peak of this job in FLOP/s used for MFU (TWINKLE_PEAK_GFLOPS, else measured).
   double peak_flops() const { return peak_flops_; }
   /// Model FLOPs of one token's forward+backward at sequence length S (6N + attention).
@@ -114,6 +148,8 @@ class MegatronModel {
   StepResult last_fb_;
   StepMetrics last_;
   int64_t cur_step_ = 0;
+  int64_t skipped_steps_ = 0;
+  int64_t last_eval_label_tokens_ = 0;
   std::chrono::steady_clock::time_point t_start_, t_last_metric_, t_fb_start_;
   double fb_time_s_ = 0;
   double mean_seq_ = 0;

@@ -72,24 +72,33 @@ std::vector<int> gather_epoch(const std::vector<EncodedRow>& rows, DataLoaderOpt
 
 }  // namespace
 
-TEST(DataLoaderTest, SizesFollowTwinkle) {
+TEST(DataLoaderTest, SizesAreTheSameForEveryDpSize) {
   auto rows = make_rows(10);
   EXPECT_EQ(DataLoader(rows, {.batch_size = 4}).size(), 3);                    // ceil(10/4)
   EXPECT_EQ(DataLoader(rows, {.batch_size = 4, .drop_last = true}).size(), 2);  // floor
   EXPECT_EQ(DataLoader(rows, {.batch_size = 4, .dp_size = 2}).size(), 3);       // last batch 2 rows >= dp 2
-  EXPECT_EQ(DataLoader(rows, {.batch_size = 4, .dp_size = 4}).size(), 2);       // last batch 2 rows < dp 4: ends
+  // B27: last batch 2 rows < dp 4 is still trained (Twinkle's DeviceMeshSampler ends the epoch)
+  EXPECT_EQ(DataLoader(rows, {.batch_size = 4, .dp_size = 4}).size(), 3);
+  EXPECT_EQ(DataLoader(rows, {.batch_size = 4, .drop_last = true, .dp_size = 4}).size(), 2);
   EXPECT_EQ(DataLoader(make_rows(256), {.batch_size = 8, .dp_size = 2}).size(), 32);  // tp_npu recipe
   EXPECT_EQ(DataLoader(make_rows(128), {.batch_size = 2, .dp_size = 2}).size(), 64);  // MoE recipes
 }
 
 TEST(DataLoaderTest, OptionErrors) {
   auto rows = make_rows(10);
-  expect_error([&] { DataLoader(rows, {.batch_size = 6, .dp_size = 4}); }, {"batch_size 6", "dp_size 4"});
-  expect_error([&] { DataLoader(rows, {.batch_size = 0}); }, {"batch_size must be >= 1"});
-  expect_error([&] { DataLoader(rows, {.batch_size = 4, .dp_rank = 2, .dp_size = 2}); }, {"dp_rank 2"});
+  expect_error([&] { DataLoader(rows, {.batch_size = 6, .dp_size = 4}); },
+               {"'batch_size' (--batch-size) must be divisible by dp_size 4", "got 6"});
+  expect_error([&] { DataLoader(rows, {.batch_size = 0}); }, {"'batch_size' (--batch-size) must be >= 1, got 0"});
+  expect_error([&] { DataLoader(rows, {.batch_size = -3}); }, {"'batch_size'", ">= 1, got -3"});
+  expect_error([&] { DataLoader(rows, {.batch_size = 4, .dp_rank = 2, .dp_size = 2}); },
+               {"'dp_rank'", "in [0, dp_size=2)", "got 2"});
+  expect_error([&] { DataLoader(rows, {.batch_size = 4, .dp_rank = -1, .dp_size = 2}); }, {"'dp_rank'", "got -1"});
+  expect_error([&] { DataLoader(rows, {.batch_size = 4, .dp_size = -2}); }, {"'dp_size'", ">= 0", "got -2"});
   expect_error([&] { DataLoader(std::vector<EncodedRow>{}, {.batch_size = 4}); }, {"no encoded rows"});
-  expect_error([&] { DataLoader(make_rows(3), {.batch_size = 4, .dp_size = 4}); }, {"3 rows make no batch"});
-  expect_error([&] { DataLoader(make_rows(3), {.batch_size = 4, .drop_last = true}); }, {"no batch"});
+  expect_error([&] { DataLoader(make_rows(3), {.batch_size = 4, .drop_last = true}); }, {"no full batch"});
+  // validate() alone is what the command line calls before loading anything
+  EXPECT_NO_THROW(validate(DataLoaderOptions{.batch_size = 8, .dp_rank = 1, .dp_size = 2}));
+  expect_error([] { validate(DataLoaderOptions{.batch_size = 0}); }, {"batch_size"});
   DataLoader l(rows, {.batch_size = 4});
   expect_error([&] { l.batch(0, 3); }, {"batch index 3"});
 }
@@ -100,10 +109,8 @@ TEST(DataLoaderTest, DpSplitCoversEveryRowOnceInOrder) {
       auto rows = make_rows(N);
       std::vector<int64_t> sizes;
       std::vector<int> got = gather_epoch(rows, {.batch_size = 8, .dp_size = n}, 0, &sizes);
-      // Rows come out in order; a last batch with fewer than n rows is not produced.
-      int64_t expect_rows = N;
-      if (N % 8 != 0 && N % 8 < n) expect_rows = N - N % 8;
-      std::vector<int> want(static_cast<size_t>(expect_rows));
+      // Rows come out in order, every row once, whatever the dp size (B27).
+      std::vector<int> want(static_cast<size_t>(N));
       std::iota(want.begin(), want.end(), 0);
       EXPECT_EQ(got, want) << "dp " << n << " N " << N;
     }
@@ -128,6 +135,33 @@ TEST(DataLoaderTest, RankBlocksAreContiguous) {
   }
 }
 
+TEST(DataLoaderTest, ShortLastBatchLeavesSomeRanksEmpty) {
+  // B27: 9 rows, batch 4, dp 2 and 4: batch 2 is row 8 alone on one rank, the others get none.
+  auto rows = make_rows(9);
+  for (int n : {2, 4}) {
+    int64_t with_row = 0;
+    for (int k = 0; k < n; ++k) {
+      DataLoader l(rows, {.batch_size = 4, .dp_rank = k, .dp_size = n});
+      ASSERT_EQ(l.size(), 3);
+      LocalBatch b = l.batch(0, 2);
+      EXPECT_EQ(b.global_rows, 1);
+      if (!b.rows.empty()) {
+        ++with_row;
+        EXPECT_EQ(row_id(b.rows[0]), 8);
+      }
+    }
+    EXPECT_EQ(with_row, 1) << "dp " << n;
+  }
+  // The next epoch starts at row 0 on every layout.
+  DataLoader l(rows, {.batch_size = 4, .dp_rank = 0, .dp_size = 2});
+  LocalBatch b;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(l.next(b));
+  EXPECT_FALSE(l.next(b));
+  l.next_epoch();
+  ASSERT_TRUE(l.next(b));
+  EXPECT_EQ(row_id(b.rows[0]), 0);
+}
+
 TEST(DataLoaderTest, DropLast) {
   auto got = gather_epoch(make_rows(19), {.batch_size = 8, .drop_last = true, .dp_size = 2}, 0);
   EXPECT_EQ(got.size(), 16u);
@@ -140,13 +174,13 @@ TEST(DataLoaderTest, ShuffleIsSeededPerEpochAndIdenticalOnRanks) {
   auto e0b = gather_epoch(rows, {.batch_size = 4, .shuffle = true, .seed = 7, .dp_size = 4}, 0);
   auto e1 = gather_epoch(rows, {.batch_size = 4, .shuffle = true, .seed = 7, .dp_size = 2}, 1);
   auto other = gather_epoch(rows, {.batch_size = 4, .shuffle = true, .seed = 8, .dp_size = 2}, 0);
-  // dp 2: 37 = 9*4 + 1, the final single row is not produced.
-  ASSERT_EQ(e0.size(), 36u);
+  // dp 2: 37 = 9*4 + 1, the final single row is trained too (on one of the two ranks).
+  ASSERT_EQ(e0.size(), 37u);
   // Same permutation regardless of dp_size (global order is rank-independent).
-  EXPECT_EQ(e0, std::vector<int>(e0b.begin(), e0b.begin() + 36));
+  EXPECT_EQ(e0, e0b);
   EXPECT_NE(e0, e1);
   EXPECT_NE(e0, other);
-  std::vector<int> ident(36);
+  std::vector<int> ident(37);
   std::iota(ident.begin(), ident.end(), 0);
   EXPECT_NE(e0, ident);
   // epoch_order is a permutation and reproducible.

@@ -1,0 +1,78 @@
+// twinkle/parallel/ring_attention.h — context-parallel attention, ring algorithm
+// (`cp_comm_type = "p2p"`), on load-balanced shards (parallel/cp_split.h); also the CP layout both
+// algorithms use (Ulysses, `cp_comm_type = "a2a"`: parallel/ulysses_attention.h).
+//
+// Every rank holds T local tokens of the micro-batch in the cp_split order (first half: chunk r of
+// every split unit, second half: chunk 2cp-1-r), q [T, Hq, D], k and v [T, Hkv, D] (token-major,
+// this rank's tensor-parallel heads), and computes the attention of its queries against ALL keys of
+// their segment that are not in the future — exactly flash_attention_forward on the padded global
+// axis (kernels/cpu/attention.h) restricted to this rank's rows.
+//
+// Ring (Megatron-core / TransformerEngine context_parallel.py AttnFuncWithCPAndKVP2P; MindSpeed
+// megatron_cp_algo; Liu et al. 2023 "Ring Attention"): K/V blocks travel around the cp ring
+// (send to rank r+1, receive from r-1; cp-1 steps); at step i this rank holds the K/V of rank
+// j = r-i mod cp and computes (kernels/cpu/attention_block.h):
+//   j == r : all local q vs all local k, causal by global index (the diagonal),
+//   j <  r : all local q vs the first half of j's K/V (chunk j: entirely in the past, no mask),
+//   j >  r : the second half of the local q (chunk 2cp-1-r) vs all of j's K/V (entirely past),
+// and skips the rest (entirely in the future) — every rank does the same work. Partial results are
+// merged with the log-sum-exp rule. Backward: K/V travel again together with the dK/dV accumulated
+// for them; after cp steps a last hop returns each block's dK/dV to its owner.
+// Bytes sent per rank (f32, Bkv = T*Hkv*D*4): forward (cp-1)*2*Bkv; backward (cp-1)*4*Bkv + 2*Bkv
+// (none when cp = 1).
+//
+// Segments (packed sequences, cu_seqlens) never attend to each other. GQA: query head h uses kv
+// head h / (Hq/Hkv).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "twinkle/dist/process_group.h"
+#include "twinkle/parallel/cp_split.h"
+
+namespace twinkle::parallel {
+
+/// Which context-parallel attention algorithm (Megatron's cp_comm_type spelling).
+enum class CpCommType { P2P, A2A };
+/// "p2p" -> P2P, "a2a" -> A2A; anything else: twinkle::Error naming the value and the choices.
+CpCommType parse_cp_comm_type(const std::string& s);
+
+/// The global layout both algorithms need: for every cp rank, the global index and segment of each
+/// of its local tokens (computed from CpShard::global_unit_cu / global_cu_seqlens, no communication).
+struct CpLayout {
+  int cp = 1;
+  int rank = 0;
+  int64_t T = 0;                              ///< local tokens (same on every rank)
+  std::vector<int32_t> global_cu_seqlens;     ///< padded segments on the global axis
+  std::vector<std::vector<int32_t>> gidx;     ///< [cp][T] global index of rank j's local tokens
+  std::vector<std::vector<int32_t>> seg;      ///< [cp][T] segment of rank j's local tokens
+  /// Builds the layout of `sh` (the shard of this rank). Throws twinkle::Error if T is odd.
+  static CpLayout from_shard(const CpShard& sh);
+};
+
+/// Ring attention (p2p). One object per attention call site; buffers are reused across calls.
+class RingAttention {
+ public:
+  /// `cp` is the context-parallel group (size 1: a single diagonal block, no communication).
+  explicit RingAttention(std::shared_ptr<dist::ProcessGroup> cp);
+  /// out [T, Hq, D] and lse [T, Hq] (natural log) of this rank's queries. Throws twinkle::Error when
+  /// the layout's cp/rank differ from the group's or Hq % Hkv != 0.
+  void forward(const CpLayout& lay, const float* q, const float* k, const float* v, float* out, float* lse,
+               int64_t Hq, int64_t Hkv, int64_t D, float scale);
+  /// Given the forward's inputs, out, lse and dout [T, Hq, D]: writes dq [T, Hq, D], dk and dv
+  /// [T, Hkv, D] (overwritten) of this rank's tokens.
+  void backward(const CpLayout& lay, const float* q, const float* k, const float* v, const float* out,
+                const float* lse, const float* dout, float* dq, float* dk, float* dv, int64_t Hq, int64_t Hkv,
+                int64_t D, float scale);
+  /// Analytic bytes one rank sends in forward / backward (see the file comment).
+  static int64_t forward_bytes(int cp, int64_t T, int64_t Hkv, int64_t D);
+  static int64_t backward_bytes(int cp, int64_t T, int64_t Hkv, int64_t D);
+
+ private:
+  std::shared_ptr<dist::ProcessGroup> cp_;
+  std::vector<float> cur_, next_, part_out_, part_lse_, delta_;
+};
+
+}  // namespace twinkle::parallel

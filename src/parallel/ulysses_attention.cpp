@@ -1,0 +1,120 @@
+// Ulysses attention over the cp group (see ulysses_attention.h).
+#include "twinkle/parallel/ulysses_attention.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "twinkle/core/error.h"
+#include "twinkle/kernels/cpu/attention.h"
+
+namespace twinkle::parallel {
+
+namespace kc = twinkle::kernels::cpu;
+
+UlyssesAttention::UlyssesAttention(std::shared_ptr<dist::ProcessGroup> cp, int tp) : cp_(std::move(cp)), tp_(tp) {
+  check(cp_ != nullptr, "UlyssesAttention: null cp group");
+  check(tp >= 1, "UlyssesAttention: tp size must be >= 1, got " + std::to_string(tp));
+}
+
+void UlyssesAttention::check_heads(int64_t Hq, int64_t Hkv, int cp, int tp) {
+  const int64_t n = static_cast<int64_t>(cp) * tp;
+  check(Hq % n == 0 && Hkv % n == 0,
+        "cp_comm_type a2a (Ulysses) needs num_attention_heads (" + std::to_string(Hq) + ") and num_key_value_heads (" +
+            std::to_string(Hkv) + ") divisible by cp*tp = " + std::to_string(cp) + "*" + std::to_string(tp) + " = " +
+            std::to_string(n) + "; use cp_comm_type p2p or another cp/tp");
+}
+
+int64_t UlyssesAttention::forward_bytes(int cp, int64_t T, int64_t Hq, int64_t Hkv, int64_t D) {
+  // q, k, v out and the output back: each all-to-all keeps 1/cp of its data
+  return (cp - 1) * T * (2 * Hq + 2 * Hkv) / cp * D * 4;
+}
+int64_t UlyssesAttention::backward_bytes(int cp, int64_t T, int64_t Hq, int64_t Hkv, int64_t D) {
+  return forward_bytes(cp, T, Hq, Hkv, D);  // dout out; dq, dk, dv back
+}
+
+void UlyssesAttention::to_heads(const CpLayout& lay, const float* x, float* g, int64_t H, int64_t D) {
+  const int cp = lay.cp;
+  const int64_t T = lay.T, Hl = H / cp, blk = T * Hl * D;
+  send_.resize(static_cast<size_t>(cp * blk));
+  recv_.resize(static_cast<size_t>(cp * blk));
+  // send block c = heads [c*Hl, (c+1)*Hl) of every local token
+  for (int c = 0; c < cp; ++c)
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(send_.data() + c * blk + t * Hl * D, x + (t * H + c * Hl) * D, static_cast<size_t>(Hl * D) * 4);
+  const std::vector<int64_t> counts(static_cast<size_t>(cp), blk);
+  std::vector<int64_t> displs(static_cast<size_t>(cp));
+  for (int c = 0; c < cp; ++c) displs[static_cast<size_t>(c)] = c * blk;
+  cp_->all_to_all_v(send_.data(), counts, displs, recv_.data(), counts, displs, DType::F32);
+  // block j = rank j's tokens (its local order) for my heads -> global order
+  for (int j = 0; j < cp; ++j) {
+    const auto& gi = lay.gidx[static_cast<size_t>(j)];
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(g + static_cast<int64_t>(gi[static_cast<size_t>(t)]) * Hl * D, recv_.data() + j * blk + t * Hl * D,
+                  static_cast<size_t>(Hl * D) * 4);
+  }
+}
+
+void UlyssesAttention::to_seq(const CpLayout& lay, const float* g, float* x, int64_t H, int64_t D) {
+  const int cp = lay.cp;
+  const int64_t T = lay.T, Hl = H / cp, blk = T * Hl * D;
+  send_.resize(static_cast<size_t>(cp * blk));
+  recv_.resize(static_cast<size_t>(cp * blk));
+  for (int j = 0; j < cp; ++j) {
+    const auto& gi = lay.gidx[static_cast<size_t>(j)];
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(send_.data() + j * blk + t * Hl * D, g + static_cast<int64_t>(gi[static_cast<size_t>(t)]) * Hl * D,
+                  static_cast<size_t>(Hl * D) * 4);
+  }
+  const std::vector<int64_t> counts(static_cast<size_t>(cp), blk);
+  std::vector<int64_t> displs(static_cast<size_t>(cp));
+  for (int c = 0; c < cp; ++c) displs[static_cast<size_t>(c)] = c * blk;
+  cp_->all_to_all_v(send_.data(), counts, displs, recv_.data(), counts, displs, DType::F32);
+  for (int c = 0; c < cp; ++c)
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(x + (t * H + c * Hl) * D, recv_.data() + c * blk + t * Hl * D, static_cast<size_t>(Hl * D) * 4);
+}
+
+void UlyssesAttention::forward(const CpLayout& lay, const float* q, const float* k, const float* v, float* out,
+                               int64_t Hq, int64_t Hkv, int64_t D, float scale) {
+  check(lay.cp == cp_->size() && lay.rank == cp_->rank(),
+        "UlyssesAttention::forward: layout of cp rank " + std::to_string(lay.rank) + " of " + std::to_string(lay.cp) +
+            " used on rank " + std::to_string(cp_->rank()) + " of the " + std::to_string(cp_->size()) +
+            "-rank cp group '" + cp_->name() + "'");
+  check_heads(Hq * tp_, Hkv * tp_, lay.cp, tp_);
+  const int cp = lay.cp;
+  const int64_t Tg = lay.T * cp, Hql = Hq / cp, Hkl = Hkv / cp;
+  gq_.resize(static_cast<size_t>(Tg * Hql * D));
+  gk_.resize(static_cast<size_t>(Tg * Hkl * D));
+  gv_.resize(static_cast<size_t>(Tg * Hkl * D));
+  gout_.resize(static_cast<size_t>(Tg * Hql * D));
+  glse_.resize(static_cast<size_t>(Tg * Hql));
+  to_heads(lay, q, gq_.data(), Hq, D);
+  to_heads(lay, k, gk_.data(), Hkv, D);
+  to_heads(lay, v, gv_.data(), Hkv, D);
+  const int64_t nseg = static_cast<int64_t>(lay.global_cu_seqlens.size()) - 1;
+  kc::flash_attention_forward(gq_.data(), gk_.data(), gv_.data(), gout_.data(), glse_.data(),
+                              lay.global_cu_seqlens.data(), nseg, Hql, Hkl, D, scale);
+  to_seq(lay, gout_.data(), out, Hq, D);
+}
+
+void UlyssesAttention::backward(const CpLayout& lay, const float* dout, float* dq, float* dk, float* dv, int64_t Hq,
+                                int64_t Hkv, int64_t D, float scale) {
+  const int cp = lay.cp;
+  const int64_t Tg = lay.T * cp, Hql = Hq / cp, Hkl = Hkv / cp;
+  check(gout_.size() == static_cast<size_t>(Tg * Hql * D) && gk_.size() == static_cast<size_t>(Tg * Hkl * D),
+        "UlyssesAttention::backward: no matching forward (token or head counts differ)");
+  gdo_.resize(gout_.size());
+  gdq_.resize(gq_.size());
+  gdk_.resize(gk_.size());
+  gdv_.resize(gv_.size());
+  to_heads(lay, dout, gdo_.data(), Hq, D);
+  const int64_t nseg = static_cast<int64_t>(lay.global_cu_seqlens.size()) - 1;
+  kc::flash_attention_backward(gq_.data(), gk_.data(), gv_.data(), gout_.data(), glse_.data(), gdo_.data(),
+                               gdq_.data(), gdk_.data(), gdv_.data(), lay.global_cu_seqlens.data(), nseg, Hql, Hkl, D,
+                               scale);
+  to_seq(lay, gdq_.data(), dq, Hq, D);
+  to_seq(lay, gdk_.data(), dk, Hkv, D);
+  to_seq(lay, gdv_.data(), dv, Hkv, D);
+}
+
+}  // namespace twinkle::parallel

@@ -1,0 +1,190 @@
+#!/usr/bin/python3
+"""Issue 17 (and issue 8's smaller faults) through `twinkle train`, `twinkle eval` and the recipe:
+every row of issue 17's table and each out-of-range bound is an error naming the option and the
+allowed range (the same validate() the C++ API calls); --max-steps 0 or absent = one epoch,
+negative = error; --help shows every default; --batch-size larger than the dataset warns;
+--skip-bad-rows drops a malformed pre-tokenized row with a warning naming file:line and counts it
+(without the flag: the error); a step / eval without a labelled token logs "no labelled tokens"
+(null in JSON) with a warning, never loss 0.0.
+Run with /usr/bin/python3.
+"""
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(cmd, timeout=120):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return r.returncode, r.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    a = ap.parse_args()
+    twinkle = os.path.join(a.build, "bin", "twinkle")
+    recipe = os.path.join(a.build, "examples", "tp_recipe")
+    tmp = tempfile.mkdtemp(prefix="twinkle-options-")
+    failures = []
+
+    def fail(msg):
+        failures.append(msg)
+        print("FAIL " + msg)
+
+    try:
+        subprocess.run(["/usr/bin/python3", os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a",
+                        "--init", "--seed", "1"], check=True, stdout=subprocess.DEVNULL)
+        model = os.path.join(tmp, "tiny_a")
+        rng = random.Random(17)
+
+        def rows_file(name, n, masked=()):
+            p = os.path.join(tmp, name)
+            with open(p, "w") as f:
+                for i in range(n):
+                    ids = [rng.randrange(1000) for _ in range(rng.randint(5, 12))]
+                    lab = [-100] * len(ids) if i in masked else [-100] + ids[1:]
+                    f.write(json.dumps({"input_ids": ids, "labels": lab}) + "\n")
+            return p
+
+        rows8 = rows_file("rows8.jsonl", 8)
+        def train(flags, one_step=True):
+            cmd = [twinkle, "train", "--model", model, "--dataset", rows8, "--no-save"] + flags
+            if "--batch-size" not in flags:
+                cmd += ["--batch-size", "4"]
+            if "--max-steps" not in flags and one_step:
+                cmd += ["--max-steps", "1"]
+            return run(cmd)
+
+        def metrics_of(extra, tag, one_step=True):
+            m = os.path.join(tmp, f"m_{tag}.jsonl")
+            rc, out = train(["--metrics-file", m] + extra, one_step)
+            lines = []
+            if os.path.exists(m):
+                with open(m) as f:
+                    lines = [json.loads(l) for l in f if l.strip()]
+            return rc, out, lines
+
+        # 1. every bound: error naming the option and the allowed range
+        bad = [
+            (["--lr", "-1"], r"'lr' \(--lr\) must be a finite number >= 0.*got -1"),
+            (["--lr", "nan"], r"'lr' \(--lr\) must be .*got nan"),
+            (["--lr", "inf"], r"'lr' \(--lr\) must be .*got inf"),
+            (["--adam-beta1", "1.5"], r"'adam_beta1' \(--adam-beta1\) must be in \[0, 1\).*got 1.5"),
+            (["--adam-beta1", "-0.1"], r"'adam_beta1' .*\[0, 1\)"),
+            (["--adam-beta2", "1"], r"'adam_beta2' \(--adam-beta2\) must be in \[0, 1\)"),
+            (["--adam-eps", "0"], r"'adam_eps' \(--adam-eps\) must be a finite number > 0"),
+            (["--adam-eps", "-1e-8"], r"'adam_eps' .*> 0"),
+            (["--adam-eps", "inf"], r"'adam_eps' .*got inf"),
+            (["--weight-decay", "-0.01"], r"'weight_decay' \(--weight-decay\) must be a finite number >= 0"),
+            (["--clip-grad", "nan"], r"'clip_grad' \(--clip-grad\) must be a finite number"),
+            (["--clip-grad", "inf"], r"'clip_grad' .*got inf"),
+            (["--min-lr", "1e-3"], r"'min_lr' \(--min-lr\) must be <= lr \(0.0001"),
+            (["--lr-warmup-steps", "5", "--lr-decay-steps", "5"], r"'lr_warmup_steps' .*smaller than lr_decay_steps \(5\)"),
+            (["--lr-warmup-steps", "-1"], r"'lr_warmup_steps' .*>= 0"),
+            (["--lr-decay-steps", "-3"], r"'lr_decay_steps' .*>= 0"),
+            (["--lr-decay-style", "exponential"], r"'lr_decay_style' .*cosine, linear, constant"),
+            (["--micro-batch-size", "-1"], r"'micro_batch_size' \(--micro-batch-size\) must be >= 0"),
+            (["--max-length", "-5"], r"'max_length' \(--max-length\) must be >= 1, got -5"),
+            (["--max-length", "0"], r"'max_length' .*got 0"),
+            (["--truncation", "middle"], r"'truncation' .*raise, left, right, delete, split"),
+            (["--max-steps", "-1"], r"'max_steps' \(--max-steps\) must be >= 0 \(0 = one epoch\), got -1"),
+            (["--batch-size", "0"], r"'batch_size' \(--batch-size\) must be >= 1, got 0"),
+            (["--on-nonfinite", "ignore"], r"'on_nonfinite' .*\"error\" or \"skip\""),
+        ]
+        for flags, pattern in bad:
+            rc, out = train(flags)
+            if rc == 0 or not re.search(pattern, out):
+                fail(f"{' '.join(flags)}: rc {rc}, expected an error matching {pattern!r}; got: {out[-400:]}")
+        print(f"{len(bad)} bad option values refused")
+
+        # 2. accepted edge values: micro-batch-size 0 (= default), lr 0, beta 0
+        for flags in (["--micro-batch-size", "0"], ["--lr", "0"], ["--adam-beta1", "0"], ["--clip-grad", "0"]):
+            rc, out = train(flags)
+            if rc != 0:
+                fail(f"{' '.join(flags)} should be accepted: {out[-400:]}")
+
+        # 3. --max-steps: 0 or absent = one epoch (8 rows / 3 per batch = 3 steps)
+        for extra, tag in ((["--max-steps", "0"], "zero"), ([], "absent")):
+            rc, out, m = metrics_of(["--batch-size", "3"] + extra, "steps_" + tag, one_step=False)
+            if rc != 0 or len(m) != 3:
+                fail(f"--max-steps {tag}: rc {rc}, {len(m)} steps, expected one epoch = 3 steps")
+        rc, out = run([recipe, "--max-steps", "-1"])
+        if rc == 0 or "'max_steps' (--max-steps) must be >= 0" not in out:
+            fail(f"tp_recipe --max-steps -1: rc {rc}: {out[-300:]}")
+
+        # 4. --help shows every default
+        for cmd, name in (([twinkle, "train", "--help"], "twinkle train"), ([recipe, "--help"], "tp_recipe")):
+            rc, out = run(cmd)
+            # an option entry: "  --name TYPE=default   description" (the description may wrap onto
+            # the next, more indented line); an empty default must be spelled out ("default: ...")
+            missing = []
+            lines = out.splitlines()
+            for k, line in enumerate(lines):
+                m = re.match(r"\s+(--[a-z0-9-]+)\s+(INT|UINT|FLOAT|TEXT|BOOLEAN)(\S*)", line)
+                if not m or "REQUIRED" in line:
+                    continue
+                desc = line + (lines[k + 1] if k + 1 < len(lines) and re.match(r"\s{20,}\S", lines[k + 1]) else "")
+                if not m.group(3).startswith("=") and "default:" not in desc:
+                    missing.append(m.group(1))
+            if rc != 0 or missing or not re.search(r"--max-steps INT=0\s", out):
+                fail(f"{name} --help: options without a shown default: {missing} (rc {rc})")
+
+        # 5. a batch larger than the dataset warns and says what it does
+        rc, out, m = metrics_of(["--batch-size", "1000000", "--max-steps", "1"], "huge")
+        if rc != 0 or "batch_size 1000000 is larger than the dataset (8 rows)" not in out or len(m) != 1:
+            fail(f"--batch-size 1000000: rc {rc}, {out[-400:]}")
+
+        # 6. --skip-bad-rows on pre-tokenized rows
+        badrows = os.path.join(tmp, "bad.jsonl")
+        with open(rows8) as f:
+            good = f.read().splitlines()
+        with open(badrows, "w") as f:
+            f.write("\n".join(good[:2] + ['{"input_ids": [1, 2, "x"], "labels": [1, 2, 3]}'] + good[2:]) + "\n")
+        cmd = [twinkle, "train", "--model", model, "--dataset", badrows, "--batch-size", "4", "--max-steps", "1",
+               "--no-save"]  # 9 lines, 8 good rows
+        rc, out = run(cmd)
+        if rc == 0 or f"{badrows}:3: field 'input_ids' must contain only integers" not in out:
+            fail(f"bad row without --skip-bad-rows: rc {rc}: {out[-400:]}")
+        rc, out = run(cmd + ["--skip-bad-rows"])
+        if rc != 0 or f"{badrows}:3" not in out or "8 rows (1 bad rows skipped)" not in out or \
+                "1 bad rows skipped" not in out.split("summary:")[-1]:
+            fail(f"bad row with --skip-bad-rows: rc {rc}: {out[-600:]}")
+
+        # 7. no labelled token in a step / an eval
+        masked = rows_file("masked.jsonl", 8, masked=range(4))
+        m_path = os.path.join(tmp, "m_masked.jsonl")
+        rc, out = run([twinkle, "train", "--model", model, "--dataset", masked, "--batch-size", "4", "--no-save",
+                       "--metrics-file", m_path])
+        with open(m_path) as f:
+            m = [json.loads(l) for l in f if l.strip()]
+        if rc != 0 or len(m) != 2 or m[0]["loss"] is not None or m[0]["label_tokens"] != 0 or m[1]["loss"] is None:
+            fail(f"step without labelled tokens: rc {rc}, metrics {m}")
+        if "no labelled tokens" not in out or "loss 0.0000" in out or "loss 0.000000" in out:
+            fail(f"step without labelled tokens: log should say 'no labelled tokens', got {out[-600:]}")
+        all_masked = rows_file("all_masked.jsonl", 4, masked=range(4))
+        rc, out = run([twinkle, "eval", "--model", model, "--dataset", all_masked, "--batch-size", "2"])
+        js = [l for l in out.splitlines() if l.startswith("{")]
+        if rc != 0 or not js or json.loads(js[-1])["loss"] is not None or "no labelled tokens" not in out:
+            fail(f"eval without labelled tokens: rc {rc}: {out[-400:]}")
+        rc, out = run([twinkle, "plot", m_path, "-o", os.path.join(tmp, "masked.png")])
+        if rc != 0:
+            fail(f"plot of a metrics file with a null loss: {out[-300:]}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        print(f"FAILED ({len(failures)})")
+        sys.exit(1)
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
