@@ -36,3 +36,17 @@ foreach(cfg "2;2" "4;4" "4;2")
                        ENVIRONMENT "OMP_NUM_THREADS=1;LOG_LEVEL=INFO"
                        PASS_REGULAR_EXPRESSION "moe_ep_check OK" FAIL_REGULAR_EXPRESSION "CHECK FAILED")
 endforeach()
+
+# Megatron's per-layer aux loss and z-loss with the tokens split over 2 and 3 ranks == one
+# process (values, router-logit and router-weight gradients, padding excluded) — B09.
+add_executable(moe_aux_check ${CMAKE_SOURCE_DIR}/tests/dist/moe_aux_check.cpp)
+set_target_properties(moe_aux_check PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+target_compile_options(moe_aux_check PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
+target_link_libraries(moe_aux_check PRIVATE twinkle_parallel)
+foreach(np 2 3)
+  add_test(NAME moe_aux_split_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   --mca mpi_yield_when_idle 1 -np ${np} ${CMAKE_BINARY_DIR}/tests/moe_aux_check)
+  set_tests_properties(moe_aux_split_np${np} PROPERTIES TIMEOUT 90 ENVIRONMENT "OMP_NUM_THREADS=1;LOG_LEVEL=INFO"
+                       PASS_REGULAR_EXPRESSION "moe_aux_check OK" FAIL_REGULAR_EXPRESSION "CHECK FAILED")
+endforeach()

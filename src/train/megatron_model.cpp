@@ -176,7 +176,7 @@ double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows) {
   auto t0 = Clock::now();
   double len = 0;
   for (const auto& r : rows) len += static_cast<double>(r.input_ids.size());
-  mean_seq_ = len / static_cast<double>(std::max<size_t>(1, rows.size()));
+  if (!rows.empty()) mean_seq_ = len / static_cast<double>(rows.size());  // a rank without rows keeps the last
   last_fb_ = engine_->forward_backward(split(rows));
   fb_time_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
   ++cur_step_;
@@ -318,6 +318,14 @@ std::string MegatronModel::save(const std::string& name, const SaveOptions& opts
   auto& world = *ps_->world;
   const fs::path dir = name.empty() ? fs::path(opts.output_dir) : fs::path(opts.output_dir) / name;
   if (world.rank() == 0) {
+    // Never write non-finite weights (B26): refuse before any file is touched.
+    for (auto& [n, t] : tensors) {
+      const float* p = t.f32();
+      for (int64_t i = 0, e = t.numel(); i < e; ++i)
+        if (!std::isfinite(p[i]))
+          throw Error("save: parameter " + n + " holds a non-finite value at element " + std::to_string(i) +
+                      "; refusing to write a checkpoint to " + dir.string());
+    }
     // Every file is written atomically (io's write_file_atomic / save_checkpoint_dir), and the
     // weights last: save_checkpoint_dir removes old weights first and writes its index last,
     // so an interrupted save never leaves a checkpoint that looks complete.
@@ -330,14 +338,6 @@ std::string MegatronModel::save(const std::string& name, const SaveOptions& opts
       std::ifstream in(src, std::ios::binary);
       io_detail::write_file_atomic((dir / f).string(),
                                    std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
-    }
-    // Never write non-finite weights (B26): refuse before any file is touched.
-    for (auto& [n, t] : tensors) {
-      const float* p = t.f32();
-      for (int64_t i = 0, e = t.numel(); i < e; ++i)
-        if (!std::isfinite(p[i]))
-          throw Error("save: parameter " + n + " holds a non-finite value at element " + std::to_string(i) +
-                      "; refusing to write a checkpoint to " + dir.string());
     }
     save_model_config(cfg, (dir / "config.json").string());
     std::vector<std::pair<std::string, Tensor>> out;

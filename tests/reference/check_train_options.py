@@ -5,7 +5,8 @@ allowed range (the same validate() the C++ API calls); --max-steps 0 or absent =
 negative = error; --help shows every default; --batch-size larger than the dataset warns;
 --skip-bad-rows drops a malformed pre-tokenized row with a warning naming file:line and counts it
 (without the flag: the error); a step / eval without a labelled token logs "no labelled tokens"
-(null in JSON) with a warning, never loss 0.0.
+(null in JSON) with a warning, never loss 0.0; B30: labels holding the pad (151643) and stop (151645)
+ids count and train like any other (eval vs PyTorch on the real Qwen3 vocabulary).
 Run with /usr/bin/python3.
 """
 import argparse
@@ -178,6 +179,56 @@ def main():
         rc, out = run([twinkle, "plot", m_path, "-o", os.path.join(tmp, "masked.png")])
         if rc != 0:
             fail(f"plot of a metrics file with a null loss: {out[-300:]}")
+
+        # 8. B30: stop / pad ids are ordinary labels. The real Qwen3 vocabulary (models/qwen3-tiny's
+        #    config and tokenizer: pad <|endoftext|> 151643, eos <|im_end|> 151645); 3 rows whose labels
+        #    hold both, padded with 151643 by twinkle: label count and loss equal PyTorch's.
+        real = os.path.join(tmp, "real_vocab")
+        os.makedirs(real)
+        src = os.path.join(HERE, "..", "..", "models", "qwen3-tiny")
+        for fn in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(src, fn), real)
+        subprocess.run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "init", "--config",
+                        os.path.join(real, "config.json"), "--seed", "3", "--out", real], check=True,
+                       stdout=subprocess.DEVNULL)
+        stop_rows = []
+        for L in (7, 9, 5):
+            ids = [rng.randrange(1000, 150000) for _ in range(L)]
+            ids[2], ids[-1] = 151643, 151645
+            stop_rows.append({"input_ids": ids, "labels": [-100, -100] + ids[2:]})
+        rp = os.path.join(tmp, "stop_rows.jsonl")
+        with open(rp, "w") as f:
+            for r in stop_rows:
+                f.write(json.dumps(r) + "\n")
+        bp = os.path.join(tmp, "stop_batch.json")
+        with open(bp, "w") as f:
+            json.dump({"input_ids": [r["input_ids"] for r in stop_rows], "labels": [r["labels"] for r in stop_rows]}, f)
+        rc, out = run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "loss", "--model", real, "--batch", bp])
+        want = json.loads(out.strip().splitlines()[-1])
+        rc, out = run([twinkle, "eval", "--model", real, "--dataset", rp, "--batch-size", "3"])
+        js = [l for l in out.splitlines() if l.startswith("{")]
+        got = json.loads(js[-1]) if js else {}
+        print(f"B30: twinkle {got} torch {want}")
+        if rc != 0 or got.get("label_tokens") != want["tokens"] or want["tokens"] != 15 or \
+                abs(got["loss"] - want["loss"]) > 1e-5 * want["loss"]:
+            fail(f"B30: stop / pad ids as labels: twinkle {got} vs torch {want}")
+
+        # 9. --ignore-empty-think reaches the template from `twinkle train`: 2 self-cognition rows (one
+        #    assistant turn each, no reasoning: the template inserts <think>\n\n</think>\n\n = 4 tokens
+        #    per row) train 8 labelled tokens fewer (the labels themselves are checked against jinja2 +
+        #    HF tokenizers in template_reference_qwen3).
+        sc = os.path.join(HERE, "..", "..", "data", "self_cognition.jsonl")
+        counts = []
+        for extra in ([], ["--ignore-empty-think"]):
+            mp = os.path.join(tmp, "m_iet.jsonl")
+            rc, out = run([twinkle, "train", "--model", real, "--dataset", sc, "--self-cognition", "twinkle,ModelScope",
+                           "--data-slice", "2", "--batch-size", "2", "--max-steps", "1", "--lr", "0", "--no-save",
+                           "--metrics-file", mp] + extra)
+            with open(mp) as f:
+                counts.append(json.loads(f.readline())["label_tokens"] if rc == 0 else None)
+        print(f"--ignore-empty-think: label tokens {counts[0]} without, {counts[1]} with the flag")
+        if counts[0] is None or counts[1] is None or counts[0] - counts[1] != 8:
+            fail(f"--ignore-empty-think: label tokens {counts}, expected 8 fewer with the flag")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if failures:

@@ -71,7 +71,9 @@ struct TemplateOptions {
   /// reasoning block (regex ^<think>\s*</think>\s*, the "<think>\n\n</think>\n\n" the
   /// Qwen3 template inserts into turns without reasoning) gets -100 labels on that block;
   /// the rest of the turn stays labelled. Off by default (Twinkle labels every assistant
-  /// token).
+  /// token). The new label boundary obeys the same rule as the others: when the block's
+  /// trailing whitespace and the content's leading spaces form one token, encode() throws
+  /// naming the row (ms-swift would tokenize the two pieces apart and change the ids).
   bool ignore_empty_think = false;
 };
 

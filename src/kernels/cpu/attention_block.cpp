@@ -118,6 +118,64 @@ void tile_nt(const float* A, int64_t lda, int64_t m, const float* BT, int64_t ld
   }
 }
 
+// C[i][0:D] += sum_k A(i, k) * B[k*ldb + 0:D] for i < M, k < K; A(i, k) = A[i*rsa + k*csa], so the
+// transposed operands of the backward (P^T, dS^T) are read in place. AVX-512 register tiles of
+// MR rows x NV*16 columns when D is a multiple of 16, else plain simd loops.
+#ifdef __AVX512F__
+template <int MR, int NV>
+void nn_kernel(int64_t K, const float* A, int64_t rsa, int64_t csa, const float* B, int64_t ldb, float* C,
+               int64_t ldc) {
+  __m512 c[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) c[r][v] = _mm512_loadu_ps(C + r * ldc + 16 * v);
+  for (int64_t k = 0; k < K; ++k) {
+    __m512 b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = _mm512_loadu_ps(B + k * ldb + 16 * v);
+    for (int r = 0; r < MR; ++r) {
+      const __m512 a = _mm512_set1_ps(A[r * rsa + k * csa]);
+      for (int v = 0; v < NV; ++v) c[r][v] = _mm512_fmadd_ps(a, b[v], c[r][v]);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(C + r * ldc + 16 * v, c[r][v]);
+}
+
+template <int MR>
+void nn_rows(int nv, int64_t K, const float* A, int64_t rsa, int64_t csa, const float* B, int64_t ldb, float* C,
+             int64_t ldc) {
+  switch (nv) {
+    case 1: nn_kernel<MR, 1>(K, A, rsa, csa, B, ldb, C, ldc); break;
+    case 2: nn_kernel<MR, 2>(K, A, rsa, csa, B, ldb, C, ldc); break;
+    case 3: nn_kernel<MR, 3>(K, A, rsa, csa, B, ldb, C, ldc); break;
+    default: nn_kernel<MR, 4>(K, A, rsa, csa, B, ldb, C, ldc); break;
+  }
+}
+#endif
+
+void tile_nn(int64_t M, int64_t K, int64_t D, const float* A, int64_t rsa, int64_t csa, const float* B, int64_t ldb,
+             float* C, int64_t ldc) {
+#ifdef __AVX512F__
+  if (D % 16 == 0) {
+    for (int64_t d0 = 0; d0 < D; d0 += 64) {
+      const int nv = static_cast<int>(std::min<int64_t>(4, (D - d0) / 16));
+      int64_t i = 0;
+      for (; i + 4 <= M; i += 4) nn_rows<4>(nv, K, A + i * rsa, rsa, csa, B + d0, ldb, C + i * ldc + d0, ldc);
+      for (; i < M; ++i) nn_rows<1>(nv, K, A + i * rsa, rsa, csa, B + d0, ldb, C + i * ldc + d0, ldc);
+    }
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < M; ++i) {
+    float* c = C + i * ldc;
+    for (int64_t k = 0; k < K; ++k) {
+      const float a = A[i * rsa + k * csa];
+      const float* b = B + k * ldb;
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) c[d] += a * b[d];
+    }
+  }
+}
+
 // Scaled scores of query rows [i0, i0+mq) (head h) against key tile [k0, k0+nk), masked to -inf
 // where a pair is invisible (or past Tk).
 void scores(const float* q, int64_t Hq, int64_t h, int64_t i0, int64_t mq, const float* kt_head, int64_t ldk,
@@ -181,7 +239,10 @@ void attention_block_forward(const float* q, const int32_t* q_seg, const int32_t
           float mx = kNegInf;
 #pragma omp simd reduction(max : mx)
           for (int64_t j = 0; j < kBK; ++j) mx = std::max(mx, s[j]);
-          if (mx == kNegInf) continue;
+          if (mx == kNegInf) {  // no visible key in this tile: P row = 0
+            std::fill(s, s + kBK, 0.0f);
+            continue;
+          }
           const float mnew = std::max(m[i], mx);
           const float alpha = vmath::exp(m[i] - mnew);
           float sum = 0.0f;
@@ -197,14 +258,9 @@ void attention_block_forward(const float* q, const int32_t* q_seg, const int32_t
           if (alpha != 1.0f)
 #pragma omp simd
             for (int64_t d = 0; d < D; ++d) a[d] *= alpha;
-          for (int64_t j = 0; j < nk; ++j) {
-            const float p = s[j];
-            if (p == 0.0f) continue;
-            const float* vr = v + ((k0 + j) * Hkv + hk) * D;
-#pragma omp simd
-            for (int64_t d = 0; d < D; ++d) a[d] += p * vr[d];
-          }
         }
+        // acc += P V (rows without a visible key have P = 0)
+        tile_nn(mq, nk, D, S, kBK, 1, v + (k0 * Hkv + hk) * D, Hkv * D, acc, D);
       }
       for (int64_t i = 0; i < mq; ++i) {
         float* o = out + ((i0 + i) * Hq + h) * D;
@@ -311,16 +367,7 @@ void attention_block_backward(const float* q, const int32_t* q_seg, const int32_
         any = true;
         const int64_t k0 = kb * kBK, nk = std::min(kBK, Tk - k0);
         tile_p_ds(h, hk, i0, mq, k0, nk, vis, P, dS);
-        for (int64_t i = 0; i < mq; ++i) {
-          float* a = acc + i * D;
-          for (int64_t j = 0; j < nk; ++j) {
-            const float ds = dS[i * kBK + j];
-            if (ds == 0.0f) continue;
-            const float* kr = k + ((k0 + j) * Hkv + hk) * D;
-#pragma omp simd
-            for (int64_t d = 0; d < D; ++d) a[d] += ds * kr[d];
-          }
-        }
+        tile_nn(mq, nk, D, dS, kBK, 1, k + (k0 * Hkv + hk) * D, Hkv * D, acc, D);  // dQ += dS K
       }
       if (!any) continue;
       for (int64_t i = 0; i < mq; ++i) {
@@ -350,21 +397,9 @@ void attention_block_backward(const float* q, const int32_t* q_seg, const int32_
           any = true;
           const int64_t i0 = qt * kBQ, mq = std::min(kBQ, Tq - i0);
           tile_p_ds(h, hk, i0, mq, k0, nk, vis, P, dS);
-          for (int64_t i = 0; i < mq; ++i) {
-            const float* go = dout + ((i0 + i) * Hq + h) * D;
-            const float* qr = q + ((i0 + i) * Hq + h) * D;
-            for (int64_t j = 0; j < nk; ++j) {
-              const float p = P[i * kBK + j], ds = dS[i * kBK + j];
-              if (p == 0.0f) continue;
-              float* a = dva + j * D;
-              float* b = dka + j * D;
-#pragma omp simd
-              for (int64_t d = 0; d < D; ++d) {
-                a[d] += p * go[d];
-                b[d] += ds * qr[d];
-              }
-            }
-          }
+          // dV += P^T dO, dK += dS^T Q (A read transposed: A(j, i) = P[i][j])
+          tile_nn(nk, mq, D, P, 1, kBK, dout + (i0 * Hq + h) * D, Hq * D, dva, D);
+          tile_nn(nk, mq, D, dS, 1, kBK, q + (i0 * Hq + h) * D, Hq * D, dka, D);
         }
       if (!any) continue;
       for (int64_t j = 0; j < nk; ++j) {

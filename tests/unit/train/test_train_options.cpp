@@ -153,6 +153,16 @@ TEST(NonFinite, ANonFiniteGradNormWithAFiniteLossStopsToo) {
   EXPECT_TRUE(same_bits(m.model().store().flat_params().to_vector(), before));
 }
 
+TEST(NonFinite, SaveRefusesNonFiniteWeightsBeforeWritingAnything) {
+  MegatronModel m(model_dir());
+  poison(m);
+  const fs::path out = fs::temp_directory_path() / ("twinkle_nan_save_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  const std::string e = error_of([&] { m.save("", {.output_dir = out.string()}); });
+  EXPECT_NE(e.find("model.norm.weight holds a non-finite value"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(out));
+}
+
 TEST(NonFinite, SkipPolicyCountsAndHoldsTheScheduler) {
   MegatronModel m(model_dir(), {.on_nonfinite = "skip"});
   m.set_optimizer("default", {.lr = 1e-3});
