@@ -42,7 +42,7 @@ set(TWINKLE_CONFIG_VARIANTS
   "rope_dynamic_below_max_positions|a|{\"rope_parameters\": {\"rope_type\": \"dynamic\", \"factor\": 4.0, \"rope_theta\": 1000000.0}}|--same-as-base"
   "swa_on_all_layers|a|{\"use_sliding_window\": true, \"sliding_window\": 2, \"max_window_layers\": 0}|--batch rows:6:40:64"
   "swa_layer_types|b|{\"use_sliding_window\": true, \"sliding_window\": 5, \"layer_types\": [\"sliding_attention\", \"full_attention\"]}|--batch rows:6:40:64"
-  "swa_window70_skips_tiles|b|{\"use_sliding_window\": true, \"sliding_window\": 70, \"max_window_layers\": 1}|--batch rows:4:100:300"
+  "swa_window70_skips_tiles|b|{\"use_sliding_window\": true, \"sliding_window\": 70, \"max_window_layers\": 1}|--batch rows:4:100:300 --init-std 0.2"
   "swa_off_flag_false|a|{\"use_sliding_window\": false, \"sliding_window\": 2, \"max_window_layers\": 0}|--same-as-base --batch rows:6:40:64"
   "swa_no_layer_windowed|a|{\"use_sliding_window\": true, \"sliding_window\": 2, \"max_window_layers\": 2}|--same-as-base --batch rows:6:40:64")
 foreach(spec ${TWINKLE_CONFIG_VARIANTS})
