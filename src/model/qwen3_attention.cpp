@@ -38,7 +38,10 @@ const float* Qwen3Attention::forward(const float* x_local, const StageBatch& b, 
   k::rope_forward(a.q, b.positions.data(), *rope_, T, hq_, D);
   k::rope_forward(a.k, b.positions.data(), *rope_, T, hkv_, D);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  k::flash_attention_forward(a.q, a.k, a.v, a.ctx, a.lse, b.cu_seqlens.data(), nseg, hq_, hkv_, D, scale);
+  if (b.cp)  // context parallelism: ring or Ulysses over the cp group (state keyed by this record)
+    b.cp_attention->forward(&a, *b.cp, a.q, a.k, a.v, a.ctx, a.lse, hq_, hkv_, D, scale);
+  else
+    k::flash_attention_forward(a.q, a.k, a.v, a.ctx, a.lse, b.cu_seqlens.data(), nseg, hq_, hkv_, D, scale);
   return o_proj.forward(a.ctx, T, scratch);
 }
 
@@ -52,8 +55,11 @@ const float* Qwen3Attention::backward(const float* dy_local, const StageBatch& b
   float* dk = scratch.get("attn.dk", {T, nkv}).f32();
   float* dv = scratch.get("attn.dv", {T, nkv}).f32();
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  k::flash_attention_backward(a.q, a.k, a.v, a.ctx, a.lse, dctx, dq, dk, dv, b.cu_seqlens.data(), nseg, hq_, hkv_, D,
-                              scale);
+  if (b.cp)
+    b.cp_attention->backward(&a, *b.cp, a.q, a.k, a.v, a.ctx, a.lse, dctx, dq, dk, dv, hq_, hkv_, D, scale);
+  else
+    k::flash_attention_backward(a.q, a.k, a.v, a.ctx, a.lse, dctx, dq, dk, dv, b.cu_seqlens.data(), nseg, hq_, hkv_,
+                                D, scale);
   k::rope_backward(dq, b.positions.data(), *rope_, T, hq_, D);
   k::rope_backward(dk, b.positions.data(), *rope_, T, hkv_, D);
   q_norm.backward(a.q_pre, a.rstd_q, dq, dq, T * hq_);
