@@ -31,14 +31,15 @@ foreach(spec ${TWINKLE_LAYOUTS})
 endforeach()
 add_test(NAME reference_model_selftest COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/qwen3_ref.py selftest)
 
-# Context parallelism (issue 11): cp2 (ring p2p and Ulysses a2a) and cp combined with tp+sp and
-# dp equal one process on the same data (rows of odd lengths padded per row to 2*cp(*tp)); packed
+# Context parallelism (issue 11): cp2 (ring p2p and Ulysses a2a) and cp combined with tp+sp, dp
+# and pp (1F1B keeps two micro-batches in flight: Ulysses state per slot) equal one process on the same data (rows of odd lengths padded per row to 2*cp(*tp)); packed
 # micro-batches split per segment.
 set(TWINKLE_CP_LAYOUTS
   "cp2_p2p_tied|2|a|--cp 2"
   "cp2_a2a_untied|2|b|--cp 2 --cp-comm-type a2a"
   "tp2_cp2_sp|4|b|--tp 2 --cp 2 --sequence-parallel"
-  "dp2_cp2|4|a|--dp 2 --cp 2")
+  "dp2_cp2|4|a|--dp 2 --cp 2"
+  "pp2_cp2_a2a|4|a|--pp 2 --cp 2 --cp-comm-type a2a")
 foreach(spec ${TWINKLE_CP_LAYOUTS})
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)
