@@ -15,6 +15,8 @@ void validate(const MegatronModelOptions& o) {
                o.on_nonfinite);
   check_option(o.cp_comm_type == "p2p" || o.cp_comm_type == "a2a", s, "cp_comm_type",
                "\"p2p\" (ring attention) or \"a2a\" (Ulysses)", o.cp_comm_type);
+  check_option(o.kernels == "fused" || o.kernels == "reference", s, "kernels", "\"fused\" or \"reference\"",
+               o.kernels);
 }
 
 int64_t resolve_max_steps(int64_t max_steps, int64_t batches_per_epoch) {
