@@ -47,6 +47,7 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
   Qwen3ModelOptions mo;
   mo.layers_per_stage = opts_.layers_per_stage;
   mo.lm_head_chunk_tokens = opts_.lm_head_chunk_tokens;
+  mo.cp_comm_type = opts_.cp_comm_type;
   std::optional<CheckpointReader> ck;
   if (opts_.load_weights) {
     ck = CheckpointReader::open_dir(model_dir_);
