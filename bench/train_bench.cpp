@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     else if (a == "--untied") untied = true;
     else if (a == "--kernels") kernels = next();
     else {
-      std::fprintf(stderr, "usage: train_bench [--config a|b] [--threads N] [--steps K] [--warmup W] [--untied] [--kernels fused|reference]\n");
+      std::fprintf(stderr, "usage: train_bench [--config a|b|s] [--threads N] [--steps K] [--warmup W] [--untied] [--kernels fused|reference]\n");
       return 2;
     }
   }
@@ -51,6 +51,9 @@ int main(int argc, char** argv) {
   } else if (config == "b") {
     c.hidden_size = 1024; c.num_hidden_layers = 8; c.num_attention_heads = 16; c.num_key_value_heads = 8;
     c.head_dim = 64; c.intermediate_size = 2816; c.vocab_size = 32000; B = 2; S = 512;
+  } else if (config == "s") {  // small: for the reference kernel set, whose plain loops are 20-50x slower
+    c.hidden_size = 256; c.num_hidden_layers = 2; c.num_attention_heads = 8; c.num_key_value_heads = 4;
+    c.head_dim = 32; c.intermediate_size = 768; c.vocab_size = 8000; B = 2; S = 256;
   } else {
     std::fprintf(stderr, "unknown config %s\n", config.c_str());
     return 2;

@@ -1,5 +1,6 @@
 // Qwen3Model: construction — the tensor table of every stage and this stage's layers.
 #include "twinkle/model/qwen3_model.h"
+#include "twinkle/model/rope_variant.h"
 
 #include "twinkle/parallel/expert_layout.h"
 
@@ -29,6 +30,10 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   if (cfg_.num_attention_heads % tp_) fail("num_attention_heads " + std::to_string(cfg_.num_attention_heads) + " is not divisible by tp " + std::to_string(tp_));
   if (cfg_.num_key_value_heads % tp_) fail("num_key_value_heads " + std::to_string(cfg_.num_key_value_heads) + " is not divisible by tp " + std::to_string(tp_));
   if (cfg_.intermediate_size % tp_) fail("intermediate_size " + std::to_string(cfg_.intermediate_size) + " is not divisible by tp " + std::to_string(tp_));
+  if (ps_->cp_size() > 1)  // validates cp_comm_type and, for a2a, the heads against cp*tp
+    cp_attention_ = std::make_shared<parallel::ContextParallelAttention>(
+        ps_->cp, parallel::parse_cp_comm_type(opts_.cp_comm_type), cfg_.num_attention_heads,
+        cfg_.num_key_value_heads, tp_);
   split_ = parallel::split_layers(cfg_.num_hidden_layers, ps_->pp_size(), opts_.layers_per_stage);
   const int stage = ps_->pp_rank();
   layer0_ = split_.first[static_cast<size_t>(stage)];
@@ -36,7 +41,8 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   first_ = ps_->is_first_stage();
   last_ = ps_->is_last_stage();
   vocab_ = parallel::make_vocab_shard(cfg_.vocab_size, ps_->tp_rank(), tp_);
-  rope_ = kernels::cpu::make_rope_table(cfg_.max_position_embeddings, cfg_.head_dim, cfg_.rope_theta);
+  rope_ = kernels::cpu::make_rope_table(cfg_.max_position_embeddings, cfg_.head_dim, cfg_.rope_theta,
+                                        rope_variant(cfg_));
   table_.set_kernels(&kernels_);  // every layer computes through the model's kernel table
   build_table();
   table_.materialize(stage, store_);

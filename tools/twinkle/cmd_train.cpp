@@ -60,7 +60,8 @@ int train_main(int argc, char** argv) {
   int64_t batch_size = 8, max_steps = 0, mbs = 0, max_length = 8192, warmup = 0, decay = 0;
   double lr = 1e-4, wd = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, clip = 1.0, min_lr = 0;
   uint64_t seed = 42;
-  int tp = 1, pp = 1, dp = 0, ep = 1, etp = 1;
+  int tp = 1, pp = 1, dp = 0, cp = 1, ep = 1, etp = 1;
+  std::string cp_comm_type = "p2p";
   std::string moe_aux_type = "global";
   std::optional<double> moe_aux_coeff;
   double moe_z_coeff = 0.0;
@@ -91,7 +92,9 @@ int train_main(int argc, char** argv) {
   app.add_option("--metrics-file", metrics_file, "JSONL file (rewritten per run) that gets one line of metrics per step (default: none)");
   app.add_option("--tp", tp, "tensor-parallel size");
   app.add_option("--pp", pp, "pipeline-parallel size");
-  app.add_option("--dp", dp, "data-parallel size (0 = world / (tp*pp))");
+  app.add_option("--dp", dp, "data-parallel size (0 = world / (tp*pp*cp))");
+  app.add_option("--cp", cp, "context-parallel size (every sequence split over cp ranks, load-balanced)");
+  app.add_option("--cp-comm-type", cp_comm_type, "p2p (ring attention) | a2a (Ulysses; heads divisible by cp*tp)");
   app.add_option("--ep", ep, "expert-parallel size (Qwen3-MoE)");
   app.add_option("--etp", etp, "expert tensor-parallel size (Qwen3-MoE; 1 as in Twinkle)");
   app.add_option("--moe-aux-loss-coeff", moe_aux_coeff,
@@ -156,6 +159,7 @@ int train_main(int argc, char** argv) {
   mo.moe_aux_loss_type = moe_aux_type;
   mo.moe_aux_loss_coeff = moe_aux_coeff;
   mo.moe_z_loss_coeff = moe_z_coeff;
+  mo.cp_comm_type = cp_comm_type;
   mo.kernels = kernels;
   twinkle::validate(mo);
   twinkle::DataLoaderOptions lo;
@@ -166,13 +170,14 @@ int train_main(int argc, char** argv) {
   twinkle::validate(lo);
 
   const int world = twinkle::world_size();
-  if (dp == 0) dp = std::max(1, world / std::max(1, tp * pp));
+  if (dp == 0) dp = std::max(1, world / std::max(1, tp * pp * cp));
   twinkle::MeshSizes ms;
   ms.dp = dp;
   ms.tp = tp;
   ms.pp = pp;
   ms.ep = ep;
   ms.etp = etp;
+  ms.cp = cp;
   ms.device_type = device;
   ms.sequence_parallel = sp;
   twinkle::InitOptions io;

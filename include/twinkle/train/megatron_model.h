@@ -46,6 +46,8 @@ struct MegatronModelOptions {
   std::string moe_aux_loss_type = "global";
   std::optional<double> moe_aux_loss_coeff;
   double moe_z_loss_coeff = 0.0;
+  /// Context-parallel attention when the mesh has cp > 1: "p2p" (ring) | "a2a" (Ulysses).
+  std::string cp_comm_type = "p2p";
   /// Kernel set: "fused" (default, as MindSpeed's fused kernels on Twinkle's NPU path) or "reference"
   /// (plain double-accumulating loops, for debugging); see twinkle/kernels/registry.h. Single ops can be
   /// swapped afterwards with kernelize_model(model.model(), mapping) (twinkle/model/kernelize.h).
@@ -55,7 +57,8 @@ struct MegatronModelOptions {
 /// The one place the model/training options are checked (the MegatronModel constructor,
 /// `twinkle train` and the recipes). Throws twinkle::Error naming the field:
 /// micro_batch_size < 0, lm_head_chunk_tokens < 1, a layers_per_stage entry < 1,
-/// on_nonfinite not "error" or "skip", kernels not "fused" or "reference".
+/// on_nonfinite not "error" or "skip", kernels not "fused" or "reference", cp_comm_type not
+/// "p2p" or "a2a".
 void validate(const MegatronModelOptions& opts);
 
 /// Optimizer steps of a training loop: `max_steps` when > 0, one epoch
@@ -74,6 +77,8 @@ class MegatronModel {
   /// Loads config.json (and weights unless options.load_weights is false or there are none:
   /// then a seeded random init) from a directory or hub id (twinkle/data/hub.h), on the
   /// mesh of twinkle::initialize (a single-process mesh when initialize was not called).
+  /// A tied config whose checkpoint holds a different lm_head.weight is untied (transformers 5;
+  /// rank 0 warns once naming both tensors; save() then writes both and tie false).
   /// Throws twinkle::Error when the model does not fit the mesh.
   explicit MegatronModel(const std::string& model_id, const MegatronModelOptions& options = {});
 
@@ -125,7 +130,9 @@ class MegatronModel {
   /// config's torch_dtype, tokenizer files copied from the model dir), gathered from all
   /// shards, written atomically by global rank 0. Collective. Returns the directory.
   std::string save(const std::string& name, const SaveOptions& opts = {});
-  /// Loads weights from a HF checkpoint directory into every shard.
+  /// Loads weights from a HF checkpoint directory into every shard. Throws twinkle::Error when
+  /// this model is tied but the checkpoint holds an lm_head.weight different from the
+  /// embedding (the constructor unties for such a checkpoint; see twinkle/io/tied_head.h).
   void load(const std::string& dir);
 
   Qwen3Model& model() { return *model_; }
