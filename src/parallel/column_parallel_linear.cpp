@@ -18,6 +18,7 @@ void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
 }
 
 void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) {
+  if (db == nullptr) return;
   std::vector<double> acc(static_cast<size_t>(cols), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     const float* d = dy + r * cols;
@@ -41,6 +42,12 @@ ColumnParallelLinear::ColumnParallelLinear(TensorTable& table, const TensorParal
   }
 }
 
+void ColumnParallelLinear::set_lora(size_t part, const LoraPair& p) {
+  check(part < weight_.size(), "ColumnParallelLinear::set_lora: no part " + std::to_string(part));
+  lora_.resize(weight_.size());
+  lora_[part] = p;
+}
+
 const float* ColumnParallelLinear::weight_block() const {
   check(bias_.empty(), "ColumnParallelLinear::weight_block: the parts have biases between their weights");
   const float* w0 = table_->data(weight_[0]);
@@ -56,6 +63,8 @@ const float* ColumnParallelLinear::forward(const float* x_local, float* x_full, 
   const float* x = sp_gather_rows(tp_, x_local, x_full, T, in_);
   for (size_t i = 0; i < weight_.size(); ++i) k::linear_forward(x, table_->data(weight_[i]), y[i], T, local_out_[i], in_);
   for (size_t i = 0; i < bias_.size(); ++i) add_bias_rows(y[i], table_->data(bias_[i]), T, local_out_[i]);
+  for (size_t i = 0; i < lora_.size(); ++i)
+    if (lora_[i].active()) lora_column_forward(*table_, lora_[i], x, y[i], T, in_, local_out_[i]);
   return x;
 }
 
@@ -66,6 +75,8 @@ const float* ColumnParallelLinear::backward(const float* x, const float* const* 
   for (size_t i = 0; i < weight_.size(); ++i)
     k::linear_backward(x, table_->data(weight_[i]), dy[i], dx_full, table_->grad(weight_[i]), T, local_out_[i], in_,
                        /*accumulate_dx=*/i > 0);
+  for (size_t i = 0; i < lora_.size(); ++i)
+    if (lora_[i].active()) lora_column_backward(*table_, lora_[i], x, dy[i], dx_full, T, in_, local_out_[i]);
   float* dx_local = tp_.sequence_parallel ? scratch.get("tp.dx_local", {tp_.local_rows(T), in_}).f32() : nullptr;
   return tp_reduce_rows(tp_, dx_full, dx_local, T, in_);
 }
