@@ -281,8 +281,13 @@ def check_lora_vs_torch(args, tmp, model, init_adapter, batch_json, tw_metrics, 
         e_tw = (p_tw[k].double() - p64[k].double()).abs().max().item()
         e_32 = (p32[k].double() - p64[k].double()).abs().max().item()
         scale = p64[k].double().abs().max().item()
-        if e_tw > max(2 * e_32, 1e-6 * scale):
-            failures.append(f"adapter after {args.steps} steps: {k} max err vs f64 {e_tw:.3e} > 2 x torch-f32's {e_32:.3e}")
+        # Adam's division by sqrt(v) + eps can turn float32 rounding of a tiny gradient element into
+        # a visible difference of that element (see compare_params): PyTorch's float32 run is
+        # sometimes luckier, so the bound is the larger of 2 x its error and the full-training
+        # rule's 1e-5 of the tensor's scale. A wrong scaling, gradient or decay moves every element.
+        if e_tw > max(2 * e_32, args.param_tol * max(scale, 0.02)):
+            failures.append(f"adapter after {args.steps} steps: {k} max err vs f64 {e_tw:.3e} > 2 x torch-f32's "
+                            f"{e_32:.3e} and > {args.param_tol:g} x {scale:.3e}")
     # Held-out batch: the reference's merged (W + s B A) and unmerged losses with twinkle's adapter.
     ids, labels = make_batch("rows:3", cfg["vocab_size"], 99)
     held = os.path.join(tmp, "held.json")

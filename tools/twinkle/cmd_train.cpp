@@ -117,8 +117,8 @@ int train_main(int argc, char** argv) {
   app.add_flag("--lora-rslora", lora.use_rslora, "rank-stabilised scaling alpha/sqrt(r)");
   app.add_option("--lora-init", lora.init_lora_weights, "true (A kaiming-uniform, B zeros) | gaussian | false (B random too)");
   app.add_flag("--merge-lora", merge_lora, "save the merged full checkpoint instead of the PEFT adapter");
-  app.add_option("--adapter", adapter_dir, "continue training the PEFT adapter in this directory (its config wins over --lora-*)");
-  app.add_option("--save-init-adapter", save_init_adapter, "also save the adapter before the first step to this directory (tests)");
+  app.add_option("--adapter", adapter_dir, "continue training the PEFT adapter in this directory (its config wins over --lora-*; default: none)");
+  app.add_option("--save-init-adapter", save_init_adapter, "also save the adapter before the first step to this directory (tests; default: none)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
