@@ -73,6 +73,8 @@ class MegatronModel {
   /// Loads config.json (and weights unless options.load_weights is false or there are none:
   /// then a seeded random init) from a directory or hub id (twinkle/data/hub.h), on the
   /// mesh of twinkle::initialize (a single-process mesh when initialize was not called).
+  /// A tied config whose checkpoint holds a different lm_head.weight is untied (transformers 5;
+  /// rank 0 warns once naming both tensors; save() then writes both and tie false).
   /// Throws twinkle::Error when the model does not fit the mesh.
   explicit MegatronModel(const std::string& model_id, const MegatronModelOptions& options = {});
 
@@ -142,7 +144,9 @@ class MegatronModel {
   /// adapter_model.safetensors (f32, keys "base_model.model.<module>.lora_{A,B}.weight"),
   /// config.json and the tokenizer files; opts.merge_lora writes the merged full checkpoint.
   std::string save(const std::string& name, const SaveOptions& opts = {});
-  /// Loads weights from a HF checkpoint directory into every shard.
+  /// Loads weights from a HF checkpoint directory into every shard. Throws twinkle::Error when
+  /// this model is tied but the checkpoint holds an lm_head.weight different from the
+  /// embedding (the constructor unties for such a checkpoint; see twinkle/io/tied_head.h).
   void load(const std::string& dir);
 
   Qwen3Model& model() { return *model_; }
