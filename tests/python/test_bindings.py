@@ -505,6 +505,8 @@ class CtrlCTest(unittest.TestCase):
             if p.poll() is None:
                 p.kill()
         err = p.stderr.read()
+        p.stdout.close()
+        p.stderr.close()
         self.assertNotEqual(rc, 0)
         self.assertTrue('interrupted (SIGINT)' in err or 'KeyboardInterrupt' in err, err)
 
