@@ -1,6 +1,9 @@
 // Expert grid vs model checks (see twinkle/parallel/expert_layout.h).
 #include "twinkle/parallel/expert_layout.h"
 
+#include <cmath>
+#include <sstream>
+
 #include "twinkle/core/error.h"
 
 namespace twinkle::parallel {
@@ -22,6 +25,31 @@ void check_expert_layout(const DeviceMesh& mesh, bool is_moe, int64_t num_expert
   if (etp > 1)
     throw Error("etp = " + std::to_string(etp) +
                 ": expert tensor parallelism is not implemented yet; use etp = 1 (Twinkle's default)");
+}
+
+void check_moe_loss_options(const std::string& aux_type, double aux_coeff, double z_coeff, const DeviceMesh& mesh,
+                            bool is_moe) {
+  auto num = [](double v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+  };
+  if (aux_type != "global" && aux_type != "per_layer")
+    throw Error("--moe-aux-loss-type '" + aux_type + "' is unknown (global: transformers' load_balancing_loss_func, " +
+                "per_layer: Megatron's per-layer aux loss)");
+  if (!std::isfinite(aux_coeff) || aux_coeff < 0)
+    throw Error("--moe-aux-loss-coeff " + num(aux_coeff) + " must be a finite number >= 0");
+  if (!std::isfinite(z_coeff) || z_coeff < 0)
+    throw Error("--moe-z-loss-coeff " + num(z_coeff) + " must be a finite number >= 0");
+  if (!is_moe && (aux_coeff > 0 || z_coeff > 0))
+    throw Error(std::string(aux_coeff > 0 ? "--moe-aux-loss-coeff " + num(aux_coeff) : "--moe-z-loss-coeff " + num(z_coeff)) +
+                " needs a MoE model (the model is dense)");
+  if (aux_type == "global" && aux_coeff > 0 && mesh.pp_size() > 1)
+    throw Error("--moe-aux-loss-type global with --moe-aux-loss-coeff " + num(aux_coeff) + " needs pp = 1 (got pp = " +
+                std::to_string(mesh.pp_size()) +
+                "): transformers' loss needs every MoE layer's statistics of a micro-batch before its backward; use "
+                "--moe-aux-loss-type per_layer (Megatron's) with pp = " +
+                std::to_string(mesh.pp_size()));
 }
 
 }  // namespace twinkle::parallel

@@ -25,4 +25,19 @@ void all_reduce_sum(dist::ProcessGroup& g, float* buf, int64_t n) {
   g.all_reduce(buf, n, DType::F32, dist::ReduceOp::Sum);
 }
 
+const float* sp_gather_rows(const TensorParallel& tp, const float* local, float* full, int64_t T, int64_t cols) {
+  if (!tp.sequence_parallel) return local;
+  all_gather_rows(*tp.group, local, full, T / tp.size, cols);
+  return full;
+}
+
+float* tp_reduce_rows(const TensorParallel& tp, float* full, float* local, int64_t T, int64_t cols) {
+  if (!tp.sequence_parallel) {
+    all_reduce_sum(*tp.group, full, T * cols);
+    return full;
+  }
+  reduce_scatter_rows(*tp.group, full, local, T / tp.size, cols);
+  return local;
+}
+
 }  // namespace twinkle::parallel

@@ -1,8 +1,5 @@
 #include "twinkle/train/megatron_model.h"
 
-#include <omp.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,14 +8,12 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
-#include <nlohmann/json.hpp>
-#include <thread>
 
 #include "twinkle/data/hub.h"
 #include "twinkle/data/tokenizer.h"
 #include "twinkle/dist/runtime.h"
 #include "twinkle/io/safetensors.h"
-#include "twinkle/kernels/cpu/gemm.h"
+#include "twinkle/train/mfu.h"
 
 namespace twinkle {
 
@@ -31,26 +26,6 @@ std::shared_ptr<dist::ParallelState> global_state() {
   if (!is_initialized()) initialize(InitOptions{});
   // non-owning: the runtime owns the global state until finalize()
   return std::shared_ptr<dist::ParallelState>(&parallel_state(), [](dist::ParallelState*) {});
-}
-
-// Single-thread sgemm rate (FLOP/s) measured for ~0.15 s.
-double measure_core_flops() {
-  const int64_t n = 384;
-  std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(static_cast<size_t>(n * n), 0.25f),
-      c(static_cast<size_t>(n * n));
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  kernels::cpu::sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-  int iters = 0;
-  auto t0 = Clock::now();
-  double el = 0;
-  while (el < 0.15) {
-    kernels::cpu::sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    ++iters;
-    el = std::chrono::duration<double>(Clock::now() - t0).count();
-  }
-  omp_set_num_threads(saved);
-  return 2.0 * n * n * n * iters / el;
 }
 
 std::string fmt_double(const char* f, double v) {
@@ -80,41 +55,10 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
   }
   if (!loaded) model_->init_random(opts_.seed ? opts_.seed : global_seed());
   engine_ = std::make_unique<Engine>(*model_);
-  if (fs::exists(fs::path(model_dir_) / "tokenizer.json")) {
-    try {
-      pad_id_ = Tokenizer::from_dir(model_dir_).pad_token_id();
-    } catch (const Error&) {
-      pad_id_ = 0;
-    }
-  }
-  // Peak for MFU: TWINKLE_PEAK_GFLOPS, else the machine peak `twinkle info` saved, else rank 0
-  // measures one core while the others wait (times the cores this job can use).
-  const char* home = std::getenv("TWINKLE_HOME");
-  const fs::path peak_file = home ? fs::path(home) / "peak.json"
-                                  : fs::path(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") / ".cache/twinkle/peak.json";
-  if (const char* e = std::getenv("TWINKLE_PEAK_GFLOPS")) {
-    peak_flops_ = std::atof(e) * 1e9;
-  } else if (fs::exists(peak_file)) {
-    try {
-      std::ifstream in(peak_file);
-      auto j = nlohmann::json::parse(in);
-      const int64_t hw = std::max<unsigned>(1u, std::thread::hardware_concurrency());
-      const int64_t used = std::min<int64_t>(hw, static_cast<int64_t>(ps_->world->size()) * omp_get_max_threads());
-      peak_flops_ = j.at("core_gflops").get<double>() * 1e9 * static_cast<double>(used);
-    } catch (const std::exception&) {
-      peak_flops_ = 0;
-    }
-  }
-  if (peak_flops_ <= 0) {
-    auto& world = *ps_->world;
-    double core = 0;
-    world.barrier();
-    if (world.rank() == 0) core = measure_core_flops();
-    if (world.size() > 1) world.all_reduce_f64(&core, 1, dist::ReduceOp::Sum);
-    const int64_t hw = std::max<unsigned>(1u, std::thread::hardware_concurrency());
-    const int64_t used = std::min<int64_t>(hw, static_cast<int64_t>(world.size()) * omp_get_max_threads());
-    peak_flops_ = core * static_cast<double>(used);
-  }
+  // The pad id collates padded micro-batches: a tokenizer that is present but cannot be
+  // loaded is an error naming its file, not a silent pad id 0.
+  if (fs::exists(fs::path(model_dir_) / "tokenizer.json")) pad_id_ = Tokenizer::from_dir(model_dir_).pad_token_id();
+  peak_flops_ = job_peak_flops(*ps_->world);
   t_start_ = t_last_metric_ = Clock::now();
 }
 
@@ -187,11 +131,7 @@ double MegatronModel::forward_only(const std::vector<EncodedRow>& rows) {
 }
 
 double MegatronModel::flops_per_token(double S) const {
-  const auto& c = model_->config();
-  double n = static_cast<double>(model_->num_parameters());
-  if (!c.tie_word_embeddings) n -= static_cast<double>(c.vocab_size * c.hidden_size);  // lookup, not a matmul
-  const double attn = 6.0 * static_cast<double>(c.num_hidden_layers * c.num_attention_heads * c.head_dim) * S;
-  return 6.0 * n + attn;
+  return qwen3_flops_per_token(model_->config(), model_->num_parameters(), S);
 }
 
 StepStats MegatronModel::clip_grad_and_step(std::optional<double> max_grad_norm) {

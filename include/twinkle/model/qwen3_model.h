@@ -3,14 +3,25 @@
 // Semantics: Hugging Face transformers models/qwen3/modeling_qwen3.py (Qwen3ForCausalLM):
 // pre-norm decoder layers; attention with per-head RMSNorm on q and k (q_norm/k_norm)
 // before rotate_half RoPE; grouped-query attention; SwiGLU MLP; final RMSNorm; lm_head
-// (tied to embed_tokens when tie_word_embeddings). Parallel layout: Megatron-core
-// (column-parallel q/k/v/gate/up, row-parallel o/down with the bias added once after the
-// reduction, vocab-parallel embedding / lm head / cross entropy, optional sequence
-// parallelism, layers split over pipeline stages).
+// (tied to embed_tokens when tie_word_embeddings). Parallel layout: Megatron-core, built
+// from the layer types of twinkle/parallel (column-parallel q/k/v/gate/up, row-parallel
+// o/down with the bias added once after the reduction, vocab-parallel embedding / lm head /
+// cross entropy, optional sequence parallelism) and layers split over pipeline stages
+// (parallel/pipeline_split.h).
+//
+// The model is the composition, top-down:
+//   embed_tokens (VocabParallelEmbedding, first stage)
+//   layers[i]    (Qwen3DecoderLayer: RMSNorm, Qwen3Attention, RMSNorm, Qwen3MLP)
+//   norm, lm_head (RMSNorm, VocabParallelLMHead fused with the loss, last stage)
+// Every tensor of every stage is one entry of table() (parallel/tensor_table.h), which
+// load, save, init and the optimizer's flags read. Its jobs live in separate files:
+// qwen3_model.cpp (building the table and this stage's layers), qwen3_weights.cpp
+// (init and checkpoint loading), qwen3_gather.cpp (full tensors for saving), qwen3_stage.cpp
+// (the stage forward/backward).
 //
 // No autograd graph: forward() saves, per micro-batch slot, exactly the activations each
-// layer's backward needs (named in qwen3_layer.cpp), and backward() accumulates into the
-// parameter gradients of the flat ParamStore.
+// block's backward needs in typed structs (qwen3_activations.h), and backward() accumulates
+// into the parameter gradients of the flat ParamStore.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -24,8 +35,16 @@
 #include "twinkle/io/model_config.h"
 #include "twinkle/io/safetensors.h"
 #include "twinkle/kernels/cpu/rope.h"
-#include "twinkle/model/parameter.h"
+#include "twinkle/model/qwen3_activations.h"
+#include "twinkle/model/qwen3_decoder_layer.h"
+#include "twinkle/model/rms_norm.h"
+#include "twinkle/model/stage_batch.h"
+#include "twinkle/parallel/param_store.h"
+#include "twinkle/parallel/pipeline_split.h"
+#include "twinkle/parallel/tensor_table.h"
 #include "twinkle/parallel/vocab_parallel.h"
+#include "twinkle/parallel/vocab_parallel_embedding.h"
+#include "twinkle/parallel/vocab_parallel_lm_head.h"
 
 namespace twinkle {
 
@@ -36,17 +55,6 @@ struct Qwen3ModelOptions {
   int64_t lm_head_chunk_tokens = 1024;
 };
 
-/// A micro-batch as one stage sees it: the MicroBatch plus shifted targets and, under
-/// sequence parallelism, padding so the token count divides by tp.
-struct StageBatch {
-  int64_t T = 0;                      ///< tokens (padded to a multiple of tp under SP)
-  std::vector<int32_t> ids;           ///< [T]
-  std::vector<int32_t> targets;       ///< [T]: labels shifted by one inside each segment, -100 elsewhere
-  std::vector<int32_t> positions;     ///< [T]
-  std::vector<int32_t> cu_seqlens;    ///< segments of the token axis
-  int64_t num_targets = 0;            ///< targets != -100
-};
-
 class Qwen3Model {
  public:
   /// Builds this rank's stage: its layers, its tensor-parallel shards. Throws
@@ -54,10 +62,17 @@ class Qwen3Model {
   /// intermediate size not divisible by tp; pp larger than the number of layers;
   /// a custom layer split that does not sum to num_hidden_layers) or is not a dense qwen3.
   Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelState> ps, Qwen3ModelOptions opts = {});
+  // The layers point into the table and the table into the store: not copyable or movable.
+  Qwen3Model(const Qwen3Model&) = delete;
+  Qwen3Model& operator=(const Qwen3Model&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
   ParamStore& store() { return store_; }
   dist::ParallelState& ps() { return *ps_; }
+  /// Every tensor of the model (all stages) with its shard on this rank.
+  const parallel::TensorTable& table() const { return table_; }
+  /// Decoder layers of each pipeline stage.
+  const parallel::LayerSplit& layer_split() const { return split_; }
   int64_t first_layer() const { return layer0_; }
   int64_t num_local_layers() const { return nlayers_; }
   const parallel::VocabShard& vocab_shard() const { return vocab_; }
@@ -105,41 +120,30 @@ class Qwen3Model {
   size_t workspace_bytes() const;
 
  private:
-  struct LayerParams {
-    size_t ln1, q, k, v, o, qn, kn, ln2, gate, up, down;
-    size_t qb = SIZE_MAX, kb = SIZE_MAX, vb = SIZE_MAX, ob = SIZE_MAX;
-  };
-  float* P(size_t i) { return store_.params()[i].data.f32(); }
-  float* G(size_t i) { return store_.params()[i].grad.f32(); }
-  Workspace& slot_ws(int slot);
-  void layer_forward(int slot, int64_t li, const StageBatch& b, const float* x, float* y);
-  void layer_backward(int slot, int64_t li, const StageBatch& b, const float* x, const float* dy, float* dx);
-  double head_forward(int slot, const StageBatch& b, const float* x, float grad_scale, bool training);
-  void declare_params();
-  /// Megatron gather_from_sequence_parallel_region: under SP all-gathers this rank's [Tl, H]
-  /// rows into ws[full_key] ([T, H]) and returns it; without SP returns `local` (T == Tl).
-  const float* sp_all_gather(Workspace& ws, const std::string& full_key, const float* local, int64_t T, int64_t Tl);
-  /// Reduces a tp-partial [T, H] sum (row-parallel output, column-parallel input gradient):
-  /// under SP reduce-scatters into scratch[local_key] ([Tl, H]); else all-reduces in place.
-  /// Returns this rank's reduced rows.
-  float* tp_reduce_rows(float* full, const char* local_key, int64_t T, int64_t Tl);
-  void for_each_full_tensor(const std::function<void(Param&)>& fn);
+  void build_table();
+  StageActivations& slot_acts(int slot);
+  parallel::TensorParallel tp_group() const;
+  ActivationDims activation_dims() const;
 
   ModelConfig cfg_;
   std::shared_ptr<dist::ParallelState> ps_;
   Qwen3ModelOptions opts_;
+  parallel::LayerSplit split_;
+  parallel::TensorTable table_;
   ParamStore store_;
   parallel::VocabShard vocab_;
   int64_t layer0_ = 0, nlayers_ = 0;
-  int64_t H_ = 0, D_ = 0, hq_ = 0, hkv_ = 0, I_ = 0;  // local sizes
   int tp_ = 1;
   bool sp_ = false;
   bool first_ = true, last_ = true;
-  size_t embed_ = SIZE_MAX, final_norm_ = SIZE_MAX, lm_head_ = SIZE_MAX;
-  std::vector<LayerParams> layers_;
   kernels::cpu::RopeTable rope_;
-  std::vector<Workspace> slots_;
-  Workspace scratch_;
+  // This stage's layers (the table also lists every other stage's tensors).
+  parallel::VocabParallelEmbedding embed_tokens_;      // first stage
+  std::vector<Qwen3DecoderLayer> layers_;
+  RMSNorm norm_;                                       // last stage
+  parallel::VocabParallelLMHead lm_head_;              // last stage
+  std::vector<StageActivations> slots_;                // saved activations per micro-batch slot
+  Workspace scratch_;                                  // scratch only: nothing in it outlives a call
 };
 
 }  // namespace twinkle

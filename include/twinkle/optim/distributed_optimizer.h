@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "twinkle/dist/parallel_state.h"
-#include "twinkle/model/parameter.h"
+#include "twinkle/parallel/param_store.h"
 
 namespace twinkle {
 

@@ -23,4 +23,15 @@ namespace twinkle::parallel {
 /// A dense model with ep = etp = 1, or a MoE model whose experts split evenly, passes.
 void check_expert_layout(const DeviceMesh& mesh, bool is_moe, int64_t num_experts, const std::string& model);
 
+/// The MoE loss options (`--moe-aux-loss-type`, `--moe-aux-loss-coeff`, `--moe-z-loss-coeff`;
+/// issue 10). Throws twinkle::Error naming the option and the value:
+///   * type other than "global" / "per_layer";
+///   * a coefficient that is negative or not finite;
+///   * type "global" with a coefficient > 0 and pp > 1: transformers' definition needs every MoE
+///     layer's statistics of a micro-batch before its backward, which a pipeline stage does not
+///     have ("... use --moe-aux-loss-type per_layer (Megatron's) with pp = 2");
+///   * a coefficient > 0 for a dense model.
+void check_moe_loss_options(const std::string& aux_type, double aux_coeff, double z_coeff, const DeviceMesh& mesh,
+                            bool is_moe);
+
 }  // namespace twinkle::parallel

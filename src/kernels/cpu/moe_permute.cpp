@@ -3,7 +3,6 @@
 
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "twinkle/core/error.h"
 
@@ -28,20 +27,24 @@ void moe_sort_by_expert(const int32_t* topk_idx, int64_t T, int64_t k, int64_t E
       ++counts[idx[j]];
     }
   }
-  // next[e] = next free row of expert e; tokens visited in ascending order keep them sorted.
-  std::vector<int64_t> next(static_cast<size_t>(E));
+  // Counting sort without a scratch buffer: counts[e] becomes the next free row of expert e
+  // (its exclusive prefix), is advanced while the slots are placed in ascending token order
+  // (which keeps tokens sorted inside an expert), and ends at the next expert's offset; the
+  // counts are then recovered as differences.
   int64_t off = 0;
   for (int64_t e = 0; e < E; ++e) {
-    next[e] = off;
-    off += counts[e];
+    const int64_t c = counts[e];
+    counts[e] = off;
+    off += c;
   }
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < k; ++j) {
       const int64_t s = t * k + j;
-      const int64_t r = next[topk_idx[s]]++;
+      const int64_t r = counts[topk_idx[s]]++;
       row_of_slot[s] = static_cast<int32_t>(r);
       slot_of_row[r] = static_cast<int32_t>(s);
     }
+  for (int64_t e = E - 1; e > 0; --e) counts[e] -= counts[e - 1];
 }
 
 void moe_permute_forward(const float* x, const int32_t* slot_of_row, float* out, int64_t rows, int64_t k, int64_t H) {

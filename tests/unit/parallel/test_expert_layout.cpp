@@ -9,6 +9,7 @@
 using twinkle::DeviceMesh;
 using twinkle::MeshSizes;
 using twinkle::parallel::check_expert_layout;
+using twinkle::parallel::check_moe_loss_options;
 
 namespace {
 
@@ -69,6 +70,38 @@ TEST(ExpertLayout, WorldVsExpertGridNamesTheNumbers) {
               std::string::npos)
         << e.what();
   }
+}
+
+std::string loss_error(const std::string& type, double aux, double z, const DeviceMesh& m, bool moe) {
+  try {
+    check_moe_loss_options(type, aux, z, m, moe);
+  } catch (const twinkle::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(MoeLossOptions, Valid) {
+  EXPECT_EQ(loss_error("global", 0.0, 0.0, mesh(1, 1, 1, 1), true), "");
+  EXPECT_EQ(loss_error("global", 0.001, 0.0, mesh(2, 1, 1, 2), true), "");
+  EXPECT_EQ(loss_error("per_layer", 0.01, 1e-3, mesh(2, 2, 2, 2), true), "");
+  EXPECT_EQ(loss_error("global", 0.0, 0.0, mesh(2, 2, 2, 2), true), "");  // off: the value is only logged
+  EXPECT_EQ(loss_error("global", 0.0, 0.0, mesh(1, 1, 1, 1), false), "");
+}
+
+TEST(MoeLossOptions, Errors) {
+  auto e = loss_error("seq", 0.0, 0.0, mesh(1, 1, 1, 1), true);
+  EXPECT_NE(e.find("--moe-aux-loss-type 'seq' is unknown"), std::string::npos) << e;
+  e = loss_error("global", -1.0, 0.0, mesh(1, 1, 1, 1), true);
+  EXPECT_NE(e.find("--moe-aux-loss-coeff -1 must be a finite number >= 0"), std::string::npos) << e;
+  e = loss_error("global", 0.0, -0.5, mesh(1, 1, 1, 1), true);
+  EXPECT_NE(e.find("--moe-z-loss-coeff -0.5"), std::string::npos) << e;
+  e = loss_error("global", 0.001, 0.0, mesh(2, 2, 2, 2), true);
+  EXPECT_NE(e.find("--moe-aux-loss-type global with --moe-aux-loss-coeff 0.001 needs pp = 1 (got pp = 2)"),
+            std::string::npos)
+      << e;
+  e = loss_error("per_layer", 0.01, 0.0, mesh(1, 1, 1, 1), false);
+  EXPECT_NE(e.find("--moe-aux-loss-coeff 0.01 needs a MoE model"), std::string::npos) << e;
 }
 
 }  // namespace

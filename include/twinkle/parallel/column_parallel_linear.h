@@ -1,0 +1,73 @@
+// twinkle/parallel/column_parallel_linear.h — Megatron's ColumnParallelLinear.
+//
+// Y = X W^T (+ b) with W [out, in] split along its output rows over the tp group
+// (megatron/core/tensor_parallel/layers.py ColumnParallelLinear). One layer may hold several
+// Hugging Face projections that read the same input — q/k/v, or gate/up — as Megatron's
+// fused linear_qkv / linear_fc1 do: their tensors stay separate HF entries but are declared
+// adjacently (part 0's weight, part 0's bias, part 1's weight, ...), so without biases the
+// parts' local weights form one [sum(out_i/tp), in] block in the flat ParamStore
+// (weight_block()), which a fused kernel can run as one GEMM.
+// Paired collectives: forward all-gathers the input over tp under sequence parallelism
+// (gather_from_sequence_parallel_region); backward sums d(input) over tp (all-reduce, the
+// backward of copy_to_tensor_model_parallel_region, or reduce-scatter under SP).
+// Activations are token-major: X [T, in] (T tokens of a micro-batch; [T/tp, in] per rank
+// between the parallel regions under SP), f32.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "twinkle/core/workspace.h"
+#include "twinkle/parallel/tensor_table.h"
+#include "twinkle/parallel/tp_comm.h"
+
+namespace twinkle::parallel {
+
+class ColumnParallelLinear {
+ public:
+  struct Part {
+    std::string name;      ///< HF module name, e.g. "model.layers.0.mlp.gate_proj" (".weight"/".bias" appended)
+    int64_t out_features;  ///< full output features of this projection (divisible by tp)
+  };
+  ColumnParallelLinear() = default;
+  /// Adds each part's weight [out_i, in] (split along dim 0, N(0, std) init, weight decay)
+  /// and, when `bias`, its bias [out_i] (split, zero init, no decay) to `table` on its
+  /// current stage. Throws twinkle::Error when an out_features does not divide by tp.
+  ColumnParallelLinear(TensorTable& table, const TensorParallel& tp, int64_t in_features, std::vector<Part> parts,
+                       bool bias);
+
+  size_t num_parts() const { return weight_.size(); }
+  int64_t in_features() const { return in_; }
+  int64_t local_out(size_t part) const { return local_out_.at(part); }
+  size_t weight_entry(size_t part) const { return weight_.at(part); }
+  bool has_bias() const { return !bias_.empty(); }
+  /// The parts' local weights as one [sum local_out, in] block (part order) — only when the
+  /// layer has no bias (else twinkle::Error); valid after the ParamStore is finalized.
+  const float* weight_block() const;
+
+  /// x_local [Tl, in] (Tl = T/tp under SP, else T). Under SP all-gathers it into
+  /// x_full [T, in] (kept by the caller for backward; unused, may be null, without SP).
+  /// Writes y[i] [T, local_out(i)] = X W_i^T (+ b_i). Returns the [T, in] input the
+  /// GEMMs read (x_full under SP, else x_local): pass it to backward.
+  const float* forward(const float* x_local, float* x_full, float* const* y, int64_t T) const;
+  /// x: forward's returned input [T, in]; dy[i] [T, local_out(i)]. Accumulates dW_i (and
+  /// db_i, summed over tokens in double) and returns this rank's d(x_local) [Tl, in],
+  /// summed over tp, in `scratch` (keys "tp.dx_full", "tp.dx_local"; valid until the
+  /// next use of those keys).
+  const float* backward(const float* x, const float* const* dy, int64_t T, Workspace& scratch) const;
+
+ private:
+  const TensorTable* table_ = nullptr;
+  TensorParallel tp_;
+  int64_t in_ = 0;
+  std::vector<int64_t> local_out_;
+  std::vector<size_t> weight_, bias_;
+};
+
+/// y[r, c] += b[c] for r < rows (bias broadcast over tokens).
+void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols);
+/// db[c] += sum_r dy[r, c], accumulated in double (bias gradients are sums of many terms
+/// that largely cancel, e.g. k_proj.bias under the q/k norms).
+void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols);
+
+}  // namespace twinkle::parallel

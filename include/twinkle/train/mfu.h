@@ -1,0 +1,36 @@
+// twinkle/train/mfu.h — model FLOPs utilisation: the FLOPs of a step and the peak they are
+// measured against.
+//
+// FLOPs per token = 6N + 6 * layers * heads * head_dim * S (Megatron / PaLM appendix B:
+// forward + backward of every matmul weight, plus the attention scores and values at
+// sequence length S; the untied lm head counts, the embedding lookup does not).
+// The peak is the achievable fp32 GEMM rate of the cores this job uses: TWINKLE_PEAK_GFLOPS
+// when set, else the per-core figure `twinkle info` saved in $TWINKLE_HOME/peak.json
+// (default ~/.cache/twinkle/peak.json) times the cores used, else a ~0.15 s single-core
+// sgemm measurement on rank 0 times the cores used.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "twinkle/dist/process_group.h"
+#include "twinkle/io/model_config.h"
+
+namespace twinkle {
+
+/// Model FLOPs of one token's forward + backward at sequence length `seq_len` for a Qwen3
+/// model of `num_parameters` (HF count, embedding included).
+double qwen3_flops_per_token(const ModelConfig& cfg, int64_t num_parameters, double seq_len);
+
+/// Single-thread sgemm rate in FLOP/s (384^3 GEMMs for ~0.15 s).
+double measure_core_flops();
+
+/// Where `twinkle info` keeps the measured peak: $TWINKLE_HOME/peak.json, else
+/// $HOME/.cache/twinkle/peak.json (/tmp when HOME is unset).
+std::string peak_file_path();
+
+/// The job's achievable peak in FLOP/s (see the file comment). Collective over `world`
+/// when it has to measure. A peak file that cannot be read is reported with a warning
+/// naming it and then measured instead.
+double job_peak_flops(dist::ProcessGroup& world);
+
+}  // namespace twinkle

@@ -1,0 +1,65 @@
+#include "twinkle/model/qwen3_attention.h"
+
+#include <cmath>
+#include <string>
+
+#include "twinkle/kernels/cpu/attention.h"
+
+namespace twinkle {
+
+namespace k = kernels::cpu;
+
+Qwen3Attention::Qwen3Attention(parallel::TensorTable& table, const parallel::TensorParallel& tp,
+                               const ModelConfig& cfg, int64_t layer, const kernels::cpu::RopeTable* rope)
+    : rope_(rope), layer_(layer), D_(cfg.head_dim), hq_(cfg.num_attention_heads / tp.size),
+      hkv_(cfg.num_key_value_heads / tp.size) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
+  const int64_t D = cfg.head_dim;
+  qkv_proj = parallel::ColumnParallelLinear(table, tp, cfg.hidden_size,
+                                            {{p + "q_proj", cfg.num_attention_heads * D},
+                                             {p + "k_proj", cfg.num_key_value_heads * D},
+                                             {p + "v_proj", cfg.num_key_value_heads * D}},
+                                            cfg.attention_bias);
+  o_proj = parallel::RowParallelLinear(table, tp, p + "o_proj", cfg.num_attention_heads * D, cfg.hidden_size,
+                                       cfg.attention_bias);
+  // Each tp rank normalises only its own heads: the weight gradient is a tp-partial sum.
+  q_norm = RMSNorm(table, p + "q_norm.weight", D, cfg.rms_norm_eps, tp.size > 1);
+  k_norm = RMSNorm(table, p + "k_norm.weight", D, cfg.rms_norm_eps, tp.size > 1);
+}
+
+const float* Qwen3Attention::forward(const float* x_local, const StageBatch& b, AttentionActivations& a,
+                                     Workspace& scratch) const {
+  const int64_t T = b.T, D = D_;
+  const int64_t nseg = static_cast<int64_t>(b.cu_seqlens.size()) - 1;
+  float* const proj[3] = {a.q_pre, a.k_pre, a.v};
+  a.x = qkv_proj.forward(x_local, a.x_full, proj, T);
+  q_norm.forward(a.q_pre, a.q, a.rstd_q, T * hq_);
+  k_norm.forward(a.k_pre, a.k, a.rstd_k, T * hkv_);
+  k::rope_forward(a.q, b.positions.data(), *rope_, T, hq_, D);
+  k::rope_forward(a.k, b.positions.data(), *rope_, T, hkv_, D);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  k::flash_attention_forward(a.q, a.k, a.v, a.ctx, a.lse, b.cu_seqlens.data(), nseg, hq_, hkv_, D, scale);
+  return o_proj.forward(a.ctx, T, scratch);
+}
+
+const float* Qwen3Attention::backward(const float* dy_local, const StageBatch& b, const AttentionActivations& a,
+                                      Workspace& scratch) const {
+  const int64_t T = b.T, D = D_, nq = hq_ * D, nkv = hkv_ * D;
+  const int64_t nseg = static_cast<int64_t>(b.cu_seqlens.size()) - 1;
+  float* dctx = scratch.get("attn.dctx", {T, nq}).f32();
+  o_proj.backward(a.ctx, dy_local, dctx, T, scratch);
+  float* dq = scratch.get("attn.dq", {T, nq}).f32();
+  float* dk = scratch.get("attn.dk", {T, nkv}).f32();
+  float* dv = scratch.get("attn.dv", {T, nkv}).f32();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  k::flash_attention_backward(a.q, a.k, a.v, a.ctx, a.lse, dctx, dq, dk, dv, b.cu_seqlens.data(), nseg, hq_, hkv_, D,
+                              scale);
+  k::rope_backward(dq, b.positions.data(), *rope_, T, hq_, D);
+  k::rope_backward(dk, b.positions.data(), *rope_, T, hkv_, D);
+  q_norm.backward(a.q_pre, a.rstd_q, dq, dq, T * hq_);
+  k_norm.backward(a.k_pre, a.rstd_k, dk, dk, T * hkv_);
+  const float* const dproj[3] = {dq, dk, dv};
+  return qkv_proj.backward(a.x, dproj, T, scratch);
+}
+
+}  // namespace twinkle

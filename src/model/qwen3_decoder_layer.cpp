@@ -1,0 +1,49 @@
+#include "twinkle/model/qwen3_decoder_layer.h"
+
+#include <string>
+
+#include "twinkle/kernels/cpu/reduce.h"
+
+namespace twinkle {
+
+namespace k = kernels::cpu;
+
+namespace {
+void add3(float* out, const float* a, const float* b, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+}  // namespace
+
+Qwen3DecoderLayer::Qwen3DecoderLayer(parallel::TensorTable& table, const parallel::TensorParallel& tp,
+                                     const ModelConfig& cfg, int64_t layer, const kernels::cpu::RopeTable* rope)
+    : H_(cfg.hidden_size), tp_(tp) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  // Under sequence parallelism each rank normalises T/tp token rows: partial weight gradients.
+  input_layernorm = RMSNorm(table, p + "input_layernorm.weight", H_, cfg.rms_norm_eps, tp.sequence_parallel);
+  self_attn = Qwen3Attention(table, tp, cfg, layer, rope);
+  post_attention_layernorm =
+      RMSNorm(table, p + "post_attention_layernorm.weight", H_, cfg.rms_norm_eps, tp.sequence_parallel);
+  mlp = Qwen3MLP(table, tp, cfg, layer);
+}
+
+void Qwen3DecoderLayer::forward(const float* x, const StageBatch& b, DecoderLayerActivations& a,
+                                Workspace& scratch) const {
+  const int64_t Tl = tp_.local_rows(b.T);
+  input_layernorm.forward(x, a.ln1, a.rstd1, Tl);
+  add3(a.h, x, self_attn.forward(a.ln1, b, a.attn, scratch), Tl * H_);
+  post_attention_layernorm.forward(a.h, a.ln2, a.rstd2, Tl);
+  add3(a.out, a.h, mlp.forward(a.ln2, b, a.mlp, scratch), Tl * H_);
+}
+
+void Qwen3DecoderLayer::backward(const float* x, const float* dy, float* dx, const StageBatch& b,
+                                 const DecoderLayerActivations& a, Workspace& scratch) const {
+  const int64_t Tl = tp_.local_rows(b.T);
+  float* dh = scratch.get("layer.dh", {Tl, H_}).f32();
+  post_attention_layernorm.backward(a.h, a.rstd2, mlp.backward(dy, b, a.mlp, scratch), dh, Tl);
+  k::add_inplace(dh, dy, Tl * H_);
+  input_layernorm.backward(x, a.rstd1, self_attn.backward(dh, b, a.attn, scratch), dx, Tl);
+  k::add_inplace(dx, dh, Tl * H_);
+}
+
+}  // namespace twinkle

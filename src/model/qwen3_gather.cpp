@@ -1,0 +1,57 @@
+// Qwen3Model: weights out — full Hugging Face tensors gathered on rank 0 for saving.
+#include "twinkle/model/qwen3_model.h"
+
+namespace twinkle {
+
+std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather_state_dict(bool grads) {
+  auto& world = *ps_->world;
+  const bool root = world.rank() == 0;
+  // Only dp=0, cp=0 ranks hold the canonical copy; they send their shards to the root.
+  const bool owner = ps_->coord.dp == 0 && ps_->coord.cp == 0;
+  std::vector<std::pair<std::string, Tensor>> out;
+  const int tag = 7001;
+  // The table lists every saved tensor once, in HF order (embed, layers, norm, lm_head).
+  for (size_t id = 0; id < table_.size(); ++id) {
+    const parallel::TensorEntry& e = table_[id];
+    if (!e.saved) continue;
+    const bool mine = owner && e.param != parallel::kNoParam;
+    std::vector<Tensor> pieces;
+    std::vector<ShardSpec> specs;
+    std::vector<Shape> locals;
+    // tp rank r of the entry's stage (dp = cp = 0) is global rank mesh.rank_of(r, 0, 0, stage).
+    for (int r = 0; r < tp_; ++r) {
+      const int src = ps_->mesh.rank_of(r, 0, 0, e.stage);
+      if (world.rank() == src && mine) {
+        const Param& p = table_.param(id);
+        const Tensor& t = grads ? p.grad : p.data;
+        if (src == 0) {
+          pieces.push_back(t.clone());
+          specs.push_back(p.shard);
+          locals.push_back(p.shape);
+        } else {
+          int64_t hdr[7] = {p.shard.split_dim, p.shard.full_rows, p.shard.full_cols, p.shard.offset,
+                            p.shard.valid,     t.numel(),         p.shape.size() > 1 ? p.shape[1] : 1};
+          world.send(hdr, 7, DType::I64, 0, tag);
+          world.send(t.f32(), t.numel(), DType::F32, 0, tag + 1);
+        }
+      }
+      if (root && src != 0) {
+        int64_t hdr[7];
+        world.recv(hdr, 7, DType::I64, src, tag);
+        Tensor t = Tensor::zeros({hdr[5]});
+        world.recv(t.f32(), hdr[5], DType::F32, src, tag + 1);
+        pieces.push_back(t);
+        specs.push_back(ShardSpec{static_cast<int>(hdr[0]), hdr[1], hdr[2], hdr[3], hdr[4]});
+        locals.push_back(e.full.size() > 1 ? Shape{hdr[5] / hdr[6], hdr[6]} : Shape{hdr[5]});
+      }
+    }
+    if (!root) continue;
+    check(!pieces.empty(), "gather_state_dict: no shard of " + e.name + " reached rank 0");
+    Tensor full = Tensor::zeros(e.full);
+    for (size_t i = 0; i < pieces.size(); ++i) shard_into_full(specs[i], locals[i], pieces[i].f32(), full.f32());
+    out.emplace_back(e.name, full);
+  }
+  return out;
+}
+
+}  // namespace twinkle

@@ -1,0 +1,94 @@
+// Qwen3Model: weights in — seeded init and Hugging Face checkpoint loading, from the table.
+#include <cstring>
+#include <random>
+
+#include "twinkle/model/qwen3_model.h"
+
+namespace twinkle {
+
+namespace {
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+void Qwen3Model::init_random(uint64_t seed) {
+  const float stdv = static_cast<float>(cfg_.initializer_range);
+  for (size_t id = 0; id < table_.size(); ++id) {
+    const parallel::TensorEntry& e = table_[id];
+    if (e.param == parallel::kNoParam) continue;
+    Param& p = table_.param(id);
+    switch (e.init) {
+      case parallel::ParamInit::Ones:
+        p.data.fill_(1.0f);
+        break;
+      case parallel::ParamInit::Zeros:
+        p.data.zero_();
+        break;
+      case parallel::ParamInit::Normal: {
+        // The full tensor is drawn on every rank, so every layout starts from the same weights.
+        Tensor full = Tensor::zeros(e.full);
+        std::mt19937_64 gen(splitmix64(seed ^ fnv1a(e.name)));
+        std::normal_distribution<float> nd(0.0f, stdv);
+        float* f = full.f32();
+        for (int64_t i = 0, n = full.numel(); i < n; ++i) f[i] = nd(gen);
+        shard_from_full(e.shard, e.local, f, p.data.f32());
+        break;
+      }
+    }
+  }
+}
+
+void Qwen3Model::load_checkpoint(const CheckpointReader& ck) {
+  for (size_t id = 0; id < table_.size(); ++id) {
+    const parallel::TensorEntry& e = table_[id];
+    if (e.param == parallel::kNoParam) continue;
+    const std::string* found = nullptr;
+    for (const auto& n : e.load_names)
+      if (ck.contains(n)) {
+        found = &n;
+        break;
+      }
+    check(found != nullptr, "checkpoint " + ck.dir() + " has no tensor '" + e.load_names.front() + "'");
+    const std::string& name = *found;
+    const TensorInfo& info = ck.info(name);
+    check(info.shape == e.full, "checkpoint " + ck.dir() + ": tensor '" + name + "' has shape " + shape_str(info.shape) +
+                                    ", expected " + shape_str(e.full) + " from config.json");
+    Param& p = table_.param(id);
+    const ShardSpec& sp = e.shard;
+    if (sp.split_dim == -1) {
+      Tensor full = ck.load_f32(name);
+      shard_from_full(sp, e.local, full.f32(), p.data.f32());
+      continue;
+    }
+    // Read only this rank's slice (a tp shard of a large checkpoint never exists in full here).
+    p.data.zero_();  // vocab padding rows stay zero
+    if (sp.valid == 0) continue;
+    Tensor part = ck.load_f32_narrow(name, sp.split_dim, sp.offset, sp.valid);
+    const float* src = part.f32();
+    float* dst = p.data.f32();
+    if (sp.split_dim == 0 || e.local.size() == 1) {
+      std::memcpy(dst, src, static_cast<size_t>(part.numel()) * 4);
+    } else {
+      const int64_t local_cols = e.local.back();
+      for (int64_t r = 0; r < sp.full_rows; ++r)
+        std::memcpy(dst + r * local_cols, src + r * sp.valid, static_cast<size_t>(sp.valid) * 4);
+    }
+  }
+}
+
+}  // namespace twinkle

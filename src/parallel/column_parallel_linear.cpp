@@ -1,0 +1,73 @@
+#include "twinkle/parallel/column_parallel_linear.h"
+
+#include <vector>
+
+#include "twinkle/core/error.h"
+#include "twinkle/kernels/cpu/gemm.h"
+
+namespace twinkle::parallel {
+
+namespace k = kernels::cpu;
+
+void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* yr = y + r * cols;
+    for (int64_t c = 0; c < cols; ++c) yr[c] += b[c];
+  }
+}
+
+void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) {
+  std::vector<double> acc(static_cast<size_t>(cols), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* d = dy + r * cols;
+    for (int64_t c = 0; c < cols; ++c) acc[static_cast<size_t>(c)] += d[c];
+  }
+  for (int64_t c = 0; c < cols; ++c) db[c] += static_cast<float>(acc[static_cast<size_t>(c)]);
+}
+
+ColumnParallelLinear::ColumnParallelLinear(TensorTable& table, const TensorParallel& tp, int64_t in_features,
+                                           std::vector<Part> parts, bool bias)
+    : table_(&table), tp_(tp), in_(in_features) {
+  for (const auto& p : parts) {
+    TensorEntry w = split_entry(p.name + ".weight", {p.out_features, in_features}, 0, tp.rank, tp.size, ParamInit::Normal);
+    local_out_.push_back(w.local[0]);
+    weight_.push_back(table.add(std::move(w)));
+    if (bias) {
+      TensorEntry b = split_entry(p.name + ".bias", {p.out_features}, 0, tp.rank, tp.size, ParamInit::Zeros);
+      b.weight_decay = false;
+      bias_.push_back(table.add(std::move(b)));
+    }
+  }
+}
+
+const float* ColumnParallelLinear::weight_block() const {
+  check(bias_.empty(), "ColumnParallelLinear::weight_block: the parts have biases between their weights");
+  const float* w0 = table_->data(weight_[0]);
+  int64_t off = 0;
+  for (size_t i = 0; i < weight_.size(); ++i) {
+    check(table_->data(weight_[i]) == w0 + off, "ColumnParallelLinear::weight_block: parts are not adjacent");
+    off += local_out_[i] * in_;
+  }
+  return w0;
+}
+
+const float* ColumnParallelLinear::forward(const float* x_local, float* x_full, float* const* y, int64_t T) const {
+  const float* x = sp_gather_rows(tp_, x_local, x_full, T, in_);
+  for (size_t i = 0; i < weight_.size(); ++i) k::linear_forward(x, table_->data(weight_[i]), y[i], T, local_out_[i], in_);
+  for (size_t i = 0; i < bias_.size(); ++i) add_bias_rows(y[i], table_->data(bias_[i]), T, local_out_[i]);
+  return x;
+}
+
+const float* ColumnParallelLinear::backward(const float* x, const float* const* dy, int64_t T,
+                                            Workspace& scratch) const {
+  for (size_t i = 0; i < bias_.size(); ++i) bias_grad_rows(dy[i], table_->grad(bias_[i]), T, local_out_[i]);
+  float* dx_full = scratch.get("tp.dx_full", {T, in_}).f32();
+  for (size_t i = 0; i < weight_.size(); ++i)
+    k::linear_backward(x, table_->data(weight_[i]), dy[i], dx_full, table_->grad(weight_[i]), T, local_out_[i], in_,
+                       /*accumulate_dx=*/i > 0);
+  float* dx_local = tp_.sequence_parallel ? scratch.get("tp.dx_local", {tp_.local_rows(T), in_}).f32() : nullptr;
+  return tp_reduce_rows(tp_, dx_full, dx_local, T, in_);
+}
+
+}  // namespace twinkle::parallel

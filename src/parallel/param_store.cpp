@@ -1,0 +1,83 @@
+#include "twinkle/parallel/param_store.h"
+
+#include <cstring>
+
+#include "twinkle/core/error.h"
+
+namespace twinkle {
+
+namespace {
+int64_t local_cols(const Shape& local) { return local.size() > 1 ? local[1] : 1; }
+}  // namespace
+
+void shard_from_full(const ShardSpec& s, const Shape& local, const float* full, float* dst) {
+  int64_t n = 1;
+  for (auto d : local) n *= d;
+  std::memset(dst, 0, static_cast<size_t>(n) * 4);
+  if (s.split_dim == -1) {
+    std::memcpy(dst, full, static_cast<size_t>(n) * 4);
+  } else if (s.split_dim == 0) {
+    std::memcpy(dst, full + s.offset * s.full_cols, static_cast<size_t>(s.valid * s.full_cols) * 4);
+  } else {
+    const int64_t lc = local_cols(local);
+    for (int64_t r = 0; r < s.full_rows; ++r)
+      std::memcpy(dst + r * lc, full + r * s.full_cols + s.offset, static_cast<size_t>(s.valid) * 4);
+  }
+}
+
+void shard_into_full(const ShardSpec& s, const Shape& local, const float* src, float* full) {
+  if (s.split_dim == -1) {
+    std::memcpy(full, src, static_cast<size_t>(s.full_rows * s.full_cols) * 4);
+  } else if (s.split_dim == 0) {
+    std::memcpy(full + s.offset * s.full_cols, src, static_cast<size_t>(s.valid * s.full_cols) * 4);
+  } else {
+    const int64_t lc = local_cols(local);
+    for (int64_t r = 0; r < s.full_rows; ++r)
+      std::memcpy(full + r * s.full_cols + s.offset, src + r * lc, static_cast<size_t>(s.valid) * 4);
+  }
+}
+
+size_t ParamStore::add(Param p) {
+  check(!finalized_, "ParamStore::add after finalize (" + p.name + ")");
+  params_.push_back(std::move(p));
+  return params_.size() - 1;
+}
+
+void ParamStore::finalize(int64_t align) {
+  check(!finalized_, "ParamStore::finalize called twice");
+  int64_t off = 0;
+  for (auto& p : params_) {
+    int64_t n = 1;
+    for (auto d : p.shape) n *= d;
+    p.flat_offset = off;
+    off += (n + 15) / 16 * 16;  // 64-byte aligned starts
+  }
+  numel_ = (off + align - 1) / align * align;
+  if (numel_ == 0) numel_ = align;
+  flat_params_ = Tensor::zeros({numel_});
+  flat_grads_ = Tensor::zeros({numel_});
+  for (auto& p : params_) {
+    int64_t n = 1;
+    for (auto d : p.shape) n *= d;
+    p.data = flat_params_.narrow(0, p.flat_offset, n).view(p.shape);
+    p.grad = flat_grads_.narrow(0, p.flat_offset, n).view(p.shape);
+  }
+  finalized_ = true;
+}
+
+const Param* ParamStore::find(const std::string& name) const {
+  for (auto& p : params_)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+Param* ParamStore::find(const std::string& name) {
+  for (auto& p : params_)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+void ParamStore::zero_grad() {
+  if (flat_grads_.defined()) flat_grads_.zero_();
+}
+
+}  // namespace twinkle

@@ -1,0 +1,80 @@
+#include "twinkle/train/mfu.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "twinkle/dist/runtime.h"
+#include "twinkle/kernels/cpu/gemm.h"
+
+namespace twinkle {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double qwen3_flops_per_token(const ModelConfig& c, int64_t num_parameters, double S) {
+  double n = static_cast<double>(num_parameters);
+  if (!c.tie_word_embeddings) n -= static_cast<double>(c.vocab_size * c.hidden_size);  // lookup, not a matmul
+  const double attn = 6.0 * static_cast<double>(c.num_hidden_layers * c.num_attention_heads * c.head_dim) * S;
+  return 6.0 * n + attn;
+}
+
+double measure_core_flops() {
+  const int64_t n = 384;
+  std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(static_cast<size_t>(n * n), 0.25f),
+      c(static_cast<size_t>(n * n));
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  kernels::cpu::sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  int iters = 0;
+  auto t0 = Clock::now();
+  double el = 0;
+  while (el < 0.15) {
+    kernels::cpu::sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    ++iters;
+    el = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  omp_set_num_threads(saved);
+  return 2.0 * n * n * n * iters / el;
+}
+
+std::string peak_file_path() {
+  if (const char* home = std::getenv("TWINKLE_HOME")) return (fs::path(home) / "peak.json").string();
+  const char* h = std::getenv("HOME");
+  return (fs::path(h ? h : "/tmp") / ".cache/twinkle/peak.json").string();
+}
+
+double job_peak_flops(dist::ProcessGroup& world) {
+  if (const char* e = std::getenv("TWINKLE_PEAK_GFLOPS")) return std::atof(e) * 1e9;
+  const int64_t hw = std::max<unsigned>(1u, std::thread::hardware_concurrency());
+  const int64_t used = std::min<int64_t>(hw, static_cast<int64_t>(world.size()) * omp_get_max_threads());
+  double peak = 0;
+  const std::string file = peak_file_path();
+  if (fs::exists(file)) {
+    try {
+      std::ifstream in(file);
+      auto j = nlohmann::json::parse(in);
+      peak = j.at("core_gflops").get<double>() * 1e9 * static_cast<double>(used);
+    } catch (const std::exception& ex) {
+      if (world.rank() == 0)
+        get_logger().warning("MFU peak file " + file + " is unreadable (" + ex.what() +
+                             "); measuring the peak instead (rerun `twinkle info` to rewrite it)");
+      peak = 0;
+    }
+  }
+  if (peak > 0) return peak;
+  double core = 0;
+  world.barrier();
+  if (world.rank() == 0) core = measure_core_flops();
+  if (world.size() > 1) world.all_reduce_f64(&core, 1, dist::ReduceOp::Sum);
+  return core * static_cast<double>(used);
+}
+
+}  // namespace twinkle
