@@ -35,7 +35,7 @@ from .lora import LoraConfig  # noqa: E402
 from .platform import Platform  # noqa: E402
 
 __all__ = ['DeviceMesh', 'LoraConfig', 'Platform', 'initialize', 'get_logger', 'get_device_placement',
-           'is_initialized']
+           'is_initialized', 'kernelize_model']
 __version__ = '0.1.0'
 
 _state = {'mode': None, 'mesh': None, 'seed': 42}
@@ -87,3 +87,11 @@ def get_device_placement():
 
 def _global_mesh():
     return _state['mesh']
+
+
+def kernelize_model(model, mapping=None, **kwargs):
+    """Twinkle's kernelize (src/twinkle/kernel/): swaps modules for fused kernels. twinkle's
+    kernel registry (issue `seam`) is not in this build yet: raises NotImplementedError. (The
+    Megatron recipes never call it; twinkle's CPU kernels are always the fused ones.)"""
+    raise NotImplementedError('kernelize_model: the kernel registry is not in this build of twinkle yet; the '
+                              'Megatron recipes do not need it (the C++ core always runs its fused CPU kernels)')

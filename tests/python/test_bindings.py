@@ -194,6 +194,10 @@ class LoggerPlacementTest(unittest.TestCase):
         self.assertNotIn('shown-info', r.stderr)
         self.assertIn('[WARNING:twinkle] shown-warning', r.stderr)
 
+    def test_kernelize_model_is_not_there_yet(self):
+        with self.assertRaisesRegex(NotImplementedError, 'kernel registry'):
+            twinkle.kernelize_model(object())
+
     def test_device_placement(self):
         s = get_device_placement()
         self.assertTrue(s.startswith('\n'))
