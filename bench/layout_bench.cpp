@@ -2,6 +2,7 @@
 //
 //   twinkle-run --nproc_per_node=8 build/bench/layout_bench --tp 2 --pp 2 --dp 2 [--sp]
 //        [--config tiny|small] [--rows 16] [--mbs 1] [--steps 3] [--no-distopt] [--check-volume]
+//        [--no-baseline]
 //
 // Per step it prints: the step time of the layout (max over ranks) and of one process on the
 // same global batch (run by rank 0 first, while the others wait), the 1F1B bubble measured on
@@ -9,7 +10,11 @@
 // bytes each rank sent per process group next to the analytic volume of the layout
 // (tensor/sequence-parallel collectives, pipeline activations and gradients, tied-embedding
 // and data-parallel reductions, scalars). --check-volume exits 1 when any rank's counted bytes
-// differ from the analytic figure (tests/dist.cmake runs it), so no traffic goes unaccounted.
+// differ from that figure. That figure is the implementation's own byte model, so it is a
+// bench readout, not a test: tests/volume.cmake counts the bytes at the MPI layer instead
+// (tests/dist/mpi_count.cpp preloaded; the last step is bracketed by MPI_Pcontrol(1)/(0)) and
+// compares them with Megatron's formulas (tests/reference/check_comm_volume.py).
+// --no-baseline skips the single-process run.
 #include <mpi.h>
 
 #include <algorithm>
@@ -32,7 +37,7 @@ namespace {
 
 struct Opts {
   int tp = 1, pp = 1, dp = 1;
-  bool sp = false, distopt = true, check = false;
+  bool sp = false, distopt = true, check = false, baseline = true;
   std::string config = "tiny";
   int64_t rows = 16, mbs = 1, steps = 3;
 };
@@ -140,6 +145,7 @@ int bench(int argc, char** argv) {
     else if (a == "--sp") o.sp = true;
     else if (a == "--no-distopt") o.distopt = false;
     else if (a == "--check-volume") o.check = true;
+    else if (a == "--no-baseline") o.baseline = false;
     else if (a == "--config") o.config = next();
     else if (a == "--rows") o.rows = std::stoll(next());
     else if (a == "--mbs") o.mbs = std::stoll(next());
@@ -163,7 +169,7 @@ int bench(int argc, char** argv) {
 
   // Single-process baseline on the whole global batch (rank 0; the others wait).
   double single_s = 0;
-  if (root) {
+  if (root && o.baseline) {
     auto ls = dist::make_single_process_state();
     Qwen3Model m1(cfg, ls);
     m1.init_random(1);
@@ -199,8 +205,12 @@ int bench(int argc, char** argv) {
       if (g) g->reset_bytes_sent();
     world.barrier();
     auto t0 = Clock::now();
+    // The last step is bracketed for an MPI profiling library (MPI_Pcontrol is a no-op without
+    // one): tests/dist/mpi_count.cpp counts exactly this step's MPI traffic.
+    if (s == o.steps) MPI_Pcontrol(1);
     StepResult r = eng.forward_backward(mbs);
     opt.step(1e-4);
+    if (s == o.steps) MPI_Pcontrol(0);
     double el = std::chrono::duration<double>(Clock::now() - t0).count();
     if (s == 0) continue;  // warm-up
     layout_s += el;

@@ -13,14 +13,17 @@ set(TWINKLE_MPIRUN ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --b
     --mca mpi_yield_when_idle 1)
 set(TWINKLE_RUN ${CMAKE_BINARY_DIR}/bin/twinkle-run)
 set(TWINKLE_EXPECT_FAIL ${CMAKE_SOURCE_DIR}/tests/dist/expect_fail.sh)
+# Pass = exit code 0 AND an anchored output line (tests/check_run.sh); never PASS_REGULAR_EXPRESSION,
+# which makes CTest ignore the exit code (tests/meta/check_ctest_entries.py enforces this).
+set(TWINKLE_CHECK_RUN ${CMAKE_SOURCE_DIR}/tests/check_run.sh)
 set(TWINKLE_DIST_ENV "OMP_NUM_THREADS=1;LOG_LEVEL=INFO")
 
 # Every collective, on the world group and the tp / dp sub-groups of a tp=2 mesh.
 foreach(np 2 4 8)
   add_test(NAME dist_collectives_np${np}
-           COMMAND ${TWINKLE_MPIRUN} -np ${np} ${TWINKLE_DIST_TEST_DIR}/mpi_collectives)
+           COMMAND ${TWINKLE_CHECK_RUN} "mpi_collectives OK on ${np} ranks"
+                   ${TWINKLE_MPIRUN} -np ${np} ${TWINKLE_DIST_TEST_DIR}/mpi_collectives)
   set_tests_properties(dist_collectives_np${np} PROPERTIES TIMEOUT 90 ENVIRONMENT "${TWINKLE_DIST_ENV}"
-                       PASS_REGULAR_EXPRESSION "mpi_collectives OK on ${np} ranks"
                        FAIL_REGULAR_EXPRESSION "CHECK FAILED")
 endforeach()
 
@@ -29,9 +32,10 @@ set(TWINKLE_DIST_MESHES "dp=2,tp=2,pp=2" "dp=2,tp=2,pp=2,ep=2" "tp=2,pp=2,cp=2,e
 foreach(spec ${TWINKLE_DIST_MESHES})
   string(REPLACE "," "_" tname "${spec}")
   string(REPLACE "=" "" tname "${tname}")
-  add_test(NAME dist_groups_${tname} COMMAND ${TWINKLE_MPIRUN} -np 8 ${TWINKLE_DIST_TEST_DIR}/mpi_groups ${spec})
+  add_test(NAME dist_groups_${tname} COMMAND ${TWINKLE_CHECK_RUN} "mpi_groups OK .*"
+                   ${TWINKLE_MPIRUN} -np 8 ${TWINKLE_DIST_TEST_DIR}/mpi_groups ${spec})
   set_tests_properties(dist_groups_${tname} PROPERTIES TIMEOUT 90 ENVIRONMENT "${TWINKLE_DIST_ENV}"
-                       PASS_REGULAR_EXPRESSION "mpi_groups OK" FAIL_REGULAR_EXPRESSION "CHECK FAILED")
+                       FAIL_REGULAR_EXPRESSION "CHECK FAILED")
 endforeach()
 # The same through the launcher (its mpirun options and environment).
 # Both lines must appear, in any order: ranks' stdout and stderr interleave, so one regex
@@ -44,8 +48,9 @@ set_tests_properties(dist_groups_via_twinkle_run PROPERTIES TIMEOUT 90 ENVIRONME
 
 # DeviceMesh against an independent numpy formulation of Megatron's layout.
 add_test(NAME dist_mesh_numpy_reference
-         COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/dist/check_mesh_numpy.py ${TWINKLE_DIST_TEST_DIR}/mesh_dump)
-set_tests_properties(dist_mesh_numpy_reference PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION "0 mismatches")
+         COMMAND ${TWINKLE_CHECK_RUN} "check_mesh_numpy: [0-9]+ meshes, 0 mismatches"
+                 /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/dist/check_mesh_numpy.py ${TWINKLE_DIST_TEST_DIR}/mesh_dump)
+set_tests_properties(dist_mesh_numpy_reference PROPERTIES TIMEOUT 60)
 
 # initialize(): MPI world size != mesh world size.
 add_test(NAME dist_init_world_mismatch
@@ -79,15 +84,15 @@ add_test(NAME dist_fail_nonzero_exit
 set_tests_properties(dist_init_world_mismatch dist_init_npu_single_process dist_init_cuda_single_process
                      dist_fail_rank_throws dist_fail_rank_sigkill dist_fail_rank_segfault
                      dist_fail_uncaught_exception dist_fail_nonzero_exit
-                     PROPERTIES TIMEOUT 90 PASS_REGULAR_EXPRESSION "expect_fail: OK")
+                     PROPERTIES TIMEOUT 90)  # expect_fail.sh exits 0 only on the expected failure
 
 # Launcher: the mpirun line it builds, and a clean 2-rank run ("--x v" form).
 add_test(NAME dist_twinkle_run_dry_run
-         COMMAND ${CMAKE_COMMAND} -E env --unset=OMP_NUM_THREADS --unset=OMP_WAIT_POLICY TWINKLE_FOO=bar LOG_LEVEL=DEBUG
+         COMMAND ${TWINKLE_CHECK_RUN}
+  "[^ ]*mpirun -np 64 --oversubscribe (--allow-run-as-root )?--bind-to none --mca mpi_yield_when_idle 1 --mca orte_abort_on_non_zero_status 1 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=passive -x MALLOC_MMAP_MAX_=0 -x MALLOC_TRIM_THRESHOLD_=68719476736 -x LOG_LEVEL -x TWINKLE_FOO prog --flag 'a b'"
+                 ${CMAKE_COMMAND} -E env --unset=OMP_NUM_THREADS --unset=OMP_WAIT_POLICY TWINKLE_FOO=bar LOG_LEVEL=DEBUG
                  ${TWINKLE_RUN} --nproc_per_node=64 --dry-run prog --flag "a b")
-set_tests_properties(dist_twinkle_run_dry_run PROPERTIES PASS_REGULAR_EXPRESSION
-  "^[^ ]*mpirun -np 64 --oversubscribe (--allow-run-as-root )?--bind-to none --mca mpi_yield_when_idle 1 --mca orte_abort_on_non_zero_status 1 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=passive -x MALLOC_MMAP_MAX_=0 -x MALLOC_TRIM_THRESHOLD_=68719476736 -x LOG_LEVEL -x TWINKLE_FOO prog --flag 'a b'")
 add_test(NAME dist_twinkle_run_ok COMMAND ${TWINKLE_RUN} --nproc_per_node 2 ${TWINKLE_DIST_TEST_DIR}/mpi_fail ok 0)
 set_tests_properties(dist_twinkle_run_ok PROPERTIES TIMEOUT 60)
-add_test(NAME dist_twinkle_run_usage_error COMMAND ${TWINKLE_RUN} --nnodes=2 prog)
-set_tests_properties(dist_twinkle_run_usage_error PROPERTIES WILL_FAIL TRUE)
+add_test(NAME dist_twinkle_run_usage_error
+         COMMAND ${TWINKLE_EXPECT_FAIL} 10 "--nnodes=2 needs --hostfile=F" ${TWINKLE_RUN} --nnodes=2 prog)

@@ -6,6 +6,7 @@ the X axes (the faster axis fastest inside the group) and fixes the others; grou
 listed by ascending first rank (megatron/core/parallel_state.py,
 generate_masked_orthogonal_rank_groups). Usage: check_mesh_numpy.py path/to/mesh_dump"""
 import json
+import os
 import subprocess
 import sys
 
@@ -68,6 +69,8 @@ def main():
     # the reference itself must reproduce Megatron's docstring example (TP2 PP4, 16 GPUs)
     r = reference(2, 2, 4, 1, 1, 1)
     assert r["pp"][:2] == [[0, 4, 8, 12], [1, 5, 9, 13]] and r["dp"][:3] == [[0, 2], [1, 3], [4, 6]]
+    # tests/meta/check_ctest_entries.py sets this to prove that "10 mismatches" fails the CTest entry
+    bad += int(os.environ.get("TWINKLE_CHECK_INJECT_MISMATCHES", "0"))
     print(f"check_mesh_numpy: {len(MESHES)} meshes, {bad} mismatches")
     sys.exit(1 if bad else 0)
 

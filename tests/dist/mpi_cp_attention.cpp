@@ -5,7 +5,8 @@
 // packed segments (per-segment split), packed segments split per row (segment boundaries inside
 // CP chunks, so local and global indices disagree across boundaries), GQA groups of 2 and 4, and
 // tiles that straddle segment boundaries. Also: bytes sent per rank equal the analytic volumes, and
-// Ulysses refuses heads not divisible by cp*tp with a message naming the numbers.
+// Ulysses refuses heads not divisible by cp*tp with a message naming the numbers; the model-facing
+// ContextParallelAttention keeps two micro-batches in flight (1F1B slots) for both algorithms.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include "twinkle/dist/runtime.h"
 #include "twinkle/kernels/cpu/attention.h"
 #include "twinkle/kernels/cpu/attention_block.h"
+#include "twinkle/parallel/cp_attention.h"
 #include "twinkle/parallel/cp_split.h"
 #include "twinkle/parallel/ring_attention.h"
 #include "twinkle/parallel/ulysses_attention.h"
@@ -67,6 +69,87 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& ref_global
       s = std::max(s, std::fabs(r));
     }
   return m / s;
+}
+
+// One micro-batch of the slot test: its shard, local inputs and the cp = 1 reference.
+struct Mb {
+  CpShard sh;
+  CpLayout lay;
+  std::vector<float> q, k, v, dout, ro, rl, rdq, rdk, rdv, lq, lk, lv, ldo;
+};
+
+Mb make_mb(const std::vector<int32_t>& lens, int cp, int r, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+           uint64_t seed) {
+  Mb m;
+  MicroBatch mb;
+  mb.batch = 1;
+  mb.cu_seqlens = {0};
+  for (int32_t L : lens) {
+    for (int32_t t = 0; t < L; ++t) {
+      mb.input_ids.push_back(1);
+      mb.labels.push_back(1);
+      mb.position_ids.push_back(t);
+    }
+    mb.cu_seqlens.push_back(static_cast<int32_t>(mb.input_ids.size()));
+  }
+  mb.seq = static_cast<int64_t>(mb.input_ids.size());
+  m.sh = cp_split_micro_batch(mb, cp, r);
+  m.lay = CpLayout::from_shard(m.sh);
+  const int64_t Tg = m.sh.global_tokens;
+  m.q = randu(static_cast<size_t>(Tg * Hq * D), seed);
+  m.k = randu(static_cast<size_t>(Tg * Hkv * D), seed + 1);
+  m.v = randu(static_cast<size_t>(Tg * Hkv * D), seed + 2);
+  m.dout = randu(static_cast<size_t>(Tg * Hq * D), seed + 3);
+  m.ro.resize(m.q.size());
+  m.rl.resize(static_cast<size_t>(Tg * Hq));
+  m.rdq.resize(m.q.size());
+  m.rdk.resize(m.k.size());
+  m.rdv.resize(m.v.size());
+  const int64_t nseg = static_cast<int64_t>(m.sh.global_cu_seqlens.size()) - 1;
+  kc::flash_attention_forward(m.q.data(), m.k.data(), m.v.data(), m.ro.data(), m.rl.data(),
+                              m.sh.global_cu_seqlens.data(), nseg, Hq, Hkv, D, scale);
+  kc::flash_attention_backward(m.q.data(), m.k.data(), m.v.data(), m.ro.data(), m.rl.data(), m.dout.data(),
+                               m.rdq.data(), m.rdk.data(), m.rdv.data(), m.sh.global_cu_seqlens.data(), nseg, Hq, Hkv,
+                               D, scale);
+  const auto& gi = m.sh.global_index;
+  m.lq = take(m.q, gi, Hq * D);
+  m.lk = take(m.k, gi, Hkv * D);
+  m.lv = take(m.v, gi, Hkv * D);
+  m.ldo = take(m.dout, gi, Hq * D);
+  return m;
+}
+
+// ContextParallelAttention with two micro-batches in flight (1F1B order: F0 F1 B0 B1), both algorithms.
+void run_slots(std::shared_ptr<dist::ProcessGroup> cpg) {
+  const int cp = cpg->size(), r = cpg->rank();
+  const int64_t Hq = 8, Hkv = 4, D = 16;
+  const float scale = 0.25f;
+  Mb a = make_mb({150, 77, 200}, cp, r, Hq, Hkv, D, scale, 11), b = make_mb({37}, cp, r, Hq, Hkv, D, scale, 21);
+  for (CpCommType type : {CpCommType::P2P, CpCommType::A2A}) {
+    if (type == CpCommType::A2A && (Hq % cp || Hkv % cp)) continue;
+    ContextParallelAttention att(cpg, type, Hq, Hkv, 1);
+    Mb* mbs[2] = {&a, &b};
+    std::vector<float> o[2], l[2], dq[2], dk[2], dv[2];
+    for (int s = 0; s < 2; ++s) {
+      Mb& m = *mbs[s];
+      o[s].resize(m.lq.size());
+      l[s].resize(static_cast<size_t>(m.lay.T * Hq));
+      att.forward(s, m.lay, m.lq.data(), m.lk.data(), m.lv.data(), o[s].data(), l[s].data(), Hq, Hkv, D, scale);
+    }
+    for (int s = 0; s < 2; ++s) {
+      Mb& m = *mbs[s];
+      dq[s].resize(m.lq.size());
+      dk[s].resize(m.lk.size());
+      dv[s].resize(m.lv.size());
+      att.backward(s, m.lay, m.lq.data(), m.lk.data(), m.lv.data(), o[s].data(), l[s].data(), m.ldo.data(),
+                   dq[s].data(), dk[s].data(), dv[s].data(), Hq, Hkv, D, scale);
+      const auto& gi = m.sh.global_index;
+      const double e = std::max({rel_err(o[s], m.ro, gi, Hq * D), rel_err(dq[s], m.rdq, gi, Hq * D),
+                                 rel_err(dk[s], m.rdk, gi, Hkv * D), rel_err(dv[s], m.rdv, gi, Hkv * D)});
+      MPI_CHECK(e < 4e-6, "[slots cp" << cp << " rank " << r << " " << (type == CpCommType::P2P ? "p2p" : "a2a")
+                                      << " slot " << s << "] max rel err " << e);
+    }
+  }
 }
 
 void run_case(const Case& c, dist::ProcessGroup& cpg) {
@@ -183,6 +266,7 @@ int body(int, char**) {
       {"rows 97,64 mha", {97, 64}, false, 4, 4, 8},
   };
   for (const Case& c : cases) run_case(c, cpg);
+  run_slots(st.cp);
 
   // Ulysses head check: clear error before any communication
   if (world > 1) {
@@ -222,6 +306,15 @@ int body(int, char**) {
       bad_type = std::string(e.what()).find("cp_comm_type 'allgather' is not supported") != std::string::npos;
     }
     MPI_CHECK(bad_type && parse_cp_comm_type("a2a") == CpCommType::A2A, "parse_cp_comm_type");
+    // the model-facing entry refuses a2a heads at construction
+    bool ctor_threw = false;
+    try {
+      ContextParallelAttention att(st.cp, CpCommType::A2A, 12, 2, 2);
+    } catch (const Error& e) {
+      ctor_threw = std::string(e.what()).find("num_attention_heads (12) and num_key_value_heads (2) divisible by cp*tp") !=
+                   std::string::npos;
+    }
+    MPI_CHECK(ctor_threw, "ContextParallelAttention a2a with 12/2 heads at tp 2 must throw");
   }
 
   int fails = twinkle_test::failures();

@@ -41,8 +41,11 @@ RoPE tables / loss in float32) and is allowed for `loss`, `dump` and `step --ste
 
 CLI (see `qwen3_ref.py -h`):
   init  --config config.json --seed S --out DIR [--dtype F32|BF16|F16] [--std X]
+        [--norm-std A --bias-std B]
         random init: normal(0, initializer_range) for every Linear weight and the embedding,
         norm weights 1, biases 0 (HF _init_weights); DIR/model.safetensors + DIR/config.json.
+        Test checkpoints: norm weights 1 + A*N(0,1), biases B*N(0,1) (the parity tests use
+        A = 0.1, B = 0.02 so that loading norms and biases matters).
   step  --model DIR --batch batch.json --steps N --lr --weight-decay --beta1 --beta2 --eps
         --clip-grad --out OUT [--dtype] [--save-dtype F32|F64]
         per step: forward, loss, backward, grad norm (torch.nn.utils.clip_grad_norm_, the
@@ -307,18 +310,27 @@ class Qwen3Ref(nn.Module):
         self.dtype = dtype
 
     # -- weights ------------------------------------------------------------------------------
-    def init_weights(self, seed):
+    def init_weights(self, seed, norm_std=0.0, bias_std=0.0):
         """HF _init_weights: normal(0, initializer_range) for Linear weights and the embedding
         (its padding_idx row zeroed), biases 0, RMSNorm weights 1.  Drawn in float32 in
-        named_parameters order from torch.Generator(seed)."""
+        named_parameters order from torch.Generator(seed).
+        norm_std / bias_std > 0 (test checkpoints, not HF): RMSNorm weights 1 + norm_std * N(0, 1)
+        and biases bias_std * N(0, 1), drawn in named_parameters order from a second generator
+        (seed + 1000003), so the Linear / embedding weights are the same as with 0.  A loader
+        that ignores or swaps norm weights or biases then changes the loss."""
         g = torch.Generator().manual_seed(int(seed))
+        g2 = torch.Generator().manual_seed(int(seed) + 1000003)
         std = self.config.initializer_range
         with torch.no_grad():
             for name, p in self.named_parameters():
                 if name.endswith("norm.weight"):
                     p.fill_(1.0)
+                    if norm_std > 0:
+                        p.add_((norm_std * torch.randn(tuple(p.shape), generator=g2)).to(p.dtype))
                 elif name.endswith(".bias"):
                     p.zero_()
+                    if bias_std > 0:
+                        p.copy_((bias_std * torch.randn(tuple(p.shape), generator=g2)).to(p.dtype))
                 else:
                     p.copy_(torch.normal(0.0, std, size=tuple(p.shape), generator=g).to(p.dtype))
             pid = self.config.pad_token_id
@@ -531,7 +543,7 @@ def cmd_init(a):
     if a.std is not None:
         cfg = dict(cfg, initializer_range=a.std)
     model = Qwen3Ref(cfg, torch.float32)
-    model.init_weights(a.seed)
+    model.init_weights(a.seed, norm_std=a.norm_std, bias_std=a.bias_std)
     os.makedirs(a.out, exist_ok=True)
     st.save(os.path.join(a.out, st.SINGLE_NAME), param_tensors(model), dtype=a.dtype)
     if os.path.abspath(a.config) != os.path.abspath(os.path.join(a.out, "config.json")):
@@ -625,6 +637,10 @@ def main(argv=None):
     p.add_argument("--dtype", choices=["F32", "BF16", "F16"], default="F32", help="on-disk dtype")
     p.add_argument("--std", type=float, default=None,
                    help="override initializer_range for this init (config.json is copied unchanged)")
+    p.add_argument("--norm-std", type=float, default=0.0,
+                   help="RMSNorm weights 1 + NORM_STD * N(0,1) instead of 1 (test checkpoints)")
+    p.add_argument("--bias-std", type=float, default=0.0,
+                   help="biases BIAS_STD * N(0,1) instead of 0 (test checkpoints)")
     p.add_argument("--threads", type=int, default=0)
     p.set_defaults(fn=cmd_init)
 

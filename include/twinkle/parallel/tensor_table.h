@@ -10,9 +10,10 @@
 // framework's parameters; Megatron-core's sharded_state_dict of each layer.)
 //
 // Extending it: an MoE layer adds `mlp.gate.weight` (replicated, Normal) and one entry per
-// expert and projection `mlp.experts.{e}.{gate,up,down}_proj.weight` with expert = true and
-// the expert-parallel owner in `ep_rank` (entries of other ep ranks are listed with
-// param = kNoParam, as entries of other pipeline stages are). A LoRA adapter adds
+// expert and projection `mlp.experts.{e}.{gate,up,down}_proj.weight` with expert = true; with
+// expert parallelism an owner field (the ep rank holding the expert) joins `stage` in deciding
+// which entries materialize() declares and which rank gather sends from — entries of other ep
+// ranks are listed with param = kNoParam, as entries of other pipeline stages are. A LoRA adapter adds
 // `<base>.lora_A.weight` / `<base>.lora_B.weight` entries next to its base entry with their
 // own shard specs (lora_A of a row-parallel base split along dim 1, lora_B of a
 // column-parallel base along dim 0).
@@ -46,7 +47,6 @@ struct TensorEntry {
   bool tp_grad_allreduce = false; ///< gradient is a tp-partial sum (finalize_grads sums it)
   bool tied_copy = false;         ///< the last stage's copy of a tied embedding
   bool expert = false;            ///< an MoE expert tensor (reduced over expert-dp)
-  int ep_rank = -1;               ///< expert-parallel rank holding it (-1: every ep rank)
   int stage = 0;                  ///< pipeline stage holding it
   bool saved = true;              ///< written by save (false for a tied copy: HF lists one tensor)
   /// Checkpoint names tried in order when loading (empty: {name}).

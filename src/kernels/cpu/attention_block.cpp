@@ -7,6 +7,8 @@
 // none (skipped), all (no mask), or partial (masked per pair).
 #include "twinkle/kernels/cpu/attention_block.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -349,6 +351,51 @@ void attention_block_backward(const float* q, const int32_t* q_seg, const int32_
       }
     }
   };
+
+  // One pass per kv head when there are at least 2 kv heads per thread (one thread: always): each
+  // task owns dk/dv of its kv head and dq of its query heads, so S and dP are computed once per tile
+  // pair (5 tile products instead of 7). Otherwise two passes give enough parallel tasks.
+  const int nthreads = omp_get_max_threads();
+  if (nthreads == 1 || Hkv >= 2 * nthreads) {
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t hk = 0; hk < Hkv; ++hk) {
+      static thread_local std::vector<float> P_buf, dS_buf, dk_buf, dv_buf;
+      float* P = scratch(P_buf, kBQ * kBK);
+      float* dS = scratch(dS_buf, kBQ * kBK);
+      float* dka = scratch(dk_buf, static_cast<size_t>(kBK * D));
+      float* dva = scratch(dv_buf, static_cast<size_t>(kBK * D));
+      for (int64_t kb = 0; kb < nkt; ++kb) {
+        const int64_t k0 = kb * kBK, nk = std::min(kBK, Tk - k0);
+        std::fill(dka, dka + nk * D, 0.0f);
+        std::fill(dva, dva + nk * D, 0.0f);
+        bool any = false;
+        for (int64_t h = hk * g; h < (hk + 1) * g; ++h)
+          for (int64_t qt = 0; qt < nqt; ++qt) {
+            const Vis vis = visibility(qm[static_cast<size_t>(qt)], km[static_cast<size_t>(kb)]);
+            if (vis == Vis::None) continue;
+            any = true;
+            const int64_t i0 = qt * kBQ, mq = std::min(kBQ, Tq - i0);
+            tile_p_ds(h, hk, i0, mq, k0, nk, vis, P, dS);
+            for (int64_t e = 0; e < mq * kBK; ++e) dS[e] *= scale;
+            tile_nn(nk, mq, D, P, 1, kBK, dout + (i0 * Hq + h) * D, Hq * D, dva, D);  // dV += P^T dO
+            tile_nn(nk, mq, D, dS, 1, kBK, q + (i0 * Hq + h) * D, Hq * D, dka, D);    // dK += dS^T Q
+            tile_nn(mq, nk, D, dS, kBK, 1, k + (k0 * Hkv + hk) * D, Hkv * D, dq + (i0 * Hq + h) * D,
+                    Hq * D);  // dQ += dS K
+          }
+        if (!any) continue;
+        for (int64_t j = 0; j < nk; ++j) {
+          float* ok = dk + ((k0 + j) * Hkv + hk) * D;
+          float* ov = dv + ((k0 + j) * Hkv + hk) * D;
+#pragma omp simd
+          for (int64_t d = 0; d < D; ++d) {
+            ok[d] += dka[j * D + d];
+            ov[d] += dva[j * D + d];
+          }
+        }
+      }
+    }
+    return;
+  }
 
   // Pass A: dq over (head, query tile).
 #pragma omp parallel for collapse(2) schedule(dynamic)

@@ -16,8 +16,10 @@
 // GQA as HF repeat_kv: query head h uses kv head h / (Hq/Hkv). A query row that sees no key of the
 // block gets out = 0 and lse = -inf, so attention_lse_merge treats it as an empty partial result.
 // Layout: q/out [Tq, Hq, D], k/v [Tk, Hkv, D], lse [Tq, Hq], f32 row-major, token-major.
-// Accumulation fp32. Parallel with OpenMP (forward over (head, query tile); backward in two passes:
-// dq over (head, query tile), dk/dv over (kv head, key tile) — deterministic for any thread count).
+// Accumulation fp32. Parallel with OpenMP: forward over (head, query tile); backward in one pass per
+// kv head when there are >= 2 kv heads per thread (or one thread), else in two passes (dq over
+// (head, query tile), dk/dv over (kv head, key tile)). No atomics: results are bitwise reproducible
+// for a given thread count (the two backward schedules round differently).
 // Scratch: grow-only thread_local buffers (K^T and V^T packed per call: 2*Tk*Hkv*D floats).
 #pragma once
 #include <cstdint>

@@ -1,0 +1,50 @@
+// twinkle/parallel/cp_attention.h — the one context-parallel attention entry a model layer calls:
+// `cp_comm_type` p2p (ring, parallel/ring_attention.h) or a2a (Ulysses,
+// parallel/ulysses_attention.h) behind the signature of the cp = 1 flash kernel, with the per
+// micro-batch state the pipeline schedule needs (1F1B keeps several micro-batches in flight, each
+// in its own slot, like the model's activation workspaces).
+//
+// Usage in a layer (q/k/v after q_norm/k_norm and RoPE at CpShard::positions, the global ones):
+//   forward(slot, lay, q, k, v, out, lse, ...)   instead of flash_attention_forward
+//   backward(slot, lay, q, k, v, out, lse, dout, dq, dk, dv, ...)   instead of flash_attention_backward
+// Everything else of the layer runs unchanged on the local tokens.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "twinkle/dist/process_group.h"
+#include "twinkle/parallel/ring_attention.h"
+#include "twinkle/parallel/ulysses_attention.h"
+
+namespace twinkle::parallel {
+
+class ContextParallelAttention {
+ public:
+  /// `cp`: the cp group; heads are the model's global counts (num_attention_heads,
+  /// num_key_value_heads), `tp` the tensor-parallel size. Throws twinkle::Error (before any
+  /// communication) for a2a when the heads do not divide by cp*tp, naming the numbers.
+  ContextParallelAttention(std::shared_ptr<dist::ProcessGroup> cp, CpCommType type, int64_t num_heads,
+                           int64_t num_kv_heads, int tp = 1);
+  CpCommType type() const { return type_; }
+  /// out [T, Hq, D] of this rank's tokens (Hq, Hkv: heads of this tp rank). lse [T, Hq] is written
+  /// for p2p (the ring's merged log-sum-exp) and ignored for a2a (may be nullptr there; Ulysses keeps
+  /// the head-sharded lse of `slot` itself).
+  void forward(int slot, const CpLayout& lay, const float* q, const float* k, const float* v, float* out,
+               float* lse, int64_t Hq, int64_t Hkv, int64_t D, float scale);
+  /// dq [T, Hq, D], dk and dv [T, Hkv, D] (overwritten) for the forward of `slot`. p2p reads q, k,
+  /// v, out, lse; a2a only dout (its saved head-sharded tensors of the slot).
+  void backward(int slot, const CpLayout& lay, const float* q, const float* k, const float* v, const float* out,
+                const float* lse, const float* dout, float* dq, float* dk, float* dv, int64_t Hq, int64_t Hkv,
+                int64_t D, float scale);
+
+ private:
+  UlyssesAttention& ulysses(int slot);
+  std::shared_ptr<dist::ProcessGroup> cp_;
+  CpCommType type_;
+  int tp_;
+  RingAttention ring_;
+  std::vector<std::unique_ptr<UlyssesAttention>> ulysses_;  // per slot
+};
+
+}  // namespace twinkle::parallel

@@ -1,0 +1,278 @@
+#!/usr/bin/python3
+"""Communication volume of one training step, counted at the MPI layer, against Megatron's formulas.
+
+bench/layout_bench is run under mpirun with tests/dist/mpi_count.cpp (libtwinkle_mpi_count.so)
+preloaded: a PMPI interposition library that counts, per communicator and MPI call, the bytes
+of every MPI call made between MPI_Pcontrol(1) and MPI_Pcontrol(0) (layout_bench brackets one
+measured training step, after a warm-up step). It knows nothing of twinkle's process groups:
+communicators are identified by their sets of world ranks, and this script attributes them to
+tp / dp / pp / embedding / world groups with its own formulation of Megatron's rank layout
+(order tp-cp-ep-dp-pp: rank = tp + t * (dp + d * pp)).
+
+Expected bytes per rank and step are written here from Megatron-LM's communication pattern
+(bench/README.md, "Communication volume: expected figures", derives each line). Volumes that
+land on the same set of ranks (e.g. tp and world when tp is the only dimension) are added.
+Every (rank set, MPI call kind) must match EXACTLY, and traffic on a rank set or call kind
+that no formula predicts fails, so one extra all-reduce of the gradients (or any traffic that
+bypasses twinkle's ProcessGroup) is caught.
+
+usage: check_comm_volume.py --build BUILD --mpirun MPIRUN --np N [--tp T] [--pp P] [--dp D]
+                            [--sp] [--no-distopt]
+"""
+import argparse
+import collections
+import glob
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+# bench/layout_bench.cpp --config tiny (a Qwen3 shape; tied embeddings, no attention bias)
+CFG = dict(vocab=1001, hidden=64, inter=96, layers=4, heads=4, kv_heads=2, head_dim=32, tied=True, bias=False)
+ROWS = 8          # --rows
+MBS = 1           # --mbs
+F32, F64 = 4, 8   # bytes
+VOCAB_DIVISIBLE_BY = 128  # Megatron's --make-vocab-size-divisible-by default
+
+
+class MT64:
+    """std::mt19937_64 (C++ <random>): layout_bench's rows come from std::mt19937_64(5)."""
+    N, M = 312, 156
+
+    def __init__(self, seed):
+        m = (1 << 64) - 1
+        self.mt = [seed & m]
+        for i in range(1, self.N):
+            self.mt.append((6364136223846793005 * (self.mt[-1] ^ (self.mt[-1] >> 62)) + i) & m)
+        self.i = self.N
+
+    def __call__(self):
+        if self.i >= self.N:
+            mt = self.mt
+            for k in range(self.N):
+                y = (mt[k] & 0xFFFFFFFF80000000) | (mt[(k + 1) % self.N] & 0x7FFFFFFF)
+                v = mt[(k + self.M) % self.N] ^ (y >> 1)
+                mt[k] = v ^ 0xB5026F5AA96619E9 if y & 1 else v
+            self.i = 0
+        x = self.mt[self.i]
+        self.i += 1
+        x ^= (x >> 29) & 0x5555555555555555
+        x ^= (x << 17) & 0x71D67FFFEDA60000
+        x ^= (x << 37) & 0xFFF7EEE000000000
+        x ^= x >> 43
+        return x & ((1 << 64) - 1)
+
+
+def row_lengths(n):
+    """Lengths of layout_bench's make_rows(n, vocab): L = 48 + g() % 80, then L token draws."""
+    g = MT64(5)
+    out = []
+    for _ in range(n):
+        L = 48 + g() % 80
+        for _ in range(L):
+            g()
+        out.append(L)
+    return out
+
+
+def groups(t, d, p):
+    """Megatron's rank sets (tp-cp-ep-dp-pp order, cp = ep = 1) as {name: [frozenset per rank]}."""
+    W = t * d * p
+    coord = {r: (r % t, (r // t) % d, r // (t * d)) for r in range(W)}
+    rank = lambda i, j, k: i + t * (j + d * k)  # noqa: E731
+    g = {}
+    for r, (i, j, k) in coord.items():
+        g.setdefault("tp", {})[r] = frozenset(rank(x, j, k) for x in range(t))
+        g.setdefault("dp", {})[r] = frozenset(rank(i, x, k) for x in range(d))
+        g.setdefault("pp", {})[r] = frozenset(rank(i, j, x) for x in range(p))
+        g.setdefault("embedding", {})[r] = frozenset({rank(i, j, 0), rank(i, j, p - 1)})
+        g.setdefault("world", {})[r] = frozenset(range(W))
+    return coord, g
+
+
+def expected(t, d, p, sp, distopt):
+    """{rank: {(rank set, MPI call): bytes}} for one step, from Megatron's formulas."""
+    c = CFG
+    h, D, I = c["hidden"], c["head_dim"], c["inter"]
+    q, kv = c["heads"] * D, c["kv_heads"] * D
+    L = c["layers"] // p
+    Vp = math.ceil(c["vocab"] / (VOCAB_DIVISIBLE_BY * t)) * VOCAB_DIVISIBLE_BY * t
+    Vl = Vp // t
+    lengths = row_lengths(ROWS)
+    coord, g = groups(t, d, p)
+    out = {}
+    for r, (ti, di, pi) in coord.items():
+        e = collections.Counter()
+        first, last = pi == 0, pi == p - 1
+
+        def add(group, call, nbytes):
+            if len(g[group][r]) > 1 and nbytes:
+                e[(g[group][r], call)] += nbytes
+
+        mine = lengths[di * ROWS // d:(di + 1) * ROWS // d]
+        for s in range(0, len(mine), MBS):
+            rows = mine[s:s + MBS]
+            T = len(rows) * max(rows)               # padded to the longest row (b * s tokens)
+            if sp and t > 1:
+                T = math.ceil(T / t) * t           # SP: the sequence divides by tp
+            Tl = T // t if sp and t > 1 else T     # rows of the hidden state a rank holds
+            act = T * h * F32                      # one [s, b, h] activation, fp32
+            if t > 1:
+                # Megatron: VocabParallelEmbedding all-reduces its output (SP: reduce-scatters it,
+                # backward all-gathers); per transformer layer 2 all-reduces forward (after the
+                # row-parallel o_proj and down_proj) + 2 backward (input grads of the column-parallel
+                # qkv and gate/up) - with SP 2 all-gathers + 2 reduce-scatters forward, 2 + 2 backward
+                # (Megatron re-gathers the input in backward for the weight gradient; twinkle keeps
+                # the gathered input, so those 2 all-gathers are not expected); the output layer
+                # all-gathers (SP) its input forward and all-reduces / reduce-scatters its input
+                # gradient; vocab-parallel cross entropy all-reduces 3 fp32 values per token
+                # (logit max, target logit, sum of exp).
+                if sp:
+                    if first:
+                        add("tp", "Reduce_scatter_block", act)
+                        add("tp", "Allgather", act)
+                    add("tp", "Allgather", 4 * L * act)
+                    add("tp", "Reduce_scatter_block", 4 * L * act)
+                    if last:
+                        add("tp", "Allgather", act)
+                        add("tp", "Reduce_scatter_block", act)
+                else:
+                    if first:
+                        add("tp", "Allreduce", act)
+                    add("tp", "Allreduce", 4 * L * act)
+                    if last:
+                        add("tp", "Allreduce", act)
+                if last:
+                    add("tp", "Allreduce", 3 * T * F32)
+            if p > 1:
+                # Megatron 1F1B: each micro-batch's activation goes to the next stage and its
+                # gradient back ([s/t, b, h] with SP: scatter-gather of the pipeline tensors).
+                if not last:
+                    add("pp", "Send", Tl * h * F32)
+                    add("pp", "Recv", Tl * h * F32)
+                if not first:
+                    add("pp", "Recv", Tl * h * F32)
+                    add("pp", "Send", Tl * h * F32)
+        # parameters this rank holds (Megatron sharding; vocab padded to 128 * tp)
+        layer = [h * q // t, h * kv // t, h * kv // t, q * h // t, h * I // t, h * I // t, I * h // t, h, h, D, D]
+        if c["bias"]:
+            layer += [q // t, kv // t, kv // t, h]
+        sizes = L * layer
+        if first:
+            sizes.append(Vl * h)
+        if last:
+            sizes.append(h)
+            if not c["tied"] or p > 1:
+                sizes.append(Vl * h)  # lm_head (the tied copy of the embedding on the last stage)
+        # The flat grad / param buffer that the data-parallel collectives move: each parameter
+        # starts 16-element (64-byte) aligned and the buffer is padded to a multiple of 64 * d so
+        # that it divides into d equal shards (Megatron: 64-element starts, buckets padded to
+        # lcm(d, 128) - the same rule with other constants; bench/README.md).
+        n = sum(math.ceil(x / 16) * 16 for x in sizes)
+        n = math.ceil(n / (64 * d)) * 64 * d
+        if t > 1:
+            # finalize_model_grads / _allreduce_layernorm_grads: grads of parameters that are
+            # replicated across tp but see only part of the work - q_layernorm / k_layernorm
+            # always (each tp rank normalises its own heads), and with SP every parameter marked
+            # sequence_parallel (input/post-attention layernorm, the final norm, o_proj bias).
+            ln = L * 2 * D
+            if sp:
+                ln += L * 2 * h + (L * h if c["bias"] else 0) + (h if last else 0)
+            add("tp", "Allreduce", ln * F32)
+        if p > 1 and c["tied"] and (first or last):
+            # _allreduce_word_embedding_grads: the word embedding grad between first and last stage
+            add("embedding", "Allreduce", Vl * h * F32)
+        if p > 1:
+            # twinkle: the step's loss (fp64) broadcast from the last stage to its pipeline
+            add("pp", "Bcast", F64)
+        if d > 1:
+            if distopt:
+                # distributed optimizer: reduce-scatter of the grad buffer, all-gather of the params
+                add("dp", "Reduce_scatter_block", n * F32)
+                add("dp", "Allgather", n * F32)
+            else:
+                add("dp", "Allreduce", n * F32)  # DDP: all-reduce of the grad buffer
+            # loss sum and label-token count of the step (2 fp64), then the global token count
+            # (1 fp64) that scales the per-token loss gradient
+            add("dp", "Allreduce", 3 * F64)
+        # grad norm: the squared norm (fp64) summed over every rank (Megatron: model-parallel
+        # group, plus data-parallel with the distributed optimizer)
+        add("world", "Allreduce", F64)
+        out[r] = e
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--np", type=int, required=True)
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--pp", type=int, default=1)
+    ap.add_argument("--dp", type=int, default=1)
+    ap.add_argument("--sp", action="store_true")
+    ap.add_argument("--no-distopt", action="store_true")
+    a = ap.parse_args()
+    assert a.np == a.tp * a.pp * a.dp
+    lib = os.path.abspath(os.path.join(a.build, "tests", "libtwinkle_mpi_count.so"))
+    bench = os.path.abspath(os.path.join(a.build, "bench", "layout_bench"))
+    tmp = tempfile.mkdtemp(prefix="twinkle-mpicount-")
+    try:
+        flags = ["--tp", str(a.tp), "--pp", str(a.pp), "--dp", str(a.dp), "--rows", str(ROWS), "--mbs", str(MBS),
+                 "--steps", "1", "--config", "tiny", "--no-baseline"]
+        if a.sp:
+            flags.append("--sp")
+        if a.no_distopt:
+            flags.append("--no-distopt")
+        cmd = [a.mpirun, "-np", str(a.np), "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "--mca",
+               "mpi_yield_when_idle", "1", "-x", "OMP_NUM_THREADS=1", "-x", f"LD_PRELOAD={lib}", "-x",
+               f"TWINKLE_MPI_COUNT_DIR={tmp}", bench] + flags
+        print("+", " ".join(cmd), flush=True)
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
+        print(r.stdout[-4000:])
+        if r.returncode != 0:
+            print(f"FAILED: layout_bench exited {r.returncode}")
+            return 1
+        files = sorted(glob.glob(os.path.join(tmp, "rank*.json")))
+        if len(files) != a.np:
+            print(f"FAILED: {len(files)} count files for {a.np} ranks (is the PMPI library preloaded?)")
+            return 1
+        want = expected(a.tp, a.dp, a.pp, a.sp, not a.no_distopt)
+        _, g = groups(a.tp, a.dp, a.pp)
+        names = {}
+        for name, per in g.items():
+            for s in per.values():
+                names.setdefault(s, set()).add(name)
+        bad = 0
+        for fn in files:
+            with open(fn) as f:
+                rep = json.load(f)
+            r_ = rep["world_rank"]
+            got = collections.Counter()
+            for cm in rep["comms"]:
+                s = frozenset(cm["ranks"])
+                for op, st in cm["ops"].items():
+                    if len(s) > 1 or st["bytes"]:
+                        got[(s, op)] += st["bytes"]
+            keys = sorted(set(got) | set(want[r_]), key=lambda k: (sorted(k[0]), k[1]))
+            for k in keys:
+                gname = "/".join(sorted(names.get(k[0], {"?"})))
+                ok = got[k] == want[r_][k]
+                if not ok:
+                    bad += 1
+                print(f"rank {r_}: {gname:12s} {sorted(k[0])!s:24s} {k[1]:22s} counted {got[k]:>10d} "
+                      f"expected {want[r_][k]:>10d} {'ok' if ok else 'MISMATCH'}")
+        if bad:
+            print(f"FAILED: {bad} (rank, group, call) volumes differ from Megatron's formulas")
+            return 1
+        print(f"comm volume: all {a.np} ranks match Megatron's formulas at the MPI layer")
+        return 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
