@@ -5,6 +5,7 @@ namespace twinkle {
 
 Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelState> ps, Qwen3ModelOptions opts)
     : cfg_(cfg), ps_(std::move(ps)), opts_(std::move(opts)) {
+  kernels_ = kernels::resolve_kernels(ps_->mesh.device_type(), opts_.kernels);
   check(cfg_.model_type == "qwen3",
         "Qwen3Model: model_type '" + cfg_.model_type + "' is not a dense qwen3 model" +
             (cfg_.source.empty() ? "" : " (" + cfg_.source + ")"));
@@ -14,6 +15,10 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   if (cfg_.num_attention_heads % tp_) fail("num_attention_heads " + std::to_string(cfg_.num_attention_heads) + " is not divisible by tp " + std::to_string(tp_));
   if (cfg_.num_key_value_heads % tp_) fail("num_key_value_heads " + std::to_string(cfg_.num_key_value_heads) + " is not divisible by tp " + std::to_string(tp_));
   if (cfg_.intermediate_size % tp_) fail("intermediate_size " + std::to_string(cfg_.intermediate_size) + " is not divisible by tp " + std::to_string(tp_));
+  if (ps_->cp_size() > 1)  // validates cp_comm_type and, for a2a, the heads against cp*tp
+    cp_attention_ = std::make_shared<parallel::ContextParallelAttention>(
+        ps_->cp, parallel::parse_cp_comm_type(opts_.cp_comm_type), cfg_.num_attention_heads,
+        cfg_.num_key_value_heads, tp_);
   split_ = parallel::split_layers(cfg_.num_hidden_layers, ps_->pp_size(), opts_.layers_per_stage);
   const int stage = ps_->pp_rank();
   layer0_ = split_.first[static_cast<size_t>(stage)];
@@ -22,9 +27,17 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   last_ = ps_->is_last_stage();
   vocab_ = parallel::make_vocab_shard(cfg_.vocab_size, ps_->tp_rank(), tp_);
   rope_ = kernels::cpu::make_rope_table(cfg_.max_position_embeddings, cfg_.head_dim, cfg_.rope_theta);
+  table_.set_kernels(&kernels_);  // every layer computes through the model's kernel table
   build_table();
   table_.materialize(stage, store_);
   store_.finalize(64 * ps_->dp_cp->size());  // flat size divisible by the ZeRO shard count
+}
+
+void Qwen3Model::set_kernels(const kernels::KernelTable& t) {
+  check(t.device == kernels_.device, "Qwen3Model::set_kernels: table for device '" + t.device +
+                                         "' but the model runs on '" + kernels_.device + "'");
+  check(t.complete(), "Qwen3Model::set_kernels: the kernel table lacks an op");
+  kernels_ = t;
 }
 
 parallel::TensorParallel Qwen3Model::tp_group() const {
