@@ -7,6 +7,7 @@
 
 #include "bindings.h"
 #include "data_rows.h"
+#include "twinkle/model/kernelize.h"
 #include "twinkle/train/megatron_model.h"
 
 namespace twinkle_py {
@@ -31,8 +32,10 @@ twinkle::MegatronModelOptions model_options(const py::dict& kw) {
     else if (k == "packing") o.packing = v.cast<bool>();
     else if (k == "lm_head_chunk_tokens") o.lm_head_chunk_tokens = v.cast<int64_t>();
     else if (k == "on_nonfinite") o.on_nonfinite = v.cast<std::string>();
+    else if (k == "kernels") o.kernels = v.cast<std::string>();
+    else if (k == "cp_comm_type") o.cp_comm_type = v.cast<std::string>();
     else unknown_kw("MegatronModel", k, "micro_batch_size, load_weights, seed, layers_per_stage, packing, "
-                    "lm_head_chunk_tokens, on_nonfinite");
+                    "lm_head_chunk_tokens, on_nonfinite, kernels, cp_comm_type");
   }
   return o;
 }
@@ -191,6 +194,12 @@ void bind_model(py::module_& m) {
                self.load(dir);
              }
              check_signals();
+           })
+      .def("kernelize",
+           [](MegatronModel& self, const twinkle::kernels::KernelMapping& mapping) {
+             std::vector<std::string> changed;
+             arg_check([&] { changed = twinkle::kernelize_model(self.model(), mapping); });
+             return changed;
            })
       .def_property_readonly("model_dir", &MegatronModel::model_dir)
       .def_property_readonly("pad_token_id", &MegatronModel::pad_token_id)

@@ -89,9 +89,20 @@ def _global_mesh():
     return _state['mesh']
 
 
+
 def kernelize_model(model, mapping=None, **kwargs):
-    """Twinkle's kernelize (src/twinkle/kernel/): swaps modules for fused kernels. twinkle's
-    kernel registry (issue `seam`) is not in this build yet: raises NotImplementedError. (The
-    Megatron recipes never call it; twinkle's CPU kernels are always the fused ones.)"""
-    raise NotImplementedError('kernelize_model: the kernel registry is not in this build of twinkle yet; the '
-                              'Megatron recipes do not need it (the C++ core always runs its fused CPU kernels)')
+    """Twinkle's kernelize (twinkle.kernel.kernelize, spec §6.1) over twinkle::kernelize_model:
+    swaps the kernels a MegatronModel calls. mapping: {op: {device: implementation}} over the
+    kernel registry (None or {} = the device's built-in fused bundle); entries for other devices
+    are skipped. Returns the model (Twinkle returns the kernelized model); the ops that changed
+    are logged. ValueError for an unknown op or implementation (the C++ text), TypeError for a
+    model that is not a twinkle MegatronModel."""
+    from .model import MegatronModel
+    if kwargs:
+        raise TypeError(f'kernelize_model() got unexpected keyword arguments {sorted(kwargs)}')
+    if not isinstance(model, MegatronModel):
+        raise TypeError(f'kernelize_model: expected a twinkle.model.MegatronModel, got {type(model).__name__}')
+    if mapping is not None and not isinstance(mapping, dict):
+        raise ValueError(f'kernelize_model: mapping must be a dict {{op: {{device: impl}}}}, got {type(mapping).__name__}')
+    model._m.kernelize({str(op): {str(d): str(i) for d, i in dict(v).items()} for op, v in (mapping or {}).items()})
+    return model

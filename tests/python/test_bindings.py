@@ -194,10 +194,6 @@ class LoggerPlacementTest(unittest.TestCase):
         self.assertNotIn('shown-info', r.stderr)
         self.assertIn('[WARNING:twinkle] shown-warning', r.stderr)
 
-    def test_kernelize_model_is_not_there_yet(self):
-        with self.assertRaisesRegex(NotImplementedError, 'kernel registry'):
-            twinkle.kernelize_model(object())
-
     def test_device_placement(self):
         s = get_device_placement()
         self.assertTrue(s.startswith('\n'))
@@ -472,6 +468,23 @@ class MegatronModelTest(unittest.TestCase):
             m.add_adapter_to_model('default', {'rank': 8})
         with self.assertRaises(NotImplementedError):
             m.save('x', output_dir=self.tmp.name, save_optimizer=True)
+
+    def test_06_kernelize_model(self):
+        batch = [self.ds[0], self.ds[1]]
+        fused = self.model.forward_only(inputs=batch).loss
+        self.assertIs(twinkle.kernelize_model(self.model, {'rms_norm': {'cpu': 'reference', 'npu': 'x'}}), self.model)
+        ref = self.model.forward_only(inputs=batch).loss
+        self.assertAlmostEqual(ref, fused, delta=1e-5 * abs(fused))  # same math, other kernel
+        twinkle.kernelize_model(self.model)  # built-in bundle back
+        self.assertEqual(self.model.forward_only(inputs=batch).loss, fused)
+        with self.assertRaises(ValueError):
+            twinkle.kernelize_model(self.model, {'no_such_op': {'cpu': 'fused'}})
+        with self.assertRaises(ValueError):
+            twinkle.kernelize_model(self.model, {'rms_norm': {'cpu': 'no_such_impl'}})
+        with self.assertRaises(TypeError):
+            twinkle.kernelize_model(object())
+        with self.assertRaisesRegex(ValueError, 'kernels'):
+            MegatronModel(MODEL, kernels='fast')
 
     def test_05_bad_model_arguments(self):
         with self.assertRaisesRegex(ValueError, 'micro_batch_size'):
