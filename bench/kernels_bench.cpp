@@ -1,6 +1,6 @@
 // bench/kernels_bench — throughput of twinkle's CPU kernels (see bench/README.md, section "CPU kernels").
 //
-//   build/bench/kernels_bench [--threads N] [--quick] [--cpu-time]
+//   build/bench/kernels_bench [--threads N] [--quick] [--cpu-time] [--fusions]
 //
 // --cpu-time times with the process CPU clock instead of wall time: with --threads 1 on a shared,
 // busy machine this removes time-slicing by other processes from the figures.
@@ -9,6 +9,8 @@
 // once) / best time. Attention reports GFLOP/s with the FlashAttention convention: forward
 // 4 * D * Hq * (causal pairs), backward 2.5x forward (5 matmuls instead of 2), causal pairs = L(L+1)/2
 // per sequence. Times are the best of several repetitions after a warm-up.
+// The "fusions" table times each fused op of the `fused` kernel set (twinkle/kernels/registry.h) against
+// the unfused sequence of today's kernels it replaces, forward and backward; --fusions runs only it.
 #include <omp.h>
 
 #include <algorithm>
@@ -23,8 +25,13 @@
 #include <vector>
 
 #include "twinkle/kernels/cpu/adamw.h"
+#include "twinkle/kernels/cpu/add_rmsnorm.h"
 #include "twinkle/kernels/cpu/attention.h"
 #include "twinkle/kernels/cpu/cross_entropy.h"
+#include "twinkle/kernels/cpu/gate_up_swiglu.h"
+#include "twinkle/kernels/cpu/gemm.h"
+#include "twinkle/kernels/cpu/qk_norm_rope.h"
+#include "twinkle/kernels/cpu/reduce.h"
 #include "twinkle/kernels/cpu/rmsnorm.h"
 #include "twinkle/kernels/cpu/rope.h"
 #include "twinkle/kernels/cpu/swiglu.h"
@@ -69,17 +76,98 @@ void report_bw(const char* name, const std::string& shape, double bytes, double 
   std::printf("%-22s %-28s %9.3f ms %8.1f GB/s\n", name, shape.c_str(), sec * 1e3, bytes / sec / 1e9);
 }
 
+void report_fusion(const char* name, const std::string& shape, double unfused, double fused) {
+  std::printf("%-26s %-24s %9.3f ms %9.3f ms %7.2fx\n", name, shape.c_str(), unfused * 1e3, fused * 1e3,
+              unfused / fused);
+}
+
+// Each fused op against the unfused sequence of kernels it replaces (the model's calls before the fusion).
+void bench_fusions(int reps) {
+  std::printf("\n%-26s %-24s %12s %12s %8s\n", "fusion", "shape", "unfused", "fused", "gain");
+  {  // residual add + RMSNorm: h = x + r; y = rmsnorm(h)   |  backward: rmsnorm bwd, then += residual grad
+    const int64_t rows = 2048, dim = 1024, n = rows * dim;
+    auto x = randv(n, 1), r = randv(n, 2), w = randv(dim, 3), dy = randv(n, 4), dres = randv(n, 5);
+    std::vector<float> h(n), y(n), rstd(rows), dh(n), dw(dim);
+    const std::string sh = "[2048,1024]";
+    report_fusion("add+rmsnorm fwd", sh, best_seconds([&] {
+                    add_out(h.data(), x.data(), r.data(), n);
+                    rmsnorm_forward(h.data(), w.data(), y.data(), rstd.data(), rows, dim, 1e-6f);
+                  }, reps),
+                  best_seconds([&] {
+                    add_rmsnorm_forward(x.data(), r.data(), h.data(), w.data(), y.data(), rstd.data(), rows, dim, 1e-6f);
+                  }, reps));
+    report_fusion("add+rmsnorm bwd", sh, best_seconds([&] {
+                    rmsnorm_backward(h.data(), w.data(), rstd.data(), dy.data(), dh.data(), dw.data(), rows, dim);
+                    add_inplace(dh.data(), dres.data(), n);
+                  }, reps),
+                  best_seconds([&] {
+                    add_rmsnorm_backward(h.data(), w.data(), rstd.data(), dy.data(), dres.data(), dh.data(), dw.data(),
+                                         rows, dim);
+                  }, reps));
+  }
+  {  // q/k per-head RMSNorm + RoPE
+    const int64_t T = 2048, Hh = 16, D = 128, n = T * Hh * D;
+    RopeTable tab = make_rope_table(4096, D, 1e6);
+    std::vector<int32_t> pos(T);
+    for (int64_t i = 0; i < T; ++i) pos[i] = static_cast<int32_t>(i);
+    auto x = randv(n, 6), w = randv(D, 7), dy = randv(n, 8);
+    std::vector<float> y(n), rstd(T * Hh), dx(n), dw(D);
+    const std::string sh = "[2048,16,128]";
+    report_fusion("qk_norm+rope fwd", sh, best_seconds([&] {
+                    rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), T * Hh, D, 1e-6f);
+                    rope_forward(y.data(), pos.data(), tab, T, Hh, D);
+                  }, reps),
+                  best_seconds([&] {
+                    qk_norm_rope_forward(x.data(), w.data(), y.data(), rstd.data(), pos.data(), tab, T, Hh, D, 1e-6f);
+                  }, reps));
+    report_fusion("qk_norm+rope bwd", sh, best_seconds([&] {
+                    std::memcpy(dx.data(), dy.data(), n * 4);  // the unfused path rotates in place
+                    rope_backward(dx.data(), pos.data(), tab, T, Hh, D);
+                    rmsnorm_backward(x.data(), w.data(), rstd.data(), dx.data(), dx.data(), dw.data(), T * Hh, D);
+                  }, reps),
+                  best_seconds([&] {
+                    qk_norm_rope_backward(x.data(), w.data(), rstd.data(), pos.data(), tab, dy.data(), dx.data(),
+                                          dw.data(), T, Hh, D);
+                  }, reps));
+  }
+  {  // gate/up as one GEMM + SwiGLU, bench config (b)'s MLP: T = 1024 tokens, H = 1024, I = 2816
+    const int64_t T = 1024, H = 1024, I = 2816;
+    auto x = randv(T * H, 9), wgu = randv(2 * I * H, 10, 0.03f), da = randv(T * I, 11);
+    std::vector<float> g(T * I), u(T * I), a(T * I), gu(T * 2 * I), dg(T * I), du(T * I), dgu(T * 2 * I), dx(T * H),
+        dw(2 * I * H);
+    const std::string sh = "T1024 H1024 I2816";
+    const float* wg = wgu.data();
+    const float* wu = wgu.data() + I * H;
+    report_fusion("gate/up+swiglu fwd", sh, best_seconds([&] {
+                    linear_forward(x.data(), wg, g.data(), T, I, H);
+                    linear_forward(x.data(), wu, u.data(), T, I, H);
+                    swiglu_forward(g.data(), u.data(), a.data(), T * I);
+                  }, reps),
+                  best_seconds([&] { gate_up_swiglu_forward(x.data(), wgu.data(), gu.data(), a.data(), T, I, H); }, reps));
+    report_fusion("gate/up+swiglu bwd", sh, best_seconds([&] {
+                    swiglu_backward(g.data(), u.data(), da.data(), dg.data(), du.data(), T * I);
+                    linear_backward(x.data(), wg, dg.data(), dx.data(), dw.data(), T, I, H);
+                    linear_backward(x.data(), wu, du.data(), dx.data(), dw.data() + I * H, T, I, H, true);
+                  }, reps),
+                  best_seconds([&] {
+                    gate_up_swiglu_backward(x.data(), wgu.data(), gu.data(), da.data(), dgu.data(), dx.data(),
+                                            dw.data(), T, I, H, false);
+                  }, reps));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 0;
-  bool quick = false;
+  bool quick = false, fusions_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--cpu-time")) g_cpu_time = true;
+    else if (!std::strcmp(argv[i], "--fusions")) fusions_only = true;
     else {
-      std::fprintf(stderr, "usage: kernels_bench [--threads N] [--quick] [--cpu-time]\n");
+      std::fprintf(stderr, "usage: kernels_bench [--threads N] [--quick] [--cpu-time] [--fusions]\n");
       return 2;
     }
   }
@@ -87,6 +175,10 @@ int main(int argc, char** argv) {
   std::printf("kernels_bench: %d OpenMP thread(s), %s\n", omp_get_max_threads(),
               g_cpu_time ? "process CPU time" : "wall time");
   const int reps = quick ? 3 : 10;
+  if (fusions_only) {
+    bench_fusions(reps);
+    return 0;
+  }
 
   {  // RMSNorm: tokens x hidden
     const int64_t rows = 2048, dim = 1024, n = rows * dim;
@@ -177,5 +269,6 @@ int main(int argc, char** argv) {
                 static_cast<long>(a.L), static_cast<long>(a.Hq), static_cast<long>(a.Hkv), static_cast<long>(a.D),
                 tf * 1e3, ffl / tf / 1e9, tb * 1e3, bfl / tb / 1e9);
   }
+  bench_fusions(reps);
   return 0;
 }

@@ -4,7 +4,7 @@
 // labels = input ids, forward + loss + backward + clip_grad_norm(1.0) + AdamW (lr 1e-4, betas
 // 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices). Prints one JSON line with tokens_per_s,
 // gflops (the same FLOP formula as torch_peer.py), peak_rss_bytes and minor page faults.
-//   build/bench/train_bench --config a --threads 2 [--steps 3 --warmup 1]
+//   build/bench/train_bench --config a --threads 2 [--steps 3 --warmup 1] [--kernels fused|reference]
 // scripts/bench-train runs both engines side by side and prints the ratios.
 #include <omp.h>
 #include <sys/resource.h>
@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   std::string config = "a";
   int threads = 1, steps = 3, warmup = 1;
   bool untied = false;
+  std::string kernels = "fused";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() { return std::string(i + 1 < argc ? argv[++i] : ""); };
@@ -34,8 +35,9 @@ int main(int argc, char** argv) {
     else if (a == "--steps") steps = std::stoi(next());
     else if (a == "--warmup") warmup = std::stoi(next());
     else if (a == "--untied") untied = true;
+    else if (a == "--kernels") kernels = next();
     else {
-      std::fprintf(stderr, "usage: train_bench [--config a|b] [--threads N] [--steps K] [--warmup W] [--untied]\n");
+      std::fprintf(stderr, "usage: train_bench [--config a|b|s] [--threads N] [--steps K] [--warmup W] [--untied] [--kernels fused|reference]\n");
       return 2;
     }
   }
@@ -49,6 +51,9 @@ int main(int argc, char** argv) {
   } else if (config == "b") {
     c.hidden_size = 1024; c.num_hidden_layers = 8; c.num_attention_heads = 16; c.num_key_value_heads = 8;
     c.head_dim = 64; c.intermediate_size = 2816; c.vocab_size = 32000; B = 2; S = 512;
+  } else if (config == "s") {  // small: for the reference kernel set, whose plain loops are 20-50x slower
+    c.hidden_size = 256; c.num_hidden_layers = 2; c.num_attention_heads = 8; c.num_key_value_heads = 4;
+    c.head_dim = 32; c.intermediate_size = 768; c.vocab_size = 8000; B = 2; S = 256;
   } else {
     std::fprintf(stderr, "unknown config %s\n", config.c_str());
     return 2;
@@ -57,7 +62,7 @@ int main(int argc, char** argv) {
   c.max_position_embeddings = 4096;
   c.rope_theta = 1e6;
   auto ps = dist::make_single_process_state();
-  Qwen3Model model(c, ps);
+  Qwen3Model model(c, ps, {.kernels = kernels});
   model.init_random(0);
   Engine eng(model);
   OptimizerConfig oc;
@@ -66,6 +71,7 @@ int main(int argc, char** argv) {
   oc.weight_decay = 0.1;
   oc.clip_grad = 1.0;
   DistributedOptimizer opt(model.store(), ps, oc);
+  opt.set_kernels(model.kernels());
   std::mt19937_64 g(1);
   std::vector<EncodedRow> rows(static_cast<size_t>(B));
   for (auto& r : rows) {
@@ -108,9 +114,9 @@ int main(int argc, char** argv) {
                         1e-6 * static_cast<double>(r1.ru_stime.tv_usec - r0.ru_stime.tv_usec)) / steps;
   std::printf(
       "{\"engine\": \"twinkle\", \"config\": \"%s\", \"threads\": %d, \"batch\": %lld, \"seq\": %lld, "
-      "\"tied\": %s, \"step_s\": %.4f, \"tokens_per_s\": %.1f, \"gflops\": %.1f, \"flops_per_step\": %.0f, "
+      "\"tied\": %s, \"kernels\": \"%s\", \"step_s\": %.4f, \"tokens_per_s\": %.1f, \"gflops\": %.1f, \"flops_per_step\": %.0f, "
       "\"minor_faults_per_step\": %ld, \"cpu_s_per_step\": %.4f, \"peak_rss_bytes\": %ld, \"loss\": [",
-      config.c_str(), threads, static_cast<long long>(B), static_cast<long long>(S), untied ? "false" : "true", step_s,
+      config.c_str(), threads, static_cast<long long>(B), static_cast<long long>(S), untied ? "false" : "true", kernels.c_str(), step_s,
       Bd * Sd / step_s, flops / step_s / 1e9, flops, (r1.ru_minflt - r0.ru_minflt) / steps, cpu_s,
       r1.ru_maxrss * 1024L);
   for (size_t i = 0; i < losses.size(); ++i) std::printf("%s%.5f", i ? ", " : "", losses[i]);

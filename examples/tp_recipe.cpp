@@ -39,6 +39,7 @@ int recipe(int argc, char** argv) {
   std::string device = env_or("TWINKLE_DEVICE", "cpu");
   std::string dataset_id = "ms://swift/self-cognition";
   std::string output_dir = "output/tp_recipe";
+  std::string kernels = "fused";
   int64_t max_steps = 0, data_rows = 256, batch_size = 8, max_length = 512;
   double lr = 1e-4;
   int dp = 2, tp = 2, pp = 2;
@@ -55,6 +56,8 @@ int recipe(int argc, char** argv) {
   app.add_option("--dp", dp, "data-parallel size (the recipe: 2)");
   app.add_option("--tp", tp, "tensor-parallel size (the recipe: 2)");
   app.add_option("--pp", pp, "pipeline-parallel size (the recipe: 2)");
+  app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
+      ->check(CLI::IsMember({"fused", "reference"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -82,7 +85,7 @@ int recipe(int argc, char** argv) {
   DataLoader loader(ds, {.batch_size = batch_size});  // dp rank and size from the global mesh
 
   // 3. model, optimizer, schedule
-  MegatronModel model(model_id);
+  MegatronModel model(model_id, {.kernels = kernels});  // fused: kernelize_model logs each op it replaces
   model.set_optimizer("default", {.lr = lr});
   const int64_t steps = resolve_max_steps(max_steps, loader.size());  // 0 = one epoch
   model.set_lr_scheduler("default", {.lr_warmup_steps = 2, .lr_decay_steps = std::max<int64_t>(steps, 3)});

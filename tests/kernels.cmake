@@ -13,3 +13,13 @@ set_tests_properties(kernels_ref_data PROPERTIES FIXTURES_SETUP kernels_ref TIME
 gtest_discover_tests(torch_ref_kernels DISCOVERY_TIMEOUT 60
                      PROPERTIES FIXTURES_REQUIRED kernels_ref
                                 ENVIRONMENT "KERNELS_REF_DIR=${TWINKLE_KERNELS_REF_DIR};TWINKLE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+
+# Kernel conformance table: every op x every registered implementation x forward/backward vs the same
+# PyTorch float64 references (fixture above). Also built in the portable CI build (tests/portable.cmake).
+add_executable(kernel_conformance ${CMAKE_SOURCE_DIR}/tests/unit/kernels/kernel_conformance.cpp)
+set_target_properties(kernel_conformance PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+target_compile_options(kernel_conformance PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
+target_link_libraries(kernel_conformance PRIVATE twinkle_kernels nlohmann_json::nlohmann_json GTest::gtest)
+gtest_discover_tests(kernel_conformance DISCOVERY_TIMEOUT 60
+                     PROPERTIES FIXTURES_REQUIRED kernels_ref
+                                ENVIRONMENT "KERNELS_REF_DIR=${TWINKLE_KERNELS_REF_DIR};TWINKLE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")

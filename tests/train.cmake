@@ -9,6 +9,7 @@ add_test(NAME train_vs_torch_untied_bias COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --
 add_test(NAME train_vs_torch_padding_idx_tied COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant a --pad-token-id 13 --steps 3)
 add_test(NAME train_vs_torch_padded_microbatches COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant b --batch rows:6 --mbs 4 --steps 3)
 
+# Every layout (fused kernels) is checked against the one-process run on the plain reference kernels.
 # name | ranks | variant | flags
 set(TWINKLE_LAYOUTS
   "tp2|2|a|--tp 2"
@@ -26,7 +27,30 @@ foreach(spec ${TWINKLE_LAYOUTS})
   list(GET parts 2 variant)
   list(GET parts 3 flags)
   add_test(NAME layout_${name} COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant ${variant}
-           --layers 4 --batch rows:8 --mbs 1 --steps 3 --against single --np ${np} --layout "${flags}")
+           --layers 4 --batch rows:8 --mbs 1 --steps 3 --against single --np ${np} --layout "${flags}"
+           --single-kernels reference)
   set_tests_properties(layout_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
 endforeach()
 add_test(NAME reference_model_selftest COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/qwen3_ref.py selftest)
+
+# Kernel sets (twinkle/kernels/registry.h): --kernels reference vs --kernels fused on the same model,
+# batch and layout: loss of every step 1e-6 relative, step-1 gradients 1e-5 of each tensor's max.
+set(TWINKLE_KERNEL_CHECKS
+  "single_tied|1|a|"
+  "single_bias_padded|1|b|--micro-batch-size 4"
+  "tp2_sp|2|b|--tp 2 --sequence-parallel"
+  "pp2_tied|2|a|--pp 2")
+foreach(spec ${TWINKLE_KERNEL_CHECKS})
+  string(REPLACE "|" ";" parts "${spec}")
+  list(GET parts 0 name)
+  list(GET parts 1 np)
+  list(GET parts 2 variant)
+  list(LENGTH parts n)
+  set(flags "")
+  if(n GREATER 3)
+    list(GET parts 3 flags)
+  endif()
+  add_test(NAME kernels_fused_vs_reference_${name} COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR}
+           --variant ${variant} --layers 3 --batch rows:6 --steps 2 --against kernels --np ${np} --layout "${flags}")
+  set_tests_properties(kernels_fused_vs_reference_${name} PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+endforeach()

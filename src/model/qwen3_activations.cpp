@@ -29,8 +29,7 @@ void layout(StageActivations& a, const ActivationDims& d, int64_t T, F&& buf) {
     buf(l.ln2, Tl * H);
     buf(l.rstd2, Tl);
     if (d.sequence_parallel) buf(l.mlp.x_full, T * H);
-    buf(l.mlp.gate, T * d.intermediate);
-    buf(l.mlp.up, T * d.intermediate);
+    buf(l.mlp.gu, 2 * T * d.intermediate);
     buf(l.mlp.act, T * d.intermediate);
     buf(l.out, Tl * H);
   }

@@ -3,11 +3,8 @@
 #include <cmath>
 #include <string>
 
-#include "twinkle/kernels/cpu/attention.h"
 
 namespace twinkle {
-
-namespace k = kernels::cpu;
 
 Qwen3Attention::Qwen3Attention(parallel::TensorTable& table, const parallel::TensorParallel& tp,
                                const ModelConfig& cfg, int64_t layer, const kernels::cpu::RopeTable* rope)
@@ -33,12 +30,11 @@ const float* Qwen3Attention::forward(const float* x_local, const StageBatch& b, 
   const int64_t nseg = static_cast<int64_t>(b.cu_seqlens.size()) - 1;
   float* const proj[3] = {a.q_pre, a.k_pre, a.v};
   a.x = qkv_proj.forward(x_local, a.x_full, proj, T);
-  q_norm.forward(a.q_pre, a.q, a.rstd_q, T * hq_);
-  k_norm.forward(a.k_pre, a.k, a.rstd_k, T * hkv_);
-  k::rope_forward(a.q, b.positions.data(), *rope_, T, hq_, D);
-  k::rope_forward(a.k, b.positions.data(), *rope_, T, hkv_, D);
+  // q_norm / k_norm and RoPE in one pass per head row (the qk_norm_rope op)
+  q_norm.forward_rope(a.q_pre, a.q, a.rstd_q, b.positions.data(), *rope_, T, hq_);
+  k_norm.forward_rope(a.k_pre, a.k, a.rstd_k, b.positions.data(), *rope_, T, hkv_);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  k::flash_attention_forward(a.q, a.k, a.v, a.ctx, a.lse, b.cu_seqlens.data(), nseg, hq_, hkv_, D, scale);
+  qkv_proj.kernels().attention.forward(a.q, a.k, a.v, a.ctx, a.lse, b.cu_seqlens.data(), nseg, hq_, hkv_, D, scale);
   return o_proj.forward(a.ctx, T, scratch);
 }
 
@@ -52,12 +48,10 @@ const float* Qwen3Attention::backward(const float* dy_local, const StageBatch& b
   float* dk = scratch.get("attn.dk", {T, nkv}).f32();
   float* dv = scratch.get("attn.dv", {T, nkv}).f32();
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  k::flash_attention_backward(a.q, a.k, a.v, a.ctx, a.lse, dctx, dq, dk, dv, b.cu_seqlens.data(), nseg, hq_, hkv_, D,
-                              scale);
-  k::rope_backward(dq, b.positions.data(), *rope_, T, hq_, D);
-  k::rope_backward(dk, b.positions.data(), *rope_, T, hkv_, D);
-  q_norm.backward(a.q_pre, a.rstd_q, dq, dq, T * hq_);
-  k_norm.backward(a.k_pre, a.rstd_k, dk, dk, T * hkv_);
+  qkv_proj.kernels().attention.backward(a.q, a.k, a.v, a.ctx, a.lse, dctx, dq, dk, dv, b.cu_seqlens.data(), nseg, hq_,
+                                        hkv_, D, scale);
+  q_norm.backward_rope(a.q_pre, a.rstd_q, b.positions.data(), *rope_, dq, dq, T, hq_);
+  k_norm.backward_rope(a.k_pre, a.rstd_k, b.positions.data(), *rope_, dk, dk, T, hkv_);
   const float* const dproj[3] = {dq, dk, dv};
   return qkv_proj.backward(a.x, dproj, T, scratch);
 }

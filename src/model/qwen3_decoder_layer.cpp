@@ -2,18 +2,8 @@
 
 #include <string>
 
-#include "twinkle/kernels/cpu/reduce.h"
 
 namespace twinkle {
-
-namespace k = kernels::cpu;
-
-namespace {
-void add3(float* out, const float* a, const float* b, int64_t n) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
-}
-}  // namespace
 
 Qwen3DecoderLayer::Qwen3DecoderLayer(parallel::TensorTable& table, const parallel::TensorParallel& tp,
                                      const ModelConfig& cfg, int64_t layer, const kernels::cpu::RopeTable* rope)
@@ -31,19 +21,18 @@ void Qwen3DecoderLayer::forward(const float* x, const StageBatch& b, DecoderLaye
                                 Workspace& scratch) const {
   const int64_t Tl = tp_.local_rows(b.T);
   input_layernorm.forward(x, a.ln1, a.rstd1, Tl);
-  add3(a.h, x, self_attn.forward(a.ln1, b, a.attn, scratch), Tl * H_);
-  post_attention_layernorm.forward(a.h, a.ln2, a.rstd2, Tl);
-  add3(a.out, a.h, mlp.forward(a.ln2, b, a.mlp, scratch), Tl * H_);
+  // h = x + attention; ln2 = RMSNorm(h) in one pass (add_rms_norm op)
+  post_attention_layernorm.add_forward(x, self_attn.forward(a.ln1, b, a.attn, scratch), a.h, a.ln2, a.rstd2, Tl);
+  post_attention_layernorm.kernels().add.add(a.out, a.h, mlp.forward(a.ln2, b, a.mlp, scratch), Tl * H_);
 }
 
 void Qwen3DecoderLayer::backward(const float* x, const float* dy, float* dx, const StageBatch& b,
                                  const DecoderLayerActivations& a, Workspace& scratch) const {
   const int64_t Tl = tp_.local_rows(b.T);
   float* dh = scratch.get("layer.dh", {Tl, H_}).f32();
-  post_attention_layernorm.backward(a.h, a.rstd2, mlp.backward(dy, b, a.mlp, scratch), dh, Tl);
-  k::add_inplace(dh, dy, Tl * H_);
-  input_layernorm.backward(x, a.rstd1, self_attn.backward(dh, b, a.attn, scratch), dx, Tl);
-  k::add_inplace(dx, dh, Tl * H_);
+  // h feeds ln2 and the residual: dh = RMSNorm backward + dy; likewise dx = ... + dh
+  post_attention_layernorm.add_backward(a.h, a.rstd2, mlp.backward(dy, b, a.mlp, scratch), dy, dh, Tl);
+  input_layernorm.add_backward(x, a.rstd1, self_attn.backward(dh, b, a.attn, scratch), dh, dx, Tl);
 }
 
 }  // namespace twinkle

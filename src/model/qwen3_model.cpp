@@ -5,6 +5,7 @@ namespace twinkle {
 
 Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelState> ps, Qwen3ModelOptions opts)
     : cfg_(cfg), ps_(std::move(ps)), opts_(std::move(opts)) {
+  kernels_ = kernels::resolve_kernels(ps_->mesh.device_type(), opts_.kernels);
   check(cfg_.model_type == "qwen3",
         "Qwen3Model: model_type '" + cfg_.model_type + "' is not a dense qwen3 model" +
             (cfg_.source.empty() ? "" : " (" + cfg_.source + ")"));
@@ -22,9 +23,17 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   last_ = ps_->is_last_stage();
   vocab_ = parallel::make_vocab_shard(cfg_.vocab_size, ps_->tp_rank(), tp_);
   rope_ = kernels::cpu::make_rope_table(cfg_.max_position_embeddings, cfg_.head_dim, cfg_.rope_theta);
+  table_.set_kernels(&kernels_);  // every layer computes through the model's kernel table
   build_table();
   table_.materialize(stage, store_);
   store_.finalize(64 * ps_->dp_cp->size());  // flat size divisible by the ZeRO shard count
+}
+
+void Qwen3Model::set_kernels(const kernels::KernelTable& t) {
+  check(t.device == kernels_.device, "Qwen3Model::set_kernels: table for device '" + t.device +
+                                         "' but the model runs on '" + kernels_.device + "'");
+  check(t.complete(), "Qwen3Model::set_kernels: the kernel table lacks an op");
+  kernels_ = t;
 }
 
 parallel::TensorParallel Qwen3Model::tp_group() const {

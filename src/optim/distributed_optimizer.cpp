@@ -5,12 +5,11 @@
 #include <cstring>
 
 #include "twinkle/core/error.h"
-#include "twinkle/kernels/cpu/adamw.h"
-#include "twinkle/kernels/cpu/reduce.h"
 
 namespace twinkle {
 
-namespace k = kernels::cpu;
+
+const kernels::KernelTable& DistributedOptimizer::kernels() const { return kt_ ? *kt_ : kernels::default_cpu_kernels(); }
 
 DistributedOptimizer::DistributedOptimizer(ParamStore& store, std::shared_ptr<dist::ParallelState> ps,
                                            const OptimizerConfig& cfg)
@@ -103,7 +102,7 @@ double DistributedOptimizer::grad_norm() {
   const float* grads = store_.flat_grads().f32();
   double ss = 0;
   for (const auto& seg : segments_)
-    if (seg.counts) ss += k::sum_squares(grads + seg.start, seg.len);
+    if (seg.counts) ss += kernels().norms.sum_squares(grads + seg.start, seg.len);
   if (ps_->world->size() > 1) ps_->world->all_reduce_f64(&ss, 1, dist::ReduceOp::Sum);
   return std::sqrt(ss);
 }
@@ -131,15 +130,15 @@ StepStats DistributedOptimizer::step(double lr, double max_norm) {
     const double coef = clip / (st.grad_norm + 1e-6);
     if (coef < 1.0) {
       st.clip_coef = coef;
-      for (const auto& seg : segments_) k::scale_inplace(grads + seg.start, seg.len, static_cast<float>(coef));
+      for (const auto& seg : segments_) kernels().norms.scale(grads + seg.start, seg.len, static_cast<float>(coef));
     }
   }
   ++step_;
   for (const auto& seg : segments_) {
-    k::adamw_step(params + seg.start, grads + seg.start, m_.data() + seg.state_off, v_.data() + seg.state_off,
-                  seg.len, static_cast<float>(lr), static_cast<float>(cfg_.adam_beta1),
-                  static_cast<float>(cfg_.adam_beta2), static_cast<float>(cfg_.adam_eps),
-                  seg.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f, step_);
+    kernels().adamw.step(params + seg.start, grads + seg.start, m_.data() + seg.state_off, v_.data() + seg.state_off,
+                         seg.len, static_cast<float>(lr), static_cast<float>(cfg_.adam_beta1),
+                         static_cast<float>(cfg_.adam_beta2), static_cast<float>(cfg_.adam_eps),
+                         seg.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f, step_);
   }
   const int64_t n = g.size();
   if (cfg_.use_distributed_optimizer && n > 1) {

@@ -3,11 +3,8 @@
 #include <vector>
 
 #include "twinkle/core/error.h"
-#include "twinkle/kernels/cpu/gemm.h"
 
 namespace twinkle::parallel {
-
-namespace k = kernels::cpu;
 
 void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
 #pragma omp parallel for schedule(static)
@@ -52,9 +49,41 @@ const float* ColumnParallelLinear::weight_block() const {
   return w0;
 }
 
+bool ColumnParallelLinear::has_weight_block() const {
+  if (!bias_.empty() || weight_.empty()) return false;
+  int64_t off = 0;
+  for (size_t i = 0; i < weight_.size(); ++i) {
+    if (table_->data(weight_[i]) != table_->data(weight_[0]) + off) return false;
+    if (table_->grad(weight_[i]) != table_->grad(weight_[0]) + off) return false;
+    off += local_out_[i] * in_;
+  }
+  return true;
+}
+
+const float* ColumnParallelLinear::forward_swiglu(const float* x_local, float* x_full, float* gu, float* act,
+                                                  int64_t T) const {
+  check(weight_.size() == 2 && local_out_[0] == local_out_[1] && has_weight_block(),
+        "ColumnParallelLinear::forward_swiglu needs two equal, adjacent parts without bias");
+  const float* x = sp_gather_rows(tp_, x_local, x_full, T, in_);
+  table_->kernels().gate_up_swiglu.forward(x, weight_block(), gu, act, T, local_out_[0], in_);
+  return x;
+}
+
+const float* ColumnParallelLinear::backward_swiglu(const float* x, const float* gu, const float* dact, int64_t T,
+                                                   Workspace& scratch) const {
+  const int64_t I = local_out_[0];
+  float* dgu = scratch.get("tp.dgu", {T, 2 * I}).f32();
+  float* dx_full = scratch.get("tp.dx_full", {T, in_}).f32();
+  table_->kernels().gate_up_swiglu.backward(x, weight_block(), gu, dact, dgu, dx_full, table_->grad(weight_[0]), T, I,
+                                            in_, false);
+  float* dx_local = tp_.sequence_parallel ? scratch.get("tp.dx_local", {tp_.local_rows(T), in_}).f32() : nullptr;
+  return tp_reduce_rows(tp_, dx_full, dx_local, T, in_);
+}
+
 const float* ColumnParallelLinear::forward(const float* x_local, float* x_full, float* const* y, int64_t T) const {
   const float* x = sp_gather_rows(tp_, x_local, x_full, T, in_);
-  for (size_t i = 0; i < weight_.size(); ++i) k::linear_forward(x, table_->data(weight_[i]), y[i], T, local_out_[i], in_);
+  const kernels::LinearOp& lin = table_->kernels().linear;
+  for (size_t i = 0; i < weight_.size(); ++i) lin.forward(x, table_->data(weight_[i]), y[i], T, local_out_[i], in_, false);
   for (size_t i = 0; i < bias_.size(); ++i) add_bias_rows(y[i], table_->data(bias_[i]), T, local_out_[i]);
   return x;
 }
@@ -63,9 +92,10 @@ const float* ColumnParallelLinear::backward(const float* x, const float* const* 
                                             Workspace& scratch) const {
   for (size_t i = 0; i < bias_.size(); ++i) bias_grad_rows(dy[i], table_->grad(bias_[i]), T, local_out_[i]);
   float* dx_full = scratch.get("tp.dx_full", {T, in_}).f32();
+  const kernels::LinearOp& lin = table_->kernels().linear;
   for (size_t i = 0; i < weight_.size(); ++i)
-    k::linear_backward(x, table_->data(weight_[i]), dy[i], dx_full, table_->grad(weight_[i]), T, local_out_[i], in_,
-                       /*accumulate_dx=*/i > 0);
+    lin.backward(x, table_->data(weight_[i]), dy[i], dx_full, table_->grad(weight_[i]), T, local_out_[i], in_,
+                 /*accumulate_dx=*/i > 0);
   float* dx_local = tp_.sequence_parallel ? scratch.get("tp.dx_local", {tp_.local_rows(T), in_}).f32() : nullptr;
   return tp_reduce_rows(tp_, dx_full, dx_local, T, in_);
 }

@@ -1,11 +1,8 @@
 #include "twinkle/parallel/row_parallel_linear.h"
 
-#include "twinkle/kernels/cpu/gemm.h"
 #include "twinkle/parallel/column_parallel_linear.h"
 
 namespace twinkle::parallel {
-
-namespace k = kernels::cpu;
 
 RowParallelLinear::RowParallelLinear(TensorTable& table, const TensorParallel& tp, const std::string& name,
                                      int64_t in_features, int64_t out_features, bool bias)
@@ -24,7 +21,7 @@ RowParallelLinear::RowParallelLinear(TensorTable& table, const TensorParallel& t
 
 const float* RowParallelLinear::forward(const float* x, int64_t T, Workspace& scratch) const {
   float* y_full = scratch.get("tp.y_full", {T, out_}).f32();
-  k::linear_forward(x, table_->data(weight_), y_full, T, out_, local_in_);
+  table_->kernels().linear.forward(x, table_->data(weight_), y_full, T, out_, local_in_, false);
   float* y_local = tp_.sequence_parallel ? scratch.get("tp.y_local", {tp_.local_rows(T), out_}).f32() : nullptr;
   float* y = tp_reduce_rows(tp_, y_full, y_local, T, out_);
   if (bias_ != kNoParam) add_bias_rows(y, table_->data(bias_), tp_.local_rows(T), out_);
@@ -36,7 +33,7 @@ void RowParallelLinear::backward(const float* x, const float* dy_local, float* d
   if (bias_ != kNoParam) bias_grad_rows(dy_local, table_->grad(bias_), tp_.local_rows(T), out_);
   float* dy_full = tp_.sequence_parallel ? scratch.get("tp.dy_full", {T, out_}).f32() : nullptr;
   const float* dy = sp_gather_rows(tp_, dy_local, dy_full, T, out_);
-  k::linear_backward(x, table_->data(weight_), dy, dx, table_->grad(weight_), T, out_, local_in_);
+  table_->kernels().linear.backward(x, table_->data(weight_), dy, dx, table_->grad(weight_), T, out_, local_in_, false);
 }
 
 }  // namespace twinkle::parallel

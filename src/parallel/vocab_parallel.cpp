@@ -23,10 +23,18 @@ VocabShard make_vocab_shard(int64_t vocab, int tp_rank, int tp_size, int64_t div
 double vocab_parallel_ce_forward(dist::ProcessGroup& tp, const VocabShard& shard, const float* logits,
                                  const int32_t* targets, int64_t T, float* lse, float* row_max, float* target_logit) {
   namespace k = twinkle::kernels::cpu;
-  k::ce_local_max(logits, T, shard.local, shard.valid, row_max);
+  const kernels::CrossEntropyOp ce{k::ce_local_max, k::ce_local_sumexp_target, k::ce_backward,
+                                   k::cross_entropy_forward};
+  return vocab_parallel_ce_forward(tp, shard, logits, targets, T, lse, row_max, target_logit, ce);
+}
+
+double vocab_parallel_ce_forward(dist::ProcessGroup& tp, const VocabShard& shard, const float* logits,
+                                 const int32_t* targets, int64_t T, float* lse, float* row_max, float* target_logit,
+                                 const kernels::CrossEntropyOp& ce) {
+  ce.local_max(logits, T, shard.local, shard.valid, row_max);
   if (tp.size() > 1) tp.all_reduce(row_max, T, DType::F32, dist::ReduceOp::Max);
   // lse is used as the sum-exp scratch
-  k::ce_local_sumexp_target(logits, targets, row_max, T, shard.local, shard.valid, shard.start, lse, target_logit);
+  ce.local_sumexp_target(logits, targets, row_max, T, shard.local, shard.valid, shard.start, lse, target_logit);
   if (tp.size() > 1) {
     tp.all_reduce(lse, T, DType::F32, dist::ReduceOp::Sum);
     tp.all_reduce(target_logit, T, DType::F32, dist::ReduceOp::Sum);

@@ -3,11 +3,8 @@
 #include <cstring>
 #include <vector>
 
-#include "twinkle/kernels/cpu/embedding.h"
 
 namespace twinkle::parallel {
-
-namespace k = kernels::cpu;
 
 TensorEntry vocab_entry(const std::string& name, const VocabShard& shard, int64_t hidden) {
   TensorEntry e = replicated_entry(name, {shard.vocab, hidden}, ParamInit::Normal);
@@ -27,11 +24,11 @@ VocabParallelEmbedding::VocabParallelEmbedding(TensorTable& table, const TensorP
 void VocabParallelEmbedding::forward(const int32_t* ids, int64_t T, float* out_local, Workspace& scratch) const {
   const float* W = table_->data(weight_);
   if (tp_.size == 1) {
-    k::embedding_forward(W, ids, out_local, T, H_, shard_.start, shard_.local);
+    table_->kernels().embedding.forward(W, ids, out_local, T, H_, shard_.start, shard_.local);
     return;
   }
   float* full = scratch.get("tp.emb_full", {T, H_}).f32();
-  k::embedding_forward(W, ids, full, T, H_, shard_.start, shard_.local);
+  table_->kernels().embedding.forward(W, ids, full, T, H_, shard_.start, shard_.local);
   const float* rows = tp_reduce_rows(tp_, full, out_local, T, H_);
   if (rows != out_local) std::memcpy(out_local, rows, static_cast<size_t>(tp_.local_rows(T) * H_) * 4);
 }
@@ -42,14 +39,14 @@ void VocabParallelEmbedding::backward(const float* dy_local, const int32_t* ids,
   const float* dy = sp_gather_rows(tp_, dy_local, dy_full, T, H_);
   float* dW = table_->grad(weight_);
   if (!padding_idx) {
-    k::embedding_backward(dy, ids, dW, T, H_, shard_.start, shard_.local);
+    table_->kernels().embedding.backward(dy, ids, dW, T, H_, shard_.start, shard_.local);
     return;
   }
   // The padding row gets no gradient from the lookup (a tied lm head still contributes to it).
   std::vector<int32_t> masked(ids, ids + T);
   for (auto& id : masked)
     if (id == *padding_idx) id = -1;  // outside every shard: skipped
-  k::embedding_backward(dy, masked.data(), dW, T, H_, shard_.start, shard_.local);
+  table_->kernels().embedding.backward(dy, masked.data(), dW, T, H_, shard_.start, shard_.local);
 }
 
 }  // namespace twinkle::parallel

@@ -4,13 +4,9 @@
 #include <cstring>
 
 #include "twinkle/core/error.h"
-#include "twinkle/kernels/cpu/cross_entropy.h"
-#include "twinkle/kernels/cpu/gemm.h"
 #include "twinkle/parallel/vocab_parallel_embedding.h"
 
 namespace twinkle::parallel {
-
-namespace k = kernels::cpu;
 
 VocabParallelLMHead::VocabParallelLMHead(TensorTable& table, const TensorParallel& tp, const VocabShard& shard,
                                          int64_t hidden, int64_t chunk_tokens, Weight weight, size_t shared_entry)
@@ -41,6 +37,16 @@ double VocabParallelLMHead::forward(const float* x_local, const int32_t* targets
   float* x_full = tp_.sequence_parallel ? scratch.get("tp.x_full", {T, H}).f32() : nullptr;
   const float* x = sp_gather_rows(tp_, x_local, x_full, T, H);
   float* dx_full = grad ? scratch.get("tp.dx_full", {T, H}).f32() : nullptr;
+  const kernels::KernelTable& K = table_->kernels();
+  if (tp_.size == 1) {
+    // One vocab shard: lm head GEMM + cross entropy fused over row chunks (the linear_cross_entropy op);
+    // only the `valid` rows of the padded head are real, the padded rows keep a zero gradient.
+    float* lse = scratch.get("head.lse", {T}).f32();
+    const double loss = K.linear_cross_entropy.forward_backward(x, table_->data(weight_), targets, T, shard_.valid, H,
+                                                               grad_scale, lse, dx_local,
+                                                               grad ? table_->grad(weight_) : nullptr, chunk_);
+    return loss;
+  }
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(chunk_, T));
   float* logits = scratch.get("head.logits", {chunk, Vl}).f32();
   float* lse = scratch.get("head.lse", {chunk}).f32();
@@ -53,12 +59,12 @@ double VocabParallelLMHead::forward(const float* x_local, const int32_t* targets
   for (int64_t c0 = 0; c0 < T; c0 += chunk) {
     const int64_t c = std::min(chunk, T - c0);
     const float* X = x + c0 * H;
-    k::linear_forward(X, W, logits, c, Vl, H);
-    loss += vocab_parallel_ce_forward(*tp_.group, shard_, logits, targets + c0, c, lse, rmax, tgt);
+    K.linear.forward(X, W, logits, c, Vl, H, false);
+    loss += vocab_parallel_ce_forward(*tp_.group, shard_, logits, targets + c0, c, lse, rmax, tgt, K.cross_entropy);
     if (grad) {
       std::fill(rscale, rscale + c, grad_scale);
-      k::ce_backward(logits, targets + c0, lse, c, Vl, shard_.valid, shard_.start, rscale, logits);
-      k::linear_backward(X, W, logits, dx_full + c0 * H, dW, c, Vl, H);
+      K.cross_entropy.backward(logits, targets + c0, lse, c, Vl, shard_.valid, shard_.start, rscale, logits);
+      K.linear.backward(X, W, logits, dx_full + c0 * H, dW, c, Vl, H, false);
     }
   }
   if (grad) {
@@ -72,7 +78,7 @@ double VocabParallelLMHead::forward(const float* x_local, const int32_t* targets
 std::vector<float> VocabParallelLMHead::logits(const float* x) const {
   check(tp_.size == 1, "VocabParallelLMHead::logits needs tp = 1");
   std::vector<float> out(static_cast<size_t>(shard_.local));
-  k::linear_forward(x, table_->data(weight_), out.data(), 1, shard_.local, H_);
+  table_->kernels().linear.forward(x, table_->data(weight_), out.data(), 1, shard_.local, H_, false);
   out.resize(static_cast<size_t>(shard_.vocab));
   return out;
 }

@@ -12,6 +12,7 @@
 #include "twinkle/data/hub.h"
 #include "twinkle/data/tokenizer.h"
 #include "twinkle/dist/runtime.h"
+#include "twinkle/model/kernelize.h"
 #include "twinkle/io/safetensors.h"
 #include "twinkle/train/mfu.h"
 
@@ -44,7 +45,12 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
   Qwen3ModelOptions mo;
   mo.layers_per_stage = opts_.layers_per_stage;
   mo.lm_head_chunk_tokens = opts_.lm_head_chunk_tokens;
+  // The model starts on the plain reference kernels; the fused set is applied through kernelize_model,
+  // which logs each op it replaces (Twinkle's kernelize with the device's built-in bundle).
+  kernels::check_kernel_set(opts_.kernels);
+  mo.kernels = "reference";
   model_ = std::make_unique<Qwen3Model>(cfg, ps_, mo);
+  if (opts_.kernels == "fused") kernelize_model(*model_);
   bool loaded = false;
   if (opts_.load_weights) {
     CheckpointReader ck = CheckpointReader::open_dir(model_dir_);
@@ -80,6 +86,7 @@ void MegatronModel::set_optimizer(const std::string& name, const OptimizerConfig
   }
   optim_cfg_ = cfg;
   optim_ = std::make_unique<DistributedOptimizer>(model_->store(), ps_, cfg);
+  optim_->set_kernels(model_->kernels());  // the model's table: kernelize_model swaps both
   if (has_sched_) {
     LRSchedulerConfig sc = sched_.config();
     sc.max_lr = cfg.lr;
@@ -233,6 +240,13 @@ std::string MegatronModel::get_train_configs() const {
     << c.hidden_size << ", heads " << c.num_attention_heads << "/" << c.num_key_value_heads << ", head_dim "
     << c.head_dim << ", vocab " << c.vocab_size << (c.tie_word_embeddings ? ", tied" : ", untied") << ", "
     << model_->num_parameters() << " parameters)\n";
+  {
+    const auto& kt = model_->kernels();
+    std::string impls;
+    for (const auto& op : kernels::op_names())
+      if (kt.impl(op) != kt.impl("linear")) impls += " " + op + "=" + kt.impl(op);
+    o << "Kernels: " << kt.device << " " << kt.impl("linear") << (impls.empty() ? "" : " except" + impls) << "\n";
+  }
   o << "Optimizer: AdamW (" << (optim_cfg_.use_distributed_optimizer ? "distributed" : "replicated")
     << "), lr " << optim_cfg_.lr << ", weight_decay " << optim_cfg_.weight_decay << ", betas (" << optim_cfg_.adam_beta1
     << ", " << optim_cfg_.adam_beta2 << "), eps " << optim_cfg_.adam_eps << ", clip_grad " << optim_cfg_.clip_grad

@@ -13,6 +13,8 @@ void validate(const MegatronModelOptions& o) {
   for (int64_t n : o.layers_per_stage) check_option(n >= 1, s, "layers_per_stage", "a list of counts >= 1", n);
   check_option(o.on_nonfinite == "error" || o.on_nonfinite == "skip", s, "on_nonfinite", "\"error\" or \"skip\"",
                o.on_nonfinite);
+  check_option(o.kernels == "fused" || o.kernels == "reference", s, "kernels", "\"fused\" or \"reference\"",
+               o.kernels);
 }
 
 int64_t resolve_max_steps(int64_t max_steps, int64_t batches_per_epoch) {

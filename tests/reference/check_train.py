@@ -10,6 +10,12 @@ Modes:
                     process on the same model, batch and seed: loss and grad norm of every step
                     and EVERY element of the final parameters within --layout-tol (0.01) *
                     steps * lr - no fraction of elements may be off.
+                    --single-kernels reference runs the one-process side on the plain
+                    reference kernels.
+  --against kernels twinkle with --kernels reference vs --kernels fused on the same layout:
+                    loss of every step within 1e-6 relative, grad norm within 1e-5, every step-1
+                    gradient (when the layout has dp = 1) within 1e-5 of the tensor's max, final
+                    parameters as for --against single (--layout-tol).
 The initial checkpoint has RMSNorm weights 1 + 0.1*N(0,1) and biases 0.02*N(0,1) (not HF's 1 / 0),
 so a loader that skips or swaps norms or biases changes the step-1 loss.
 Run with /usr/bin/python3 (Debian's python3-torch).
@@ -100,7 +106,9 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--clip-grad", type=float, default=0.05)
     ap.add_argument("--weight-decay", type=float, default=0.1)
-    ap.add_argument("--against", choices=["torch", "single"], default="torch")
+    ap.add_argument("--against", choices=["torch", "single", "kernels"], default="torch")
+    ap.add_argument("--single-kernels", choices=["fused", "reference"], default="fused",
+                    help="kernel set of the one-process run of --against single")
     ap.add_argument("--np", type=int, default=1)
     ap.add_argument("--layout", default="", help="extra twinkle train flags, e.g. '--tp 2 --sequence-parallel'")
     ap.add_argument("--mbs", type=int, default=0)
@@ -194,8 +202,29 @@ def main():
             p_tw = load_ckpt(tw_out)
             p64 = safetensors_py.load(os.path.join(refs["float64"], "final.safetensors"))
             failures += compare_params(p_tw, p64, args)
+        elif args.against == "kernels":
+            dump = "--dp" not in args.layout  # --dump-grads needs dp = 1
+            runs = {}
+            for ks in ("reference", "fused"):
+                extra = args.layout.split() + ["--kernels", ks]
+                if dump:
+                    extra += ["--dump-grads", os.path.join(tmp, f"grads_{ks}.safetensors")]
+                runs[ks] = twinkle_run(ks, args.np, extra)
+            (r_metrics, _, r_out), (f_metrics, _, f_out) = runs["reference"], runs["fused"]
+            for i in range(args.steps):
+                a, b = f_metrics[i], r_metrics[i]
+                print(f"step {i+1}: loss fused {a['loss']:.10f} reference {b['loss']:.10f} | grad_norm fused {a['grad_norm']:.8f} reference {b['grad_norm']:.8f}")
+                if rel(a["loss"], b["loss"]) > 1e-6:
+                    failures.append(f"step {i+1}: loss {a['loss']} (fused) vs {b['loss']} (reference)")
+                if rel(a["grad_norm"], b["grad_norm"]) > 1e-5:
+                    failures.append(f"step {i+1}: grad norm {a['grad_norm']} (fused) vs {b['grad_norm']} (reference)")
+            if dump:
+                g_f = safetensors_py.load(os.path.join(tmp, "grads_fused.safetensors"))
+                g_r = safetensors_py.load(os.path.join(tmp, "grads_reference.safetensors"))
+                failures += compare_tensors("fused", g_f, "reference", g_r, 1e-5, "step-1 gradient")
+            failures += compare_params_strict(load_ckpt(f_out), load_ckpt(r_out), args)
         else:
-            base_metrics, _, base_out = twinkle_run("single", 1, [])
+            base_metrics, _, base_out = twinkle_run("single", 1, ["--kernels", args.single_kernels])
             lay_metrics, _, lay_out = twinkle_run("layout", args.np, args.layout.split())
             for i in range(args.steps):
                 a, b = lay_metrics[i], base_metrics[i]

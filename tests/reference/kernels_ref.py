@@ -209,6 +209,151 @@ def adamw_case(root, name, n, steps, lr, betas, eps, wd):
     c.close()
 
 
+# ---------------------------------------------------------------- cases of the kernel conformance table
+# (tests/unit/kernels/kernel_conformance.cpp: every op x every registered implementation)
+
+def add_rmsnorm_case(root, name, rows, dim, eps):
+    """h = x + r; y = HF Qwen3RMSNorm(h); the residual stream h also receives dres from later layers."""
+    c = Case(root, name, rows=rows, dim=dim, eps=eps)
+    x, r, w = f32((rows, dim), 1.5, 0.2), f32((rows, dim)), f32((dim,), 0.1, 1.0)
+    dy, dres = f32((rows, dim)), f32((rows, dim))
+    X, R, W = leaf64(x), leaf64(r), leaf64(w)
+    h = X + R
+    rstd = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    y = W * (h * rstd)
+    (y * dy.double()).sum().add_((h * dres.double()).sum()).backward()
+    for n, t in [("x", x), ("r", r), ("w", w), ("dy", dy), ("dres", dres)]:
+        c.put(n, t, "f32")
+    c.put("h", h, "f64")
+    c.put("y", y, "f64")
+    c.put("rstd", rstd.squeeze(-1), "f64")
+    c.put("dh", X.grad, "f64")
+    c.put("dw", W.grad, "f64")
+    c.close()
+
+
+def qk_norm_rope_case(root, name, positions, heads, head_dim, theta, max_pos, eps):
+    """HF Qwen3Attention: apply_rotary_pos_emb(q_norm(q.view(..., heads, head_dim)), ...)."""
+    tokens = len(positions)
+    c = Case(root, name, tokens=tokens, heads=heads, head_dim=head_dim, theta=theta, max_pos=max_pos, eps=eps)
+    pos = torch.tensor(positions, dtype=torch.int32)
+    x, w, dy = f32((tokens, heads, head_dim), 2.0), f32((head_dim,), 0.1, 1.0), f32((tokens, heads, head_dim))
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    freqs = pos.float()[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos64, sin64 = emb.cos().double()[:, None, :], emb.sin().double()[:, None, :]
+    X, W = leaf64(x), leaf64(w)
+    rstd = torch.rsqrt(X.pow(2).mean(-1, keepdim=True) + eps)
+    n = W * (X * rstd)
+    y = n * cos64 + rotate_half(n) * sin64
+    y.backward(dy.double())
+    c.put("pos", pos, "i32")
+    for nm, t in [("x", x), ("w", w), ("dy", dy)]:
+        c.put(nm, t, "f32")
+    c.put("y", y, "f64")
+    c.put("rstd", rstd.reshape(-1), "f64")
+    c.put("dx", X.grad, "f64")
+    c.put("dw", W.grad, "f64")
+    c.close()
+
+
+def linear_case(root, name, M, N, K):
+    """torch.nn.functional.linear(x, w) with w [out, in]."""
+    c = Case(root, name, M=M, N=N, K=K)
+    x, w, dy = f32((M, K)), f32((N, K), 0.3), f32((M, N))
+    X, W = leaf64(x), leaf64(w)
+    y = F.linear(X, W)
+    y.backward(dy.double())
+    for n, t in [("x", x), ("w", w), ("dy", dy)]:
+        c.put(n, t, "f32")
+    c.put("y", y, "f64")
+    c.put("dx", X.grad, "f64")
+    c.put("dw", W.grad, "f64")
+    c.close()
+
+
+def grouped_linear_case(root, name, group_rows, N, K):
+    """Rows of group g use expert weight w[g] (Megatron GroupedMLP / torch._grouped_mm semantics)."""
+    G = len(group_rows)
+    offs = [0]
+    for m in group_rows:
+        offs.append(offs[-1] + m)
+    M = offs[-1]
+    c = Case(root, name, M=M, N=N, K=K, G=G)
+    x, w, dy = f32((M, K)), f32((G, N, K), 0.3), f32((M, N))
+    X, W = leaf64(x), leaf64(w)
+    y = torch.cat([F.linear(X[offs[g]:offs[g + 1]], W[g]) for g in range(G)], dim=0)
+    y.backward(dy.double())
+    c.put("counts", torch.tensor(group_rows, dtype=torch.int32), "i32")
+    for n, t in [("x", x), ("w", w), ("dy", dy)]:
+        c.put(n, t, "f32")
+    c.put("y", y, "f64")
+    c.put("dx", X.grad, "f64")
+    c.put("dw", W.grad, "f64")
+    c.close()
+
+
+def gate_up_swiglu_case(root, name, T, I, H):
+    """HF Qwen3MLP: act_fn(gate_proj(x)) * up_proj(x) with gate_up = cat(gate_proj.weight, up_proj.weight)."""
+    c = Case(root, name, T=T, I=I, H=H)
+    x, wg, wu, da = f32((T, H)), f32((I, H), 0.5), f32((I, H), 0.5), f32((T, I))
+    X, WG, WU = leaf64(x), leaf64(wg), leaf64(wu)
+    g, u = F.linear(X, WG), F.linear(X, WU)
+    a = F.silu(g) * u
+    a.backward(da.double())
+    c.put("x", x, "f32")
+    c.put("wgu", torch.cat([wg, wu], dim=0), "f32")
+    c.put("da", da, "f32")
+    c.put("gu", torch.cat([g, u], dim=1), "f64")
+    c.put("a", a, "f64")
+    c.put("dx", X.grad, "f64")
+    c.put("dwgu", torch.cat([WG.grad, WU.grad], dim=0), "f64")
+    c.close()
+
+
+def linear_ce_case(root, name, T, V, H, labels):
+    """F.cross_entropy(F.linear(x, w), labels, ignore_index=-100, reduction='sum'); grad of sum / n_valid."""
+    c = Case(root, name, T=T, V=V, H=H)
+    x, w = f32((T, H)), f32((V, H), 0.7)
+    lab = torch.tensor(labels, dtype=torch.int64)
+    X, W = leaf64(x), leaf64(w)
+    logits = F.linear(X, W)
+    loss_sum = F.cross_entropy(logits, lab, ignore_index=-100, reduction="sum")
+    n_valid = int((lab != -100).sum())
+    (loss_sum / n_valid).backward()
+    c.put("x", x, "f32")
+    c.put("w", w, "f32")
+    c.put("labels", lab.int(), "i32")
+    c.put("loss_sum", loss_sum.reshape(1), "f64")
+    c.put("lse", torch.logsumexp(logits.detach(), dim=-1), "f64")
+    c.put("dx", X.grad, "f64")
+    c.put("dw", W.grad, "f64")
+    c.close()
+
+
+def elementwise_case(root, name, n, s):
+    """sum(x^2) (torch.nn.utils.clip_grad_norm_'s norm before the root), x * s, a + b."""
+    c = Case(root, name, n=n, s=s)
+    x, b = f32((n,), 3.0), f32((n,))
+    c.put("x", x, "f32")
+    c.put("b", b, "f32")
+    c.put("sumsq", x.double().pow(2).sum().reshape(1), "f64")
+    c.put("scaled", x.double() * float(torch.tensor(s, dtype=torch.float32)), "f64")
+    c.put("sum", x.double() + b.double(), "f64")
+    c.close()
+
+
+def conformance_cases(out):
+    add_rmsnorm_case(out, "add_rmsnorm_45", 7, 45, 1e-6)
+    qk_norm_rope_case(out, "qk_norm_rope_d18", [0, 7, 3, 63, 1, 40], 3, 18, 1e6, 64, 1e-6)
+    qk_norm_rope_case(out, "qk_norm_rope_d64", [5, 0, 127, 9], 5, 64, 1e4, 128, 1e-5)
+    linear_case(out, "linear_9x23x17", 9, 23, 17)
+    grouped_linear_case(out, "grouped_linear_g4", [4, 0, 7, 2], 5, 11)
+    gate_up_swiglu_case(out, "gate_up_swiglu_7x11x13", 7, 11, 13)
+    linear_ce_case(out, "linear_ce_v37", 11, 37, 9, [3, -100, 36, 0, 5, 5, -100, 20, 1, 33, 7])
+    elementwise_case(out, "elementwise_1001", 1001, 0.37)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -238,6 +383,8 @@ def main():
 
     adamw_case(out, "adamw", 1000, 5, 1e-2, (0.9, 0.95), 1e-8, 0.1)
     adamw_case(out, "adamw_default", 257, 5, 1e-3, (0.9, 0.999), 1e-8, 0.1)
+
+    conformance_cases(out)
 
     with open(os.path.join(out, "DONE"), "w") as f:
         f.write("ok\n")

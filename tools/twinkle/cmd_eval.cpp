@@ -25,6 +25,7 @@
 namespace {
 
 int eval_main(int argc, char** argv) {
+  std::string kernels = "fused";
   CLI::App app{"Loss of a dataset under a model (forward only)", "twinkle eval"};
   app.option_defaults()->always_capture_default();
   std::string model, dataset, templ = "Template";
@@ -34,6 +35,8 @@ int eval_main(int argc, char** argv) {
   app.add_option("--batch-size", batch_size, "rows per forward pass");
   app.add_option("--template", templ, "chat template for message rows");
   app.add_option("--max-length", max_length, "template max_length");
+  app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
+      ->check(CLI::IsMember({"fused", "reference"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -53,7 +56,7 @@ int eval_main(int argc, char** argv) {
     ds.encode();
   }
   const std::vector<twinkle::EncodedRow>& rows = ds.encoded();
-  twinkle::MegatronModel m(model, {.micro_batch_size = batch_size});
+  twinkle::MegatronModel m(model, {.micro_batch_size = batch_size, .kernels = kernels});
   double loss_sum = 0;
   int64_t tokens = 0;
   for (size_t i = 0; i < rows.size(); i += static_cast<size_t>(batch_size)) {

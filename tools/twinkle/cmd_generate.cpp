@@ -19,6 +19,7 @@
 namespace {
 
 int generate_main(int argc, char** argv) {
+  std::string kernels = "fused";
   CLI::App app{"Greedy generation with the chat template", "twinkle generate"};
   std::string model, prompt, system = "You are a helpful assistant.";
   int64_t max_new = 64;
@@ -28,6 +29,8 @@ int generate_main(int argc, char** argv) {
   app.add_option("--system", system, "system message (empty: none)");
   app.add_option("--max-new-tokens", max_new, "at most this many new tokens");
   app.add_flag("--raw", raw, "print the generated text as is (with the think block)");
+  app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
+      ->check(CLI::IsMember({"fused", "reference"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -40,6 +43,7 @@ int generate_main(int argc, char** argv) {
   std::vector<int32_t> ids = tmpl.encode_prompt(msgs);
   const size_t prompt_len = ids.size();
   twinkle::MegatronModelOptions mo;
+  mo.kernels = kernels;
   twinkle::MegatronModel m(model, mo);
   auto& qm = m.model();
   const auto& tok = tmpl.tokenizer();

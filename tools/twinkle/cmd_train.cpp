@@ -62,6 +62,7 @@ int train_main(int argc, char** argv) {
   uint64_t seed = 42;
   int tp = 1, pp = 1, dp = 0;
   std::string dump_grads;
+  std::string kernels = "fused";
   bool sp = false, dist_opt = true, shuffle = false, packing = false, skip_bad = false, no_save = false;
   bool drop_last = false, ignore_empty_think = false;
   std::string truncation = "raise";
@@ -101,6 +102,8 @@ int train_main(int argc, char** argv) {
   app.add_flag("--shuffle", shuffle, "shuffle rows each epoch");
   app.add_flag("--drop-last", drop_last, "drop a final partial batch of each epoch (for every layout alike)");
   app.add_flag("--packing", packing, "padding-free packed micro-batches");
+  app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
+      ->check(CLI::IsMember({"fused", "reference"}));
   app.add_flag("--skip-bad-rows", skip_bad, "drop malformed rows with a warning naming file:line instead of failing");
   app.add_flag("--no-save", no_save, "do not save the final checkpoint");
   app.add_option("--dump-grads", dump_grads, "write the step-1 gradients (HF names, f32) to this safetensors file (dp=1 only; default: none)");
@@ -140,6 +143,7 @@ int train_main(int argc, char** argv) {
   mo.seed = seed;
   mo.packing = packing;
   mo.on_nonfinite = on_nonfinite;
+  mo.kernels = kernels;
   twinkle::validate(mo);
   twinkle::DataLoaderOptions lo;
   lo.batch_size = batch_size;

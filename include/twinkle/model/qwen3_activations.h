@@ -34,8 +34,7 @@ struct AttentionActivations {
 struct MlpActivations {
   float* x_full = nullptr;    ///< [T, H] all-gathered normed input (sequence parallelism only)
   const float* x = nullptr;   ///< the [T, H] input the gate/up GEMMs read
-  float* gate = nullptr;      ///< [T, I]
-  float* up = nullptr;        ///< [T, I]
+  float* gu = nullptr;        ///< [T, 2I] gate | up per row (fused GEMM); two [T, I] blocks otherwise
   float* act = nullptr;       ///< [T, I] silu(gate) * up (down_proj input)
 };
 

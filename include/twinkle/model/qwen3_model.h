@@ -35,6 +35,7 @@
 #include "twinkle/io/model_config.h"
 #include "twinkle/io/safetensors.h"
 #include "twinkle/kernels/cpu/rope.h"
+#include "twinkle/kernels/registry.h"
 #include "twinkle/model/qwen3_activations.h"
 #include "twinkle/model/qwen3_decoder_layer.h"
 #include "twinkle/model/rms_norm.h"
@@ -53,6 +54,10 @@ struct Qwen3ModelOptions {
   std::vector<int64_t> layers_per_stage;
   /// Tokens per chunk of the fused lm-head + cross-entropy (bounds the [chunk, vocab/tp] logits buffer).
   int64_t lm_head_chunk_tokens = 1024;
+  /// Kernel set the model starts with (twinkle/kernels/registry.h): "fused" (default) or "reference"
+  /// (plain double-accumulating loops, for debugging). Resolved for the mesh's device_type; throws
+  /// twinkle::Error for a device without kernels (npu: needs CANN; cuda: not built) or another name.
+  std::string kernels = "fused";
 };
 
 class Qwen3Model {
@@ -120,6 +125,11 @@ class Qwen3Model {
   /// Bytes held by activation / scratch workspaces.
   size_t workspace_bytes() const;
 
+  /// The kernels every compute op of this stage calls (see twinkle/model/kernelize.h to swap them).
+  const kernels::KernelTable& kernels() const { return kernels_; }
+  /// Replaces the kernel table (kernelize_model does this; the device must match the model's).
+  void set_kernels(const kernels::KernelTable& t);
+
  private:
   void build_table();
   StageActivations& slot_acts(int slot);
@@ -138,6 +148,7 @@ class Qwen3Model {
   bool sp_ = false;
   bool first_ = true, last_ = true;
   kernels::cpu::RopeTable rope_;
+  kernels::KernelTable kernels_;                       // every compute op goes through it
   // This stage's layers (the table also lists every other stage's tensors).
   parallel::VocabParallelEmbedding embed_tokens_;      // first stage
   std::vector<Qwen3DecoderLayer> layers_;

@@ -24,6 +24,22 @@ class RMSNorm {
   /// dx [rows, dim] (OVERWRITTEN; may alias dy); accumulates dw.
   void backward(const float* x, const float* rstd, const float* dy, float* dx, int64_t rows) const;
 
+  /// Residual add fused with the norm (the add_rms_norm op): h = x + r, y = RMSNorm(h); h saved.
+  void add_forward(const float* x, const float* r, float* h, float* y, float* rstd, int64_t rows) const;
+  /// Backward of a norm whose input also feeds a residual: dx = RMSNorm backward(dy) + dres
+  /// (OVERWRITTEN; may alias dres); accumulates dw. x is the norm's input (h of add_forward).
+  void add_backward(const float* x, const float* rstd, const float* dy, const float* dres, float* dx,
+                    int64_t rows) const;
+  /// Per-head norm fused with RoPE (the qk_norm_rope op; Qwen3's q_norm/k_norm then
+  /// apply_rotary_pos_emb): x, y [tokens, heads, dim]; rstd [tokens*heads].
+  void forward_rope(const float* x, float* y, float* rstd, const int32_t* pos, const kernels::RopeTable& t,
+                    int64_t tokens, int64_t heads) const;
+  /// Backward of forward_rope: dx OVERWRITTEN (may alias dy); accumulates dw.
+  void backward_rope(const float* x, const float* rstd, const int32_t* pos, const kernels::RopeTable& t,
+                     const float* dy, float* dx, int64_t tokens, int64_t heads) const;
+  /// The kernels this layer computes with (its TensorTable's).
+  const kernels::KernelTable& kernels() const { return table_->kernels(); }
+
  private:
   const parallel::TensorTable* table_ = nullptr;
   size_t weight_ = parallel::kNoParam;

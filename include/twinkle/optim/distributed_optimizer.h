@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "twinkle/dist/parallel_state.h"
+#include "twinkle/kernels/registry.h"
 #include "twinkle/parallel/param_store.h"
 
 namespace twinkle {
@@ -81,6 +82,9 @@ class DistributedOptimizer {
     reduced_ = false;
   }
   void zero_grad() { store_.zero_grad(); }
+  /// Kernels of the grad norm, clipping and AdamW (norms, adamw ops); the table must outlive the
+  /// optimizer (MegatronModel passes its model's). Default: the CPU fused set.
+  void set_kernels(const kernels::KernelTable& kt) { kt_ = &kt; }
   const OptimizerConfig& config() const { return cfg_; }
   OptimizerConfig& mutable_config() { return cfg_; }
   int64_t steps() const { return step_; }
@@ -96,6 +100,8 @@ class DistributedOptimizer {
     int64_t state_off;   // offset into m_/v_
   };
   ParamStore& store_;
+  const kernels::KernelTable* kt_ = nullptr;
+  const kernels::KernelTable& kernels() const;  // *kt_, or the CPU fused set
   std::shared_ptr<dist::ParallelState> ps_;
   OptimizerConfig cfg_;
   std::vector<std::pair<int64_t, int64_t>> buckets_;  // [start, len)

@@ -44,6 +44,10 @@ class ColumnParallelLinear {
   /// The parts' local weights as one [sum local_out, in] block (part order) — only when the
   /// layer has no bias (else twinkle::Error); valid after the ParamStore is finalized.
   const float* weight_block() const;
+  /// Whether weight_block() exists (no bias and the parts adjacent in the store).
+  bool has_weight_block() const;
+  /// The kernels this layer computes with (its TensorTable's).
+  const kernels::KernelTable& kernels() const { return table_->kernels(); }
 
   /// x_local [Tl, in] (Tl = T/tp under SP, else T). Under SP all-gathers it into
   /// x_full [T, in] (kept by the caller for backward; unused, may be null, without SP).
@@ -55,6 +59,16 @@ class ColumnParallelLinear {
   /// summed over tp, in `scratch` (keys "tp.dx_full", "tp.dx_local"; valid until the
   /// next use of those keys).
   const float* backward(const float* x, const float* const* dy, int64_t T, Workspace& scratch) const;
+
+  /// Two equal parts [gate, up] (HF Qwen3MLP gate_proj, up_proj) as ONE GEMM over weight_block()
+  /// followed by SwiGLU — the gate_up_swiglu op (MindSpeed npu_swiglu contract, Megatron's fused
+  /// linear_fc1): gu [T, 2I] = X [gate; up]^T (saved for backward), act [T, I] = silu(gu[:, :I]) *
+  /// gu[:, I:], I = local_out(0). SP gather as forward(); returns the [T, in] input for backward.
+  /// Throws twinkle::Error unless has_weight_block() and the layer has two equal parts.
+  const float* forward_swiglu(const float* x_local, float* x_full, float* gu, float* act, int64_t T) const;
+  /// Backward of forward_swiglu given dact [T, I]: accumulates d[gate; up] and returns d(x_local) as
+  /// backward() does (scratch keys "tp.dgu", "tp.dx_full", "tp.dx_local").
+  const float* backward_swiglu(const float* x, const float* gu, const float* dact, int64_t T, Workspace& scratch) const;
 
  private:
   const TensorTable* table_ = nullptr;

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "twinkle/kernels/registry.h"
 #include "twinkle/parallel/param_store.h"
 
 namespace twinkle::parallel {
@@ -82,7 +83,14 @@ class TensorTable {
   float* data(size_t id) const { return param(id).data.f32(); }
   float* grad(size_t id) const { return param(id).grad.f32(); }
 
+  /// The kernels the layers holding this table compute with (twinkle/kernels/registry.h): the
+  /// model's table, which kernelize_model swaps; the CPU fused set until set_kernels is called.
+  /// `kt` must outlive the table.
+  void set_kernels(const kernels::KernelTable* kt) { kernels_ = kt; }
+  const kernels::KernelTable& kernels() const { return kernels_ ? *kernels_ : kernels::default_cpu_kernels(); }
+
  private:
+  const kernels::KernelTable* kernels_ = nullptr;
   std::vector<TensorEntry> entries_;
   int stage_ = 0;
   ParamStore* store_ = nullptr;

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "twinkle/dist/process_group.h"
+#include "twinkle/kernels/ops.h"
 
 namespace twinkle::parallel {
 
@@ -30,5 +31,9 @@ VocabShard make_vocab_shard(int64_t vocab, int tp_rank, int tp_size, int64_t div
 double vocab_parallel_ce_forward(dist::ProcessGroup& tp, const VocabShard& shard, const float* logits,
                                  const int32_t* targets, int64_t T, float* lse, float* scratch_max,
                                  float* scratch_target);
+/// The same with the local pieces from `ce` (a kernel table's cross_entropy op).
+double vocab_parallel_ce_forward(dist::ProcessGroup& tp, const VocabShard& shard, const float* logits,
+                                 const int32_t* targets, int64_t T, float* lse, float* scratch_max,
+                                 float* scratch_target, const kernels::CrossEntropyOp& ce);
 
 }  // namespace twinkle::parallel

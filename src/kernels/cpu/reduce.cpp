@@ -34,6 +34,11 @@ void add_inplace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+void add_out(float* out, const float* a, const float* b, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
 void axpy(float* y, const float* x, int64_t n, float a) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];

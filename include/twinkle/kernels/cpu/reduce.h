@@ -12,6 +12,8 @@ double sum_squares(const float* x, int64_t n);
 void scale_inplace(float* x, int64_t n, float s);
 /// y[i] += x[i].
 void add_inplace(float* y, const float* x, int64_t n);
+/// out[i] = a[i] + b[i] (out may alias a or b).
+void add_out(float* out, const float* a, const float* b, int64_t n);
 /// y[i] += a * x[i].
 void axpy(float* y, const float* x, int64_t n, float a);
 

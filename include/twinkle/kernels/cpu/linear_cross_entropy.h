@@ -1,0 +1,18 @@
+// twinkle/kernels/cpu/linear_cross_entropy.h — lm head GEMM fused with token cross entropy over chunks
+// of rows, so the [T, V] logits never exist at once (Liger-Kernel's fused_linear_cross_entropy idea;
+// semantics torch.nn.functional.cross_entropy(X W^T, labels, ignore_index=-100, reduction="sum")).
+// Single vocab shard; the vocab-parallel path composes linear + cross_entropy.h pieces instead.
+#pragma once
+#include <cstdint>
+
+namespace twinkle::kernels::cpu {
+
+/// X [T, H], W [V, H], labels [T] (ids in [0, V) or -100). Returns the loss SUM (double, rows in order);
+/// lse [T] gets each row's logsumexp. When dX is non-null, also the gradient of grad_scale * sum:
+/// dX [T, H] OVERWRITTEN and dW [V, H] ACCUMULATED (dW may be null). Chunks of `chunk_rows` rows
+/// (<= 0: 1024) reuse one grow-only thread_local logits buffer. Throws twinkle::Error naming the row of
+/// a label outside [0, V) that is not -100.
+double linear_cross_entropy(const float* X, const float* W, const int32_t* labels, int64_t T, int64_t V, int64_t H,
+                            float grad_scale, float* lse, float* dX, float* dW, int64_t chunk_rows);
+
+}  // namespace twinkle::kernels::cpu

@@ -1,0 +1,187 @@
+// twinkle/kernels/ops.h — the compute ops of a training step, as typed function-pointer tables.
+//
+// Every op is a struct of function pointers with a registry name (kName). An implementation of an op
+// (the `reference` or `fused` CPU set, a user's own kernel, one day a CUDA or NPU one) fills the struct
+// and is registered under (device, implementation name) in twinkle/kernels/registry.h; the model and
+// optimizer call ops only through a KernelTable resolved from that registry.
+//
+// Pointers are host pointers, f32 row-major unless stated; signatures are those of the CPU kernels in
+// twinkle/kernels/cpu/*.h, whose headers give the full semantics and sources (HF transformers Qwen3,
+// Megatron-core, PyTorch). Fused ops name their unfused equivalent below; an implementation must agree
+// with the float64 PyTorch reference of tests/reference/conformance_ref.py (tests/unit/kernels/
+// kernel_conformance.cpp checks every registered implementation).
+#pragma once
+#include <cstdint>
+
+#include "twinkle/kernels/cpu/rope.h"
+
+namespace twinkle::kernels {
+
+using RopeTable = cpu::RopeTable;
+
+/// torch.nn.Embedding / Megatron VocabParallelEmbedding lookup (twinkle/kernels/cpu/embedding.h).
+struct EmbeddingOp {
+  static constexpr const char* kName = "embedding";
+  /// out [T, H] = table[ids - vstart] (zero rows for ids outside [vstart, vstart + Vl)); ids pre-validated.
+  void (*forward)(const float* table, const int32_t* ids, float* out, int64_t T, int64_t H, int64_t vstart,
+                  int64_t Vl);
+  /// dtable [Vl, H] += scatter of dout [T, H] at in-shard ids (deterministic).
+  void (*backward)(const float* dout, const int32_t* ids, float* dtable, int64_t T, int64_t H, int64_t vstart,
+                   int64_t Vl);
+};
+
+/// HF Qwen3RMSNorm (twinkle/kernels/cpu/rmsnorm.h): y = w * x * rsqrt(mean(x^2) + eps).
+struct RmsNormOp {
+  static constexpr const char* kName = "rms_norm";
+  /// x, y [rows, dim] (y may alias x); w [dim]; rstd [rows] saved for backward.
+  void (*forward)(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim, float eps);
+  /// dx [rows, dim] OVERWRITTEN (may alias dy); dw [dim] ACCUMULATED (may be null).
+  void (*backward)(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw,
+                   int64_t rows, int64_t dim);
+};
+
+/// Residual add + RMSNorm (the pre-norm block boundary h = x + r; y = RMSNorm(h); MindSpeed's
+/// npu_add_rms_norm contract). Unfused: add, then rms_norm.
+struct AddRmsNormOp {
+  static constexpr const char* kName = "add_rms_norm";
+  /// h [rows, dim] = x + r (h may alias x or r); y = w * h * rstd; rstd [rows].
+  void (*forward)(const float* x, const float* r, float* h, const float* w, float* y, float* rstd, int64_t rows,
+                  int64_t dim, float eps);
+  /// Given the saved h and rstd, the gradient dy of y and dres of h from the residual path:
+  /// dh = rms_norm backward(dy) + dres, OVERWRITTEN (may alias dres); dw ACCUMULATED (may be null).
+  /// dh is the gradient of both x and r.
+  void (*backward)(const float* h, const float* w, const float* rstd, const float* dy, const float* dres, float* dh,
+                   float* dw, int64_t rows, int64_t dim);
+};
+
+/// Qwen3's per-head q_norm / k_norm followed by RoPE (HF Qwen3Attention.forward:
+/// apply_rotary_pos_emb(q_norm(q), k_norm(k))), one pass per head row. Unfused: rms_norm on
+/// [tokens*heads, head_dim] rows, then rope.
+struct QkNormRopeOp {
+  static constexpr const char* kName = "qk_norm_rope";
+  /// x, y [tokens, heads, head_dim] (y may alias x); w [head_dim]; rstd [tokens*heads]; pos [tokens].
+  /// Throws twinkle::Error (naming the token) if a position is outside the table.
+  void (*forward)(const float* x, const float* w, float* y, float* rstd, const int32_t* pos, const RopeTable& t,
+                  int64_t tokens, int64_t heads, int64_t head_dim, float eps);
+  /// dx OVERWRITTEN (may alias dy); dw ACCUMULATED (may be null). x is the forward's input (pre-norm).
+  void (*backward)(const float* x, const float* w, const float* rstd, const int32_t* pos, const RopeTable& t,
+                   const float* dy, float* dx, float* dw, int64_t tokens, int64_t heads, int64_t head_dim);
+};
+
+/// HF apply_rotary_pos_emb, in place (twinkle/kernels/cpu/rope.h).
+struct RopeOp {
+  static constexpr const char* kName = "rope";
+  void (*forward)(float* x, const int32_t* pos, const RopeTable& t, int64_t tokens, int64_t heads, int64_t head_dim);
+  void (*backward)(float* dx, const int32_t* pos, const RopeTable& t, int64_t tokens, int64_t heads,
+                   int64_t head_dim);
+};
+
+/// HF Qwen3MLP act: h = silu(gate) * up (twinkle/kernels/cpu/swiglu.h).
+struct SwigluOp {
+  static constexpr const char* kName = "swiglu";
+  void (*forward)(const float* gate, const float* up, float* h, int64_t n);
+  /// dgate, dup OVERWRITTEN.
+  void (*backward)(const float* gate, const float* up, const float* dh, float* dgate, float* dup, int64_t n);
+};
+
+/// gate_proj and up_proj as ONE GEMM over the concatenated weight Wgu [2I, H] (gate rows, then up rows),
+/// then SwiGLU on its [T, 2I] output with MindSpeed's npu_swiglu contract (silu(first half) * second
+/// half). Unfused: linear(gate), linear(up), swiglu.
+struct GateUpSwigluOp {
+  static constexpr const char* kName = "gate_up_swiglu";
+  /// gu [T, 2I] = X [T, H] Wgu^T (saved for backward); a [T, I] = silu(gu[:, :I]) * gu[:, I:].
+  void (*forward)(const float* X, const float* Wgu, float* gu, float* a, int64_t T, int64_t I, int64_t H);
+  /// Given the saved gu and da [T, I]: dgu [T, 2I] (scratch, OVERWRITTEN with the gradient of gu),
+  /// dX [T, H] (OVERWRITTEN unless accumulate_dx), dWgu [2I, H] ACCUMULATED (skipped when null).
+  void (*backward)(const float* X, const float* Wgu, const float* gu, const float* da, float* dgu, float* dX,
+                   float* dWgu, int64_t T, int64_t I, int64_t H, bool accumulate_dx);
+};
+
+/// Causal GQA attention over packed sequences (twinkle/kernels/cpu/attention.h; SDPA semantics).
+struct AttentionOp {
+  static constexpr const char* kName = "attention";
+  /// q [T, Hq, D], k, v [T, Hkv, D] -> out [T, Hq, D], lse [T, Hq]; T = cu_seqlens[n_seqs].
+  void (*forward)(const float* q, const float* k, const float* v, float* out, float* lse, const int32_t* cu_seqlens,
+                  int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale);
+  /// dq, dk, dv OVERWRITTEN.
+  void (*backward)(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                   const float* dout, float* dq, float* dk, float* dv, const int32_t* cu_seqlens, int64_t n_seqs,
+                   int64_t Hq, int64_t Hkv, int64_t D, float scale);
+};
+
+/// torch.nn.functional.linear without bias, weights in HF [out, in] layout (twinkle/kernels/cpu/gemm.h).
+struct LinearOp {
+  static constexpr const char* kName = "linear";
+  /// Y [M, N] (+)= X [M, K] W[N, K]^T.
+  void (*forward)(const float* X, const float* W, float* Y, int64_t M, int64_t N, int64_t K, bool accumulate);
+  /// dX [M, K] (+)= dY W (overwritten unless accumulate_dx); dW [N, K] += dY^T X (skipped when null).
+  void (*backward)(const float* X, const float* W, const float* dY, float* dX, float* dW, int64_t M, int64_t N,
+                   int64_t K, bool accumulate_dx);
+};
+
+/// Grouped linear: the MoE experts' grouped GEMM (Megatron-core GroupedMLP / TEGroupedLinear, MindSpeed
+/// npu_gmm; twinkle/kernels/cpu/grouped_gemm.h): the consecutive row blocks X_e of X [R, K] given by
+/// counts [E] (R = sum counts, expert order) use W_e = W + e * w_stride ([N, K], w_stride >= N*K).
+struct GroupedLinearOp {
+  static constexpr const char* kName = "grouped_linear";
+  /// Y_e [counts[e], N] (+)= X_e W_e^T (OVERWRITTEN unless accumulate). Throws twinkle::Error on a count < 0.
+  void (*forward)(const float* X, const float* W, int64_t w_stride, const int64_t* counts, int64_t E, float* Y,
+                  int64_t N, int64_t K, bool accumulate);
+  /// dX_e (+)= dY_e W_e (OVERWRITTEN unless accumulate_dx; skipped when dX is null);
+  /// dW_e += dY_e^T X_e (skipped when dW is null; an expert without rows leaves dW_e untouched).
+  void (*backward)(const float* X, const float* W, int64_t w_stride, const int64_t* counts, int64_t E,
+                   const float* dY, float* dX, float* dW, int64_t N, int64_t K, bool accumulate_dx);
+};
+
+/// Token cross entropy in Megatron's vocab-parallel pieces (twinkle/kernels/cpu/cross_entropy.h).
+struct CrossEntropyOp {
+  static constexpr const char* kName = "cross_entropy";
+  void (*local_max)(const float* logits, int64_t T, int64_t Vl, int64_t valid, float* row_max);
+  void (*local_sumexp_target)(const float* logits, const int32_t* labels, const float* global_max, int64_t T,
+                              int64_t Vl, int64_t valid, int64_t vstart, float* sum_exp, float* target_logit);
+  /// dlogits OVERWRITTEN (may alias logits); row_scale may be null (= 1).
+  void (*backward)(const float* logits, const int32_t* labels, const float* lse, int64_t T, int64_t Vl, int64_t valid,
+                   int64_t vstart, const float* row_scale, float* dlogits);
+  /// Single shard: sum over non-ignored rows of -log softmax; lse [T]. Throws on a label outside [0, V).
+  double (*forward)(const float* logits, const int32_t* labels, int64_t T, int64_t V, float* lse);
+};
+
+/// lm head + cross entropy without materializing the [T, V] logits at once (single vocab shard;
+/// Liger / Apple Cut-Cross-Entropy idea). Unfused: linear, cross_entropy, linear backward.
+struct LinearCrossEntropyOp {
+  static constexpr const char* kName = "linear_cross_entropy";
+  /// X [T, H], W [V, H], labels [T] (global ids or -100). Returns the SUM of the token losses (as
+  /// CrossEntropyOp::forward on X W^T) and writes lse [T]. When dX is non-null also the backward of
+  /// grad_scale * (that sum): dX [T, H] OVERWRITTEN, dW [V, H] ACCUMULATED (dW may be null).
+  /// chunk_rows bounds the rows whose logits exist at once (<= 0: the implementation's choice).
+  /// Throws twinkle::Error on a label outside [0, V) other than -100.
+  double (*forward_backward)(const float* X, const float* W, const int32_t* labels, int64_t T, int64_t V, int64_t H,
+                             float grad_scale, float* lse, float* dX, float* dW, int64_t chunk_rows);
+};
+
+/// torch.optim.AdamW step (twinkle/kernels/cpu/adamw.h).
+struct AdamwOp {
+  static constexpr const char* kName = "adamw";
+  void (*step)(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
+               float weight_decay, int64_t step);
+};
+
+/// Gradient-norm pieces of torch.nn.utils.clip_grad_norm_ (twinkle/kernels/cpu/reduce.h).
+struct NormsOp {
+  static constexpr const char* kName = "norms";
+  /// sum x^2 in double, independent of the thread count.
+  double (*sum_squares)(const float* x, int64_t n);
+  /// x *= s.
+  void (*scale)(float* x, int64_t n, float s);
+};
+
+/// Element-wise adds (residual gradients, accumulation).
+struct AddOp {
+  static constexpr const char* kName = "add";
+  /// y += x.
+  void (*add_inplace)(float* y, const float* x, int64_t n);
+  /// out = a + b (out may alias a or b).
+  void (*add)(float* out, const float* a, const float* b, int64_t n);
+};
+
+}  // namespace twinkle::kernels

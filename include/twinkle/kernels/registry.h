@@ -1,0 +1,113 @@
+// twinkle/kernels/registry.h — named kernel implementations per device, and the resolved table a model
+// calls (the seam where Twinkle's kernelize_model swaps kernels; shared/spec/twinkle-behaviour.md §6).
+//
+// The registry maps (op, device, implementation name) to an op struct of twinkle/kernels/ops.h.
+// Built in, device "cpu":
+//   "reference" — plain loops with double accumulation, unfused (src/kernels/cpu/reference/): the
+//                 implementation the others are debugged against, slow.
+//   "fused"     — the optimized kernels of src/kernels/cpu (oneDNN GEMM, flash attention, AVX-512
+//                 element-wise) plus the fusions add_rms_norm, qk_norm_rope, gate_up_swiglu and
+//                 linear_cross_entropy. The default.
+// Devices "cuda" and "npu" have no implementations in this build: resolving a table for them throws at
+// once (check_device). A user registers an own kernel with Registry::global().add(...) and selects it
+// through a KernelMapping (see twinkle/model/kernelize.h).
+#pragma once
+#include <map>
+#include <mutex>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "twinkle/kernels/ops.h"
+
+namespace twinkle::kernels {
+
+/// Any one op's implementation.
+using OpImpl = std::variant<EmbeddingOp, RmsNormOp, AddRmsNormOp, QkNormRopeOp, RopeOp, SwigluOp, GateUpSwigluOp,
+                            AttentionOp, LinearOp, GroupedLinearOp, CrossEntropyOp, LinearCrossEntropyOp, AdamwOp,
+                            NormsOp, AddOp>;
+
+/// Registry name of the op an implementation belongs to ("rms_norm", ...).
+const char* op_name(const OpImpl& impl);
+/// Every op name, in the order of OpImpl.
+const std::vector<std::string>& op_names();
+
+/// {op -> {device -> implementation}}: Twinkle's kernelize_model mapping.
+using KernelMapping = std::map<std::string, std::map<std::string, std::string>>;
+
+/// One resolved implementation per op, for one device: what a model calls.
+struct KernelTable {
+  std::string device = "cpu";
+  EmbeddingOp embedding{};
+  RmsNormOp rms_norm{};
+  AddRmsNormOp add_rms_norm{};
+  QkNormRopeOp qk_norm_rope{};
+  RopeOp rope{};
+  SwigluOp swiglu{};
+  GateUpSwigluOp gate_up_swiglu{};
+  AttentionOp attention{};
+  LinearOp linear{};
+  GroupedLinearOp grouped_linear{};
+  CrossEntropyOp cross_entropy{};
+  LinearCrossEntropyOp linear_cross_entropy{};
+  AdamwOp adamw{};
+  NormsOp norms{};
+  AddOp add{};
+  /// op -> implementation name in use.
+  std::map<std::string, std::string> impl_names;
+
+  /// Puts impl into its op's slot, recording its name.
+  void set(const std::string& impl_name, const OpImpl& impl);
+  /// Implementation name in use for op ("" when unset).
+  std::string impl(const std::string& op) const;
+  /// True when every op has an implementation.
+  bool complete() const { return impl_names.size() == op_names().size(); }
+};
+
+class Registry {
+ public:
+  /// The process-wide registry, with the built-in CPU sets registered on first use. Thread-safe.
+  static Registry& global();
+
+  /// Registers impl for its op under (device, name), replacing an earlier one with the same key.
+  /// Throws twinkle::Error if device or name is empty.
+  void add(const std::string& device, const std::string& name, const OpImpl& impl);
+  /// Removes (op, device, name); returns whether it existed.
+  bool remove(const std::string& op, const std::string& device, const std::string& name);
+  /// The implementation, or throws twinkle::Error naming op, device, name and the names registered.
+  OpImpl get(const std::string& op, const std::string& device, const std::string& name) const;
+  /// Implementation names registered for (op, device), sorted.
+  std::vector<std::string> implementations(const std::string& op, const std::string& device) const;
+  /// Devices with at least one implementation, sorted.
+  std::vector<std::string> devices() const;
+
+ private:
+  Registry() = default;
+  mutable std::mutex mu_;
+  std::map<std::string, std::map<std::string, std::map<std::string, OpImpl>>> impls_;  // op -> device -> name
+};
+
+/// Throws twinkle::Error unless `device` has kernels in this build: "npu" (needs Huawei Ascend's CANN
+/// toolkit and the NPU backend), "cuda" (the CUDA backend is not built), anything else unknown.
+void check_device(const std::string& device);
+
+/// Names of the built-in sets: "fused" (default) and "reference". Throws twinkle::Error naming the
+/// option for any other value.
+void check_kernel_set(const std::string& set);
+
+/// Resolves a table for device: every op from the implementation named `set`, then the mapping's
+/// entries for this device (mapping entries for other devices are ignored, as in Twinkle). Throws
+/// twinkle::Error (check_device; an unknown op in the mapping; an unregistered implementation).
+KernelTable resolve_kernels(const std::string& device, const std::string& set = "fused",
+                            const KernelMapping& mapping = {});
+
+/// The CPU "fused" table, resolved once (for code that was given no table).
+const KernelTable& default_cpu_kernels();
+
+namespace cpu {
+/// Registers the built-in CPU implementations (called by Registry::global()).
+void register_reference_kernels(Registry& r);
+void register_fused_kernels(Registry& r);
+}  // namespace cpu
+
+}  // namespace twinkle::kernels

@@ -1,0 +1,39 @@
+// The CPU "fused" kernel set: the optimized kernels of src/kernels/cpu, registered per op.
+#include "twinkle/kernels/cpu/adamw.h"
+#include "twinkle/kernels/cpu/add_rmsnorm.h"
+#include "twinkle/kernels/cpu/attention.h"
+#include "twinkle/kernels/cpu/cross_entropy.h"
+#include "twinkle/kernels/cpu/embedding.h"
+#include "twinkle/kernels/cpu/gate_up_swiglu.h"
+#include "twinkle/kernels/cpu/gemm.h"
+#include "twinkle/kernels/cpu/grouped_gemm.h"
+#include "twinkle/kernels/cpu/linear_cross_entropy.h"
+#include "twinkle/kernels/cpu/qk_norm_rope.h"
+#include "twinkle/kernels/cpu/reduce.h"
+#include "twinkle/kernels/cpu/rmsnorm.h"
+#include "twinkle/kernels/cpu/rope.h"
+#include "twinkle/kernels/cpu/swiglu.h"
+#include "twinkle/kernels/registry.h"
+
+namespace twinkle::kernels::cpu {
+
+void register_fused_kernels(Registry& r) {
+  const std::string dev = "cpu", name = "fused";
+  r.add(dev, name, EmbeddingOp{embedding_forward, embedding_backward});
+  r.add(dev, name, RmsNormOp{rmsnorm_forward, rmsnorm_backward});
+  r.add(dev, name, AddRmsNormOp{add_rmsnorm_forward, add_rmsnorm_backward});
+  r.add(dev, name, QkNormRopeOp{qk_norm_rope_forward, qk_norm_rope_backward});
+  r.add(dev, name, RopeOp{rope_forward, rope_backward});
+  r.add(dev, name, SwigluOp{swiglu_forward, swiglu_backward});
+  r.add(dev, name, GateUpSwigluOp{gate_up_swiglu_forward, gate_up_swiglu_backward});
+  r.add(dev, name, AttentionOp{flash_attention_forward, flash_attention_backward});
+  r.add(dev, name, LinearOp{linear_forward, linear_backward});
+  r.add(dev, name, GroupedLinearOp{grouped_linear_forward, grouped_linear_backward});
+  r.add(dev, name, CrossEntropyOp{ce_local_max, ce_local_sumexp_target, ce_backward, cross_entropy_forward});
+  r.add(dev, name, LinearCrossEntropyOp{linear_cross_entropy});
+  r.add(dev, name, AdamwOp{adamw_step});
+  r.add(dev, name, NormsOp{sum_squares, scale_inplace});
+  r.add(dev, name, AddOp{add_inplace, add_out});
+}
+
+}  // namespace twinkle::kernels::cpu

@@ -1,0 +1,28 @@
+// Registers the CPU "reference" kernel set.
+#include "reference.h"
+#include "twinkle/kernels/registry.h"
+
+namespace twinkle::kernels::cpu {
+
+void register_reference_kernels(Registry& r) {
+  namespace R = reference;
+  const std::string dev = "cpu", name = "reference";
+  r.add(dev, name, EmbeddingOp{R::embedding_forward, R::embedding_backward});
+  r.add(dev, name, RmsNormOp{R::rmsnorm_forward, R::rmsnorm_backward});
+  r.add(dev, name, AddRmsNormOp{R::add_rmsnorm_forward, R::add_rmsnorm_backward});
+  r.add(dev, name, QkNormRopeOp{R::qk_norm_rope_forward, R::qk_norm_rope_backward});
+  r.add(dev, name, RopeOp{R::rope_forward, R::rope_backward});
+  r.add(dev, name, SwigluOp{R::swiglu_forward, R::swiglu_backward});
+  r.add(dev, name, GateUpSwigluOp{R::gate_up_swiglu_forward, R::gate_up_swiglu_backward});
+  r.add(dev, name, AttentionOp{R::attention_forward, R::attention_backward});
+  r.add(dev, name, LinearOp{R::linear_forward, R::linear_backward});
+  r.add(dev, name, GroupedLinearOp{R::grouped_linear_forward, R::grouped_linear_backward});
+  r.add(dev, name,
+        CrossEntropyOp{R::ce_local_max, R::ce_local_sumexp_target, R::ce_backward, R::cross_entropy_forward});
+  r.add(dev, name, LinearCrossEntropyOp{R::linear_cross_entropy});
+  r.add(dev, name, AdamwOp{R::adamw_step});
+  r.add(dev, name, NormsOp{R::sum_squares, R::scale});
+  r.add(dev, name, AddOp{R::add_inplace, R::add});
+}
+
+}  // namespace twinkle::kernels::cpu

@@ -1,0 +1,164 @@
+// Kernel registry: (op, device, implementation) -> op struct; KernelTable resolution.
+#include "twinkle/kernels/registry.h"
+
+#include <algorithm>
+
+#include "twinkle/core/error.h"
+
+namespace twinkle::kernels {
+
+namespace {
+
+template <size_t... I>
+std::vector<std::string> names_of(std::index_sequence<I...>) {
+  return {std::variant_alternative_t<I, OpImpl>::kName...};
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s.empty() ? "(none)" : s;
+}
+
+}  // namespace
+
+const char* op_name(const OpImpl& impl) {
+  return std::visit([](const auto& op) { return std::decay_t<decltype(op)>::kName; }, impl);
+}
+
+const std::vector<std::string>& op_names() {
+  static const std::vector<std::string> names = names_of(std::make_index_sequence<std::variant_size_v<OpImpl>>{});
+  return names;
+}
+
+void KernelTable::set(const std::string& impl_name, const OpImpl& impl) {
+  std::visit(
+      [&](const auto& op) {
+        using T = std::decay_t<decltype(op)>;
+        if constexpr (std::is_same_v<T, EmbeddingOp>) embedding = op;
+        else if constexpr (std::is_same_v<T, RmsNormOp>) rms_norm = op;
+        else if constexpr (std::is_same_v<T, AddRmsNormOp>) add_rms_norm = op;
+        else if constexpr (std::is_same_v<T, QkNormRopeOp>) qk_norm_rope = op;
+        else if constexpr (std::is_same_v<T, RopeOp>) rope = op;
+        else if constexpr (std::is_same_v<T, SwigluOp>) swiglu = op;
+        else if constexpr (std::is_same_v<T, GateUpSwigluOp>) gate_up_swiglu = op;
+        else if constexpr (std::is_same_v<T, AttentionOp>) attention = op;
+        else if constexpr (std::is_same_v<T, LinearOp>) linear = op;
+        else if constexpr (std::is_same_v<T, GroupedLinearOp>) grouped_linear = op;
+        else if constexpr (std::is_same_v<T, CrossEntropyOp>) cross_entropy = op;
+        else if constexpr (std::is_same_v<T, LinearCrossEntropyOp>) linear_cross_entropy = op;
+        else if constexpr (std::is_same_v<T, AdamwOp>) adamw = op;
+        else if constexpr (std::is_same_v<T, NormsOp>) norms = op;
+        else if constexpr (std::is_same_v<T, AddOp>) add = op;
+        else static_assert(sizeof(T) == 0, "KernelTable::set: op without a slot");
+        impl_names[T::kName] = impl_name;
+      },
+      impl);
+}
+
+std::string KernelTable::impl(const std::string& op) const {
+  auto it = impl_names.find(op);
+  return it == impl_names.end() ? std::string() : it->second;
+}
+
+Registry& Registry::global() {
+  static Registry* r = [] {
+    auto* reg = new Registry();  // never destroyed: usable from other static destructors
+    cpu::register_reference_kernels(*reg);
+    cpu::register_fused_kernels(*reg);
+    return reg;
+  }();
+  return *r;
+}
+
+void Registry::add(const std::string& device, const std::string& name, const OpImpl& impl) {
+  check(!device.empty() && !name.empty(),
+        std::string("kernel registry: op '") + op_name(impl) + "' registered with an empty device or name");
+  std::lock_guard<std::mutex> lk(mu_);
+  impls_[op_name(impl)][device].insert_or_assign(name, impl);
+}
+
+bool Registry::remove(const std::string& op, const std::string& device, const std::string& name) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto o = impls_.find(op);
+  if (o == impls_.end()) return false;
+  auto d = o->second.find(device);
+  return d != o->second.end() && d->second.erase(name) > 0;
+}
+
+OpImpl Registry::get(const std::string& op, const std::string& device, const std::string& name) const {
+  check(std::find(op_names().begin(), op_names().end(), op) != op_names().end(),
+        "kernel registry: unknown op '" + op + "' (ops: " + join(op_names()) + ")");
+  std::lock_guard<std::mutex> lk(mu_);
+  auto o = impls_.find(op);
+  if (o != impls_.end()) {
+    auto d = o->second.find(device);
+    if (d != o->second.end()) {
+      auto n = d->second.find(name);
+      if (n != d->second.end()) return n->second;
+    }
+  }
+  std::vector<std::string> have;
+  if (o != impls_.end())
+    if (auto d = o->second.find(device); d != o->second.end())
+      for (const auto& [n, _] : d->second) have.push_back(n);
+  throw Error("kernel registry: op '" + op + "' has no implementation '" + name + "' on device '" + device +
+              "' (registered: " + join(have) + ")");
+}
+
+std::vector<std::string> Registry::implementations(const std::string& op, const std::string& device) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<std::string> out;
+  if (auto o = impls_.find(op); o != impls_.end())
+    if (auto d = o->second.find(device); d != o->second.end())
+      for (const auto& [n, _] : d->second) out.push_back(n);
+  return out;
+}
+
+std::vector<std::string> Registry::devices() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<std::string> out;
+  for (const auto& [op, devs] : impls_)
+    for (const auto& [d, names] : devs)
+      if (!names.empty() && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void check_device(const std::string& device) {
+  if (device == "npu")
+    throw Error("kernels: device 'npu' has no kernels in this build: the NPU backend needs Huawei Ascend's CANN "
+                "toolkit (aclnn / torch_npu fused operators), which is not available here");
+  if (device == "cuda")
+    throw Error("kernels: device 'cuda' has no kernels in this build: the CUDA backend is not built");
+  const auto devs = Registry::global().devices();
+  check(std::find(devs.begin(), devs.end(), device) != devs.end(),
+        "kernels: device '" + device + "' is unknown (devices with kernels: " + join(devs) + ")");
+}
+
+void check_kernel_set(const std::string& set) {
+  check(set == "fused" || set == "reference",
+        "kernels: unknown kernel set '" + set + "' (option kernels / --kernels: fused or reference)");
+}
+
+KernelTable resolve_kernels(const std::string& device, const std::string& set, const KernelMapping& mapping) {
+  check_device(device);
+  check_kernel_set(set);
+  Registry& reg = Registry::global();
+  KernelTable t;
+  t.device = device;
+  for (const auto& op : op_names()) t.set(set, reg.get(op, device, set));
+  for (const auto& [op, per_device] : mapping) {
+    check(std::find(op_names().begin(), op_names().end(), op) != op_names().end(),
+          "kernelize mapping: unknown op '" + op + "' (ops: " + join(op_names()) + ")");
+    if (auto it = per_device.find(device); it != per_device.end()) t.set(it->second, reg.get(op, device, it->second));
+  }
+  return t;
+}
+
+const KernelTable& default_cpu_kernels() {
+  static const KernelTable t = resolve_kernels("cpu", "fused");
+  return t;
+}
+
+}  // namespace twinkle::kernels

@@ -1,0 +1,492 @@
+// Kernel conformance table (the idea of ggml's tests/test-backend-ops.cpp): every op of
+// twinkle/kernels/ops.h x every implementation registered for the CPU x forward and backward, on odd
+// shapes, against PyTorch float64 autograd references (tests/reference/kernels_ref.py, read through the
+// CTest fixture kernels_ref_data). A new implementation registered in the registry (a user kernel, the
+// MoE grouped GEMM, a future fusion) is picked up automatically; an op without a row in kRows fails.
+// The self test registers deliberately broken kernels through a kernelize mapping and requires the
+// table to reject them (a test of the test).
+//
+// Tolerance: max |got - ref| <= tol * max|ref| per tensor (tol per row, <= 1e-4); comparisons are
+// collected, not asserted, so that the self test can inspect them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ref_case.h"
+#include "twinkle/core/error.h"
+#include "twinkle/kernels/cpu/rmsnorm.h"
+#include "twinkle/kernels/cpu/rope.h"
+#include "twinkle/kernels/registry.h"
+
+namespace {
+
+using kernels_ref::Case;
+using namespace twinkle::kernels;
+
+// Collects the comparisons of one (op, implementation, case).
+struct Check {
+  std::string ctx;
+  std::vector<std::string> fails;
+
+  void close(const float* got, const std::vector<double>& ref, double tol, const std::string& what) {
+    double mx = 1e-30, err = 0.0;
+    size_t worst = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      mx = std::max(mx, std::fabs(ref[i]));
+      const double e = std::fabs(static_cast<double>(got[i]) - ref[i]);
+      if (!(e <= err)) err = e, worst = i;  // NaN counts as worst
+    }
+    const double rel = err / mx;
+    std::printf("  %-52s rel err %.2e (tol %.0e)\n", (ctx + " " + what).c_str(), rel, tol);
+    if (!(rel <= tol))
+      fails.push_back(ctx + " " + what + ": rel err " + std::to_string(rel) + " > " + std::to_string(tol) +
+                      " at element " + std::to_string(worst) + " (got " + std::to_string(got[worst]) + ", ref " +
+                      std::to_string(ref[worst]) + ")");
+  }
+  void close(const std::vector<float>& got, const std::vector<double>& ref, double tol, const std::string& what) {
+    if (got.size() != ref.size()) {
+      fails.push_back(ctx + " " + what + ": size " + std::to_string(got.size()) + " vs " + std::to_string(ref.size()));
+      return;
+    }
+    close(got.data(), ref, tol, what);
+  }
+  void scalar(double got, double ref, double tol, const std::string& what) {
+    close(std::vector<float>{static_cast<float>(got)}, {ref}, std::max(tol, 1e-7), what);
+  }
+  void expect(bool ok, const std::string& what) {
+    if (!ok) fails.push_back(ctx + " " + what);
+  }
+};
+
+std::vector<double> plus(std::vector<double> v, double c) {
+  for (auto& x : v) x += c;
+  return v;
+}
+std::vector<int64_t> widen(const std::vector<int32_t>& v) { return {v.begin(), v.end()}; }
+
+// ---------------------------------------------------------------- one runner per op
+
+void embedding(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t V = c.pi("V"), H = c.pi("H"), T = c.pi("T");
+  auto table = c.f("table"), dout = c.f("dout");
+  auto ids = c.i("ids");
+  std::vector<float> out(T * H, 7.0f), dt(V * H, 0.5f);
+  k.embedding.forward(table.data(), ids.data(), out.data(), T, H, 0, V);
+  ck.close(out, c.d("out"), 0.0, "fwd out");
+  k.embedding.backward(dout.data(), ids.data(), dt.data(), T, H, 0, V);
+  ck.close(dt, plus(c.d("dtable"), 0.5), 5e-7, "bwd dtable (+=)");
+  // two vocab shards [0, 8) and [8, V): out-of-shard rows are zero, so the shard sum is the lookup
+  std::vector<float> sum(T * H, 0.0f), part(T * H), dsh(V * H, 0.0f);
+  for (int64_t s = 0; s < 2; ++s) {
+    const int64_t v0 = s ? 8 : 0, vl = s ? V - 8 : 8;
+    k.embedding.forward(table.data() + v0 * H, ids.data(), part.data(), T, H, v0, vl);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+    k.embedding.backward(dout.data(), ids.data(), dsh.data() + v0 * H, T, H, v0, vl);
+  }
+  ck.close(sum, c.d("out"), 0.0, "fwd 2-shard out");
+  ck.close(dsh, c.d("dtable"), 5e-7, "bwd 2-shard dtable");
+}
+
+void rms_norm(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t rows = c.pi("rows"), dim = c.pi("dim");
+  auto x = c.f("x"), w = c.f("w"), dy = c.f("dy");
+  std::vector<float> y(rows * dim, 7.0f), rstd(rows), dx(rows * dim, 7.0f), dw(dim, 0.5f);
+  k.rms_norm.forward(x.data(), w.data(), y.data(), rstd.data(), rows, dim, static_cast<float>(c.p("eps")));
+  ck.close(y, c.d("y"), 2e-6, "fwd y");
+  ck.close(rstd, c.d("rstd"), 2e-6, "fwd rstd");
+  k.rms_norm.backward(x.data(), w.data(), rstd.data(), dy.data(), dx.data(), dw.data(), rows, dim);
+  ck.close(dx, c.d("dx"), 5e-6, "bwd dx");
+  ck.close(dw, plus(c.d("dw"), 0.5), 5e-6, "bwd dw (+=)");
+}
+
+void add_rms_norm(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t rows = c.pi("rows"), dim = c.pi("dim");
+  auto x = c.f("x"), r = c.f("r"), w = c.f("w"), dy = c.f("dy"), dres = c.f("dres");
+  std::vector<float> h(rows * dim, 7.0f), y(rows * dim, 7.0f), rstd(rows), dh(rows * dim, 7.0f), dw(dim, 0.5f);
+  k.add_rms_norm.forward(x.data(), r.data(), h.data(), w.data(), y.data(), rstd.data(), rows, dim,
+                         static_cast<float>(c.p("eps")));
+  ck.close(h, c.d("h"), 1e-7, "fwd h");
+  ck.close(y, c.d("y"), 2e-6, "fwd y");
+  ck.close(rstd, c.d("rstd"), 2e-6, "fwd rstd");
+  k.add_rms_norm.backward(h.data(), w.data(), rstd.data(), dy.data(), dres.data(), dh.data(), dw.data(), rows, dim);
+  ck.close(dh, c.d("dh"), 5e-6, "bwd dh");
+  ck.close(dw, plus(c.d("dw"), 0.5), 5e-6, "bwd dw (+=)");
+  // in place: h over x, dh over dres (the model's residual buffers)
+  std::vector<float> xi = x, di = dres;
+  k.add_rms_norm.forward(xi.data(), r.data(), xi.data(), w.data(), y.data(), rstd.data(), rows, dim,
+                         static_cast<float>(c.p("eps")));
+  ck.close(xi, c.d("h"), 1e-7, "fwd h in place");
+  k.add_rms_norm.backward(xi.data(), w.data(), rstd.data(), dy.data(), di.data(), di.data(), nullptr, rows, dim);
+  ck.close(di, c.d("dh"), 5e-6, "bwd dh in place");
+}
+
+void qk_norm_rope(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t tokens = c.pi("tokens"), heads = c.pi("heads"), D = c.pi("head_dim");
+  const auto t = twinkle::kernels::cpu::make_rope_table(c.pi("max_pos"), D, c.p("theta"));
+  auto x = c.f("x"), w = c.f("w"), dy = c.f("dy");
+  auto pos = c.i("pos");
+  const int64_t n = tokens * heads * D;
+  std::vector<float> y(n, 7.0f), rstd(tokens * heads), dx(n, 7.0f), dw(D, 0.25f);
+  k.qk_norm_rope.forward(x.data(), w.data(), y.data(), rstd.data(), pos.data(), t, tokens, heads, D,
+                         static_cast<float>(c.p("eps")));
+  ck.close(y, c.d("y"), 2e-6, "fwd y");
+  ck.close(rstd, c.d("rstd"), 2e-6, "fwd rstd");
+  k.qk_norm_rope.backward(x.data(), w.data(), rstd.data(), pos.data(), t, dy.data(), dx.data(), dw.data(), tokens,
+                          heads, D);
+  ck.close(dx, c.d("dx"), 5e-6, "bwd dx");
+  ck.close(dw, plus(c.d("dw"), 0.25), 5e-6, "bwd dw (+=)");
+  std::vector<float> di = dy;  // dx over dy
+  k.qk_norm_rope.backward(x.data(), w.data(), rstd.data(), pos.data(), t, di.data(), di.data(), nullptr, tokens,
+                          heads, D);
+  ck.close(di, c.d("dx"), 5e-6, "bwd dx in place");
+  bool threw = false;  // a position outside the table is an error, not a read past it
+  std::vector<int32_t> bad = pos;
+  bad.back() = static_cast<int32_t>(t.max_pos);
+  try {
+    k.qk_norm_rope.forward(x.data(), w.data(), y.data(), rstd.data(), bad.data(), t, tokens, heads, D, 1e-6f);
+  } catch (const twinkle::Error&) {
+    threw = true;
+  }
+  ck.expect(threw, "fwd: position outside the rope table did not throw twinkle::Error");
+}
+
+void rope(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t tokens = c.pi("tokens"), heads = c.pi("heads"), D = c.pi("head_dim");
+  const auto t = twinkle::kernels::cpu::make_rope_table(c.pi("max_pos"), D, c.p("theta"));
+  auto x = c.f("x"), dy = c.f("dy");
+  auto pos = c.i("pos");
+  k.rope.forward(x.data(), pos.data(), t, tokens, heads, D);
+  ck.close(x, c.d("y"), 2e-6, "fwd");
+  k.rope.backward(dy.data(), pos.data(), t, tokens, heads, D);
+  ck.close(dy, c.d("dx"), 2e-6, "bwd");
+}
+
+void swiglu(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t n = c.pi("rows") * c.pi("cols");
+  auto g = c.f("gate"), u = c.f("up"), dh = c.f("dh");
+  std::vector<float> h(n, 7.0f), dg(n, 7.0f), du(n, 7.0f);
+  k.swiglu.forward(g.data(), u.data(), h.data(), n);
+  ck.close(h, c.d("h"), 1e-6, "fwd h");
+  k.swiglu.backward(g.data(), u.data(), dh.data(), dg.data(), du.data(), n);
+  ck.close(dg, c.d("dgate"), 1e-6, "bwd dgate");
+  ck.close(du, c.d("dup"), 1e-6, "bwd dup");
+}
+
+void gate_up_swiglu(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t T = c.pi("T"), I = c.pi("I"), H = c.pi("H");
+  auto x = c.f("x"), w = c.f("wgu"), da = c.f("da");
+  std::vector<float> gu(T * 2 * I, 7.0f), a(T * I, 7.0f), dgu(T * 2 * I, 7.0f), dx(T * H, 7.0f), dw(2 * I * H, 0.5f);
+  k.gate_up_swiglu.forward(x.data(), w.data(), gu.data(), a.data(), T, I, H);
+  ck.close(gu, c.d("gu"), 1e-5, "fwd gu");
+  ck.close(a, c.d("a"), 1e-5, "fwd a");
+  k.gate_up_swiglu.backward(x.data(), w.data(), gu.data(), da.data(), dgu.data(), dx.data(), dw.data(), T, I, H,
+                            false);
+  ck.close(dx, c.d("dx"), 1e-5, "bwd dx");
+  ck.close(dw, plus(c.d("dwgu"), 0.5), 1e-5, "bwd dwgu (+=)");
+  std::vector<float> dx2(T * H, 1.0f);
+  k.gate_up_swiglu.backward(x.data(), w.data(), gu.data(), da.data(), dgu.data(), dx2.data(), nullptr, T, I, H, true);
+  ck.close(dx2, plus(c.d("dx"), 1.0), 1e-5, "bwd dx (accumulate_dx)");
+}
+
+void attention(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t Hq = c.pi("Hq"), Hkv = c.pi("Hkv"), D = c.pi("D"), T = c.pi("T"), ns = c.pi("n_seqs");
+  const float scale = static_cast<float>(c.p("scale"));
+  auto q = c.f("q"), kk = c.f("k"), v = c.f("v"), dout = c.f("dout");
+  auto cu = c.i("cu_seqlens");
+  std::vector<float> out(T * Hq * D, 7.0f), lse(T * Hq, 7.0f), dq(T * Hq * D, 7.0f), dk(T * Hkv * D, 7.0f),
+      dv(T * Hkv * D, 7.0f);
+  k.attention.forward(q.data(), kk.data(), v.data(), out.data(), lse.data(), cu.data(), ns, Hq, Hkv, D, scale);
+  ck.close(out, c.d("out"), 1e-5, "fwd out");
+  ck.close(lse, c.d("lse"), 1e-6, "fwd lse");
+  k.attention.backward(q.data(), kk.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(), dk.data(),
+                       dv.data(), cu.data(), ns, Hq, Hkv, D, scale);
+  ck.close(dq, c.d("dq"), 1e-5, "bwd dq");
+  ck.close(dk, c.d("dk"), 1e-5, "bwd dk");
+  ck.close(dv, c.d("dv"), 1e-5, "bwd dv");
+}
+
+void linear(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t M = c.pi("M"), N = c.pi("N"), K = c.pi("K");
+  auto x = c.f("x"), w = c.f("w"), dy = c.f("dy");
+  std::vector<float> y(M * N, 7.0f), dx(M * K, 7.0f), dw(N * K, 0.5f);
+  k.linear.forward(x.data(), w.data(), y.data(), M, N, K, false);
+  ck.close(y, c.d("y"), 1e-5, "fwd y");
+  std::fill(y.begin(), y.end(), 1.0f);
+  k.linear.forward(x.data(), w.data(), y.data(), M, N, K, true);
+  ck.close(y, plus(c.d("y"), 1.0), 1e-5, "fwd y (accumulate)");
+  k.linear.backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), M, N, K, false);
+  ck.close(dx, c.d("dx"), 1e-5, "bwd dx");
+  ck.close(dw, plus(c.d("dw"), 0.5), 1e-5, "bwd dw (+=)");
+  std::fill(dx.begin(), dx.end(), 1.0f);
+  k.linear.backward(x.data(), w.data(), dy.data(), dx.data(), nullptr, M, N, K, true);
+  ck.close(dx, plus(c.d("dx"), 1.0), 1e-5, "bwd dx (accumulate_dx)");
+}
+
+void grouped_linear(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t M = c.pi("M"), N = c.pi("N"), K = c.pi("K"), G = c.pi("G");
+  auto x = c.f("x"), w = c.f("w"), dy = c.f("dy");
+  const auto counts = widen(c.i("counts"));
+  // expert weights at a stride larger than N*K (padding filled with garbage that must not be read)
+  const int64_t ws = N * K + 5;
+  std::vector<float> wp(G * ws, 1e4f);
+  for (int64_t g = 0; g < G; ++g) std::copy(w.begin() + g * N * K, w.begin() + (g + 1) * N * K, wp.begin() + g * ws);
+  std::vector<float> y(M * N, 7.0f), dx(M * K, 7.0f), dwp(G * ws, 0.5f);
+  k.grouped_linear.forward(x.data(), wp.data(), ws, counts.data(), G, y.data(), N, K, false);
+  ck.close(y, c.d("y"), 1e-5, "fwd y");
+  std::fill(y.begin(), y.end(), 1.0f);
+  k.grouped_linear.forward(x.data(), wp.data(), ws, counts.data(), G, y.data(), N, K, true);
+  ck.close(y, plus(c.d("y"), 1.0), 1e-5, "fwd y (accumulate)");
+  k.grouped_linear.backward(x.data(), wp.data(), ws, counts.data(), G, dy.data(), dx.data(), dwp.data(), N, K, false);
+  ck.close(dx, c.d("dx"), 1e-5, "bwd dx");
+  std::vector<float> dw;
+  for (int64_t g = 0; g < G; ++g) dw.insert(dw.end(), dwp.begin() + g * ws, dwp.begin() + g * ws + N * K);
+  ck.close(dw, plus(c.d("dw"), 0.5), 1e-5, "bwd dw (+=)");
+  bool pad_ok = true;  // the stride padding of dW is never written
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t i = N * K; i < ws; ++i) pad_ok &= dwp[g * ws + i] == 0.5f;
+  ck.expect(pad_ok, "bwd: dW written outside an expert's [N, K] block");
+  std::fill(dx.begin(), dx.end(), 1.0f);
+  k.grouped_linear.backward(x.data(), wp.data(), ws, counts.data(), G, dy.data(), dx.data(), nullptr, N, K, true);
+  ck.close(dx, plus(c.d("dx"), 1.0), 1e-5, "bwd dx (accumulate_dx)");
+}
+
+void cross_entropy(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t T = c.pi("T"), V = c.pi("V");
+  auto x = c.f("logits");
+  auto lab = c.i("labels");
+  int64_t nv = 0;
+  for (auto l : lab) nv += l != -100;
+  std::vector<float> lse(T), dl(T * V, 7.0f), scale(T, 1.0f / static_cast<float>(nv));
+  ck.scalar(k.cross_entropy.forward(x.data(), lab.data(), T, V, lse.data()), c.d("loss_sum")[0], 1e-6, "fwd loss");
+  ck.close(lse, c.d("lse"), 3e-7, "fwd lse");
+  k.cross_entropy.backward(x.data(), lab.data(), lse.data(), T, V, V, 0, scale.data(), dl.data());
+  ck.close(dl, c.d("dlogits"), 1e-6, "bwd dlogits");
+  // Megatron's vocab-parallel pieces on two padded shards [0, 25) and [25, V)
+  const int64_t Vl = 32, vstart[2] = {0, 25}, valid[2] = {25, V - 25};
+  std::vector<float> shard[2], mx[2], se[2], tg[2];
+  for (int s = 0; s < 2; ++s) {
+    shard[s].assign(T * Vl, 1e4f);  // padding must never be read
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < valid[s]; ++j) shard[s][t * Vl + j] = x[t * V + vstart[s] + j];
+    mx[s].resize(T);
+    k.cross_entropy.local_max(shard[s].data(), T, Vl, valid[s], mx[s].data());
+  }
+  std::vector<float> gmax(T), lse2(T);
+  for (int64_t t = 0; t < T; ++t) gmax[t] = std::max(mx[0][t], mx[1][t]);
+  double loss = 0.0;
+  for (int s = 0; s < 2; ++s) {
+    se[s].resize(T);
+    tg[s].resize(T);
+    k.cross_entropy.local_sumexp_target(shard[s].data(), lab.data(), gmax.data(), T, Vl, valid[s], vstart[s],
+                                        se[s].data(), tg[s].data());
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    lse2[t] = gmax[t] + std::log(se[0][t] + se[1][t]);
+    if (lab[t] != -100) loss += static_cast<double>(lse2[t]) - (tg[0][t] + tg[1][t]);
+  }
+  ck.scalar(loss, c.d("loss_sum")[0], 1e-6, "fwd 2-shard loss");
+  ck.close(lse2, c.d("lse"), 3e-7, "fwd 2-shard lse");
+  const auto dref = c.d("dlogits");
+  for (int s = 0; s < 2; ++s) {
+    std::vector<float> d(T * Vl, 5.0f), got;
+    std::vector<double> ref;
+    k.cross_entropy.backward(shard[s].data(), lab.data(), lse2.data(), T, Vl, valid[s], vstart[s], scale.data(),
+                             d.data());
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < Vl; ++j) {
+        got.push_back(d[t * Vl + j]);
+        ref.push_back(j < valid[s] ? dref[t * V + vstart[s] + j] : 0.0);
+      }
+    ck.close(got, ref, 1e-6, "bwd shard " + std::to_string(s) + " dlogits");
+  }
+}
+
+void linear_cross_entropy(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t T = c.pi("T"), V = c.pi("V"), H = c.pi("H");
+  auto x = c.f("x"), w = c.f("w");
+  auto lab = c.i("labels");
+  int64_t nv = 0;
+  for (auto l : lab) nv += l != -100;
+  std::vector<float> lse(T, 7.0f), dx(T * H, 7.0f), dw(V * H, 0.5f);
+  const double lf =
+      k.linear_cross_entropy.forward_backward(x.data(), w.data(), lab.data(), T, V, H, 0.0f, lse.data(), nullptr,
+                                              nullptr, 0);
+  ck.scalar(lf, c.d("loss_sum")[0], 1e-5, "fwd loss");
+  ck.close(lse, c.d("lse"), 1e-5, "fwd lse");
+  const double lb = k.linear_cross_entropy.forward_backward(x.data(), w.data(), lab.data(), T, V, H,
+                                                            1.0f / static_cast<float>(nv), lse.data(), dx.data(),
+                                                            dw.data(), 4);  // chunks of 4, 4, 3 rows
+  ck.scalar(lb, c.d("loss_sum")[0], 1e-5, "fwd+bwd loss");
+  ck.close(dx, c.d("dx"), 1e-5, "bwd dx");
+  ck.close(dw, plus(c.d("dw"), 0.5), 1e-5, "bwd dw (+=)");
+}
+
+void adamw(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t n = c.pi("n"), steps = c.pi("steps");
+  auto p = c.f("p0");
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  for (int64_t s = 0; s < steps; ++s) {
+    auto g = c.f("g" + std::to_string(s));
+    k.adamw.step(p.data(), g.data(), m.data(), v.data(), n, static_cast<float>(c.p("lr")),
+                 static_cast<float>(c.p("beta1")), static_cast<float>(c.p("beta2")), static_cast<float>(c.p("eps")),
+                 static_cast<float>(c.p("weight_decay")), s + 1);
+    ck.close(p, c.d("p" + std::to_string(s + 1)), 1e-6, "step " + std::to_string(s + 1) + " p");
+  }
+  ck.close(m, c.d("m"), 1e-6, "exp_avg");
+  ck.close(v, c.d("v"), 1e-6, "exp_avg_sq");
+}
+
+void norms(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t n = c.pi("n");
+  auto x = c.f("x");
+  ck.scalar(k.norms.sum_squares(x.data(), n), c.d("sumsq")[0], 1e-12, "sum_squares");
+  k.norms.scale(x.data(), n, static_cast<float>(c.p("s")));
+  ck.close(x, c.d("scaled"), 1e-7, "scale");
+}
+
+void add(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t n = c.pi("n");
+  auto x = c.f("x"), b = c.f("b");
+  std::vector<float> out(n, 7.0f);
+  k.add.add(out.data(), x.data(), b.data(), n);
+  ck.close(out, c.d("sum"), 1e-7, "add");
+  k.add.add_inplace(x.data(), b.data(), n);
+  ck.close(x, c.d("sum"), 1e-7, "add_inplace");
+}
+
+// ---------------------------------------------------------------- the table
+
+struct Row {
+  const char* op;
+  const char* ref_case;  // directory written by kernels_ref.py
+  void (*run)(const KernelTable&, const std::string&, Check&);
+};
+
+const Row kRows[] = {
+    {"embedding", "embedding", embedding},
+    {"rms_norm", "rmsnorm_odd_50", rms_norm},
+    {"rms_norm", "rmsnorm_96", rms_norm},
+    {"add_rms_norm", "add_rmsnorm_45", add_rms_norm},
+    {"qk_norm_rope", "qk_norm_rope_d18", qk_norm_rope},
+    {"qk_norm_rope", "qk_norm_rope_d64", qk_norm_rope},
+    {"rope", "rope_d32", rope},
+    {"rope", "rope_d64_theta1e4", rope},
+    {"swiglu", "swiglu", swiglu},
+    {"gate_up_swiglu", "gate_up_swiglu_7x11x13", gate_up_swiglu},
+    {"attention", "attn_gqa_d32", attention},
+    {"attention", "attn_mha_d40_lead", attention},
+    {"linear", "linear_9x23x17", linear},
+    {"grouped_linear", "grouped_linear_g4", grouped_linear},
+    {"cross_entropy", "ce_v50", cross_entropy},
+    {"linear_cross_entropy", "linear_ce_v37", linear_cross_entropy},
+    {"adamw", "adamw", adamw},
+    {"adamw", "adamw_default", adamw},
+    {"norms", "elementwise_1001", norms},
+    {"add", "elementwise_1001", add},
+};
+
+// Runs every row of `op` on the table's implementation of it; returns the failures.
+std::vector<std::string> run_op(const std::string& op, const KernelTable& k, int* rows_run = nullptr) {
+  std::vector<std::string> fails;
+  int n = 0;
+  for (const Row& r : kRows) {
+    if (op != r.op) continue;
+    ++n;
+    Check ck{op + "[" + k.impl(op) + "] " + r.ref_case, {}};
+    try {
+      r.run(k, r.ref_case, ck);
+    } catch (const std::exception& e) {
+      ck.fails.push_back(ck.ctx + ": threw " + e.what());
+    }
+    fails.insert(fails.end(), ck.fails.begin(), ck.fails.end());
+  }
+  if (rows_run) *rows_run = n;
+  return fails;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += x + "\n";
+  return s;
+}
+
+class Conformance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Conformance, EveryImplementationForwardAndBackward) {
+  const std::string op = GetParam();
+  const auto impls = Registry::global().implementations(op, "cpu");
+  ASSERT_FALSE(impls.empty()) << "op " << op << " has no CPU implementation";
+  EXPECT_NE(std::find(impls.begin(), impls.end(), "reference"), impls.end()) << op << " lacks a reference";
+  EXPECT_NE(std::find(impls.begin(), impls.end(), "fused"), impls.end()) << op << " lacks a fused implementation";
+  for (const auto& impl : impls) {
+    const KernelTable k = resolve_kernels("cpu", "fused", {{op, {{"cpu", impl}}}});
+    ASSERT_EQ(k.impl(op), impl);
+    int rows = 0;
+    const auto fails = run_op(op, k, &rows);
+    ASSERT_GT(rows, 0) << "op " << op << " has no row in the conformance table";
+    EXPECT_TRUE(fails.empty()) << join(fails);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, Conformance, ::testing::ValuesIn(op_names()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// ---------------------------------------------------------------- a test of the test
+
+void rms_fwd_off(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim, float eps) {
+  twinkle::kernels::cpu::rmsnorm_forward(x, w, y, rstd, rows, dim, eps);
+  y[rows * dim - 1] *= 1.0001f;  // one element 1e-4 off
+}
+void rms_bwd_overwrites_dw(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw,
+                           int64_t rows, int64_t dim) {
+  std::vector<float> tmp(static_cast<size_t>(dim), 0.0f);  // the classic bug: dw = ... instead of dw += ...
+  twinkle::kernels::cpu::rmsnorm_backward(x, w, rstd, dy, dx, dw ? tmp.data() : nullptr, rows, dim);
+  if (dw) std::copy(tmp.begin(), tmp.end(), dw);
+}
+
+TEST(ConformanceSelfTest, BrokenKernelsRegisteredThroughAMappingFail) {
+  Registry& reg = Registry::global();
+  reg.add("cpu", "broken_forward", RmsNormOp{rms_fwd_off, twinkle::kernels::cpu::rmsnorm_backward});
+  reg.add("cpu", "broken_backward", RmsNormOp{twinkle::kernels::cpu::rmsnorm_forward, rms_bwd_overwrites_dw});
+  const auto f_fwd = run_op("rms_norm", resolve_kernels("cpu", "fused", {{"rms_norm", {{"cpu", "broken_forward"}}}}));
+  const auto f_bwd = run_op("rms_norm", resolve_kernels("cpu", "fused", {{"rms_norm", {{"cpu", "broken_backward"}}}}));
+  const auto f_ok = run_op("rms_norm", resolve_kernels("cpu", "fused"));
+  reg.remove("rms_norm", "cpu", "broken_forward");
+  reg.remove("rms_norm", "cpu", "broken_backward");
+  ASSERT_FALSE(f_fwd.empty()) << "a forward 1e-4 off passed the conformance table";
+  EXPECT_NE(join(f_fwd).find("fwd y"), std::string::npos) << join(f_fwd);
+  ASSERT_FALSE(f_bwd.empty()) << "a backward that overwrites dw passed the conformance table";
+  EXPECT_NE(join(f_bwd).find("bwd dw"), std::string::npos) << join(f_bwd);
+  EXPECT_TRUE(f_ok.empty()) << join(f_ok);
+  // the mapping only replaced rms_norm on the cpu: a mapping entry for another device is ignored
+  const KernelTable other = resolve_kernels("cpu", "reference", {{"rms_norm", {{"npu", "broken_forward"}}}});
+  EXPECT_EQ(other.impl("rms_norm"), "reference");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new kernels_ref::RefEnv);
+  return RUN_ALL_TESTS();
+}
