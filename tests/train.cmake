@@ -54,3 +54,26 @@ foreach(spec ${TWINKLE_KERNEL_CHECKS})
            --variant ${variant} --layers 3 --batch rows:6 --steps 2 --against kernels --np ${np} --layout "${flags}")
   set_tests_properties(kernels_fused_vs_reference_${name} PROPERTIES TIMEOUT 300 PROCESSORS ${np})
 endforeach()
+
+# Context parallelism (issue 11): cp2 (ring p2p and Ulysses a2a) and cp combined with tp+sp, dp
+# and pp (1F1B keeps two micro-batches in flight: Ulysses state per slot) equal one process on the
+# same data (rows of odd lengths padded per row to 2*cp(*tp)); packed micro-batches split per segment.
+set(TWINKLE_CP_LAYOUTS
+  "cp2_p2p_tied|2|a|--cp 2"
+  "cp2_a2a_untied|2|b|--cp 2 --cp-comm-type a2a"
+  "tp2_cp2_sp|4|b|--tp 2 --cp 2 --sequence-parallel"
+  "dp2_cp2|4|a|--dp 2 --cp 2"
+  "pp2_cp2_a2a|4|a|--pp 2 --cp 2 --cp-comm-type a2a")
+foreach(spec ${TWINKLE_CP_LAYOUTS})
+  string(REPLACE "|" ";" parts "${spec}")
+  list(GET parts 0 name)
+  list(GET parts 1 np)
+  list(GET parts 2 variant)
+  list(GET parts 3 flags)
+  add_test(NAME layout_${name} COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant ${variant}
+           --layers 4 --batch rows:8 --mbs 1 --steps 3 --against single --np ${np} --layout "${flags}")
+  set_tests_properties(layout_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
+endforeach()
+add_test(NAME layout_cp2_packed COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant b
+         --layers 2 --batch rows:8 --mbs 4 --packing --steps 3 --against single --np 2 --layout "--cp 2")
+set_tests_properties(layout_cp2_packed PROPERTIES TIMEOUT 300 PROCESSORS 2)

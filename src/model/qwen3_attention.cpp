@@ -34,7 +34,11 @@ const float* Qwen3Attention::forward(const float* x_local, const StageBatch& b, 
   q_norm.forward_rope(a.q_pre, a.q, a.rstd_q, b.positions.data(), *rope_, T, hq_);
   k_norm.forward_rope(a.k_pre, a.k, a.rstd_k, b.positions.data(), *rope_, T, hkv_);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  qkv_proj.kernels().attention.forward(a.q, a.k, a.v, a.ctx, a.lse, b.cu_seqlens.data(), nseg, hq_, hkv_, D, scale);
+  if (b.cp)  // context parallelism: ring or Ulysses over the cp group (state keyed by this record)
+    b.cp_attention->forward(&a, *b.cp, a.q, a.k, a.v, a.ctx, a.lse, hq_, hkv_, D, scale);
+  else
+    qkv_proj.kernels().attention.forward(a.q, a.k, a.v, a.ctx, a.lse, b.cu_seqlens.data(), nseg, hq_, hkv_, D,
+                                         scale);
   return o_proj.forward(a.ctx, T, scratch);
 }
 
@@ -48,8 +52,11 @@ const float* Qwen3Attention::backward(const float* dy_local, const StageBatch& b
   float* dk = scratch.get("attn.dk", {T, nkv}).f32();
   float* dv = scratch.get("attn.dv", {T, nkv}).f32();
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  qkv_proj.kernels().attention.backward(a.q, a.k, a.v, a.ctx, a.lse, dctx, dq, dk, dv, b.cu_seqlens.data(), nseg, hq_,
-                                        hkv_, D, scale);
+  if (b.cp)
+    b.cp_attention->backward(&a, *b.cp, a.q, a.k, a.v, a.ctx, a.lse, dctx, dq, dk, dv, hq_, hkv_, D, scale);
+  else
+    qkv_proj.kernels().attention.backward(a.q, a.k, a.v, a.ctx, a.lse, dctx, dq, dk, dv, b.cu_seqlens.data(), nseg,
+                                          hq_, hkv_, D, scale);
   q_norm.backward_rope(a.q_pre, a.rstd_q, b.positions.data(), *rope_, dq, dq, T, hq_);
   k_norm.backward_rope(a.k_pre, a.rstd_k, b.positions.data(), *rope_, dk, dk, T, hkv_);
   const float* const dproj[3] = {dq, dk, dv};

@@ -15,6 +15,10 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   if (cfg_.num_attention_heads % tp_) fail("num_attention_heads " + std::to_string(cfg_.num_attention_heads) + " is not divisible by tp " + std::to_string(tp_));
   if (cfg_.num_key_value_heads % tp_) fail("num_key_value_heads " + std::to_string(cfg_.num_key_value_heads) + " is not divisible by tp " + std::to_string(tp_));
   if (cfg_.intermediate_size % tp_) fail("intermediate_size " + std::to_string(cfg_.intermediate_size) + " is not divisible by tp " + std::to_string(tp_));
+  if (ps_->cp_size() > 1)  // validates cp_comm_type and, for a2a, the heads against cp*tp
+    cp_attention_ = std::make_shared<parallel::ContextParallelAttention>(
+        ps_->cp, parallel::parse_cp_comm_type(opts_.cp_comm_type), cfg_.num_attention_heads,
+        cfg_.num_key_value_heads, tp_);
   split_ = parallel::split_layers(cfg_.num_hidden_layers, ps_->pp_size(), opts_.layers_per_stage);
   const int stage = ps_->pp_rank();
   layer0_ = split_.first[static_cast<size_t>(stage)];

@@ -36,6 +36,24 @@ StageBatch Qwen3Model::prepare(const MicroBatch& mb) const {
           "position id " + std::to_string(p) + " exceeds max_position_embeddings " +
               std::to_string(cfg_.max_position_embeddings));
   b.T = T0;
+  if (cp_attention_) {
+    // Context parallelism: pad every segment to 2*cp (2*cp*tp under SP) and keep this rank's
+    // load-balanced chunks (Megatron get_batch_on_this_cp_rank; spec §4 pad_cp / split_cp).
+    const parallel::CpShard sh = parallel::cp_split_micro_batch(mb, ps_->cp_size(), ps_->cp_rank(), tp_, sp_);
+    for (int32_t p : sh.positions)
+      check(p < cfg_.max_position_embeddings, "position id " + std::to_string(p) + " (after padding for cp " +
+                                                  std::to_string(ps_->cp_size()) + ") exceeds max_position_embeddings " +
+                                                  std::to_string(cfg_.max_position_embeddings));
+    b.ids = sh.ids;
+    b.targets = sh.targets;
+    b.positions = sh.positions;
+    b.num_targets = sh.num_targets;
+    b.T = sh.tokens();
+    b.cu_seqlens = {0, static_cast<int32_t>(b.T)};
+    b.cp = std::make_shared<const parallel::CpLayout>(parallel::CpLayout::from_shard(sh));
+    b.cp_attention = cp_attention_;
+    return b;
+  }
   if (sp_ && b.T % tp_) {
     const int64_t pad = tp_ - b.T % tp_;
     for (int64_t i = 0; i < pad; ++i) {
@@ -107,7 +125,8 @@ const float* Qwen3Model::backward(int slot, const StageBatch& b, const float* d_
 }
 
 std::vector<float> Qwen3Model::last_token_logits(int slot, const StageBatch& b) {
-  check(tp_ == 1 && first_ && last_, "last_token_logits needs a single-stage model with tp = 1");
+  check(tp_ == 1 && first_ && last_ && !cp_attention_,
+        "last_token_logits needs a single-stage model with tp = 1 and cp = 1");
   const StageActivations& a = slot_acts(slot);
   a.check_holds(b.T, slot);
   return lm_head_.logits(a.final_norm + (b.T - 1) * cfg_.hidden_size);

@@ -1,4 +1,4 @@
-// ContextParallelAttention: p2p / a2a dispatch with per-slot state (see cp_attention.h).
+// ContextParallelAttention: p2p / a2a dispatch with per-micro-batch Ulysses state (see cp_attention.h).
 #include "twinkle/parallel/cp_attention.h"
 
 #include <string>
@@ -14,31 +14,29 @@ ContextParallelAttention::ContextParallelAttention(std::shared_ptr<dist::Process
   if (type_ == CpCommType::A2A) UlyssesAttention::check_heads(num_heads, num_kv_heads, cp_->size(), tp);
 }
 
-UlyssesAttention& ContextParallelAttention::ulysses(int slot) {
-  check(slot >= 0, "ContextParallelAttention: negative slot " + std::to_string(slot));
-  if (ulysses_.size() <= static_cast<size_t>(slot)) ulysses_.resize(static_cast<size_t>(slot) + 1);
-  auto& u = ulysses_[static_cast<size_t>(slot)];
+UlyssesAttention& ContextParallelAttention::ulysses(const void* key) {
+  auto& u = ulysses_[key];
   if (!u) u = std::make_unique<UlyssesAttention>(cp_, tp_);
   return *u;
 }
 
-void ContextParallelAttention::forward(int slot, const CpLayout& lay, const float* q, const float* k, const float* v,
+void ContextParallelAttention::forward(const void* key, const CpLayout& lay, const float* q, const float* k, const float* v,
                                        float* out, float* lse, int64_t Hq, int64_t Hkv, int64_t D, float scale) {
   if (type_ == CpCommType::P2P) {
     check(lse != nullptr, "ContextParallelAttention::forward: p2p needs an lse buffer");
     ring_.forward(lay, q, k, v, out, lse, Hq, Hkv, D, scale);
   } else {
-    ulysses(slot).forward(lay, q, k, v, out, Hq, Hkv, D, scale);
+    ulysses(key).forward(lay, q, k, v, out, Hq, Hkv, D, scale);
   }
 }
 
-void ContextParallelAttention::backward(int slot, const CpLayout& lay, const float* q, const float* k, const float* v,
+void ContextParallelAttention::backward(const void* key, const CpLayout& lay, const float* q, const float* k, const float* v,
                                         const float* out, const float* lse, const float* dout, float* dq, float* dk,
                                         float* dv, int64_t Hq, int64_t Hkv, int64_t D, float scale) {
   if (type_ == CpCommType::P2P)
     ring_.backward(lay, q, k, v, out, lse, dout, dq, dk, dv, Hq, Hkv, D, scale);
   else
-    ulysses(slot).backward(lay, dout, dq, dk, dv, Hq, Hkv, D, scale);
+    ulysses(key).backward(lay, dout, dq, dk, dv, Hq, Hkv, D, scale);
 }
 
 }  // namespace twinkle::parallel

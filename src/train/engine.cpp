@@ -18,7 +18,8 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs, bool training) {
   for (const auto& mb : mbs) {
     sb.push_back(model_.prepare(mb));
     counts[0] += sb.back().num_targets;
-    counts[1] += static_cast<int64_t>(mb.input_ids.size());
+    // every cp rank holds a share of the same rows: count them once (on cp rank 0)
+    if (ps.cp_rank() == 0) counts[1] += static_cast<int64_t>(mb.input_ids.size());
   }
   if (ps.dp_cp->size() > 1) ps.dp_cp->all_reduce(counts, 2, DType::I64, dist::ReduceOp::Sum);
   StepResult res;

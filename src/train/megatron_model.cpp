@@ -45,6 +45,7 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
   Qwen3ModelOptions mo;
   mo.layers_per_stage = opts_.layers_per_stage;
   mo.lm_head_chunk_tokens = opts_.lm_head_chunk_tokens;
+  mo.cp_comm_type = opts_.cp_comm_type;
   // The model starts on the plain reference kernels; the fused set is applied through kernelize_model,
   // which logs each op it replaces (Twinkle's kernelize with the device's built-in bundle).
   kernels::check_kernel_set(opts_.kernels);

@@ -13,6 +13,8 @@ void validate(const MegatronModelOptions& o) {
   for (int64_t n : o.layers_per_stage) check_option(n >= 1, s, "layers_per_stage", "a list of counts >= 1", n);
   check_option(o.on_nonfinite == "error" || o.on_nonfinite == "skip", s, "on_nonfinite", "\"error\" or \"skip\"",
                o.on_nonfinite);
+  check_option(o.cp_comm_type == "p2p" || o.cp_comm_type == "a2a", s, "cp_comm_type",
+               "\"p2p\" (ring attention) or \"a2a\" (Ulysses)", o.cp_comm_type);
   check_option(o.kernels == "fused" || o.kernels == "reference", s, "kernels", "\"fused\" or \"reference\"",
                o.kernels);
 }

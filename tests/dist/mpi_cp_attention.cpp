@@ -134,14 +134,14 @@ void run_slots(std::shared_ptr<dist::ProcessGroup> cpg) {
       Mb& m = *mbs[s];
       o[s].resize(m.lq.size());
       l[s].resize(static_cast<size_t>(m.lay.T * Hq));
-      att.forward(s, m.lay, m.lq.data(), m.lk.data(), m.lv.data(), o[s].data(), l[s].data(), Hq, Hkv, D, scale);
+      att.forward(mbs[s], m.lay, m.lq.data(), m.lk.data(), m.lv.data(), o[s].data(), l[s].data(), Hq, Hkv, D, scale);
     }
     for (int s = 0; s < 2; ++s) {
       Mb& m = *mbs[s];
       dq[s].resize(m.lq.size());
       dk[s].resize(m.lk.size());
       dv[s].resize(m.lv.size());
-      att.backward(s, m.lay, m.lq.data(), m.lk.data(), m.lv.data(), o[s].data(), l[s].data(), m.ldo.data(),
+      att.backward(mbs[s], m.lay, m.lq.data(), m.lk.data(), m.lv.data(), o[s].data(), l[s].data(), m.ldo.data(),
                    dq[s].data(), dk[s].data(), dv[s].data(), Hq, Hkv, D, scale);
       const auto& gi = m.sh.global_index;
       const double e = std::max({rel_err(o[s], m.ro, gi, Hq * D), rel_err(dq[s], m.rdq, gi, Hq * D),

@@ -18,6 +18,11 @@ CASES = [
     (2, ["--tp", "2", "--pp", "2"], "world size 2 does not match the device mesh"),
     (1, ["--device", "tpu"], "device_type"),
     (1, ["--device", "npu"], "no NPU backend"),
+    # context parallelism (issue 11): Ulysses needs heads divisible by cp*tp; the world must fit
+    (4, ["--cp", "4", "--cp-comm-type", "a2a"],
+     "cp_comm_type a2a (Ulysses) needs num_attention_heads (4) and num_key_value_heads (2) divisible by cp*tp = 4*1 = 4"),
+    (1, ["--cp-comm-type", "ring"], "cp_comm_type"),
+    (2, ["--cp", "4"], "world size 2 does not match the device mesh"),
 ]
 
 

@@ -60,7 +60,8 @@ int train_main(int argc, char** argv) {
   int64_t batch_size = 8, max_steps = 0, mbs = 0, max_length = 8192, warmup = 0, decay = 0;
   double lr = 1e-4, wd = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, clip = 1.0, min_lr = 0;
   uint64_t seed = 42;
-  int tp = 1, pp = 1, dp = 0;
+  int tp = 1, pp = 1, dp = 0, cp = 1;
+  std::string cp_comm_type = "p2p";
   std::string dump_grads;
   std::string kernels = "fused";
   bool sp = false, dist_opt = true, shuffle = false, packing = false, skip_bad = false, no_save = false;
@@ -88,7 +89,9 @@ int train_main(int argc, char** argv) {
   app.add_option("--metrics-file", metrics_file, "JSONL file (rewritten per run) that gets one line of metrics per step (default: none)");
   app.add_option("--tp", tp, "tensor-parallel size");
   app.add_option("--pp", pp, "pipeline-parallel size");
-  app.add_option("--dp", dp, "data-parallel size (0 = world / (tp*pp))");
+  app.add_option("--dp", dp, "data-parallel size (0 = world / (tp*pp*cp))");
+  app.add_option("--cp", cp, "context-parallel size (every sequence split over cp ranks, load-balanced)");
+  app.add_option("--cp-comm-type", cp_comm_type, "p2p (ring attention) | a2a (Ulysses; heads divisible by cp*tp)");
   app.add_flag("--sequence-parallel", sp, "sequence parallelism in the tp regions");
   app.add_option("--use-distributed-optimizer", dist_opt, "ZeRO-1 optimizer sharding over dp");
   app.add_option("--device", device, "cpu | cuda | npu");
@@ -143,6 +146,7 @@ int train_main(int argc, char** argv) {
   mo.seed = seed;
   mo.packing = packing;
   mo.on_nonfinite = on_nonfinite;
+  mo.cp_comm_type = cp_comm_type;
   mo.kernels = kernels;
   twinkle::validate(mo);
   twinkle::DataLoaderOptions lo;
@@ -153,11 +157,12 @@ int train_main(int argc, char** argv) {
   twinkle::validate(lo);
 
   const int world = twinkle::world_size();
-  if (dp == 0) dp = std::max(1, world / std::max(1, tp * pp));
+  if (dp == 0) dp = std::max(1, world / std::max(1, tp * pp * cp));
   twinkle::MeshSizes ms;
   ms.dp = dp;
   ms.tp = tp;
   ms.pp = pp;
+  ms.cp = cp;
   ms.device_type = device;
   ms.sequence_parallel = sp;
   twinkle::InitOptions io;

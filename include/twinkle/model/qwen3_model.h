@@ -54,6 +54,9 @@ struct Qwen3ModelOptions {
   std::vector<int64_t> layers_per_stage;
   /// Tokens per chunk of the fused lm-head + cross-entropy (bounds the [chunk, vocab/tp] logits buffer).
   int64_t lm_head_chunk_tokens = 1024;
+  /// Context-parallel attention when the mesh has cp > 1: "p2p" (ring) or "a2a" (Ulysses;
+  /// heads must divide by cp*tp). Megatron's cp_comm_type.
+  std::string cp_comm_type = "p2p";
   /// Kernel set the model starts with (twinkle/kernels/registry.h): "fused" (default) or "reference"
   /// (plain double-accumulating loops, for debugging). Resolved for the mesh's device_type; throws
   /// twinkle::Error for a device without kernels (npu: needs CANN; cuda: not built) or another name.
@@ -146,6 +149,7 @@ class Qwen3Model {
   int64_t layer0_ = 0, nlayers_ = 0;
   int tp_ = 1;
   bool sp_ = false;
+  std::shared_ptr<parallel::ContextParallelAttention> cp_attention_;  // cp > 1 only
   bool first_ = true, last_ = true;
   kernels::cpu::RopeTable rope_;
   kernels::KernelTable kernels_;                       // every compute op goes through it

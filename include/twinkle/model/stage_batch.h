@@ -1,7 +1,10 @@
 // twinkle/model/stage_batch.h — a micro-batch as one pipeline stage sees it.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "twinkle/parallel/cp_attention.h"
 
 namespace twinkle {
 
@@ -14,6 +17,12 @@ struct StageBatch {
   std::vector<int32_t> positions;     ///< [T]
   std::vector<int32_t> cu_seqlens;    ///< segments of the token axis
   int64_t num_targets = 0;            ///< targets != -100
+  /// Context parallelism (cp > 1; null otherwise): the tokens above are this cp rank's
+  /// load-balanced share (parallel/cp_split.h: ids, shifted targets and GLOBAL positions),
+  /// `cp` the layout the attention needs and `cp_attention` the model's ring / Ulysses entry,
+  /// which the attention layers call instead of the flash kernel (cu_seqlens is then unused).
+  std::shared_ptr<const parallel::CpLayout> cp;
+  std::shared_ptr<parallel::ContextParallelAttention> cp_attention;
 };
 
 }  // namespace twinkle

@@ -1,17 +1,18 @@
 // twinkle/parallel/cp_attention.h — the one context-parallel attention entry a model layer calls:
 // `cp_comm_type` p2p (ring, parallel/ring_attention.h) or a2a (Ulysses,
 // parallel/ulysses_attention.h) behind the signature of the cp = 1 flash kernel, with the per
-// micro-batch state the pipeline schedule needs (1F1B keeps several micro-batches in flight, each
-// in its own slot, like the model's activation workspaces).
+// micro-batch state the pipeline schedule needs (1F1B keeps several micro-batches in flight): the
+// Ulysses state is kept per `key`, an address naming the call site and the micro-batch (the model
+// passes its layer's activation record of the slot).
 //
 // Usage in a layer (q/k/v after q_norm/k_norm and RoPE at CpShard::positions, the global ones):
-//   forward(slot, lay, q, k, v, out, lse, ...)   instead of flash_attention_forward
-//   backward(slot, lay, q, k, v, out, lse, dout, dq, dk, dv, ...)   instead of flash_attention_backward
+//   forward(key, lay, q, k, v, out, lse, ...)   instead of flash_attention_forward
+//   backward(key, lay, q, k, v, out, lse, dout, dq, dk, dv, ...)   instead of flash_attention_backward
 // Everything else of the layer runs unchanged on the local tokens.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
-#include <vector>
 
 #include "twinkle/dist/process_group.h"
 #include "twinkle/parallel/ring_attention.h"
@@ -29,22 +30,22 @@ class ContextParallelAttention {
   CpCommType type() const { return type_; }
   /// out [T, Hq, D] of this rank's tokens (Hq, Hkv: heads of this tp rank). lse [T, Hq] is written
   /// for p2p (the ring's merged log-sum-exp) and ignored for a2a (may be nullptr there; Ulysses keeps
-  /// the head-sharded lse of `slot` itself).
-  void forward(int slot, const CpLayout& lay, const float* q, const float* k, const float* v, float* out,
+  /// the head-sharded lse of `key` itself).
+  void forward(const void* key, const CpLayout& lay, const float* q, const float* k, const float* v, float* out,
                float* lse, int64_t Hq, int64_t Hkv, int64_t D, float scale);
-  /// dq [T, Hq, D], dk and dv [T, Hkv, D] (overwritten) for the forward of `slot`. p2p reads q, k,
-  /// v, out, lse; a2a only dout (its saved head-sharded tensors of the slot).
-  void backward(int slot, const CpLayout& lay, const float* q, const float* k, const float* v, const float* out,
+  /// dq [T, Hq, D], dk and dv [T, Hkv, D] (overwritten) for the forward of `key`. p2p reads q, k,
+  /// v, out, lse; a2a only dout (its saved head-sharded tensors of `key`).
+  void backward(const void* key, const CpLayout& lay, const float* q, const float* k, const float* v, const float* out,
                 const float* lse, const float* dout, float* dq, float* dk, float* dv, int64_t Hq, int64_t Hkv,
                 int64_t D, float scale);
 
  private:
-  UlyssesAttention& ulysses(int slot);
+  UlyssesAttention& ulysses(const void* key);
   std::shared_ptr<dist::ProcessGroup> cp_;
   CpCommType type_;
   int tp_;
   RingAttention ring_;
-  std::vector<std::unique_ptr<UlyssesAttention>> ulysses_;  // per slot
+  std::map<const void*, std::unique_ptr<UlyssesAttention>> ulysses_;  // per key
 };
 
 }  // namespace twinkle::parallel

@@ -39,6 +39,8 @@ struct MegatronModelOptions {
   /// under the fp16 grad scaler: no optimizer or scheduler step), counts it
   /// (StepMetrics::skipped_steps) and logs a warning. Every rank takes the same decision.
   std::string on_nonfinite = "error";
+  /// Context-parallel attention when the mesh has cp > 1: "p2p" (ring) | "a2a" (Ulysses).
+  std::string cp_comm_type = "p2p";
   /// Kernel set: "fused" (default, as MindSpeed's fused kernels on Twinkle's NPU path) or "reference"
   /// (plain double-accumulating loops, for debugging); see twinkle/kernels/registry.h. Single ops can be
   /// swapped afterwards with kernelize_model(model.model(), mapping) (twinkle/model/kernelize.h).
@@ -48,7 +50,8 @@ struct MegatronModelOptions {
 /// The one place the model/training options are checked (the MegatronModel constructor,
 /// `twinkle train` and the recipes). Throws twinkle::Error naming the field:
 /// micro_batch_size < 0, lm_head_chunk_tokens < 1, a layers_per_stage entry < 1,
-/// on_nonfinite not "error" or "skip", kernels not "fused" or "reference".
+/// on_nonfinite not "error" or "skip", kernels not "fused" or "reference", cp_comm_type not
+/// "p2p" or "a2a".
 void validate(const MegatronModelOptions& opts);
 
 /// Optimizer steps of a training loop: `max_steps` when > 0, one epoch
