@@ -33,6 +33,40 @@ foreach(spec ${TWINKLE_LAYOUTS})
 endforeach()
 add_test(NAME reference_model_selftest COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/qwen3_ref.py selftest)
 
+# Config variants transformers accepts (issue 8; failure classes B21 B25 B29), each against the
+# PyTorch reference (losses, grad norms, step-0 gradients, params after 3 steps); every variant must
+# change the reference loss vs the base config (or, for dynamic NTK below max_position_embeddings and
+# configs that window no layer, equal it), so a run that ignored it would fail.
+set(TWINKLE_CONFIG_VARIANTS
+  "rope_yarn|a|{\"rope_theta\": 10000.0, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 128}}|--init-std 0.2 --base-json '{\"rope_theta\":10000.0}'"
+  "rope_yarn_v5_rope_parameters_legacy_type|b|{\"rope_parameters\": {\"type\": \"yarn\", \"factor\": 2.0, \"rope_theta\": 20000.0, \"beta_fast\": 16, \"truncate\": false, \"attention_factor\": 1.3}}|--init-std 0.2 --base-json '{\"rope_theta\":20000.0}'"
+  "rope_linear|b|{\"rope_scaling\": {\"type\": \"linear\", \"factor\": 3.0}, \"rope_theta\": 1000.0}|--base-json '{\"rope_theta\":1000.0}'"
+  "rope_dynamic_below_max_positions|a|{\"rope_parameters\": {\"rope_type\": \"dynamic\", \"factor\": 4.0, \"rope_theta\": 1000000.0}}|--same-as-base"
+  "swa_on_all_layers|a|{\"use_sliding_window\": true, \"sliding_window\": 2, \"max_window_layers\": 0}|--batch rows:6:40:64"
+  "swa_layer_types|b|{\"use_sliding_window\": true, \"sliding_window\": 5, \"layer_types\": [\"sliding_attention\", \"full_attention\"]}|--batch rows:6:40:64"
+  "swa_window70_skips_tiles|b|{\"use_sliding_window\": true, \"sliding_window\": 70, \"max_window_layers\": 1}|--batch rows:4:100:300 --init-std 0.2"
+  "swa_off_flag_false|a|{\"use_sliding_window\": false, \"sliding_window\": 2, \"max_window_layers\": 0}|--same-as-base --batch rows:6:40:64"
+  "swa_no_layer_windowed|a|{\"use_sliding_window\": true, \"sliding_window\": 2, \"max_window_layers\": 2}|--same-as-base --batch rows:6:40:64")
+foreach(spec ${TWINKLE_CONFIG_VARIANTS})
+  string(REPLACE "|" ";" parts "${spec}")
+  list(GET parts 0 name)
+  list(GET parts 1 variant)
+  list(GET parts 2 cfgjson)
+  list(GET parts 3 extra)
+  separate_arguments(extra_args UNIX_COMMAND "${extra}")
+  add_test(NAME train_vs_torch_config_${name} COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR}
+           --variant ${variant} --steps 3 --config-json "${cfgjson}" ${extra_args})
+endforeach()
+# tie_word_embeddings true + lm_head in the checkpoint: a distinct head is kept (untied, warned, saved),
+# an identical copy stays tied (transformers 5).
+add_test(NAME train_vs_torch_tied_flag_distinct_lm_head COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR}
+         --variant a --steps 3 --lm-head distinct
+         --expect-log "lm_head.weight differs from model.embed_tokens.weight" --expect-saved-tie false)
+add_test(NAME train_vs_torch_tied_flag_lm_head_copy COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR}
+         --variant a --steps 3 --lm-head copy --expect-saved-tie true)
+add_test(NAME generate_stops_at_declared_eos_ids
+         COMMAND ${TWINKLE_PY} ${CMAKE_SOURCE_DIR}/tests/reference/check_generate.py --build ${CMAKE_BINARY_DIR}
+                 --tokenizer-dir ${CMAKE_SOURCE_DIR}/models/qwen3-tiny)
 # Kernel sets (twinkle/kernels/registry.h): --kernels reference vs --kernels fused on the same model,
 # batch and layout: loss of every step 1e-6 relative, step-1 gradients 1e-5 of each tensor's max.
 set(TWINKLE_KERNEL_CHECKS

@@ -43,6 +43,17 @@ struct Fields {
     if (it == j.end() || it->is_null()) return nullptr;
     return &*it;
   }
+  // Present (maybe null).
+  bool has(const std::string& key) const { return j.find(key) != j.end(); }
+  // Present and not null; absent -> nullptr; null -> error naming the field (transformers gives
+  // null no meaning for these fields: it would fail later or silently take a default).
+  const json* find_strict(const std::string& key) const {
+    auto it = j.find(key);
+    if (it == j.end()) return nullptr;
+    if (it->is_null())
+      throw Error(file + ": field '" + key + "' is null; give a value or leave the field out for the default");
+    return &*it;
+  }
   int64_t as_int(const std::string& key, const json& v) const {
     if (v.is_number_unsigned()) {
       auto u = v.get<uint64_t>();
@@ -54,12 +65,12 @@ struct Fields {
     wrong(key, "integer", v);
   }
   int64_t req_int(const std::string& key) const {
-    const json* v = find(key);
+    const json* v = find_strict(key);
     if (!v) missing(key);
     return as_int(key, *v);
   }
   int64_t opt_int(const std::string& key, int64_t def) const {
-    const json* v = find(key);
+    const json* v = find_strict(key);
     return v ? as_int(key, *v) : def;
   }
   std::optional<int64_t> maybe_int(const std::string& key) const {
@@ -67,14 +78,18 @@ struct Fields {
     if (!v) return std::nullopt;
     return as_int(key, *v);
   }
+  double as_double(const std::string& key, const json& v) const {
+    if (!v.is_number()) wrong(key, "number", v);
+    return v.get<double>();
+  }
   double opt_double(const std::string& key, double def) const {
-    const json* v = find(key);
+    const json* v = find_strict(key);
     if (!v) return def;
     if (!v->is_number()) wrong(key, "number", *v);
     return v->get<double>();
   }
   bool opt_bool(const std::string& key, bool def) const {
-    const json* v = find(key);
+    const json* v = find_strict(key);
     if (!v) return def;
     if (!v->is_boolean()) wrong(key, "boolean (true/false)", *v);
     return v->get<bool>();
@@ -103,13 +118,93 @@ struct Fields {
   }
 };
 
-bool is_rope_default(const json& obj) {
-  // {"rope_type": "default"} (or legacy {"type": "default"}) means plain RoPE.
-  for (const char* k : {"rope_type", "type"}) {
-    auto it = obj.find(k);
-    if (it != obj.end()) return it->is_string() && it->get<std::string>() == "default";
+// RoPE settings as transformers 5 reads them (RotaryEmbeddingConfigMixin.convert_rope_params_to_dict
+// and standardize_rope_params, then the reads of the _compute_*_parameters functions in
+// modeling_rope_utils.py). Needs c.max_position_embeddings.
+void parse_rope(const Fields& F, ModelConfig& c) {
+  const std::string& file = F.file;
+  c.rope_theta = F.opt_double("rope_theta", 10000.0);
+  if (const json* prf = F.find_strict("partial_rotary_factor"))
+    if (F.as_double("partial_rotary_factor", *prf) != 1.0)
+      throw Error(file + ": field 'partial_rotary_factor' " + prf->dump() + " is not supported (Qwen3 rotates the whole head)");
+  // A non-empty rope_scaling replaces rope_parameters (`rope_scaling or self.rope_parameters`).
+  const json* dict = nullptr;
+  std::string where;
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    const json* v = F.find(key);  // null = not set
+    if (!v) continue;
+    if (!v->is_object()) F.wrong(key, "object or null", *v);
+    if (!v->empty()) {
+      dict = v;
+      where = key;
+      break;
+    }
   }
-  return false;
+  auto& r = c.rope_scaling;
+  r = ModelConfig::RopeScaling{};
+  if (!dict) return;
+  // Entry `k` of the dict: absent -> nullptr; null -> error unless null_ok (then nullptr).
+  auto entry = [&](const char* k, bool null_ok) -> const json* {
+    auto it = dict->find(k);
+    if (it == dict->end()) return nullptr;
+    if (it->is_null()) {
+      if (null_ok) return nullptr;
+      throw Error(file + ": field '" + where + "." + k + "' is null; give a value or leave it out");
+    }
+    return &*it;
+  };
+  auto number = [&](const char* k, const json& v) {
+    if (!v.is_number()) F.wrong(where + "." + k, "number", v);
+    return v.get<double>();
+  };
+  const json* rt = entry("rope_type", false);
+  if (!rt) rt = entry("type", false);  // legacy spelling (setdefault("rope_type", get("type", "default")))
+  if (rt) {
+    if (!rt->is_string()) F.wrong(where + ".rope_type", "string", *rt);
+    r.rope_type = rt->get<std::string>();
+  }
+  if (const json* th = entry("rope_theta", false)) c.rope_theta = number("rope_theta", *th);
+  if (const json* prf = entry("partial_rotary_factor", false))
+    if (number("partial_rotary_factor", *prf) != 1.0)
+      throw Error(file + ": field '" + where + ".partial_rotary_factor' " + prf->dump() +
+                  " is not supported (Qwen3 rotates the whole head)");
+  const std::string& t = r.rope_type;
+  if (t == "default") return;
+  if (t != "linear" && t != "dynamic" && t != "yarn")
+    throw Error(file + ": field '" + where + "': rope_type '" + t +
+                "' is not supported (supported: default, linear, dynamic, yarn)");
+  if (dict->find("factor") == dict->end())
+    throw Error(file + ": field '" + where + "': rope_type '" + t + "' needs 'factor'");
+  if (t != "yarn") {
+    r.factor = number("factor", *entry("factor", false));
+    return;
+  }
+  // yarn
+  if (F.has("original_max_position_embeddings")) {  // top level wins (Phi3-style configs)
+    r.original_max_position_embeddings = F.req_int("original_max_position_embeddings");
+  } else if (const json* om = entry("original_max_position_embeddings", false)) {
+    r.original_max_position_embeddings = F.as_int(where + ".original_max_position_embeddings", *om);
+  } else {
+    r.original_max_position_embeddings = c.max_position_embeddings;
+  }
+  if (r.original_max_position_embeddings <= 0)
+    throw Error(file + ": field '" + where + ".original_max_position_embeddings' must be > 0, got " +
+                std::to_string(r.original_max_position_embeddings));
+  if (const json* f = entry("factor", true)) {
+    r.factor = number("factor", *f);
+  } else {  // null: the ratio of the context lengths (DeepSeek-V3 configs)
+    r.factor = static_cast<double>(c.max_position_embeddings) / static_cast<double>(r.original_max_position_embeddings);
+  }
+  if (const json* a = entry("attention_factor", true)) r.attention_factor = number("attention_factor", *a);
+  if (const json* m = entry("mscale", true)) r.mscale = number("mscale", *m);
+  if (const json* m = entry("mscale_all_dim", true)) r.mscale_all_dim = number("mscale_all_dim", *m);
+  // `get("beta_fast") or 32`: absent, null and 0 all mean the default.
+  if (const json* b = entry("beta_fast", true)) r.beta_fast = number("beta_fast", *b) != 0 ? number("beta_fast", *b) : 32.0;
+  if (const json* b = entry("beta_slow", true)) r.beta_slow = number("beta_slow", *b) != 0 ? number("beta_slow", *b) : 1.0;
+  if (const json* tr = entry("truncate", false)) {
+    if (!tr->is_boolean()) F.wrong(where + ".truncate", "boolean (true/false)", *tr);
+    r.truncate = tr->get<bool>();
+  }
 }
 
 std::string who(const ModelConfig& c) { return c.source.empty() ? std::string("ModelConfig") : c.source; }
@@ -120,6 +215,15 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
   if (!is_moe()) return false;
   if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
   return num_experts > 0 && decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
+}
+
+int64_t ModelConfig::attention_window(int64_t layer) const {
+  if (!use_sliding_window || !sliding_window) return 0;  // Qwen3Config: sliding_window = None
+  const bool sliding = !layer_types.empty()
+                           ? (layer >= 0 && layer < static_cast<int64_t>(layer_types.size()) &&
+                              layer_types[static_cast<size_t>(layer)] == "sliding_attention")
+                           : (max_window_layers && layer >= *max_window_layers);
+  return sliding ? *sliding_window : 0;
 }
 
 void ModelConfig::validate() const {
@@ -150,7 +254,36 @@ void ModelConfig::validate() const {
     bad("attention_dropout", "must be in [0, 1), got " + std::to_string(attention_dropout));
   if (!(initializer_range >= 0)) bad("initializer_range", "must be >= 0, got " + std::to_string(initializer_range));
   if (hidden_act != "silu") bad("hidden_act", "'" + hidden_act + "' is not supported (supported: silu)");
-  if (use_sliding_window) bad("use_sliding_window", "is true; sliding-window attention is not supported");
+  {
+    const std::string& t = rope_scaling.rope_type;
+    if (t != "default" && t != "linear" && t != "dynamic" && t != "yarn")
+      bad("rope_scaling", "rope_type '" + t + "' is not supported (supported: default, linear, dynamic, yarn)");
+    if (t != "default" && !(rope_scaling.factor > 0))
+      bad("rope_scaling", "factor must be > 0, got " + std::to_string(rope_scaling.factor));
+    if (t == "yarn" && rope_scaling.original_max_position_embeddings <= 0)
+      bad("rope_scaling", "original_max_position_embeddings must be > 0 for yarn");
+  }
+  if (!layer_types.empty() && static_cast<int64_t>(layer_types.size()) != num_hidden_layers)
+    bad("layer_types", "has " + std::to_string(layer_types.size()) + " entries but num_hidden_layers is " +
+                           std::to_string(num_hidden_layers));
+  for (size_t i = 0; i < layer_types.size(); ++i)
+    if (layer_types[i] != "full_attention" && layer_types[i] != "sliding_attention")
+      bad("layer_types", "entry " + std::to_string(i) + " '" + layer_types[i] +
+                             "' is not supported (full_attention, sliding_attention)");
+  const bool window_set = use_sliding_window && sliding_window.has_value();
+  if (window_set && *sliding_window < 1) bad("sliding_window", "must be >= 1, got " + std::to_string(*sliding_window));
+  if (window_set && layer_types.empty() && !max_window_layers)
+    bad("max_window_layers", "is null but use_sliding_window is true (transformers compares layer >= max_window_layers)");
+  if (!window_set)
+    for (size_t i = 0; i < layer_types.size(); ++i)
+      if (layer_types[i] == "sliding_attention")
+        bad("layer_types", "marks layer " + std::to_string(i) +
+                               " 'sliding_attention' but no window is set (use_sliding_window false or "
+                               "sliding_window null; transformers then fails to build the mask)");
+  if (is_moe() && window_set)
+    for (int64_t l = 0; l < num_hidden_layers; ++l)
+      if (attention_window(l) > 0)
+        bad("use_sliding_window", "is true; sliding-window attention is implemented for qwen3 only, not qwen3_moe");
   if (torch_dtype != DType::F32 && torch_dtype != DType::BF16 && torch_dtype != DType::F16)
     bad("torch_dtype", "must be a float dtype, got " + dtype_name(torch_dtype));
   if (bos_token_id && *bos_token_id < 0) bad("bos_token_id", "must be >= 0");
@@ -220,8 +353,8 @@ ModelConfig load_model_config(const std::string& path) {
   c.intermediate_size = F.req_int("intermediate_size");
   c.num_hidden_layers = F.req_int("num_hidden_layers");
   c.num_attention_heads = F.req_int("num_attention_heads");
-  c.num_key_value_heads = F.opt_int("num_key_value_heads", c.num_attention_heads);
-  if (const json* hd = F.find("head_dim")) {
+  c.num_key_value_heads = F.maybe_int("num_key_value_heads").value_or(c.num_attention_heads);  // null: MHA
+  if (const json* hd = F.find_strict("head_dim")) {
     c.head_dim = F.as_int("head_dim", *hd);
   } else if (!c.is_moe()) {
     c.head_dim = 128;  // Qwen3Config default
@@ -232,25 +365,11 @@ ModelConfig load_model_config(const std::string& path) {
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   c.rms_norm_eps = F.opt_double("rms_norm_eps", 1e-6);
-  c.rope_theta = F.opt_double("rope_theta", 10000.0);
-  if (const json* rs = F.find("rope_scaling")) {
-    if (!rs->is_object() || !is_rope_default(*rs))
-      throw Error(file + ": field 'rope_scaling' " + short_dump(*rs) +
-                  " is not supported (only null, i.e. plain RoPE; YaRN / linear / dynamic scaling are not implemented)");
-  }
-  if (const json* rp = F.find("rope_parameters")) {
-    if (!rp->is_object()) F.wrong("rope_parameters", "object", *rp);
-    auto rt = rp->find("rope_type");
-    if (rt != rp->end() && !(rt->is_string() && rt->get<std::string>() == "default"))
-      throw Error(file + ": field 'rope_parameters' " + short_dump(*rp) +
-                  " is not supported (only rope_type 'default', i.e. plain RoPE)");
-    Fields R{*rp, file};
-    if (R.find("rope_theta")) c.rope_theta = R.opt_double("rope_theta", c.rope_theta);
-  }
   c.attention_bias = F.opt_bool("attention_bias", false);
   c.attention_dropout = F.opt_double("attention_dropout", 0.0);
   c.tie_word_embeddings = F.opt_bool("tie_word_embeddings", false);
   c.max_position_embeddings = F.opt_int("max_position_embeddings", 32768);
+  parse_rope(F, c);
   c.initializer_range = F.opt_double("initializer_range", 0.02);
   {
     const char* key = F.find("torch_dtype") ? "torch_dtype" : "dtype";
@@ -262,21 +381,24 @@ ModelConfig load_model_config(const std::string& path) {
       }
     }
   }
-  if (auto ha = F.maybe_string("hidden_act")) c.hidden_act = *ha;
+  if (const json* ha = F.find_strict("hidden_act")) {
+    if (!ha->is_string()) F.wrong("hidden_act", "string", *ha);
+    c.hidden_act = ha->get<std::string>();
+  }
   if (c.hidden_act != "silu")
     throw Error(file + ": field 'hidden_act': '" + c.hidden_act + "' is not supported (supported: silu)");
   c.bos_token_id = F.maybe_int("bos_token_id");
   c.pad_token_id = F.maybe_int("pad_token_id");
   c.eos_token_id = F.opt_int_list("eos_token_id", true);
   c.use_sliding_window = F.opt_bool("use_sliding_window", false);
-  if (c.use_sliding_window)
-    throw Error(file + ": field 'use_sliding_window' is true; sliding-window attention is not supported");
+  if (F.has("sliding_window")) c.sliding_window = F.maybe_int("sliding_window");
+  if (F.has("max_window_layers")) c.max_window_layers = F.maybe_int("max_window_layers");
   if (const json* lt = F.find("layer_types")) {
     if (!lt->is_array()) F.wrong("layer_types", "list of strings", *lt);
-    for (const auto& e : *lt)
-      if (!e.is_string() || e.get<std::string>() != "full_attention")
-        throw Error(file + ": field 'layer_types' contains " + short_dump(e) +
-                    "; only 'full_attention' layers are supported");
+    for (const auto& e : *lt) {
+      if (!e.is_string()) F.wrong("layer_types", "list of strings", *lt);
+      c.layer_types.push_back(e.get<std::string>());
+    }
   }
   c.use_cache = F.opt_bool("use_cache", true);
   if (c.is_moe()) {
@@ -331,6 +453,29 @@ json to_json(const ModelConfig& c) {
     j["eos_token_id"] = c.eos_token_id;
   }
   j["use_sliding_window"] = c.use_sliding_window;
+  auto nullable = [&](const char* k, const std::optional<int64_t>& v) {
+    if (v) j[k] = *v;
+    else j[k] = nullptr;
+  };
+  nullable("sliding_window", c.sliding_window);
+  nullable("max_window_layers", c.max_window_layers);
+  if (!c.layer_types.empty()) j["layer_types"] = c.layer_types;
+  const bool has_rope_dict = (j.contains("rope_scaling") && j["rope_scaling"].is_object() && !j["rope_scaling"].empty()) ||
+                             (j.contains("rope_parameters") && j["rope_parameters"].is_object());
+  if (!has_rope_dict && c.rope_scaling.rope_type != "default") {  // built in code: write the variant out
+    const auto& r = c.rope_scaling;
+    json d{{"rope_type", r.rope_type}, {"factor", r.factor}};
+    if (r.rope_type == "yarn") {
+      d["original_max_position_embeddings"] = r.original_max_position_embeddings;
+      d["beta_fast"] = r.beta_fast;
+      d["beta_slow"] = r.beta_slow;
+      d["truncate"] = r.truncate;
+      if (r.attention_factor) d["attention_factor"] = *r.attention_factor;
+      if (r.mscale) d["mscale"] = *r.mscale;
+      if (r.mscale_all_dim) d["mscale_all_dim"] = *r.mscale_all_dim;
+    }
+    j["rope_scaling"] = d;
+  }
   j["use_cache"] = c.use_cache;
   if (c.is_moe()) {
     j["num_experts"] = c.num_experts;

@@ -9,7 +9,7 @@ namespace twinkle {
 Qwen3Attention::Qwen3Attention(parallel::TensorTable& table, const parallel::TensorParallel& tp,
                                const ModelConfig& cfg, int64_t layer, const kernels::cpu::RopeTable* rope)
     : rope_(rope), layer_(layer), D_(cfg.head_dim), hq_(cfg.num_attention_heads / tp.size),
-      hkv_(cfg.num_key_value_heads / tp.size) {
+      hkv_(cfg.num_key_value_heads / tp.size), window_(cfg.attention_window(layer)) {
   const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
   const int64_t D = cfg.head_dim;
   qkv_proj = parallel::ColumnParallelLinear(table, tp, cfg.hidden_size,
@@ -34,11 +34,15 @@ const float* Qwen3Attention::forward(const float* x_local, const StageBatch& b, 
   q_norm.forward_rope(a.q_pre, a.q, a.rstd_q, b.positions.data(), *rope_, T, hq_);
   k_norm.forward_rope(a.k_pre, a.k, a.rstd_k, b.positions.data(), *rope_, T, hkv_);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  if (b.cp)  // context parallelism: ring or Ulysses over the cp group (state keyed by this record)
+  if (b.cp) {  // context parallelism: ring or Ulysses over the cp group (state keyed by this record)
+    check(window_ == 0, "layer " + std::to_string(layer_) + " has a sliding window of " + std::to_string(window_) +
+                            " (config.json use_sliding_window); context parallelism (cp > 1) does not implement "
+                            "sliding-window attention yet");
     b.cp_attention->forward(&a, *b.cp, a.q, a.k, a.v, a.ctx, a.lse, hq_, hkv_, D, scale);
-  else
+  } else {
     qkv_proj.kernels().attention.forward(a.q, a.k, a.v, a.ctx, a.lse, b.cu_seqlens.data(), nseg, hq_, hkv_, D,
-                                         scale);
+                                         scale, window_);
+  }
   return o_proj.forward(a.ctx, T, scratch);
 }
 
@@ -56,7 +60,7 @@ const float* Qwen3Attention::backward(const float* dy_local, const StageBatch& b
     b.cp_attention->backward(&a, *b.cp, a.q, a.k, a.v, a.ctx, a.lse, dctx, dq, dk, dv, hq_, hkv_, D, scale);
   else
     qkv_proj.kernels().attention.backward(a.q, a.k, a.v, a.ctx, a.lse, dctx, dq, dk, dv, b.cu_seqlens.data(), nseg,
-                                          hq_, hkv_, D, scale);
+                                          hq_, hkv_, D, scale, window_);
   q_norm.backward_rope(a.q_pre, a.rstd_q, b.positions.data(), *rope_, dq, dq, T, hq_);
   k_norm.backward_rope(a.k_pre, a.rstd_k, b.positions.data(), *rope_, dk, dk, T, hkv_);
   const float* const dproj[3] = {dq, dk, dv};

@@ -1,5 +1,6 @@
 // Qwen3Model: construction — the tensor table of every stage and this stage's layers.
 #include "twinkle/model/qwen3_model.h"
+#include "twinkle/model/rope_variant.h"
 
 namespace twinkle {
 
@@ -26,7 +27,8 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   first_ = ps_->is_first_stage();
   last_ = ps_->is_last_stage();
   vocab_ = parallel::make_vocab_shard(cfg_.vocab_size, ps_->tp_rank(), tp_);
-  rope_ = kernels::cpu::make_rope_table(cfg_.max_position_embeddings, cfg_.head_dim, cfg_.rope_theta);
+  rope_ = kernels::cpu::make_rope_table(cfg_.max_position_embeddings, cfg_.head_dim, cfg_.rope_theta,
+                                        rope_variant(cfg_));
   table_.set_kernels(&kernels_);  // every layer computes through the model's kernel table
   build_table();
   table_.materialize(stage, store_);

@@ -8,12 +8,14 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <optional>
 
 #include "twinkle/data/hub.h"
 #include "twinkle/data/tokenizer.h"
 #include "twinkle/dist/runtime.h"
 #include "twinkle/model/kernelize.h"
 #include "twinkle/io/safetensors.h"
+#include "twinkle/io/tied_head.h"
 #include "twinkle/train/mfu.h"
 
 namespace twinkle {
@@ -46,6 +48,16 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
   mo.layers_per_stage = opts_.layers_per_stage;
   mo.lm_head_chunk_tokens = opts_.lm_head_chunk_tokens;
   mo.cp_comm_type = opts_.cp_comm_type;
+  std::optional<CheckpointReader> ck;
+  if (opts_.load_weights) {
+    ck = CheckpointReader::open_dir(model_dir_);
+    if (!ck->has_weights()) ck.reset();
+  }
+  // A tied config with a checkpoint holding a different lm_head: untie (transformers 5).
+  if (ck) {
+    const std::string warn = untie_if_checkpoint_head_differs(cfg, *ck);
+    if (!warn.empty() && ps_->world->rank() == 0) get_logger().warning(warn);
+  }
   // The model starts on the plain reference kernels; the fused set is applied through kernelize_model,
   // which logs each op it replaces (Twinkle's kernelize with the device's built-in bundle).
   kernels::check_kernel_set(opts_.kernels);
@@ -53,12 +65,9 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
   model_ = std::make_unique<Qwen3Model>(cfg, ps_, mo);
   if (opts_.kernels == "fused") kernelize_model(*model_);
   bool loaded = false;
-  if (opts_.load_weights) {
-    CheckpointReader ck = CheckpointReader::open_dir(model_dir_);
-    if (ck.has_weights()) {
-      model_->load_checkpoint(ck);
-      loaded = true;
-    }
+  if (ck) {
+    model_->load_checkpoint(*ck);
+    loaded = true;
   }
   if (!loaded) {
     const uint64_t seed = opts_.seed ? opts_.seed : global_seed();
@@ -312,6 +321,9 @@ std::string MegatronModel::save(const std::string& name, const SaveOptions& opts
 void MegatronModel::load(const std::string& dir) {
   CheckpointReader ck = CheckpointReader::open_dir(resolve_model_dir(dir));
   check(ck.has_weights(), "load: " + dir + " has no safetensors weights");
+  check(!(model_->config().tie_word_embeddings && checkpoint_head_differs(ck)),
+        "load: " + ck.dir() + " holds an lm_head.weight that differs from model.embed_tokens.weight but this "
+        "model is tied; build the model from that checkpoint (it is then untied, as transformers 5 does)");
   model_->load_checkpoint(ck);
 }
 

@@ -52,11 +52,14 @@ def make_batch(kind, vocab, seed):
         with open(os.path.join(HERE, "tiny_batch.json")) as f:
             b = json.load(f)
         return b["input_ids"], b["labels"]
-    # "rows:N": N rows of random lengths 5..24, first tokens unlabelled (prompt), some rows fully padded later
-    n = int(kind.split(":")[1])
+    # "rows:N": N rows of random lengths 5..24, first tokens unlabelled (prompt), some rows fully padded later;
+    # "rows:N:LO:HI": lengths LO..HI
+    parts = kind.split(":")
+    n = int(parts[1])
+    lo, hi = (int(parts[2]), int(parts[3])) if len(parts) == 4 else (5, 24)
     ids, labels = [], []
     for i in range(n):
-        L = rng.randint(5, 24)
+        L = rng.randint(lo, hi)
         row = [rng.randrange(vocab) for _ in range(L)]
         p = rng.randint(0, L // 2)
         ids.append(row)
@@ -115,6 +118,20 @@ def main():
     ap.add_argument("--param-tol", type=float, default=1e-5)
     ap.add_argument("--packing", action="store_true")
     ap.add_argument("--pad-token-id", type=int, default=None, help="set config.pad_token_id (HF padding_idx)")
+    ap.add_argument("--config-json", default=None,
+                    help="JSON object merged into config.json (RoPE variants, sliding-window fields, ...)")
+    ap.add_argument("--base-json", default=None,
+                    help="JSON merged into the BASE config the variant is compared with (e.g. the same rope_theta)")
+    ap.add_argument("--same-as-base", action="store_true",
+                    help="with --config-json: the reference loss must EQUAL the base config's (else it must differ "
+                         "by > 1e-4 relative, so that the test can fail)")
+    ap.add_argument("--lm-head", choices=["copy", "distinct"], default=None,
+                    help="tied config: also write lm_head.weight into the checkpoint (a copy of the embedding, or "
+                         "N(0, 0.02) seed 1); transformers 5 keeps a distinct one (untied)")
+    ap.add_argument("--init-std", type=float, default=None, help="qwen3_ref init --std (larger weights: sharper attention)")
+    ap.add_argument("--expect-log", action="append", default=[], help="regex twinkle's output must match")
+    ap.add_argument("--expect-saved-tie", choices=["true", "false"], default=None,
+                    help="the saved checkpoint's tie_word_embeddings (false: lm_head.weight saved, true: not)")
     ap.add_argument("--norm-std", type=float, default=0.1,
                     help="initial RMSNorm weights 1 + NORM_STD*N(0,1): a loader that skips or swaps norms fails")
     ap.add_argument("--bias-std", type=float, default=0.02, help="initial biases BIAS_STD*N(0,1)")
@@ -141,8 +158,25 @@ def main():
             with open(cfg_path, "w") as f:
                 json.dump(cfg, f, indent=2)
         run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "init", "--config", cfg_path, "--seed", "0",
-             "--out", model, "--norm-std", str(args.norm_std), "--bias-std", str(args.bias_std)])
+             "--out", model, "--norm-std", str(args.norm_std), "--bias-std", str(args.bias_std)]
+            + (["--std", str(args.init_std)] if args.init_std else []))
+        if args.lm_head:
+            if not cfg.get("tie_word_embeddings"):
+                raise SystemExit("--lm-head needs a tied variant")
+            wpath = os.path.join(model, "model.safetensors")
+            w = safetensors_py.load(wpath)
+            emb = w["model.embed_tokens.weight"]
+            w["lm_head.weight"] = emb.clone() if args.lm_head == "copy" else \
+                torch.normal(0.0, 0.02, size=tuple(emb.shape), generator=torch.Generator().manual_seed(1))
+            safetensors_py.save(wpath, w)
         ids, labels = make_batch(args.batch, cfg["vocab_size"], 1234)
+        base_cfg = dict(cfg)
+        if args.base_json:
+            base_cfg.update(json.loads(args.base_json))
+        if args.config_json:
+            cfg.update(json.loads(args.config_json))
+            with open(cfg_path, "w") as f:
+                json.dump(cfg, f, indent=2)
         rows_path = os.path.join(tmp, "rows.jsonl")
         write_rows(rows_path, ids, labels)
         common = ["--model", model, "--dataset", rows_path, "--batch-size", str(len(ids)), "--max-steps",
@@ -160,7 +194,11 @@ def main():
             if np_ > 1:
                 cmd = [launcher, f"--nproc_per_node={np_}"] + cmd
             env = dict(os.environ, OMP_NUM_THREADS="1")
-            run(cmd, env=env)
+            out_text = run(cmd, env=env)
+            import re
+            for pat in args.expect_log:
+                if not re.search(pat, out_text):
+                    raise SystemExit(f"twinkle's output lacks /{pat}/:\n{out_text}")
             return read_metrics(metrics), safetensors_py.load_dir(out) if hasattr(safetensors_py, "load_dir") else None, out
 
         failures = []
@@ -171,6 +209,20 @@ def main():
             with open(batch_json, "w") as f:
                 json.dump({"input_ids": ids, "labels": labels}, f)
             refs = {}
+            if args.config_json:  # the variant must matter for this model and batch (or be equal when expected)
+                base_dir = os.path.join(tmp, "base_model")
+                shutil.copytree(model, base_dir)
+                with open(os.path.join(base_dir, "config.json"), "w") as f:
+                    json.dump(base_cfg, f, indent=2)
+                lv = json.loads(run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "loss", "--model", model,
+                                     "--batch", batch_json, "--dtype", "float64"]).strip().splitlines()[-1])["loss"]
+                lb = json.loads(run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "loss", "--model",
+                                     base_dir, "--batch", batch_json, "--dtype", "float64"]).strip().splitlines()[-1])["loss"]
+                print(f"reference loss: variant {lv:.10f}, base config {lb:.10f}")
+                if args.same_as_base and rel(lv, lb) > 1e-12:
+                    failures.append(f"variant loss {lv} should equal the base config's {lb}")
+                if not args.same_as_base and rel(lv, lb) < 1e-4:
+                    failures.append(f"variant loss {lv} is too close to the base config's {lb}: the test could not fail")
             for dt in ("float64",):
                 ref_out = os.path.join(tmp, "ref_" + dt)
                 run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "step", "--model", model, "--batch",
@@ -202,6 +254,17 @@ def main():
             p_tw = load_ckpt(tw_out)
             p64 = safetensors_py.load(os.path.join(refs["float64"], "final.safetensors"))
             failures += compare_params(p_tw, p64, args)
+            if set(p_tw) != set(p64):
+                failures.append(f"saved tensors differ from the reference's: only twinkle {sorted(set(p_tw) - set(p64))}, "
+                                f"only reference {sorted(set(p64) - set(p_tw))}")
+            if args.expect_saved_tie:
+                with open(os.path.join(tw_out, "config.json")) as f:
+                    tie = json.load(f).get("tie_word_embeddings")
+                want = args.expect_saved_tie == "true"
+                print(f"saved tie_word_embeddings {tie}, lm_head.weight saved: {'lm_head.weight' in p_tw}")
+                if tie != want or ("lm_head.weight" in p_tw) == want:
+                    failures.append(f"saved checkpoint: tie_word_embeddings {tie}, lm_head.weight present "
+                                    f"{'lm_head.weight' in p_tw}; expected tie {want}")
         elif args.against == "kernels":
             dump = "--dp" not in args.layout  # --dump-grads needs dp = 1
             runs = {}

@@ -96,6 +96,36 @@ def rope_case(root, name, positions, heads, head_dim, theta, max_pos):
     c.close()
 
 
+def rope_variant_case(root, name, positions, heads, head_dim, theta, max_pos, variant, seq_len=0):
+    """A scaled RoPE variant: inv_freq and attention scaling from qwen3_ref.rope_inv_freq (written
+    from transformers 5 modeling_rope_utils.py) in float32 as HF computes them; cos/sin times the
+    scaling (Qwen3RotaryEmbedding.forward). Also stores inv_freq for seq_len (dynamic's recompute)."""
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from qwen3_ref import rope_inv_freq
+    tokens = len(positions)
+    c = Case(root, name, tokens=tokens, heads=heads, head_dim=head_dim, theta=theta, max_pos=max_pos,
+             variant=variant, seq_len=seq_len)
+    pos = torch.tensor(positions, dtype=torch.int32)
+    x, dy = f32((tokens, heads, head_dim)), f32((tokens, heads, head_dim))
+    inv_freq, att = rope_inv_freq(head_dim, theta, variant, torch.float32, None, max_pos)
+    freqs = pos.float()[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos() * att, emb.sin() * att
+    X = leaf64(x)
+    y = X * cos.double()[:, None, :] + rotate_half(X) * sin.double()[:, None, :]
+    y.backward(dy.double())
+    inv_l, att_l = rope_inv_freq(head_dim, theta, variant, torch.float64, seq_len, max_pos)
+    c.put("pos", pos, "i32")
+    c.put("x", x, "f32")
+    c.put("dy", dy, "f32")
+    c.put("y", y, "f64")
+    c.put("dx", X.grad, "f64")
+    c.put("inv_freq_seq_len", inv_l, "f64")
+    c.put("att", torch.tensor([att_l], dtype=torch.float64), "f64")
+    c.close()
+
+
 # ---------------------------------------------------------------- SwiGLU (HF Qwen3MLP: act_fn(gate) * up, act = silu)
 def swiglu_case(root, name, rows, cols):
     c = Case(root, name, rows=rows, cols=cols)
@@ -113,13 +143,13 @@ def swiglu_case(root, name, rows, cols):
 
 
 # ---------------------------------------------------------------- attention (explicit softmax, block-diagonal causal mask)
-def attention_case(root, name, seqlens, Hq, Hkv, D, lead=0):
+def attention_case(root, name, seqlens, Hq, Hkv, D, lead=0, window=0):
     cu = [lead]
     for L in seqlens:
         cu.append(cu[-1] + L)
     T = cu[-1]
     scale = 1.0 / math.sqrt(D)
-    c = Case(root, name, Hq=Hq, Hkv=Hkv, D=D, T=T, n_seqs=len(seqlens), scale=scale)
+    c = Case(root, name, Hq=Hq, Hkv=Hkv, D=D, T=T, n_seqs=len(seqlens), scale=scale, window=window)
     q, k, v, do = f32((T, Hq, D)), f32((T, Hkv, D)), f32((T, Hkv, D)), f32((T, Hq, D))
     Q, K, V = leaf64(q), leaf64(k), leaf64(v)
     seg = torch.full((T,), -1, dtype=torch.int64)
@@ -127,6 +157,8 @@ def attention_case(root, name, seqlens, Hq, Hkv, D, lead=0):
         seg[cu[i]:cu[i + 1]] = i
     idx = torch.arange(T)
     allowed = (seg[:, None] == seg[None, :]) & (idx[None, :] <= idx[:, None]) & (seg[:, None] >= 0)
+    if window:  # transformers masking_utils sliding_window_overlay: kv_idx > q_idx - sliding_window
+        allowed &= idx[None, :] > idx[:, None] - window
     rep = Hq // Hkv  # HF repeat_kv: query head h uses kv head h // rep
     Kr = K.repeat_interleave(rep, dim=1)
     Vr = V.repeat_interleave(rep, dim=1)
@@ -385,6 +417,22 @@ def main():
     adamw_case(out, "adamw_default", 257, 5, 1e-3, (0.9, 0.999), 1e-8, 0.1)
 
     conformance_cases(out)
+    # added cases (after the original ones, so their random inputs are unchanged)
+    yarn = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024, "attention_factor": None,
+            "mscale": None, "mscale_all_dim": None, "beta_fast": 32, "beta_slow": 1, "truncate": True}
+    rope_variant_case(out, "rope_yarn_d64", [0, 5, 100, 1023, 2000, 4095], 2, 64, 10000.0, 4096, yarn)
+    rope_variant_case(out, "rope_yarn_mscale_notrunc_d32", [0, 7, 300, 511], 3, 32, 1e6, 512,
+                      dict(yarn, original_max_position_embeddings=128, factor=3.0, mscale=0.707, mscale_all_dim=1.0,
+                           beta_fast=16, beta_slow=2, truncate=False))
+    rope_variant_case(out, "rope_yarn_attn_factor_d32", [0, 9, 200], 2, 32, 1e6, 256,
+                      dict(yarn, original_max_position_embeddings=64, attention_factor=0.8))
+    rope_variant_case(out, "rope_linear_d32", [0, 3, 99, 255], 2, 32, 10000.0, 256, {"type": "linear", "factor": 2.5})
+    rope_variant_case(out, "rope_dynamic_d32", [0, 3, 99, 255], 2, 32, 10000.0, 256,
+                      {"type": "dynamic", "factor": 3.0}, seq_len=700)
+    attention_case(out, "attn_win3_gqa_d32", [1, 70, 130, 5], 4, 2, 32, window=3)
+    attention_case(out, "attn_win70_gqa_d64", [200, 129, 64, 1], 4, 2, 64, window=70)
+    attention_case(out, "attn_win64_mha_d32_lead", [300, 65], 2, 2, 32, lead=2, window=64)
+    attention_case(out, "attn_win1_d16", [65, 10], 2, 1, 16, window=1)
 
     with open(os.path.join(out, "DONE"), "w") as f:
         f.write("ok\n")

@@ -11,9 +11,16 @@ loss/loss_utils.py (ForCausalLMLoss); no code is copied:
     head_dim per head, BEFORE RoPE; v = v_proj(x).  q/k/v AND o_proj carry a bias when
     config.attention_bias (HF Qwen3Attention passes bias=config.attention_bias to all four;
     Qwen2 differs: o_proj never has a bias there).
-  * RoPE, default type only: inv_freq = 1 / theta^(arange(0, D, 2)/D) computed in float32,
-    angles = position * inv_freq (float32), emb = cat(angles, angles), q*cos + rotate_half(q)*sin,
+  * RoPE: inv_freq = 1 / theta^(arange(0, D, 2)/D) computed in float32 (default type), or the
+    linear / dynamic / yarn variants of transformers 5 modeling_rope_utils.py (rope_inv_freq;
+    config spellings rope_scaling / rope_parameters / legacy "type", parse_rope);
+    angles = position * inv_freq (float32), emb = cat(angles, angles), cos/sin times the
+    variant's attention scaling, q*cos + rotate_half(q)*sin,
     rotate_half(x) = cat(-x[D/2:], x[:D/2]).  cos/sin cast to the compute dtype.
+  * Sliding window (Qwen3Config / masking_utils): on the layers parse_windows selects, query t
+    sees keys u with t - u < sliding_window.
+  * tie_word_embeddings with a checkpoint holding a different lm_head.weight: untied
+    (transformers 5, resolve_tied_head).
   * GQA via repeat_kv (kv head j serves q heads j*G .. j*G+G-1, G = H / H_kv);
     scores = (q @ k^T) * head_dim^-0.5; causal mask; softmax in float32 (or the compute dtype
     when that is float64); p @ v; o_proj.
@@ -133,26 +140,11 @@ class Qwen3Config:
         self.attention_dropout = get("attention_dropout", 0.0, float)
         self.use_sliding_window = get("use_sliding_window", False, bool)
         self.pad_token_id = get("pad_token_id", None, int)
-        rp = d.get("rope_parameters")  # newer transformers spell it this way
-        theta = d.get("rope_theta", 10000.0)
-        scaling = d.get("rope_scaling")
-        if isinstance(rp, dict):
-            theta = rp.get("rope_theta", theta)
-            rtype = rp.get("rope_type", rp.get("type", "default"))
-            if rtype != "default":
-                raise ConfigError(f"config: rope_parameters.rope_type {rtype!r} unsupported (default only)")
-        if scaling is not None:
-            rtype = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else scaling
-            if rtype != "default":
-                raise ConfigError(f"config: rope_scaling {scaling!r} unsupported (default RoPE only)")
-        if not isinstance(theta, (int, float)) or isinstance(theta, bool) or theta <= 0:
-            raise ConfigError(f"config: rope_theta {theta!r} must be a positive number")
-        self.rope_theta = float(theta)
+        self.rope_theta, self.rope = parse_rope(d, self.max_position_embeddings)
+        self.layer_windows = parse_windows(d, self.num_hidden_layers, self.use_sliding_window)
 
         if self.hidden_act != "silu":
             raise ConfigError(f"config: hidden_act {self.hidden_act!r} unsupported (silu only)")
-        if self.use_sliding_window:
-            raise ConfigError("config: use_sliding_window true is unsupported")
         if self.attention_dropout != 0.0:
             raise ConfigError("config: attention_dropout must be 0.0 (deterministic reference)")
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -166,6 +158,60 @@ class Qwen3Config:
                               f"of num_key_value_heads {self.num_key_value_heads}")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"config: pad_token_id {self.pad_token_id} outside [0, vocab_size)")
+
+
+def parse_rope(d, max_pos):
+    """(rope_theta, variant dict) as transformers 5 reads them (configuration_utils
+    RotaryEmbeddingConfigMixin): a non-empty `rope_scaling` replaces `rope_parameters`; type =
+    rope_type, else the legacy `type`, else "default"; the dict's rope_theta wins over the
+    top-level one (default 10000).  yarn: factor (null -> max_pos / original),
+    original_max_position_embeddings (top-level key first, then the dict, then max_pos),
+    attention_factor / mscale / mscale_all_dim (optional), beta_fast `or` 32, beta_slow `or` 1,
+    truncate (default true)."""
+    theta = d.get("rope_theta", 10000.0)
+    rp = d.get("rope_scaling") or d.get("rope_parameters") or {}
+    if not isinstance(rp, dict):
+        raise ConfigError(f"config: rope_scaling / rope_parameters {rp!r} is not an object")
+    theta = rp.get("rope_theta", theta)
+    if not isinstance(theta, (int, float)) or isinstance(theta, bool) or theta <= 0:
+        raise ConfigError(f"config: rope_theta {theta!r} must be a positive number")
+    rtype = rp.get("rope_type", rp.get("type", "default"))
+    v = {"type": rtype}
+    if rtype == "default":
+        return float(theta), v
+    if rtype not in ("linear", "dynamic", "yarn"):
+        raise ConfigError(f"config: rope_type {rtype!r} unsupported (default, linear, dynamic, yarn)")
+    if "factor" not in rp:
+        raise ConfigError(f"config: rope_type {rtype!r} needs 'factor'")
+    v["factor"] = rp["factor"]
+    if rtype == "yarn":
+        orig = d.get("original_max_position_embeddings", rp.get("original_max_position_embeddings", max_pos))
+        v["original_max_position_embeddings"] = orig
+        if v["factor"] is None:
+            v["factor"] = max_pos / orig
+        v["attention_factor"] = rp.get("attention_factor")
+        v["mscale"] = rp.get("mscale")
+        v["mscale_all_dim"] = rp.get("mscale_all_dim")
+        v["beta_fast"] = rp.get("beta_fast") or 32
+        v["beta_slow"] = rp.get("beta_slow") or 1
+        v["truncate"] = rp.get("truncate", True)
+    return float(theta), v
+
+
+def parse_windows(d, n_layers, use_sliding_window):
+    """Per-layer sliding window (0 = full attention) by Qwen3Config's rule: sliding_window counts
+    only when use_sliding_window; layer_types given -> windows on its 'sliding_attention' layers,
+    else on layers i >= max_window_layers (default 28); sliding_window default 4096."""
+    sw = d.get("sliding_window", 4096) if use_sliding_window else None
+    types = d.get("layer_types")
+    if types is None:
+        mwl = d.get("max_window_layers", 28)
+        types = ["sliding_attention" if sw is not None and i >= mwl else "full_attention" for i in range(n_layers)]
+    if len(types) != n_layers or any(t not in ("full_attention", "sliding_attention") for t in types):
+        raise ConfigError(f"config: layer_types {types!r} invalid for {n_layers} layers")
+    if "sliding_attention" in types and sw is None:
+        raise ConfigError("config: a 'sliding_attention' layer needs use_sliding_window and sliding_window")
+    return [sw if t == "sliding_attention" else 0 for t in types]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,15 +242,66 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rope_cos_sin(position_ids, head_dim, theta, dtype):
-    """position_ids [B, S] int64 -> cos, sin [B, S, head_dim] in `dtype`.
-    float32 / bfloat16: HF's float32 arithmetic; float64: all in float64."""
-    cdt = _upcast(dtype)
+def rope_inv_freq(head_dim, theta, rope, cdt, seq_len=None, max_pos=None):
+    """(inv_freq [head_dim/2] in cdt, attention scaling) of a RoPE variant, written from the
+    formulas of transformers 5 modeling_rope_utils.py (_compute_*_parameters):
+      default  1 / theta^(2i/D), scaling 1
+      linear   default / factor
+      dynamic  default with theta * (factor*L/M - (factor-1))^(D/(D-2)), L = max(seq_len, M),
+               M = max_position_embeddings (= default while max position + 1 <= M)
+      yarn     blend of default (extrapolation) and default/factor (interpolation) with a
+               linear ramp over the correction range of beta_fast..beta_slow rotations at the
+               original context length; scaling attention_factor or 0.1*ln(factor)+1 (mscale
+               ratio when mscale and mscale_all_dim are both set)."""
+    rope = rope or {"type": "default"}
     exponent = torch.arange(0, head_dim, 2, dtype=torch.int64).to(cdt) / head_dim
-    inv_freq = 1.0 / (theta ** exponent)
+    t = rope["type"]
+    if t == "default":
+        return 1.0 / (theta ** exponent), 1.0
+    f = rope["factor"]
+    if t == "linear":
+        return 1.0 / (theta ** exponent) / f, 1.0
+    if t == "dynamic":
+        L = max(seq_len or 0, max_pos)
+        base = theta * ((f * L / max_pos) - (f - 1)) ** (head_dim / (head_dim - 2))
+        return 1.0 / (base ** exponent), 1.0
+    assert t == "yarn", t
+
+    def m(scale, ms=1.0):
+        return 1.0 if scale <= 1 else 0.1 * ms * math.log(scale) + 1.0
+
+    att = rope.get("attention_factor")
+    if att is None:
+        ms, msa = rope.get("mscale"), rope.get("mscale_all_dim")
+        att = m(f, ms) / m(f, msa) if (ms and msa) else m(f)
+    orig = rope["original_max_position_embeddings"]
+
+    def corr_dim(rot):
+        return head_dim * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(theta))
+
+    lo, hi = corr_dim(rope["beta_fast"]), corr_dim(rope["beta_slow"])
+    if rope.get("truncate", True):
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, head_dim - 1)
+    if lo == hi:
+        hi += 0.001
+    pos = theta ** exponent
+    ramp = ((torch.arange(head_dim // 2, dtype=cdt) - lo) / (hi - lo)).clamp(0, 1)
+    w_extrap = 1 - ramp
+    inv = (1.0 / (f * pos)) * (1 - w_extrap) + (1.0 / pos) * w_extrap
+    return inv, float(att)
+
+
+def rope_cos_sin(position_ids, head_dim, theta, dtype, rope=None, max_pos=None):
+    """position_ids [B, S] int64 -> cos, sin [B, S, head_dim] in `dtype` (times the variant's
+    attention scaling, as Qwen3RotaryEmbedding).  float32 / bfloat16: HF's float32 arithmetic;
+    float64: all in float64."""
+    cdt = _upcast(dtype)
+    inv_freq, att = rope_inv_freq(head_dim, theta, rope, cdt, int(position_ids.max()) + 1 if position_ids.numel() else 0,
+                                  max_pos)
     ang = position_ids.to(cdt)[:, :, None] * inv_freq[None, None, :]
     emb = torch.cat((ang, ang), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
+    return (emb.cos() * att).to(dtype), (emb.sin() * att).to(dtype)
 
 
 class Attention(nn.Module):
@@ -382,12 +479,15 @@ class Qwen3Ref(nn.Module):
             segment_ids = segments_from_position_ids(position_ids)
         causal = torch.ones(S, S, dtype=torch.bool).tril()
         allowed = (causal[None] & (segment_ids[:, :, None] == segment_ids[:, None, :]))[:, None]
-        cos, sin = rope_cos_sin(position_ids, c.head_dim, c.rope_theta, self.dtype)
+        # sliding window (masking_utils sliding_window_overlay): key index > query index - window
+        qk = torch.arange(S)[:, None] - torch.arange(S)[None, :]
+        cos, sin = rope_cos_sin(position_ids, c.head_dim, c.rope_theta, self.dtype, c.rope, c.max_position_embeddings)
         h = self.model.embed_tokens(input_ids)
         if hidden_out is not None:
             hidden_out.append(h)
-        for layer in self.model.layers:
-            h = layer(h, cos, sin, allowed)
+        for li, layer in enumerate(self.model.layers):
+            w = c.layer_windows[li]
+            h = layer(h, cos, sin, allowed if not w else allowed & (qk < w)[None, None])
             if hidden_out is not None:
                 hidden_out.append(h)
         h = self.model.norm(h)
@@ -499,10 +599,24 @@ def read_config(path):
         return json.load(f)
 
 
+def resolve_tied_head(cfg, tensors, source="checkpoint"):
+    """transformers 5's rule for tie_word_embeddings vs the checkpoint: only one of
+    model.embed_tokens.weight / lm_head.weight present, or both equal -> tied as configured;
+    both present and different -> keep both (untied), with a warning.  Returns the config."""
+    emb, lm = tensors.get("model.embed_tokens.weight"), tensors.get("lm_head.weight")
+    if cfg.get("tie_word_embeddings", False) and emb is not None and lm is not None:
+        if lm.shape != emb.shape or not torch.equal(lm.float(), emb.float()):
+            print(f"{source}: tie_word_embeddings is true but lm_head.weight differs from "
+                  f"model.embed_tokens.weight: keeping both (untied)", file=sys.stderr)
+            return dict(cfg, tie_word_embeddings=False)
+    return cfg
+
+
 def load_model(model_dir, dtype=torch.float32):
     cfg_path = os.path.join(model_dir, "config.json")
-    model = Qwen3Ref(read_config(cfg_path), dtype)
-    model.load_tensors(st.load_dir(model_dir), source=model_dir)
+    tensors = st.load_dir(model_dir)
+    model = Qwen3Ref(resolve_tied_head(read_config(cfg_path), tensors, model_dir), dtype)
+    model.load_tensors(tensors, source=model_dir)
     return model
 
 
@@ -699,11 +813,29 @@ def _naive_forward_np(cfg, W, ids, pos=None, seg=None):
         y = w[name + ".weight"] @ x
         return y + w[name + ".bias"] if name + ".bias" in w else y
 
+    def inv_freq(i):  # scalar form of the RoPE variants (transformers modeling_rope_utils.py)
+        base = 1.0 / (c.rope_theta ** (2.0 * i / D))
+        r = c.rope
+        if r["type"] in ("default", "dynamic"):  # dynamic == default for positions < max_position_embeddings
+            return base
+        if r["type"] == "linear":
+            return base / r["factor"]
+        o = r["original_max_position_embeddings"]
+        lo = math.floor(D * math.log(o / (r["beta_fast"] * 2 * math.pi)) / (2 * math.log(c.rope_theta)))
+        hi = math.ceil(D * math.log(o / (r["beta_slow"] * 2 * math.pi)) / (2 * math.log(c.rope_theta)))
+        lo, hi = max(lo, 0), min(hi, D - 1)
+        ramp = min(1.0, max(0.0, (i - lo) / ((hi + 0.001 if hi == lo else hi) - lo)))
+        return base / r["factor"] * ramp + base * (1 - ramp)
+
+    att = 1.0
+    if c.rope["type"] == "yarn":
+        att = c.rope["attention_factor"] or 0.1 * math.log(c.rope["factor"]) + 1.0
+
     def rope(x, p):
         out = np.empty_like(x)
         for i in range(D // 2):
-            f = p / (c.rope_theta ** (2.0 * i / D))
-            cs, sn = math.cos(f), math.sin(f)
+            f = p * inv_freq(i)
+            cs, sn = math.cos(f) * att, math.sin(f) * att
             out[i] = x[i] * cs - x[i + D // 2] * sn
             out[i + D // 2] = x[i + D // 2] * cs + x[i] * sn
         return out
@@ -724,7 +856,8 @@ def _naive_forward_np(cfg, W, ids, pos=None, seg=None):
             o = np.zeros(H * D)
             for j in range(H):
                 kv = j // (H // Hk)
-                keys = [u for u in range(t + 1) if seg[u] == seg[t]]
+                win = c.layer_windows[L]
+                keys = [u for u in range(t + 1) if seg[u] == seg[t] and (not win or t - u < win)]
                 sc = np.array([qs[t][j] @ ks[u][kv] / math.sqrt(D) for u in keys])
                 e = np.exp(sc - sc.max())
                 p = e / e.sum()
@@ -861,6 +994,29 @@ def selftest():
             fd = (vals[0] - vals[1]) / 2e-6
             worst = max(worst, abs(fd - an) / max(1e-8, abs(an)))
         check(f"[{variant}] gradients vs finite differences", worst < 1e-5, f"(worst rel err {worst:.1e})")
+
+    # 2b. RoPE variants and sliding windows against the naive model (float64)
+    for name, extra in (("yarn", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                  "original_max_position_embeddings": 128}, "rope_theta": 10000.0}),
+                        ("linear", {"rope_parameters": {"type": "linear", "factor": 2.0, "rope_theta": 500.0}}),
+                        ("dynamic", {"rope_scaling": {"rope_type": "dynamic", "factor": 3.0}}),
+                        ("window", {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1})):
+        cfg = dict(tiny_config("b"), num_hidden_layers=2, initializer_range=0.2, **extra)
+        m = Qwen3Ref(cfg, torch.float64)
+        m.init_weights(4)
+        ids = [5, 17, 300, 2, 99, 450, 7, 8, 31, 260, 1, 400]
+        ref_logits = _naive_forward_np(cfg, param_tensors(m), ids)
+        with torch.no_grad():
+            lg = m(torch.tensor([ids]))[0].numpy()
+        err = float(np.abs(lg - ref_logits).max())
+        check(f"[{name}] logits vs naive numpy (float64)", err < 1e-10, f"(max abs err {err:.2e})")
+        plain = Qwen3Ref(dict(tiny_config("b"), num_hidden_layers=2, initializer_range=0.2,
+                              rope_theta=Qwen3Config(cfg).rope_theta), torch.float64)
+        plain.load_tensors(param_tensors(m))
+        with torch.no_grad():
+            d = float((plain(torch.tensor([ids]))[0] - m(torch.tensor([ids]))[0]).abs().max())
+        check(f"[{name}] differs from plain RoPE / full attention", (d > 1e-3) == (name != "dynamic"),
+              f"(max abs diff {d:.2e}; dynamic equals default below max_position_embeddings)")
 
     # 3. micro batches: global token mean == one big batch
     cfg = dict(tiny_config("b"), num_hidden_layers=1, initializer_range=0.2)

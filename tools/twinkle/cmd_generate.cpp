@@ -3,15 +3,20 @@
 //   twinkle generate --model output/tp_recipe --prompt "你是谁？" [--max-new-tokens 64]
 //
 // The prompt is rendered as [system?, user] with add_generation_prompt (Qwen3 template,
-// enable_thinking as in training) and decoded greedily until <|im_end|> / <|endoftext|> or
-// the token limit. No KV cache: each token re-runs the forward (fine for small models).
+// enable_thinking as in training) and decoded greedily until any EOS id the model declares
+// (generation_config.json's eos_token_id, else config.json's, int or list: transformers'
+// generate) or the token limit. No KV cache: each token re-runs the forward (fine for small
+// models). --ids prints {"prompt_ids": [...], "generated_ids": [...]} instead of the text.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 
+#include <nlohmann/json.hpp>
+
 #include "command.h"
+#include "twinkle/io/generation_config.h"
 #include "twinkle/data/template.h"
 #include "twinkle/dist/runtime.h"
 #include "twinkle/train/megatron_model.h"
@@ -23,12 +28,13 @@ int generate_main(int argc, char** argv) {
   CLI::App app{"Greedy generation with the chat template", "twinkle generate"};
   std::string model, prompt, system = "You are a helpful assistant.";
   int64_t max_new = 64;
-  bool raw = false;
+  bool raw = false, print_ids = false;
   app.add_option("--model", model, "model directory or hub id")->required();
   app.add_option("--prompt", prompt, "user message")->required();
   app.add_option("--system", system, "system message (empty: none)");
   app.add_option("--max-new-tokens", max_new, "at most this many new tokens");
   app.add_flag("--raw", raw, "print the generated text as is (with the think block)");
+  app.add_flag("--ids", print_ids, "print the prompt and generated token ids as JSON instead of the text");
   app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
       ->check(CLI::IsMember({"fused", "reference"}));
   try {
@@ -47,9 +53,7 @@ int generate_main(int argc, char** argv) {
   twinkle::MegatronModel m(model, mo);
   auto& qm = m.model();
   const auto& tok = tmpl.tokenizer();
-  std::vector<int32_t> stops;
-  for (const char* s : {"<|im_end|>", "<|endoftext|>"})
-    if (auto id = tok.token_to_id(s)) stops.push_back(*id);
+  const std::vector<int64_t> stops = twinkle::load_eos_token_ids(m.model_dir(), qm.config());
   for (int64_t i = 0; i < max_new; ++i) {
     twinkle::EncodedRow r;
     r.input_ids = ids;
@@ -60,8 +64,15 @@ int generate_main(int argc, char** argv) {
     qm.forward(0, sb, nullptr, 0.0f, false);
     auto logits = qm.last_token_logits(0, sb);
     int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    if (std::find(stops.begin(), stops.end(), next) != stops.end()) break;
+    if (std::find(stops.begin(), stops.end(), static_cast<int64_t>(next)) != stops.end()) break;
     ids.push_back(next);
+  }
+  if (print_ids) {
+    nlohmann::json out{{"prompt_ids", std::vector<int32_t>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(prompt_len))},
+                       {"generated_ids", std::vector<int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(prompt_len), ids.end())},
+                       {"eos_token_ids", stops}};
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
   }
   std::string text = tok.decode(std::vector<int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(prompt_len), ids.end()));
   if (!raw) {

@@ -18,8 +18,20 @@
 //     false, max_position_embeddings 32768, attention_bias false, attention_dropout 0.0;
 //   * torch_dtype absent -> float32 (PretrainedConfig.torch_dtype None: weights load as f32);
 //     transformers >= 4.56 writes "dtype" instead, which is accepted too;
-//   * rope_theta may come from transformers 5's "rope_parameters": {"rope_type": "default",
-//     "rope_theta": x};
+//   * RoPE in every form transformers reads (configuration_utils / modeling_rope_utils.py,
+//     RotaryEmbeddingConfigMixin.convert_rope_params_to_dict + standardize_rope_params of
+//     transformers 5): top-level "rope_theta" and "rope_scaling" (4.x), or "rope_parameters"
+//     (5.x); a non-null "rope_scaling" replaces "rope_parameters"; the type is "rope_type",
+//     else the legacy "type", else "default"; rope_theta inside the dict wins over the
+//     top-level one. Types "default", "linear", "dynamic" and "yarn" are implemented (see
+//     RopeScaling); any other type is refused by name;
+//   * null is an error naming the field for every field transformers gives no meaning to
+//     null (rope_theta, rms_norm_eps, head_dim, max_position_embeddings, the booleans, ...);
+//     null stays allowed where transformers defines it: num_key_value_heads, bos/eos/pad ids,
+//     torch_dtype, rope_scaling / rope_parameters, sliding_window, layer_types, mlp_only_layers;
+//   * sliding-window attention (Qwen3Config): sliding_window counts only when
+//     use_sliding_window; layer_types absent -> layer i is "sliding_attention" iff
+//     sliding_window is set and i >= max_window_layers (default 28); see attention_window().
 //   * MoE defaults: decoder_sparse_step 1, norm_topk_prob false, router_aux_loss_coef 0.001,
 //     mlp_only_layers [], output_router_logits false.
 #pragma once
@@ -47,6 +59,19 @@ struct ModelConfig {
   int64_t head_dim = 0;             ///< even (RoPE rotates pairs); may differ from hidden/heads
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
+  /// RoPE variant, transformers modeling_rope_utils.py (ROPE_INIT_FUNCTIONS of transformers 5).
+  struct RopeScaling {
+    std::string rope_type = "default";  ///< "default" | "linear" | "dynamic" | "yarn"
+    double factor = 1.0;                ///< linear / dynamic / yarn (yarn: null -> max_pos / original)
+    std::optional<double> attention_factor;  ///< yarn; absent -> from factor (and mscale)
+    double beta_fast = 32.0, beta_slow = 1.0;  ///< yarn (transformers: `or 32` / `or 1`)
+    std::optional<double> mscale, mscale_all_dim;  ///< yarn (DeepSeek-style attention factor)
+    /// yarn: top-level original_max_position_embeddings, else the dict's, else
+    /// max_position_embeddings (standardize_rope_params).
+    int64_t original_max_position_embeddings = 0;
+    bool truncate = true;  ///< yarn: floor/ceil the correction range
+  };
+  RopeScaling rope_scaling;
   bool attention_bias = false;
   double attention_dropout = 0.0;
   bool tie_word_embeddings = false;
@@ -57,7 +82,12 @@ struct ModelConfig {
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_id;  ///< int or list in JSON; empty when absent/null
   std::optional<int64_t> pad_token_id;
-  bool use_sliding_window = false;  ///< must be false (sliding-window attention unsupported)
+  bool use_sliding_window = false;
+  std::optional<int64_t> sliding_window = 4096;  ///< Qwen3Config default; null allowed
+  std::optional<int64_t> max_window_layers = 28;  ///< Qwen3Config default; null allowed if unused
+  /// As read ("full_attention" / "sliding_attention" per layer); empty = derived by
+  /// transformers' rule from use_sliding_window / sliding_window / max_window_layers.
+  std::vector<std::string> layer_types;
   bool use_cache = true;            ///< inference-only flag, kept for round trips
 
   // Qwen3-MoE (meaningful when model_type == "qwen3_moe"; zero / defaults for qwen3).
@@ -77,6 +107,12 @@ struct ModelConfig {
   std::string source;
 
   bool is_moe() const { return model_type == "qwen3_moe"; }
+  /// Sliding window of decoder layer `layer` (0-based): 0 = full causal attention, w > 0 = a
+  /// query at position t sees keys t-w+1 .. t (transformers masking_utils
+  /// sliding_window_overlay: kv_idx > q_idx - sliding_window, i.e. w keys including itself).
+  /// Window iff layer_types[layer] == "sliding_attention" (layer_types given), else iff
+  /// use_sliding_window && sliding_window && layer >= max_window_layers (Qwen3Config).
+  int64_t attention_window(int64_t layer) const;
   /// Whether decoder layer `layer` (0-based) uses the sparse MoE block rather than a dense MLP:
   /// transformers' Qwen3MoeDecoderLayer rule `layer not in mlp_only_layers and num_experts > 0
   /// and (layer + 1) % decoder_sparse_step == 0`. Always false for qwen3.
@@ -84,8 +120,10 @@ struct ModelConfig {
   /// Throws twinkle::Error (naming `source` and the field) when a value makes no sense:
   /// sizes <= 0, num_attention_heads % num_key_value_heads != 0, odd head_dim, top-k outside
   /// [1, num_experts], mlp_only_layers entries outside [0, num_hidden_layers), eps / theta
-  /// <= 0, dropout outside [0, 1), unknown model_type, hidden_act other than "silu",
-  /// use_sliding_window true. load_model_config and save_model_config call it.
+  /// <= 0, dropout outside [0, 1), unknown model_type, hidden_act other than "silu", a
+  /// rope_type other than default/linear/dynamic/yarn or its factor <= 0, layer_types of the
+  /// wrong length or with another value, a layer with a window while sliding_window is unset
+  /// (transformers fails there too) or < 1. load_model_config and save_model_config call it.
   void validate() const;
 };
 
@@ -93,10 +131,10 @@ struct ModelConfig {
 /// "config.json not found in <dir>" / "<path>: cannot open"; malformed JSON (with the
 /// parser's byte position); not an object; "unknown model_type 'x' in <file> (supported:
 /// qwen3, qwen3_moe)"; a missing required field; a field of the wrong JSON type (naming it
-/// and the expected type, e.g. "expected integer"); unsupported torch_dtype / hidden_act;
-/// rope_scaling not null (or rope_parameters with a rope_type other than "default");
-/// use_sliding_window true; layer_types containing anything but "full_attention"; and the
-/// checks of ModelConfig::validate.
+/// and the expected type, e.g. "expected integer"); a null field where null has no meaning
+/// ("field 'rope_theta' is null"); unsupported torch_dtype / hidden_act; a RoPE type other
+/// than default/linear/dynamic/yarn ("rope_type 'llama3' is not supported"), a scaled type
+/// without its factor, partial_rotary_factor != 1; and the checks of ModelConfig::validate.
 ModelConfig load_model_config(const std::string& path);
 
 /// `cfg.raw` with every modelled field overwritten by the struct's value (MoE fields only for

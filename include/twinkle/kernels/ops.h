@@ -97,16 +97,17 @@ struct GateUpSwigluOp {
                    float* dWgu, int64_t T, int64_t I, int64_t H, bool accumulate_dx);
 };
 
-/// Causal GQA attention over packed sequences (twinkle/kernels/cpu/attention.h; SDPA semantics).
+/// Causal GQA attention over packed sequences (twinkle/kernels/cpu/attention.h; SDPA semantics);
+/// window > 0: a query sees only its last `window` keys (transformers' sliding window), 0 = none.
 struct AttentionOp {
   static constexpr const char* kName = "attention";
   /// q [T, Hq, D], k, v [T, Hkv, D] -> out [T, Hq, D], lse [T, Hq]; T = cu_seqlens[n_seqs].
   void (*forward)(const float* q, const float* k, const float* v, float* out, float* lse, const int32_t* cu_seqlens,
-                  int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale);
+                  int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window);
   /// dq, dk, dv OVERWRITTEN.
   void (*backward)(const float* q, const float* k, const float* v, const float* out, const float* lse,
                    const float* dout, float* dq, float* dk, float* dv, const int32_t* cu_seqlens, int64_t n_seqs,
-                   int64_t Hq, int64_t Hkv, int64_t D, float scale);
+                   int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window);
 };
 
 /// torch.nn.functional.linear without bias, weights in HF [out, in] layout (twinkle/kernels/cpu/gemm.h).

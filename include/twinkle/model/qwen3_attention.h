@@ -2,7 +2,8 @@
 //
 // HF transformers models/qwen3/modeling_qwen3.py Qwen3Attention: q/k/v projections, per-head
 // RMSNorm on q and k (q_norm/k_norm, before RoPE), rotate_half RoPE, causal grouped-query
-// attention (scale head_dim^-0.5) on packed segments, o projection. Parallel layout as
+// attention (scale head_dim^-0.5) on packed segments, with the layer's sliding window when the
+// config gives it one (Qwen3Config layer_types / max_window_layers), o projection. Parallel layout as
 // Megatron-core's SelfAttention: q/k/v one ColumnParallelLinear (heads split over tp),
 // o a RowParallelLinear.
 #pragma once
@@ -42,6 +43,7 @@ class Qwen3Attention {
  private:
   const kernels::cpu::RopeTable* rope_ = nullptr;
   int64_t layer_ = 0, D_ = 0, hq_ = 0, hkv_ = 0;  // local heads
+  int64_t window_ = 0;  // sliding window of this layer (ModelConfig::attention_window), 0 = none
 };
 
 }  // namespace twinkle

@@ -70,6 +70,8 @@ class MegatronModel {
   /// Loads config.json (and weights unless options.load_weights is false or there are none:
   /// then a seeded random init) from a directory or hub id (twinkle/data/hub.h), on the
   /// mesh of twinkle::initialize (a single-process mesh when initialize was not called).
+  /// A tied config whose checkpoint holds a different lm_head.weight is untied (transformers 5;
+  /// rank 0 warns once naming both tensors; save() then writes both and tie false).
   /// Throws twinkle::Error when the model does not fit the mesh.
   explicit MegatronModel(const std::string& model_id, const MegatronModelOptions& options = {});
 
@@ -119,7 +121,9 @@ class MegatronModel {
   /// config's torch_dtype, tokenizer files copied from the model dir), gathered from all
   /// shards, written atomically by global rank 0. Collective. Returns the directory.
   std::string save(const std::string& name, const SaveOptions& opts = {});
-  /// Loads weights from a HF checkpoint directory into every shard.
+  /// Loads weights from a HF checkpoint directory into every shard. Throws twinkle::Error when
+  /// this model is tied but the checkpoint holds an lm_head.weight different from the
+  /// embedding (the constructor unties for such a checkpoint; see twinkle/io/tied_head.h).
   void load(const std::string& dir);
 
   Qwen3Model& model() { return *model_; }

@@ -178,6 +178,15 @@ void pack_t(const float* src, int64_t T0, int64_t Tn, int64_t H, int64_t D, int6
 
 // number of keys of key tile [k0, k0+kn) visible to the query at segment offset qpos
 inline int64_t visible(int64_t qpos, int64_t k0, int64_t kn) { return std::min(kn, qpos - k0 + 1); }
+// first column of key tile [k0, k0+kn) inside the sliding window of the query at qpos (keys
+// qpos-window+1 .. qpos; window 0 = no window)
+inline int64_t window_lo(int64_t qpos, int64_t k0, int64_t kn, int64_t window) {
+  return window > 0 ? std::clamp<int64_t>(qpos - window + 1 - k0, 0, kn) : 0;
+}
+// first key tile any query of the tile starting at q0 sees
+inline int64_t first_key_tile(int64_t q0, int64_t window) {
+  return window > 0 ? std::max<int64_t>(0, q0 - window + 1) / kB : 0;
+}
 
 // s[c] <- 2^(s[c]*c2 - mx) for c < n, and 0 for c in [n, rup16(n)); returns the sum.
 // (Rows have room for rup16(n) columns.)
@@ -247,8 +256,10 @@ thread_local Scratch g_dq, g_delta;
 }  // namespace
 
 void flash_attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                             const int32_t* cu, int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale) {
+                             const int32_t* cu, int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                             int64_t window) {
   validate("flash_attention_forward", cu, n_seqs, Hq, Hkv, D);
+  check(window >= 0, "flash_attention_forward: window must be >= 0 (0 = none), got " + std::to_string(window));
   const int64_t Dp = rup16(D), group = Hq / Hkv;
   const int64_t T0 = cu[0], Tn = cu[n_seqs] - T0;
   zero_prefix(out, T0, Hq * D);
@@ -267,7 +278,7 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
   for (int64_t s = 0; s < n_seqs; ++s) {
     const int64_t nt = (cu[s + 1] - cu[s] + kB - 1) / kB;
     for (int64_t h = 0; h < Hq; ++h)
-      for (int64_t i = 0; i < nt; ++i) tasks.push_back({s, h, i, i + 1});
+      for (int64_t i = 0; i < nt; ++i) tasks.push_back({s, h, i, i + 1 - first_key_tile(i * kB, window)});
   }
   std::stable_sort(tasks.begin(), tasks.end(), [](const FwdTask& a, const FwdTask& b) { return a.cost > b.cost; });
   const int64_t ntasks = static_cast<int64_t>(tasks.size());
@@ -293,13 +304,20 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
       }
       std::memset(Ob, 0, sizeof(float) * kB * Dp);
       for (int64_t r = 0; r < kB; ++r) m[r] = -std::numeric_limits<float>::infinity(), l[r] = 0.0f;
-      for (int64_t kj = 0; kj <= tk.qtile; ++kj) {
+      // key tiles wholly before every query's sliding window are skipped
+      for (int64_t kj = first_key_tile(q0, window); kj <= tk.qtile; ++kj) {
         const int64_t k0 = kj * kB, kn = std::min(kB, L - k0), knp = rup16(kn);
         // S = Q K^T (columns >= kn hold neighbouring keys or zeros; they are masked below)
         gemm_small(qn, knp, D, Qb, Dp, 1, KTg + k0, ldT, Sb, kB, false);
         for (int64_t r = 0; r < qn; ++r) {
           float* sr = Sb + r * kB;
           const int64_t nv = visible(q0 + r, k0, kn);
+          const int64_t lo = window_lo(q0 + r, k0, kn, window);
+          if (lo >= nv) {  // no key of this tile in the row's window: contributes nothing
+            std::memset(sr, 0, sizeof(float) * static_cast<size_t>(kn));
+            continue;
+          }
+          for (int64_t c = 0; c < lo; ++c) sr[c] = -std::numeric_limits<float>::infinity();  // exp2 -> 0
           float mx = m[r];
 #pragma omp simd reduction(max : mx)
           for (int64_t c = 0; c < nv; ++c) mx = std::max(mx, sr[c] * c2);
@@ -343,8 +361,9 @@ struct BwdTask {
 void flash_attention_backward_ex(const float* q, const float* k, const float* v, const float* out, const float* lse,
                                  const float* dout, float* dq, float* dk, float* dv, const int32_t* cu,
                                  int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale,
-                                 AttnBwdSchedule schedule) {
+                                 AttnBwdSchedule schedule, int64_t window) {
   validate("flash_attention_backward", cu, n_seqs, Hq, Hkv, D);
+  check(window >= 0, "flash_attention_backward: window must be >= 0 (0 = none), got " + std::to_string(window));
   const int64_t Dp = rup16(D), group = Hq / Hkv;
   const int64_t T0 = cu[0], Tn = cu[n_seqs] - T0;
   zero_prefix(dq, T0, Hq * D);
@@ -436,6 +455,7 @@ void flash_attention_backward_ex(const float* q, const float* k, const float* v,
           const float* dOh = dOp + (h * Tn + rel) * Dp;
           for (int64_t qi = kj; qi < nt; ++qi) {
             const int64_t q0 = qi * kB, qn = std::min(kB, L - q0);
+            if (window > 0 && q0 - (k0 + kn - 1) >= window) break;  // this and later query tiles see none of these keys
             const float* Qi = Qh + q0 * Dp;
             const float* dOi = dOh + q0 * Dp;
             gemm_small(qn, knp, D, Qi, Dp, 1, KTg + k0, ldT, P, kB, false);    // S = Q K^T
@@ -446,6 +466,13 @@ void flash_attention_backward_ex(const float* q, const float* k, const float* v,
               float* pr = P + r * kB;
               float* dsr = dS + r * kB;
               const int64_t nv = visible(q0 + r, k0, kn);
+              const int64_t lo = window_lo(q0 + r, k0, kn, window);
+              if (lo >= nv) {  // outside the sliding window: P = dS = 0
+                std::memset(pr, 0, sizeof(float) * static_cast<size_t>(kn));
+                std::memset(dsr, 0, sizeof(float) * static_cast<size_t>(kn));
+                continue;
+              }
+              for (int64_t c = 0; c < lo; ++c) pr[c] = -std::numeric_limits<float>::infinity();  // P -> 0, dS -> 0
               prob_dscore_row(pr, dsr, nv, c2, l2, dl);
               for (int64_t c = rup16(nv); c < kn; ++c) pr[c] = 0.0f, dsr[c] = 0.0f;
             }
@@ -496,9 +523,9 @@ void flash_attention_backward_ex(const float* q, const float* k, const float* v,
 
 void flash_attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
                               const float* dout, float* dq, float* dk, float* dv, const int32_t* cu_seqlens,
-                              int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale) {
+                              int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window) {
   flash_attention_backward_ex(q, k, v, out, lse, dout, dq, dk, dv, cu_seqlens, n_seqs, Hq, Hkv, D, scale,
-                              AttnBwdSchedule::Auto);
+                              AttnBwdSchedule::Auto, window);
 }
 
 }  // namespace twinkle::kernels::cpu

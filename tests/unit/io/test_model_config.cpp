@@ -189,7 +189,7 @@ TEST(ModelConfig, AlternativeSpellings) {
   j["dtype"] = "bfloat16";  // transformers >= 4.56
   j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5e6}};  // transformers 5
   j["eos_token_id"] = {1, 2};
-  j["rope_scaling"] = {{"rope_type", "default"}};
+  j["rope_scaling"] = nullptr;  // (a non-empty rope_scaling would replace rope_parameters: RopeVariants)
   ModelConfig c = load_json(d, j);
   EXPECT_EQ(c.torch_dtype, DType::BF16);
   EXPECT_EQ(c.rope_theta, 5e6);
@@ -312,11 +312,137 @@ TEST(ModelConfigBad, Nonsense) {
 
 TEST(ModelConfigBad, UnsupportedFeatures) {
   expect_bad(with(tiny_dense(), "hidden_act", "gelu"), {"'hidden_act'", "'gelu'", "silu"});
-  expect_bad(with(tiny_dense(), "use_sliding_window", true), {"'use_sliding_window'"});
-  expect_bad(with(tiny_dense(), "rope_scaling", json{{"rope_type", "yarn"}, {"factor", 4.0}}), {"'rope_scaling'", "yarn"});
-  expect_bad(with(tiny_dense(), "rope_scaling", json{{"type", "linear"}, {"factor", 2.0}}), {"'rope_scaling'"});
-  expect_bad(with(tiny_dense(), "rope_parameters", json{{"rope_type", "yarn"}, {"rope_theta", 1e6}}),
-             {"'rope_parameters'"});
+  // RoPE types other than default / linear / dynamic / yarn are refused by name, in every spelling.
+  expect_bad(with(tiny_dense(), "rope_scaling", json{{"rope_type", "llama3"}, {"factor", 8.0}}),
+             {"'rope_scaling'", "rope_type 'llama3' is not supported", "default, linear, dynamic, yarn"});
+  expect_bad(with(tiny_dense(), "rope_scaling", json{{"type", "longrope"}, {"factor", 2.0}}),
+             {"'rope_scaling'", "'longrope'"});
+  expect_bad(with(tiny_dense(), "rope_parameters", json{{"rope_type", "proportional"}, {"rope_theta", 1e6}}),
+             {"'rope_parameters'", "'proportional'"});
+  expect_bad(with(tiny_dense(), "rope_scaling", json{{"rope_type", "yarn"}}), {"'rope_scaling'", "needs 'factor'"});
+  expect_bad(with(tiny_dense(), "rope_scaling", json{{"rope_type", "linear"}, {"factor", nullptr}}),
+             {"'rope_scaling.factor' is null"});
+  expect_bad(with(tiny_dense(), "rope_scaling", json{{"rope_type", "linear"}, {"factor", 0}}), {"factor must be > 0"});
+  expect_bad(with(tiny_dense(), "rope_scaling", "yarn"), {"'rope_scaling'", "expected object or null"});
+  expect_bad(with(tiny_dense(), "partial_rotary_factor", 0.5), {"'partial_rotary_factor'"});
+  // Sliding windows: a window on a layer needs use_sliding_window and sliding_window (transformers fails too).
   expect_bad(with(tiny_dense(), "layer_types", json::array({"full_attention", "sliding_attention"})),
-             {"'layer_types'", "sliding_attention"});
+             {"'layer_types'", "layer 1", "no window is set"});
+  expect_bad(with(tiny_dense(), "layer_types", json::array({"full_attention"})), {"'layer_types'", "1 entries"});
+  expect_bad(with(tiny_dense(), "layer_types", json::array({"full_attention", "chunked_attention"})),
+             {"'layer_types'", "'chunked_attention'"});
+  json sw = with(with(tiny_dense(), "use_sliding_window", true), "max_window_layers", 0);
+  expect_bad(with(sw, "sliding_window", 0), {"'sliding_window'", ">= 1"});
+  expect_bad(with(sw, "max_window_layers", nullptr), {"'max_window_layers'", "null"});
+  expect_bad(with(with(tiny_moe(), "use_sliding_window", true), "max_window_layers", 0),
+             {"'use_sliding_window'", "qwen3_moe"});
+}
+
+// null is an error naming the field (transformers gives it no meaning; before, it silently became the default).
+TEST(ModelConfigBad, NullFields) {
+  for (const char* k : {"rope_theta", "rms_norm_eps", "head_dim", "max_position_embeddings", "initializer_range",
+                        "attention_dropout", "tie_word_embeddings", "attention_bias", "use_sliding_window",
+                        "hidden_act"})
+    expect_bad(with(tiny_dense(), k, nullptr), {std::string("field '") + k + "' is null"});
+  expect_bad(with(tiny_dense(), "vocab_size", nullptr), {"'vocab_size' is null"});
+  expect_bad(with(tiny_dense(), "rope_parameters", json{{"rope_type", "default"}, {"rope_theta", nullptr}}),
+             {"'rope_parameters.rope_theta' is null"});
+  expect_bad(with(tiny_dense(), "rope_scaling", json{{"rope_type", nullptr}, {"factor", 2.0}}),
+             {"'rope_scaling.rope_type' is null"});
+  expect_bad(with(tiny_moe(), "decoder_sparse_step", nullptr), {"'decoder_sparse_step' is null"});
+  // Fields where transformers defines null stay accepted.
+  TempDir d;
+  json ok = tiny_dense();
+  for (const char* k : {"num_key_value_heads", "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype",
+                        "rope_scaling", "rope_parameters", "sliding_window", "layer_types", "max_window_layers"})
+    ok[k] = nullptr;
+  ModelConfig c = load_json(d, ok);
+  EXPECT_EQ(c.num_key_value_heads, 4);
+  EXPECT_EQ(c.rope_scaling.rope_type, "default");
+  EXPECT_EQ(c.attention_window(1), 0);
+}
+
+// RoPE in every form transformers reads (configuration_utils RotaryEmbeddingConfigMixin, transformers 5).
+TEST(ModelConfig, RopeVariants) {
+  TempDir d;
+  // 4.x: top-level rope_theta + rope_scaling with rope_type (the Qwen3 model card's YaRN setting).
+  json j = with(tiny_dense(), "rope_theta", 1e6);
+  j["max_position_embeddings"] = 131072;
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  ModelConfig c = load_json(d, j);
+  EXPECT_EQ(c.rope_scaling.rope_type, "yarn");
+  EXPECT_EQ(c.rope_scaling.factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 32768);
+  EXPECT_EQ(c.rope_scaling.beta_fast, 32.0);
+  EXPECT_EQ(c.rope_scaling.beta_slow, 1.0);
+  EXPECT_TRUE(c.rope_scaling.truncate);
+  EXPECT_FALSE(c.rope_scaling.attention_factor.has_value());
+  EXPECT_EQ(c.rope_theta, 1e6);
+  // legacy "type"; original_max_position_embeddings defaults to max_position_embeddings; factor null ->
+  // max_pos / original; beta 0 -> default (`or 32`); top-level original_max_position_embeddings wins.
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", nullptr}, {"beta_fast", 0}, {"beta_slow", 2}, {"truncate", false},
+                       {"mscale", 0.7}, {"mscale_all_dim", 1.0}, {"attention_factor", nullptr}};
+  j["original_max_position_embeddings"] = 65536;
+  c = load_json(d, j);
+  EXPECT_EQ(c.rope_scaling.rope_type, "yarn");
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 65536);
+  EXPECT_EQ(c.rope_scaling.factor, 2.0);
+  EXPECT_EQ(c.rope_scaling.beta_fast, 32.0);
+  EXPECT_EQ(c.rope_scaling.beta_slow, 2.0);
+  EXPECT_FALSE(c.rope_scaling.truncate);
+  EXPECT_EQ(c.rope_scaling.mscale, std::optional<double>(0.7));
+  j.erase("original_max_position_embeddings");
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 2.0}};
+  EXPECT_EQ(load_json(d, j).rope_scaling.original_max_position_embeddings, 131072);
+  // 5.x: rope_parameters with the theta inside; a non-empty rope_scaling replaces it; an empty one does not.
+  json k = tiny_dense();
+  k["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.5}, {"rope_theta", 5e5}};
+  c = load_json(d, k);
+  EXPECT_EQ(c.rope_scaling.rope_type, "linear");
+  EXPECT_EQ(c.rope_scaling.factor, 2.5);
+  EXPECT_EQ(c.rope_theta, 5e5);
+  k["rope_scaling"] = json::object();
+  EXPECT_EQ(load_json(d, k).rope_scaling.rope_type, "linear");
+  k["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 3.0}};
+  c = load_json(d, k);
+  EXPECT_EQ(c.rope_scaling.rope_type, "dynamic");
+  EXPECT_EQ(c.rope_theta, 10000.0);  // the replaced dict's theta is gone; top-level default
+  // A variant built in code is written out and read back.
+  ModelConfig e = load_json(d, tiny_dense());
+  e.raw = json::object();
+  e.rope_scaling.rope_type = "yarn";
+  e.rope_scaling.factor = 4.0;
+  e.rope_scaling.original_max_position_embeddings = 1024;
+  save_model_config(e, d / "e.json");
+  ModelConfig e2 = load_model_config(d / "e.json");
+  EXPECT_EQ(e2.rope_scaling.rope_type, "yarn");
+  EXPECT_EQ(e2.rope_scaling.original_max_position_embeddings, 1024);
+}
+
+// Qwen3Config's sliding-window rule (configuration_qwen3.py) and masking_utils' window width.
+TEST(ModelConfig, SlidingWindowLayers) {
+  TempDir d;
+  json j = tiny_dense();
+  j["num_hidden_layers"] = 4;
+  j["sliding_window"] = 16;
+  j["max_window_layers"] = 2;
+  auto windows = [&](const json& x) {
+    ModelConfig c = load_json(d, x);
+    std::vector<int64_t> w;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) w.push_back(c.attention_window(l));
+    return w;
+  };
+  EXPECT_EQ(windows(j), (std::vector<int64_t>{0, 0, 0, 0}));  // use_sliding_window false: no window
+  j["use_sliding_window"] = true;
+  EXPECT_EQ(windows(j), (std::vector<int64_t>{0, 0, 16, 16}));  // layers >= max_window_layers
+  j["max_window_layers"] = 4;
+  EXPECT_EQ(windows(j), (std::vector<int64_t>{0, 0, 0, 0}));  // no layer windowed: accepted
+  j["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention", "full_attention"};
+  EXPECT_EQ(windows(j), (std::vector<int64_t>{16, 0, 16, 0}));  // layer_types win over max_window_layers
+  j.erase("sliding_window");
+  EXPECT_EQ(windows(j), (std::vector<int64_t>{4096, 0, 4096, 0}));  // Qwen3Config default 4096
+  ModelConfig c = load_json(d, j);
+  json out = to_json(c);
+  EXPECT_EQ(out["layer_types"], j["layer_types"]);
+  EXPECT_TRUE(out["use_sliding_window"].get<bool>());
 }

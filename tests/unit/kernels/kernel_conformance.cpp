@@ -208,11 +208,12 @@ void attention(const KernelTable& k, const std::string& name, Check& ck) {
   auto cu = c.i("cu_seqlens");
   std::vector<float> out(T * Hq * D, 7.0f), lse(T * Hq, 7.0f), dq(T * Hq * D, 7.0f), dk(T * Hkv * D, 7.0f),
       dv(T * Hkv * D, 7.0f);
-  k.attention.forward(q.data(), kk.data(), v.data(), out.data(), lse.data(), cu.data(), ns, Hq, Hkv, D, scale);
+  const int64_t window = c.meta.at("params").value("window", int64_t{0});
+  k.attention.forward(q.data(), kk.data(), v.data(), out.data(), lse.data(), cu.data(), ns, Hq, Hkv, D, scale, window);
   ck.close(out, c.d("out"), 1e-5, "fwd out");
   ck.close(lse, c.d("lse"), 1e-6, "fwd lse");
   k.attention.backward(q.data(), kk.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(), dk.data(),
-                       dv.data(), cu.data(), ns, Hq, Hkv, D, scale);
+                       dv.data(), cu.data(), ns, Hq, Hkv, D, scale, window);
   ck.close(dq, c.d("dq"), 1e-5, "bwd dq");
   ck.close(dk, c.d("dk"), 1e-5, "bwd dk");
   ck.close(dv, c.d("dv"), 1e-5, "bwd dv");

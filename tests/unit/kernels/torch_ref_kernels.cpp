@@ -24,6 +24,7 @@
 #include "twinkle/kernels/cpu/rmsnorm.h"
 #include "twinkle/kernels/cpu/rope.h"
 #include "twinkle/kernels/cpu/swiglu.h"
+#include "twinkle/core/error.h"
 
 namespace fs = std::filesystem;
 using namespace twinkle::kernels::cpu;
@@ -96,6 +97,54 @@ TEST(KernelsTorchRef, Rope) {
   for (const char* n : {"rope_d32", "rope_d128", "rope_d64_theta1e4"}) run_rope(n);
 }
 
+// Scaled variants (transformers 5 modeling_rope_utils.py via tests/reference/qwen3_ref.py).
+void run_rope_variant(const std::string& name) {
+  Case c(name);
+  const int64_t tokens = c.pi("tokens"), heads = c.pi("heads"), D = c.pi("head_dim");
+  const auto& j = c.meta.at("params").at("variant");
+  RopeVariant v;
+  v.type = j.at("type").get<std::string>();
+  v.factor = j.at("factor").get<double>();
+  v.max_position_embeddings = c.pi("max_pos");
+  if (v.type == "yarn") {
+    v.original_max_position_embeddings = j.at("original_max_position_embeddings").get<int64_t>();
+    if (!j.at("attention_factor").is_null()) v.attention_factor = j.at("attention_factor").get<double>();
+    if (!j.at("mscale").is_null()) v.mscale = j.at("mscale").get<double>();
+    if (!j.at("mscale_all_dim").is_null()) v.mscale_all_dim = j.at("mscale_all_dim").get<double>();
+    v.beta_fast = j.at("beta_fast").get<double>();
+    v.beta_slow = j.at("beta_slow").get<double>();
+    v.truncate = j.at("truncate").get<bool>();
+  }
+  RopeTable t = make_rope_table(c.pi("max_pos"), D, c.p("theta"), v);
+  auto pos = c.i("pos");
+  auto x = c.f("x"), dy = c.f("dy");
+  rope_forward(x.data(), pos.data(), t, tokens, heads, D);
+  expect_close(x, c.d("y"), 2e-6, name + " forward");
+  rope_backward(dy.data(), pos.data(), t, tokens, heads, D);
+  expect_close(dy, c.d("dx"), 2e-6, name + " backward");
+  auto [inv, att] = rope_frequencies(v, D, c.p("theta"), c.pi("seq_len"));
+  expect_close(inv, c.d("inv_freq_seq_len"), 1e-6, name + " inv_freq(seq_len)");
+  EXPECT_NEAR(att, c.d("att")[0], 1e-6) << name << " attention scaling";
+}
+
+TEST(KernelsTorchRef, RopeScaledVariants) {
+  for (const char* n : {"rope_yarn_d64", "rope_yarn_mscale_notrunc_d32", "rope_yarn_attn_factor_d32", "rope_linear_d32",
+                        "rope_dynamic_d32"})
+    run_rope_variant(n);
+}
+
+TEST(KernelsTorchRef, RopeRefusesOtherTypes) {
+  RopeVariant v;
+  v.type = "llama3";
+  v.factor = 8.0;
+  try {
+    (void)make_rope_table(16, 8, 1e4, v);
+    FAIL() << "llama3 accepted";
+  } catch (const twinkle::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'llama3' is not supported"), std::string::npos) << e.what();
+  }
+}
+
 // ---------------------------------------------------------------- SwiGLU
 
 TEST(KernelsTorchRef, SwiGlu) {
@@ -139,8 +188,10 @@ void run_attention(const std::string& name) {
   const float scale = static_cast<float>(c.p("scale"));
   auto cu = c.i("cu_seqlens");
   auto q = c.f("q"), k = c.f("k"), v = c.f("v"), dout = c.f("dout");
+  const int64_t window = c.meta.at("params").value("window", int64_t{0});
   std::vector<float> out(T * Hq * D, 99.0f), lse(T * Hq, 99.0f);
-  flash_attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), cu.data(), ns, Hq, Hkv, D, scale);
+  flash_attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), cu.data(), ns, Hq, Hkv, D, scale,
+                          window);
   expect_close(out, c.d("out"), 1e-5, name + " out");
   expect_close(lse, c.d("lse"), 1e-6, name + " lse");
   const auto dq_ref = c.d("dq"), dk_ref = c.d("dk"), dv_ref = c.d("dv");
@@ -153,10 +204,11 @@ void run_attention(const std::string& name) {
   for (const auto& s : scheds) {
     std::vector<float> dq(T * Hq * D, 99.0f), dk(T * Hkv * D, 99.0f), dv(T * Hkv * D, 99.0f);
     flash_attention_backward_ex(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(),
-                                dk.data(), dv.data(), cu.data(), ns, Hq, Hkv, D, scale, s.s);
+                                dk.data(), dv.data(), cu.data(), ns, Hq, Hkv, D, scale, s.s, window);
     const std::string tag = name + " " + s.n;
-    expect_close(dq, dq_ref, 1e-5, tag + " dq");
-    expect_close(dk, dk_ref, 1e-5, tag + " dk");
+    // floor 1: with window 1 every softmax has one key, so dq = dk = 0 exactly and only rounding remains
+    expect_close(dq.data(), dq_ref, 1e-5, tag + " dq", 1.0);
+    expect_close(dk.data(), dk_ref, 1e-5, tag + " dk", 1.0);
     expect_close(dv, dv_ref, 1e-5, tag + " dv");
   }
 }
@@ -165,6 +217,12 @@ TEST(KernelsTorchRef, AttentionGqaD32) { run_attention("attn_gqa_d32"); }
 TEST(KernelsTorchRef, AttentionGqaD64) { run_attention("attn_gqa_d64"); }
 TEST(KernelsTorchRef, AttentionMhaD40LeadingTokens) { run_attention("attn_mha_d40_lead"); }
 TEST(KernelsTorchRef, AttentionGqa4D128) { run_attention("attn_gqa4_d128"); }
+// Sliding windows (transformers masking_utils: a query sees `window` keys including itself),
+// with whole key tiles skipped in both passes.
+TEST(KernelsTorchRef, AttentionWindow3) { run_attention("attn_win3_gqa_d32"); }
+TEST(KernelsTorchRef, AttentionWindow70SkipsTiles) { run_attention("attn_win70_gqa_d64"); }
+TEST(KernelsTorchRef, AttentionWindow64LeadingTokens) { run_attention("attn_win64_mha_d32_lead"); }
+TEST(KernelsTorchRef, AttentionWindow1) { run_attention("attn_win1_d16"); }
 
 // ---------------------------------------------------------------- cross entropy
 

@@ -12,6 +12,10 @@
 //   out = softmax(scale * q k^T + mask) v  (torch.nn.functional.scaled_dot_product_attention with a
 //   block-diagonal causal mask), lse = logsumexp(scale * q k^T + mask) (natural log).
 // scale is normally 1/sqrt(D). Accumulation is fp32.
+// Sliding window (window > 0): a query at segment offset t sees only keys s with
+// max(seg_start, t-window+1) <= s <= t, i.e. `window` keys including itself (transformers
+// masking_utils sliding_window_overlay: kv_idx > q_idx - sliding_window); key tiles wholly
+// outside every query's window are skipped in both passes. window = 0: plain causal.
 // Memory: operands are packed into grow-only thread_local scratch kept between calls (no per-call
 // page faults): forward ~2*Hkv*T*Dp floats, backward ~(3*Hq + 3*Hkv)*T*Dp floats, Dp = D rounded up
 // to 16, held by the calling thread until it exits (each calling thread has its own scratch, so concurrent
@@ -21,11 +25,11 @@
 
 namespace twinkle::kernels::cpu {
 
-/// Forward. Throws twinkle::Error if Hq % Hkv != 0, a dimension is <= 0, or cu_seqlens is decreasing.
-/// Parallel over (segment, head, query tile) with OpenMP.
+/// Forward. Throws twinkle::Error if Hq % Hkv != 0, a dimension is <= 0, cu_seqlens is decreasing,
+/// or window < 0. Parallel over (segment, head, query tile) with OpenMP.
 void flash_attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
                              const int32_t* cu_seqlens, int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D,
-                             float scale);
+                             float scale, int64_t window = 0);
 
 /// Backward (FlashAttention-2 algorithm 2): given the forward's q, k, v, out, lse and dout [T, Hq, D],
 /// writes dq [T, Hq, D], dk and dv [T, Hkv, D] (OVERWRITTEN; dk/dv sum over the query heads of a group).
@@ -35,7 +39,7 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
 /// Schedule = AttnBwdSchedule::Auto (see below).
 void flash_attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
                               const float* dout, float* dq, float* dk, float* dv, const int32_t* cu_seqlens,
-                              int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale);
+                              int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window = 0);
 
 /// How flash_attention_backward splits its work.
 ///  PerKvHead: one task per (segment, kv head) walking all its key tiles in order: bitwise deterministic
@@ -50,6 +54,6 @@ enum class AttnBwdSchedule { Auto, PerKvHead, PerKeyTile };
 void flash_attention_backward_ex(const float* q, const float* k, const float* v, const float* out, const float* lse,
                                  const float* dout, float* dq, float* dk, float* dv, const int32_t* cu_seqlens,
                                  int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale,
-                                 AttnBwdSchedule schedule);
+                                 AttnBwdSchedule schedule, int64_t window = 0);
 
 }  // namespace twinkle::kernels::cpu

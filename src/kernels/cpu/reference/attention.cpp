@@ -21,7 +21,8 @@ void check_args(const char* fn, const int32_t* cu, int64_t n_seqs, int64_t Hq, i
 }  // namespace
 
 void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                       const int32_t* cu_seqlens, int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale) {
+                       const int32_t* cu_seqlens, int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                       int64_t window) {
   check_args("attention_forward", cu_seqlens, n_seqs, Hq, Hkv, D);
   const int64_t T = cu_seqlens[n_seqs], rep = Hq / Hkv;
   for (int64_t t = 0; t < cu_seqlens[0]; ++t) {  // rows before the first segment: zeros
@@ -34,13 +35,15 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
     for (int64_t t = s0; t < cu_seqlens[sq + 1]; ++t)
       for (int64_t h = 0; h < Hq; ++h) {
         const int64_t kh = h / rep;
-        std::vector<double> sc(static_cast<size_t>(t - s0 + 1));
+        // sliding window: keys t-window+1 .. t (transformers masking_utils sliding_window_overlay)
+        const int64_t lo = window > 0 ? std::max(s0, t - window + 1) : s0;
+        std::vector<double> sc(static_cast<size_t>(t - lo + 1));
         double mx = -INFINITY;
-        for (int64_t s = s0; s <= t; ++s) {
+        for (int64_t s = lo; s <= t; ++s) {
           double d = 0.0;
           for (int64_t j = 0; j < D; ++j) d += static_cast<double>(q[(t * Hq + h) * D + j]) * k[(s * Hkv + kh) * D + j];
-          sc[s - s0] = d * scale;
-          mx = std::max(mx, sc[s - s0]);
+          sc[s - lo] = d * scale;
+          mx = std::max(mx, sc[s - lo]);
         }
         double sum = 0.0;
         for (auto& x : sc) sum += std::exp(x - mx);
@@ -48,7 +51,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
         lse[t * Hq + h] = static_cast<float>(l);
         for (int64_t j = 0; j < D; ++j) {
           double o = 0.0;
-          for (int64_t s = s0; s <= t; ++s) o += std::exp(sc[s - s0] - l) * v[(s * Hkv + kh) * D + j];
+          for (int64_t s = lo; s <= t; ++s) o += std::exp(sc[s - lo] - l) * v[(s * Hkv + kh) * D + j];
           out[(t * Hq + h) * D + j] = static_cast<float>(o);
         }
       }
@@ -60,7 +63,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
 // dq = scale sum_s dS_s k_s; dk_s += scale dS_s q; dv_s += p_s dout.
 void attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
                         const float* dout, float* dq, float* dk, float* dv, const int32_t* cu_seqlens, int64_t n_seqs,
-                        int64_t Hq, int64_t Hkv, int64_t D, float scale) {
+                        int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window) {
   check_args("attention_backward", cu_seqlens, n_seqs, Hq, Hkv, D);
   const int64_t T = cu_seqlens[n_seqs], rep = Hq / Hkv;
   std::vector<double> dq_acc(static_cast<size_t>(T * Hq * D), 0.0), dk_acc(static_cast<size_t>(T * Hkv * D), 0.0),
@@ -73,24 +76,25 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
         for (int64_t t = s0; t < s1; ++t) {
           const float* qt = q + (t * Hq + h) * D;
           const float* dot = dout + (t * Hq + h) * D;
-          std::vector<double> p(static_cast<size_t>(t - s0 + 1)), dp(p.size());
+          const int64_t lo = window > 0 ? std::max(s0, t - window + 1) : s0;
+          std::vector<double> p(static_cast<size_t>(t - lo + 1)), dp(p.size());
           double delta = 0.0;
-          for (int64_t s = s0; s <= t; ++s) {
+          for (int64_t s = lo; s <= t; ++s) {
             double d = 0.0, e = 0.0;
             for (int64_t j = 0; j < D; ++j) {
               d += static_cast<double>(qt[j]) * k[(s * Hkv + kh) * D + j];
               e += static_cast<double>(dot[j]) * v[(s * Hkv + kh) * D + j];
             }
-            p[s - s0] = std::exp(d * scale - static_cast<double>(lse[t * Hq + h]));
-            dp[s - s0] = e;
-            delta += p[s - s0] * e;
+            p[s - lo] = std::exp(d * scale - static_cast<double>(lse[t * Hq + h]));
+            dp[s - lo] = e;
+            delta += p[s - lo] * e;
           }
-          for (int64_t s = s0; s <= t; ++s) {
-            const double ds = p[s - s0] * (dp[s - s0] - delta);
+          for (int64_t s = lo; s <= t; ++s) {
+            const double ds = p[s - lo] * (dp[s - lo] - delta);
             for (int64_t j = 0; j < D; ++j) {
               dq_acc[(t * Hq + h) * D + j] += scale * ds * k[(s * Hkv + kh) * D + j];
               dk_acc[(s * Hkv + kh) * D + j] += scale * ds * qt[j];
-              dv_acc[(s * Hkv + kh) * D + j] += p[s - s0] * dot[j];
+              dv_acc[(s * Hkv + kh) * D + j] += p[s - lo] * dot[j];
             }
           }
         }

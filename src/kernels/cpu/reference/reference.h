@@ -44,10 +44,11 @@ void gate_up_swiglu_backward(const float* X, const float* Wgu, const float* gu, 
                              float* dX, float* dWgu, int64_t T, int64_t I, int64_t H, bool accumulate_dx);
 
 void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                       const int32_t* cu_seqlens, int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale);
+                       const int32_t* cu_seqlens, int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                       int64_t window);
 void attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
                         const float* dout, float* dq, float* dk, float* dv, const int32_t* cu_seqlens, int64_t n_seqs,
-                        int64_t Hq, int64_t Hkv, int64_t D, float scale);
+                        int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window);
 
 void ce_local_max(const float* logits, int64_t T, int64_t Vl, int64_t valid, float* row_max);
 void ce_local_sumexp_target(const float* logits, const int32_t* labels, const float* global_max, int64_t T,
