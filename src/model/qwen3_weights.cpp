@@ -49,6 +49,11 @@ void Qwen3Model::init_random(uint64_t seed) {
         std::normal_distribution<float> nd(0.0f, stdv);
         float* f = full.f32();
         for (int64_t i = 0, n = full.numel(); i < n; ++i) f[i] = nd(gen);
+        // transformers _init_weights: nn.Embedding(padding_idx=pad_token_id) zeroes the pad row
+        // (a tied lm head is this same tensor).
+        if (e.name == "model.embed_tokens.weight" && cfg_.pad_token_id && *cfg_.pad_token_id >= 0 &&
+            *cfg_.pad_token_id < e.full[0])
+          std::memset(f + *cfg_.pad_token_id * e.full[1], 0, sizeof(float) * static_cast<size_t>(e.full[1]));
         shard_from_full(e.shard, e.local, f, p.data.f32());
         break;
       }

@@ -70,7 +70,14 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
     model_->load_checkpoint(*ck);
     loaded = true;
   }
-  if (!loaded) model_->init_random(opts_.seed ? opts_.seed : global_seed());
+  if (!loaded) {
+    const uint64_t seed = opts_.seed ? opts_.seed : global_seed();
+    // Not silent: a directory whose weights were forgotten must not look like a loaded model.
+    get_logger().warning("model " + model_dir_ + ": " +
+                         (opts_.load_weights ? "no *.safetensors weights found" : "weights not loaded (load_weights off)") +
+                         "; parameters get the seeded random init (seed " + std::to_string(seed) + ")");
+    model_->init_random(seed);
+  }
   engine_ = std::make_unique<Engine>(*model_);
   // The pad id collates padded micro-batches: a tokenizer that is present but cannot be
   // loaded is an error naming its file, not a silent pad id 0.
@@ -298,10 +305,13 @@ std::string MegatronModel::save(const std::string& name, const SaveOptions& opts
   std::vector<std::pair<std::string, Tensor>> lora;
   if (adapter) lora = model_->gather_adapter_state_dict();
   auto& world = *ps_->world;
-  if (world.rank() == 0 && adapter && opts.merge_lora) merge_lora_into(tensors, lora, model_->adapter_config().scaling());
   if (peft) tensors = lora;
   const fs::path dir = name.empty() ? fs::path(opts.output_dir) : fs::path(opts.output_dir) / name;
-  if (world.rank() == 0) {
+  // Rank 0 writes; every rank learns whether it failed before anyone throws, so an API caller
+  // that catches twinkle::Error never leaves the other ranks waiting in a collective.
+  std::string failure;
+  if (world.rank() == 0) try {
+    if (adapter && opts.merge_lora) merge_lora_into(tensors, lora, model_->adapter_config().scaling());
     // Never write non-finite weights (B26): refuse before any file is touched.
     for (auto& [n, t] : tensors) {
       const float* p = t.f32();
@@ -336,8 +346,12 @@ std::string MegatronModel::save(const std::string& name, const SaveOptions& opts
       for (auto& [n, t] : tensors) out.emplace_back(n, cfg.torch_dtype == DType::F32 ? t : t.to_dtype(cfg.torch_dtype));
       save_checkpoint_dir(dir.string(), out, opts.max_shard_bytes);
     }
+  } catch (const std::exception& e) {
+    failure = e.what();
   }
-  world.barrier();
+  int64_t failed = failure.empty() ? 0 : 1;
+  if (world.size() > 1) world.all_reduce(&failed, 1, DType::I64, dist::ReduceOp::Max);
+  if (failed) throw Error(world.rank() == 0 ? failure : "save: writing " + dir.string() + " failed on rank 0");
   return dir.string();
 }
 

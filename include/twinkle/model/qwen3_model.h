@@ -92,7 +92,8 @@ class Qwen3Model {
 
   /// Seeded random init, identical for every layout: each full HF tensor is drawn from
   /// N(0, initializer_range) with a generator seeded by (seed, tensor name), then sliced;
-  /// norm weights 1, biases 0 (transformers Qwen3PreTrainedModel._init_weights).
+  /// norm weights 1, biases 0, and the embedding row of config.pad_token_id (when set) 0
+  /// (transformers Qwen3PreTrainedModel._init_weights, nn.Embedding padding_idx).
   void init_random(uint64_t seed);
   /// Loads this rank's shards from a HF checkpoint (any float dtype, converted to f32).
   /// Throws twinkle::Error naming a missing tensor or a wrong shape.
