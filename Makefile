@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: setup build test demo bench clean
+.PHONY: setup build python test demo bench clean
 
 setup:
 	@scripts/setup
@@ -14,11 +14,17 @@ $(BUILD)/build.ninja:
 build: setup $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
+# the Python package twinkle (build/python; also part of `make build`)
+python: setup $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target twinkle_python twinkle_run tp_recipe
+
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
+# make demo                 the C++ recipe (examples/tp_recipe.cpp)
+# make demo RECIPE=python   the same recipe as a Python script (examples/python/tp.py)
 demo: build
-	@scripts/demo
+	@RECIPE=$(RECIPE) scripts/demo
 
 bench: build
 	@scripts/bench

@@ -4,8 +4,8 @@
 #  - Debian's python3-jinja2 rendering the real Qwen3 chat_template.
 # The tokenizer files (models/qwen3-tiny/tokenizer*.json) and node_modules come from
 # scripts/fetch-assets (run by scripts/setup); when they are missing these tests FAIL.
-if(NOT TARGET twinkle_cli)
-  return()
+if(NOT TARGET twinkle_cli)  # never drop these tests silently
+  message(FATAL_ERROR "tokenizer.cmake needs the twinkle CLI target (tools/twinkle)")
 endif()
 
 set(TWINKLE_REF_PYTHON /usr/bin/python3)  # Debian's python (jinja2); not a pyenv python3

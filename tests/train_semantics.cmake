@@ -3,8 +3,8 @@
 #  - every layout trains the same rows at every step across an epoch boundary, short last batch
 #    included, vs the PyTorch loss of those rows (B27, B24);
 #  - every option bound, --max-steps, --help defaults, --skip-bad-rows, steps without labels.
-if(NOT TARGET twinkle_cli)
-  return()
+if(NOT TARGET twinkle_cli)  # never drop these tests silently
+  message(FATAL_ERROR "train_semantics.cmake needs the twinkle CLI target (tools/twinkle)")
 endif()
 add_test(NAME train_nonfinite_stops_or_skips
          COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_nonfinite.py --build ${CMAKE_BINARY_DIR})
@@ -15,3 +15,16 @@ set_tests_properties(train_epoch_tail_same_rows_every_layout PROPERTIES TIMEOUT 
 add_test(NAME train_options_validated
          COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_train_options.py --build ${CMAKE_BINARY_DIR})
 set_tests_properties(train_options_validated PROPERTIES TIMEOUT 300)
+# A save that fails on rank 0 (unwritable directory, non-finite weight) raises on every rank
+# instead of leaving the others in a collective (a hang would hit the TIMEOUT).
+add_executable(mpi_save_failure ${CMAKE_SOURCE_DIR}/tests/dist/mpi_save_failure.cpp)
+set_target_properties(mpi_save_failure PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+target_compile_options(mpi_save_failure PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
+target_link_libraries(mpi_save_failure PRIVATE twinkle)
+add_test(NAME train_save_failure_reaches_every_rank
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "save failure OK on 2 ranks"
+                 ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none --mca mpi_yield_when_idle 1
+                 -np 2 ${CMAKE_BINARY_DIR}/tests/mpi_save_failure ${CMAKE_SOURCE_DIR}/models/qwen3-tiny
+                 ${CMAKE_BINARY_DIR}/tests)
+set_tests_properties(train_save_failure_reaches_every_rank PROPERTIES TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1"
+                     FAIL_REGULAR_EXPRESSION "CHECK FAILED")

@@ -26,6 +26,10 @@
 //                                   device i when the variable is unset.
 //   -x TWINKLE_MASTER_ADDR / TWINKLE_MASTER_PORT   when given (informational: MPI does its
 //                                   own wire-up; torchrun scripts may pass them unchanged)
+// Python programs: a PROGRAM ending in ".py" runs under the interpreter the Python package was
+// built for ($TWINKLE_PYTHON, else the build's, e.g. /usr/bin/python3), with the built package
+// (build/python) put in front of PYTHONPATH and forwarded (-x PYTHONPATH):
+//   twinkle-run --nproc_per_node=8 examples/python/tp.py
 // Other options: --dry-run prints the command (one shell-quoted line) instead of running it;
 // --mpirun=PATH (or env TWINKLE_MPIRUN) picks the mpirun binary; --mpi-arg=ARG (repeatable)
 // appends ARG to mpirun's options. Exit status: mpirun's (127 when it cannot be started,
@@ -204,7 +208,9 @@ int main(int argc, char** argv) {
     auto eq = kv.find('=');
     if (kv.rfind("TWINKLE_", 0) == 0 && eq != std::string::npos && eq + 1 < kv.size()) {
       std::string name = kv.substr(0, eq);
-      if (name != "TWINKLE_MPIRUN" && name != "TWINKLE_MASTER_ADDR" && name != "TWINKLE_MASTER_PORT") forward(name);
+      if (name != "TWINKLE_MPIRUN" && name != "TWINKLE_MASTER_ADDR" && name != "TWINKLE_MASTER_PORT" &&
+          name != "TWINKLE_PYTHON")
+        forward(name);
     }
   }
   if (!o.master_addr.empty()) {
@@ -215,7 +221,24 @@ int main(int argc, char** argv) {
     setenv("TWINKLE_MASTER_PORT", o.master_port.c_str(), 1);
     forward("TWINKLE_MASTER_PORT");
   }
+  const std::string& prog = o.program.front();
+  const bool python = prog.size() > 3 && prog.compare(prog.size() - 3, 3, ".py") == 0;
+  if (python) {
+#ifdef TWINKLE_RUN_PYTHONPATH
+    std::string pp = TWINKLE_RUN_PYTHONPATH;
+    if (is_set("PYTHONPATH")) pp += std::string(":") + std::getenv("PYTHONPATH");
+    setenv("PYTHONPATH", pp.c_str(), 1);
+#endif
+    if (is_set("PYTHONPATH")) forward("PYTHONPATH");
+  }
   for (const auto& a : o.mpi_args) cmd.push_back(a);
+  if (python) {
+#ifdef TWINKLE_RUN_PYTHON
+    cmd.push_back(is_set("TWINKLE_PYTHON") ? std::getenv("TWINKLE_PYTHON") : TWINKLE_RUN_PYTHON);
+#else
+    cmd.push_back(is_set("TWINKLE_PYTHON") ? std::getenv("TWINKLE_PYTHON") : "python3");
+#endif
+  }
   cmd.insert(cmd.end(), o.program.begin(), o.program.end());
 
   if (o.dry_run) {

@@ -104,8 +104,9 @@ void DataLoader::init() {
   const int64_t N = num_rows();
   const int64_t full = N / bs, rem = N % bs;
   num_batches_ = full + ((rem > 0 && !opts_.drop_last) ? 1 : 0);
-  check(num_batches_ > 0, "DataLoader: " + std::to_string(N) + " rows make no full batch of batch_size " +
-                              std::to_string(bs) + " with drop_last");
+  check(num_batches_ > 0, N == 0 ? std::string("DataLoader: the dataset has no rows")
+                                 : "DataLoader: " + std::to_string(N) + " rows make no full batch of batch_size " +
+                                       std::to_string(bs) + " with drop_last");
   auto& log = get_logger();
   if (bs > N && !opts_.drop_last)
     log.warning("DataLoader: batch_size " + std::to_string(bs) + " is larger than the dataset (" + std::to_string(N) +

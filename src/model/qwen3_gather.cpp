@@ -3,7 +3,13 @@
 
 namespace twinkle {
 
-std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather_state_dict(bool grads) {
+std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather_state_dict(bool grads) { return gather(grads, false); }
+
+std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather_adapter_state_dict(bool grads) {
+  return gather(grads, true);
+}
+
+std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather(bool grads, bool adapters) {
   auto& world = *ps_->world;
   const bool root = world.rank() == 0;
   // Only dp=0, cp=0 ranks hold the canonical copy; they send their shards to the root.
@@ -13,7 +19,7 @@ std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather_state_dict(bool g
   // The table lists every saved tensor once, in HF order (embed, layers, norm, lm_head).
   for (size_t id = 0; id < table_.size(); ++id) {
     const parallel::TensorEntry& e = table_[id];
-    if (!e.saved) continue;
+    if (!e.saved || e.adapter != adapters) continue;
     const bool mine = owner && e.param != parallel::kNoParam;
     std::vector<Tensor> pieces;
     std::vector<ShardSpec> specs;
@@ -24,6 +30,7 @@ std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather_state_dict(bool g
       if (world.rank() == src && mine) {
         const Param& p = table_.param(id);
         const Tensor& t = grads ? p.grad : p.data;
+        check(t.defined(), "gather_state_dict: " + e.name + " is frozen (no gradient)");
         if (src == 0) {
           pieces.push_back(t.clone());
           specs.push_back(p.shard);

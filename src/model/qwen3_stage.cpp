@@ -197,10 +197,11 @@ std::vector<float> Qwen3Model::last_token_logits(int slot, const StageBatch& b) 
 
 void Qwen3Model::finalize_grads() {
   if (tp_ > 1) {
-    for (auto& p : store_.params())
-      if (p.tp_grad_allreduce) parallel::all_reduce_sum(*ps_->tp, p.grad.f32(), p.grad.numel());
+    for (ParamStore* s : {&store_, &adapter_store_})
+      for (auto& p : s->params())
+        if (p.tp_grad_allreduce && p.grad.defined()) parallel::all_reduce_sum(*ps_->tp, p.grad.f32(), p.grad.numel());
   }
-  if (cfg_.tie_word_embeddings && ps_->pp_size() > 1 && (first_ || last_)) {
+  if (cfg_.tie_word_embeddings && ps_->pp_size() > 1 && (first_ || last_) && store_.has_grads()) {
     Param& e = table_.param(first_ ? embed_tokens_.weight_entry() : lm_head_.weight_entry());
     parallel::all_reduce_sum(*ps_->embedding, e.grad.f32(), e.grad.numel());
   }

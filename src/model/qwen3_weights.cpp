@@ -25,13 +25,16 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+const std::string& where(const CheckpointReader& r) { return r.dir(); }
+const std::string& where(const SafetensorsFile& f) { return f.path(); }
+
 }  // namespace
 
 void Qwen3Model::init_random(uint64_t seed) {
   const float stdv = static_cast<float>(cfg_.initializer_range);
   for (size_t id = 0; id < table_.size(); ++id) {
     const parallel::TensorEntry& e = table_[id];
-    if (e.param == parallel::kNoParam) continue;
+    if (e.param == parallel::kNoParam || e.adapter) continue;
     Param& p = table_.param(id);
     switch (e.init) {
       case parallel::ParamInit::Ones:
@@ -47,6 +50,11 @@ void Qwen3Model::init_random(uint64_t seed) {
         std::normal_distribution<float> nd(0.0f, stdv);
         float* f = full.f32();
         for (int64_t i = 0, n = full.numel(); i < n; ++i) f[i] = nd(gen);
+        // transformers _init_weights: nn.Embedding(padding_idx=pad_token_id) zeroes the pad row
+        // (a tied lm head is this same tensor).
+        if (e.name == "model.embed_tokens.weight" && cfg_.pad_token_id && *cfg_.pad_token_id >= 0 &&
+            *cfg_.pad_token_id < e.full[0])
+          std::memset(f + *cfg_.pad_token_id * e.full[1], 0, sizeof(float) * static_cast<size_t>(e.full[1]));
         shard_from_full(e.shard, e.local, f, p.data.f32());
         break;
       }
@@ -54,32 +62,31 @@ void Qwen3Model::init_random(uint64_t seed) {
   }
 }
 
-void Qwen3Model::load_checkpoint(const CheckpointReader& ck) {
-  if (cfg_.is_moe()) check_moe_checkpoint(cfg_, ck.names(), ck.dir());
-  for (size_t id = 0; id < table_.size(); ++id) {
+template <class Reader>
+void Qwen3Model::load_entry(const Reader& ck, size_t id) {
+  {
     const parallel::TensorEntry& e = table_[id];
-    if (e.param == parallel::kNoParam) continue;
     const std::string* found = nullptr;
     for (const auto& n : e.load_names)
       if (ck.contains(n)) {
         found = &n;
         break;
       }
-    check(found != nullptr, "checkpoint " + ck.dir() + " has no tensor '" + e.load_names.front() + "'");
+    check(found != nullptr, "checkpoint " + where(ck) + " has no tensor '" + e.load_names.front() + "'");
     const std::string& name = *found;
     const TensorInfo& info = ck.info(name);
-    check(info.shape == e.full, "checkpoint " + ck.dir() + ": tensor '" + name + "' has shape " + shape_str(info.shape) +
+    check(info.shape == e.full, "checkpoint " + where(ck) + ": tensor '" + name + "' has shape " + shape_str(info.shape) +
                                     ", expected " + shape_str(e.full) + " from config.json");
     Param& p = table_.param(id);
     const ShardSpec& sp = e.shard;
     if (sp.split_dim == -1) {
       Tensor full = ck.load_f32(name);
       shard_from_full(sp, e.local, full.f32(), p.data.f32());
-      continue;
+      return;
     }
     // Read only this rank's slice (a tp shard of a large checkpoint never exists in full here).
     p.data.zero_();  // vocab padding rows stay zero
-    if (sp.valid == 0) continue;
+    if (sp.valid == 0) return;
     Tensor part = ck.load_f32_narrow(name, sp.split_dim, sp.offset, sp.valid);
     const float* src = part.f32();
     float* dst = p.data.f32();
@@ -90,6 +97,24 @@ void Qwen3Model::load_checkpoint(const CheckpointReader& ck) {
       for (int64_t r = 0; r < sp.full_rows; ++r)
         std::memcpy(dst + r * local_cols, src + r * sp.valid, static_cast<size_t>(sp.valid) * 4);
     }
+  }
+}
+
+void Qwen3Model::load_checkpoint(const CheckpointReader& ck) {
+  if (cfg_.is_moe()) check_moe_checkpoint(cfg_, ck.names(), ck.dir());
+  for (size_t id = 0; id < table_.size(); ++id) {
+    const parallel::TensorEntry& e = table_[id];
+    if (e.param == parallel::kNoParam || e.adapter) continue;
+    load_entry(ck, id);
+  }
+}
+
+void Qwen3Model::load_adapter(const SafetensorsFile& ck) {
+  check(has_adapter(), "load_adapter: the model has no adapter (add_adapter first)");
+  for (size_t id = 0; id < table_.size(); ++id) {
+    const parallel::TensorEntry& e = table_[id];
+    if (e.param == parallel::kNoParam || !e.adapter) continue;
+    load_entry(ck, id);
   }
 }
 

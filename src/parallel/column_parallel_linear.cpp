@@ -15,6 +15,7 @@ void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
 }
 
 void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) {
+  if (db == nullptr) return;
   std::vector<double> acc(static_cast<size_t>(cols), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     const float* d = dy + r * cols;
@@ -38,6 +39,12 @@ ColumnParallelLinear::ColumnParallelLinear(TensorTable& table, const TensorParal
   }
 }
 
+void ColumnParallelLinear::set_lora(size_t part, const LoraPair& p) {
+  check(part < weight_.size(), "ColumnParallelLinear::set_lora: no part " + std::to_string(part));
+  lora_.resize(weight_.size());
+  lora_[part] = p;
+}
+
 const float* ColumnParallelLinear::weight_block() const {
   check(bias_.empty(), "ColumnParallelLinear::weight_block: the parts have biases between their weights");
   const float* w0 = table_->data(weight_[0]);
@@ -51,10 +58,14 @@ const float* ColumnParallelLinear::weight_block() const {
 
 bool ColumnParallelLinear::has_weight_block() const {
   if (!bias_.empty() || weight_.empty()) return false;
+  for (const auto& l : lora_)
+    if (l.active()) return false;  // a LoRA part adds its own term: the unfused path runs it
   int64_t off = 0;
+  const float* g0 = table_->grad(weight_[0]);  // null for a frozen base: no gradient block at all
   for (size_t i = 0; i < weight_.size(); ++i) {
     if (table_->data(weight_[i]) != table_->data(weight_[0]) + off) return false;
-    if (table_->grad(weight_[i]) != table_->grad(weight_[0]) + off) return false;
+    const float* gi = table_->grad(weight_[i]);
+    if ((g0 == nullptr) != (gi == nullptr) || (g0 != nullptr && gi != g0 + off)) return false;
     off += local_out_[i] * in_;
   }
   return true;
@@ -85,6 +96,8 @@ const float* ColumnParallelLinear::forward(const float* x_local, float* x_full, 
   const kernels::LinearOp& lin = table_->kernels().linear;
   for (size_t i = 0; i < weight_.size(); ++i) lin.forward(x, table_->data(weight_[i]), y[i], T, local_out_[i], in_, false);
   for (size_t i = 0; i < bias_.size(); ++i) add_bias_rows(y[i], table_->data(bias_[i]), T, local_out_[i]);
+  for (size_t i = 0; i < lora_.size(); ++i)
+    if (lora_[i].active()) lora_column_forward(*table_, lora_[i], x, y[i], T, in_, local_out_[i]);
   return x;
 }
 
@@ -96,6 +109,8 @@ const float* ColumnParallelLinear::backward(const float* x, const float* const* 
   for (size_t i = 0; i < weight_.size(); ++i)
     lin.backward(x, table_->data(weight_[i]), dy[i], dx_full, table_->grad(weight_[i]), T, local_out_[i], in_,
                  /*accumulate_dx=*/i > 0);
+  for (size_t i = 0; i < lora_.size(); ++i)
+    if (lora_[i].active()) lora_column_backward(*table_, lora_[i], x, dy[i], dx_full, T, in_, local_out_[i]);
   float* dx_local = tp_.sequence_parallel ? scratch.get("tp.dx_local", {tp_.local_rows(T), in_}).f32() : nullptr;
   return tp_reduce_rows(tp_, dx_full, dx_local, T, in_);
 }

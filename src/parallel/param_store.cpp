@@ -76,6 +76,11 @@ Param* ParamStore::find(const std::string& name) {
   return nullptr;
 }
 
+void ParamStore::drop_grads() {
+  for (auto& p : params_) p.grad = Tensor();
+  flat_grads_ = Tensor();
+}
+
 void ParamStore::zero_grad() {
   if (flat_grads_.defined()) flat_grads_.zero_();
 }

@@ -37,7 +37,8 @@ TensorEntry split_entry(const std::string& name, const Shape& full, int dim, int
 }
 
 size_t TensorTable::add(TensorEntry e) {
-  check(store_ == nullptr, "TensorTable::add after materialize (" + e.name + ")");
+  check(store_ == nullptr || (e.adapter && adapter_store_ == nullptr),
+        "TensorTable::add after materialize (" + e.name + ")");
   for (const auto& x : entries_)
     check(!(x.name == e.name && x.stage == stage_), "TensorTable: '" + e.name + "' added twice on stage " +
                                                         std::to_string(stage_));
@@ -50,7 +51,7 @@ size_t TensorTable::add(TensorEntry e) {
 void TensorTable::materialize(int stage, ParamStore& store) {
   check(store_ == nullptr, "TensorTable::materialize called twice");
   for (auto& e : entries_) {
-    if (e.stage != stage) continue;
+    if (e.stage != stage || e.adapter) continue;
     Param p;
     p.name = e.name;
     p.shape = e.local;
@@ -65,11 +66,28 @@ void TensorTable::materialize(int stage, ParamStore& store) {
   store_ = &store;
 }
 
+void TensorTable::materialize_adapters(int stage, ParamStore& store) {
+  check(adapter_store_ == nullptr, "TensorTable::materialize_adapters called twice");
+  for (auto& e : entries_) {
+    if (e.stage != stage || !e.adapter) continue;
+    Param p;
+    p.name = e.name;
+    p.shape = e.local;
+    p.shard = e.shard;
+    p.weight_decay = e.weight_decay;
+    p.tp_duplicate = e.tp_duplicate;
+    p.tp_grad_allreduce = e.tp_grad_allreduce;
+    e.param = store.add(std::move(p));
+  }
+  adapter_store_ = &store;
+}
+
 Param& TensorTable::param(size_t id) const {
   const TensorEntry& e = entries_.at(id);
-  check(store_ != nullptr && e.param != kNoParam,
+  ParamStore* s = e.adapter ? adapter_store_ : store_;
+  check(s != nullptr && e.param != kNoParam,
         "TensorTable: '" + e.name + "' (stage " + std::to_string(e.stage) + ") is not held by this rank");
-  return store_->params()[e.param];
+  return s->params()[e.param];
 }
 
 }  // namespace twinkle::parallel

@@ -35,6 +35,7 @@ void VocabParallelEmbedding::forward(const int32_t* ids, int64_t T, float* out_l
 
 void VocabParallelEmbedding::backward(const float* dy_local, const int32_t* ids, int64_t T,
                                       std::optional<int64_t> padding_idx, Workspace& scratch) const {
+  if (table_->grad(weight_) == nullptr) return;  // frozen (LoRA): no gradient to accumulate
   float* dy_full = tp_.sequence_parallel ? scratch.get("tp.dy_full", {T, H_}).f32() : nullptr;
   const float* dy = sp_gather_rows(tp_, dy_local, dy_full, T, H_);
   float* dW = table_->grad(weight_);

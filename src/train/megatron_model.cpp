@@ -16,6 +16,7 @@
 #include "twinkle/model/kernelize.h"
 #include "twinkle/io/safetensors.h"
 #include "twinkle/io/tied_head.h"
+#include "twinkle/model/lora_files.h"
 #include "twinkle/train/mfu.h"
 
 namespace twinkle {
@@ -74,7 +75,14 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
     model_->load_checkpoint(*ck);
     loaded = true;
   }
-  if (!loaded) model_->init_random(opts_.seed ? opts_.seed : global_seed());
+  if (!loaded) {
+    const uint64_t seed = opts_.seed ? opts_.seed : global_seed();
+    // Not silent: a directory whose weights were forgotten must not look like a loaded model.
+    get_logger().warning("model " + model_dir_ + ": " +
+                         (opts_.load_weights ? "no *.safetensors weights found" : "weights not loaded (load_weights off)") +
+                         "; parameters get the seeded random init (seed " + std::to_string(seed) + ")");
+    model_->init_random(seed);
+  }
   engine_ = std::make_unique<Engine>(*model_);
   // The pad id collates padded micro-batches: a tokenizer that is present but cannot be
   // loaded is an error naming its file, not a silent pad id 0.
@@ -93,7 +101,7 @@ void MegatronModel::set_optimizer(const std::string& name, const OptimizerConfig
     validate(sc);
   }
   optim_cfg_ = cfg;
-  optim_ = std::make_unique<DistributedOptimizer>(model_->store(), ps_, cfg);
+  optim_ = std::make_unique<DistributedOptimizer>(model_->trainable_store(), ps_, cfg);
   optim_->set_kernels(model_->kernels());  // the model's table: kernelize_model swaps both
   if (has_sched_) {
     LRSchedulerConfig sc = sched_.config();
@@ -102,6 +110,28 @@ void MegatronModel::set_optimizer(const std::string& name, const OptimizerConfig
     sched_ = LRScheduler(sc);
     sched_.set_steps(steps);
   }
+}
+
+void MegatronModel::add_adapter_to_model(const std::string& name, const LoraConfig& cfg) {
+  check(!name.empty(), "add_adapter_to_model: the adapter name is empty");
+  check(!model_->has_adapter(), "add_adapter_to_model: the model already has adapter '" + adapter_name_ +
+                                    "' (one adapter per model)");
+  model_->add_adapter(cfg, opts_.seed ? opts_.seed : global_seed());
+  adapter_name_ = name;
+  // An optimizer built before is rebuilt over the adapter (its base-weight state is freed).
+  if (optim_) {
+    optim_.reset();
+    set_optimizer("default", optim_cfg_);
+  }
+}
+
+void MegatronModel::load_adapter(const std::string& dir, const std::string& name) {
+  const fs::path d(dir);
+  const fs::path cfg_path = d / "adapter_config.json";
+  check(fs::exists(cfg_path), "load_adapter: " + dir + " has no adapter_config.json (not a PEFT adapter directory)");
+  check(fs::exists(d / "adapter_model.safetensors"), "load_adapter: " + dir + " has no adapter_model.safetensors");
+  add_adapter_to_model(name, read_peft_adapter_config(cfg_path.string()));
+  model_->load_adapter(SafetensorsFile::open((d / "adapter_model.safetensors").string()));
 }
 
 void MegatronModel::set_lr_scheduler(const std::string& name, LRSchedulerConfig cfg) {
@@ -284,10 +314,19 @@ std::string MegatronModel::get_train_configs() const {
 }
 
 std::string MegatronModel::save(const std::string& name, const SaveOptions& opts) {
-  auto tensors = model_->gather_state_dict();
+  const bool adapter = model_->has_adapter();
+  const bool peft = adapter && !opts.merge_lora;
+  auto tensors = peft ? std::vector<std::pair<std::string, Tensor>>{} : model_->gather_state_dict();
+  std::vector<std::pair<std::string, Tensor>> lora;
+  if (adapter) lora = model_->gather_adapter_state_dict();
   auto& world = *ps_->world;
+  if (peft) tensors = lora;
   const fs::path dir = name.empty() ? fs::path(opts.output_dir) : fs::path(opts.output_dir) / name;
-  if (world.rank() == 0) {
+  // Rank 0 writes; every rank learns whether it failed before anyone throws, so an API caller
+  // that catches twinkle::Error never leaves the other ranks waiting in a collective.
+  std::string failure;
+  if (world.rank() == 0) try {
+    if (adapter && opts.merge_lora) merge_lora_into(tensors, lora, model_->adapter_config().scaling());
     // Never write non-finite weights (B26): refuse before any file is touched.
     for (auto& [n, t] : tensors) {
       const float* p = t.f32();
@@ -312,10 +351,22 @@ std::string MegatronModel::save(const std::string& name, const SaveOptions& opts
     save_model_config(cfg, (dir / "config.json").string());
     std::vector<std::pair<std::string, Tensor>> out;
     out.reserve(tensors.size());
-    for (auto& [n, t] : tensors) out.emplace_back(n, cfg.torch_dtype == DType::F32 ? t : t.to_dtype(cfg.torch_dtype));
-    save_checkpoint_dir(dir.string(), out, opts.max_shard_bytes);
+    if (peft) {
+      // PEFT layout: f32 adapter tensors under PEFT's key names, the config written first.
+      for (auto& [n, t] : tensors) out.emplace_back(peft_key(n), t);
+      io_detail::write_file_atomic((dir / "adapter_config.json").string(),
+                                   peft_adapter_config_json(model_->adapter_config(), model_dir_));
+      save_safetensors((dir / "adapter_model.safetensors").string(), out);
+    } else {
+      for (auto& [n, t] : tensors) out.emplace_back(n, cfg.torch_dtype == DType::F32 ? t : t.to_dtype(cfg.torch_dtype));
+      save_checkpoint_dir(dir.string(), out, opts.max_shard_bytes);
+    }
+  } catch (const std::exception& e) {
+    failure = e.what();
   }
-  world.barrier();
+  int64_t failed = failure.empty() ? 0 : 1;
+  if (world.size() > 1) world.all_reduce(&failed, 1, DType::I64, dist::ReduceOp::Max);
+  if (failed) throw Error(world.rank() == 0 ? failure : "save: writing " + dir.string() + " failed on rank 0");
   return dir.string();
 }
 

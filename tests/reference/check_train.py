@@ -118,6 +118,11 @@ def main():
     ap.add_argument("--param-tol", type=float, default=1e-5)
     ap.add_argument("--packing", action="store_true")
     ap.add_argument("--pad-token-id", type=int, default=None, help="set config.pad_token_id (HF padding_idx)")
+    ap.add_argument("--lora-r", type=int, default=0, help="train a LoRA adapter of this rank (0: full training)")
+    ap.add_argument("--lora-alpha", type=float, default=32)
+    ap.add_argument("--lora-targets", default="all-linear")
+    ap.add_argument("--lora-rslora", action="store_true")
+    ap.add_argument("--lora-init", default="false", help="false: B random too, so step-0 gradients of A are not 0")
     ap.add_argument("--config-json", default=None,
                     help="JSON object merged into config.json (RoPE variants, sliding-window fields, ...)")
     ap.add_argument("--base-json", default=None,
@@ -186,6 +191,9 @@ def main():
             common += ["--micro-batch-size", str(args.mbs)]
         if args.packing:
             common += ["--packing"]
+        if args.lora_r:
+            common += ["--lora-r", str(args.lora_r), "--lora-alpha", str(args.lora_alpha), "--lora-targets",
+                       args.lora_targets, "--lora-init", args.lora_init] + (["--lora-rslora"] if args.lora_rslora else [])
 
         def twinkle_run(tag, np_, extra):
             out = os.path.join(tmp, "out_" + tag)
@@ -199,15 +207,21 @@ def main():
             for pat in args.expect_log:
                 if not re.search(pat, out_text):
                     raise SystemExit(f"twinkle's output lacks /{pat}/:\n{out_text}")
-            return read_metrics(metrics), safetensors_py.load_dir(out) if hasattr(safetensors_py, "load_dir") else None, out
+            return read_metrics(metrics), None, out
 
         failures = []
         if args.against == "torch":
             extra = ["--dump-grads", os.path.join(tmp, "tw_grads0.safetensors")]
+            init_adapter = os.path.join(tmp, "init_adapter")
+            if args.lora_r:
+                extra += ["--save-init-adapter", init_adapter]
             tw_metrics, _, tw_out = twinkle_run("single", 1, extra)
             batch_json = os.path.join(tmp, "batch.json")
             with open(batch_json, "w") as f:
                 json.dump({"input_ids": ids, "labels": labels}, f)
+            if args.lora_r:
+                failures += check_lora_vs_torch(args, tmp, model, init_adapter, batch_json, tw_metrics, tw_out, cfg)
+                return report(failures)
             refs = {}
             if args.config_json:  # the variant must matter for this model and batch (or be equal when expected)
                 base_dir = os.path.join(tmp, "base_model")
@@ -297,13 +311,95 @@ def main():
                 if rel(a["grad_norm"], b["grad_norm"]) > 1e-5:
                     failures.append(f"step {i+1}: grad norm {a['grad_norm']} vs single {b['grad_norm']}")
             failures += compare_params_strict(load_ckpt(lay_out), load_ckpt(base_out), args)
-        if failures:
-            print("FAILED:\n  " + "\n  ".join(failures[:40]))
-            return 1
-        print("OK")
-        return 0
+        return report(failures)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def report(failures):
+    if failures:
+        print("FAILED:\n  " + "\n  ".join(failures[:40]))
+        return 1
+    print("OK")
+    return 0
+
+
+def check_lora_vs_torch(args, tmp, model, init_adapter, batch_json, tw_metrics, tw_out, cfg):
+    """LoRA: twinkle (one process) vs tests/reference/lora_ref.py in float64 from the same initial
+    adapter (read through PEFT's key names and config fields): loss and grad norm of every step,
+    the adapter gradients of step 0, the adapter after the last step; the saved adapter's config;
+    the base weights untouched; merged vs unmerged loss on a held-out batch in the reference."""
+    failures = []
+    lora_ref = os.path.join(HERE, "lora_ref.py")
+    with open(os.path.join(tw_out, "adapter_config.json")) as f:
+        acfg = json.load(f)
+    want_scaling = args.lora_alpha / (math.sqrt(args.lora_r) if args.lora_rslora else args.lora_r)
+    got_scaling = acfg["lora_alpha"] / (math.sqrt(acfg["r"]) if acfg.get("use_rslora") else acfg["r"])
+    if acfg.get("peft_type") != "LORA" or acfg["r"] != args.lora_r or abs(got_scaling - want_scaling) > 1e-12:
+        failures.append(f"adapter_config.json: {acfg}")
+    if os.path.exists(os.path.join(tw_out, "model.safetensors")):
+        failures.append("a LoRA save wrote model.safetensors (the base weights) instead of only the adapter")
+    refs = {}
+    for dt in ("float64", "float32"):
+        out = os.path.join(tmp, "lora_ref_" + dt)
+        run(["/usr/bin/python3", lora_ref, "step", "--model", model, "--adapter", init_adapter, "--batch", batch_json,
+             "--steps", str(args.steps), "--lr", str(args.lr), "--weight-decay", str(args.weight_decay), "--beta1",
+             "0.9", "--beta2", "0.95", "--eps", "1e-8", "--clip-grad", str(args.clip_grad), "--out", out,
+             "--dtype", dt])
+        refs[dt] = out
+    with open(os.path.join(refs["float64"], "metrics.json")) as f:
+        ref = json.load(f)
+    for i in range(args.steps):
+        l_tw, l_ref = tw_metrics[i]["loss"], ref["loss"][i]
+        g_tw, g_ref = tw_metrics[i]["grad_norm"], ref["grad_norm"][i]
+        print(f"step {i+1}: loss twinkle {l_tw:.8f} torch-f64 {l_ref:.8f} | grad_norm twinkle {g_tw:.8f} torch-f64 {g_ref:.8f}")
+        if rel(l_tw, l_ref) > 1e-5:
+            failures.append(f"step {i+1}: loss {l_tw} vs torch {l_ref}")
+        if rel(g_tw, g_ref) > 1e-5:
+            failures.append(f"step {i+1}: grad norm {g_tw} vs torch {g_ref}")
+    g_tw = safetensors_py.load(os.path.join(tmp, "tw_grads0.safetensors"))
+    g_ref = safetensors_py.load(os.path.join(refs["float64"], "grads_step0.safetensors"))
+    if set(g_tw) != set(g_ref):
+        failures.append(f"step-0 adapter gradients: names differ: {sorted(set(g_tw) ^ set(g_ref))[:6]}")
+    failures += compare_tensors("twinkle", g_tw, "torch", g_ref, 1e-4, "step-0 adapter gradient")
+    # The adapter after N AdamW steps: at least as close to float64 as PyTorch's own float32 run.
+    p_tw = load_adapter(tw_out)
+    p64 = safetensors_py.load(os.path.join(refs["float64"], "final.safetensors"))
+    p32 = safetensors_py.load(os.path.join(refs["float32"], "final.safetensors"))
+    for k in sorted(p64):
+        if k not in p_tw:
+            failures.append(f"adapter after {args.steps} steps: {k} missing")
+            continue
+        e_tw = (p_tw[k].double() - p64[k].double()).abs().max().item()
+        e_32 = (p32[k].double() - p64[k].double()).abs().max().item()
+        scale = p64[k].double().abs().max().item()
+        # Adam's division by sqrt(v) + eps can turn float32 rounding of a tiny gradient element into
+        # a visible difference of that element (see compare_params): PyTorch's float32 run is
+        # sometimes luckier, so the bound is the larger of 2 x its error and the full-training
+        # rule's 1e-5 of the tensor's scale. A wrong scaling, gradient or decay moves every element.
+        if e_tw > max(2 * e_32, args.param_tol * max(scale, 0.02)):
+            failures.append(f"adapter after {args.steps} steps: {k} max err vs f64 {e_tw:.3e} > 2 x torch-f32's "
+                            f"{e_32:.3e} and > {args.param_tol:g} x {scale:.3e}")
+    # Held-out batch: the reference's merged (W + s B A) and unmerged losses with twinkle's adapter.
+    ids, labels = make_batch("rows:3", cfg["vocab_size"], 99)
+    held = os.path.join(tmp, "held.json")
+    with open(held, "w") as f:
+        json.dump({"input_ids": ids, "labels": labels}, f)
+    r = json.loads(run(["/usr/bin/python3", lora_ref, "loss", "--model", model, "--adapter", tw_out, "--batch", held,
+                        "--dtype", "float32"]).strip().splitlines()[-1])
+    print(f"held-out loss (reference, twinkle's adapter): unmerged {r['loss']:.8f} merged {r['merged_loss']:.8f}")
+    if rel(r["merged_loss"], r["loss"]) > 1e-5:
+        failures.append(f"reference merged loss {r['merged_loss']} vs unmerged {r['loss']}")
+    return failures
+
+
+def load_adapter(d):
+    """A PEFT adapter_model.safetensors with the 'base_model.model.' prefix dropped."""
+    t = safetensors_py.load(os.path.join(d, "adapter_model.safetensors"))
+    bad = [k for k in t if not k.startswith("base_model.model.")]
+    if bad:
+        raise SystemExit(f"adapter keys without PEFT's prefix: {bad[:4]}")
+    return {k[len("base_model.model."):]: v for k, v in t.items()}
 
 
 def compare_params(p_tw, p_ref, args):
@@ -358,6 +454,8 @@ def compare_params_strict(p_lay, p_single, args):
 
 
 def load_ckpt(d):
+    if os.path.exists(os.path.join(d, "adapter_config.json")):
+        return load_adapter(d)
     idx = os.path.join(d, "model.safetensors.index.json")
     if os.path.exists(idx):
         with open(idx) as f:

@@ -69,6 +69,12 @@ int train_main(int argc, char** argv) {
   std::string kernels = "fused";
   bool sp = false, dist_opt = true, shuffle = false, packing = false, skip_bad = false, no_save = false;
   bool drop_last = false, ignore_empty_think = false;
+  // LoRA (model/lora_config.h; PEFT's LoraConfig): on when --lora-r > 0 or --adapter is given.
+  twinkle::LoraConfig lora;
+  lora.r = 0;
+  lora.lora_alpha = 32;
+  bool merge_lora = false;
+  std::string adapter_dir, save_init_adapter;
   std::string truncation = "raise";
   app.add_option("--model", model, "model directory or hub id (config.json [+ safetensors])")->required();
   app.add_option("--dataset", dataset, "JSONL/JSON/CSV file or hub id")->required();
@@ -120,6 +126,15 @@ int train_main(int argc, char** argv) {
   app.add_flag("--skip-bad-rows", skip_bad, "drop malformed rows with a warning naming file:line instead of failing");
   app.add_flag("--no-save", no_save, "do not save the final checkpoint");
   app.add_option("--dump-grads", dump_grads, "write the step-1 gradients (HF names, f32) to this safetensors file (dp=1 only; default: none)");
+  app.add_option("--lora-r", lora.r, "LoRA rank (> 0 trains a LoRA adapter instead of the full model; default 0 = full)");
+  app.add_option("--lora-alpha", lora.lora_alpha, "LoRA alpha (scaling alpha/r, alpha/sqrt(r) with --lora-rslora; default 32)");
+  app.add_option("--lora-targets", lora.target_modules, "all-linear, or comma-separated module names / suffixes (q_proj,v_proj)");
+  app.add_option("--lora-dropout", lora.lora_dropout, "dropout on the adapter input in training, in [0, 1) (default 0)");
+  app.add_flag("--lora-rslora", lora.use_rslora, "rank-stabilised scaling alpha/sqrt(r)");
+  app.add_option("--lora-init", lora.init_lora_weights, "true (A kaiming-uniform, B zeros) | gaussian | false (B random too)");
+  app.add_flag("--merge-lora", merge_lora, "save the merged full checkpoint instead of the PEFT adapter");
+  app.add_option("--adapter", adapter_dir, "continue training the PEFT adapter in this directory (its config wins over --lora-*; default: none)");
+  app.add_option("--save-init-adapter", save_init_adapter, "also save the adapter before the first step to this directory (tests; default: none)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -162,6 +177,9 @@ int train_main(int argc, char** argv) {
   mo.cp_comm_type = cp_comm_type;
   mo.kernels = kernels;
   twinkle::validate(mo);
+  const bool use_lora = lora.r > 0 || !adapter_dir.empty();
+  if (lora.r > 0) twinkle::validate(lora);
+  else twinkle::check_option(lora.r >= 0, "lora", "lora_r", ">= 0 (0 = full fine-tuning)", lora.r);
   twinkle::DataLoaderOptions lo;
   lo.batch_size = batch_size;
   lo.shuffle = shuffle;
@@ -221,7 +239,13 @@ int train_main(int argc, char** argv) {
 
   // ---- model ----
   twinkle::MegatronModel m(model, mo);
+  if (!adapter_dir.empty()) m.load_adapter(adapter_dir);
+  else if (use_lora) m.add_adapter_to_model("default", lora);
   m.set_optimizer("default", oc);
+  if (!save_init_adapter.empty()) {
+    std::filesystem::path od(save_init_adapter);
+    m.save(od.filename().string(), {od.parent_path().empty() ? "." : od.parent_path().string()});
+  }
   if (use_sched) {
     if (sc.lr_decay_steps == 0) sc.lr_decay_steps = std::max<int64_t>(steps, warmup + 1);
     m.set_lr_scheduler("default", sc);
@@ -247,7 +271,8 @@ int train_main(int argc, char** argv) {
     m.forward_backward(batch);
     if (step == 0 && !dump_grads.empty()) {
       twinkle::check(ps.mesh.dp_size() == 1, "--dump-grads needs dp = 1");
-      auto grads = m.model().gather_state_dict(/*grads=*/true);
+      auto grads = use_lora ? m.model().gather_adapter_state_dict(/*grads=*/true)
+                            : m.model().gather_state_dict(/*grads=*/true);
       if (rank0) twinkle::save_safetensors(dump_grads, grads);
     }
     m.clip_grad_and_step();
@@ -292,8 +317,11 @@ int train_main(int argc, char** argv) {
            " bad rows skipped");
   if (!no_save) {
     std::filesystem::path od(output_dir);
-    std::string dir = m.save(od.filename().string(), {od.parent_path().empty() ? "." : od.parent_path().string()});
-    log.info("saved Hugging Face checkpoint to " + dir);
+    twinkle::SaveOptions so;
+    so.output_dir = od.parent_path().empty() ? "." : od.parent_path().string();
+    so.merge_lora = merge_lora;
+    std::string dir = m.save(od.filename().string(), so);
+    log.info(std::string(use_lora && !merge_lora ? "saved PEFT adapter to " : "saved Hugging Face checkpoint to ") + dir);
   }
   return 0;
 }
@@ -302,4 +330,4 @@ int train_entry(int argc, char** argv) { return twinkle::run_main(argc, argv, tr
 
 }  // namespace
 
-TWINKLE_REGISTER_COMMAND("train", "train a Qwen3 model (full parameters; any dp/tp/pp layout)", train_entry);
+TWINKLE_REGISTER_COMMAND("train", "train a Qwen3 model (full parameters or LoRA; any dp/tp/pp layout)", train_entry);

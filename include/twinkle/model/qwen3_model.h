@@ -36,6 +36,7 @@
 #include "twinkle/io/safetensors.h"
 #include "twinkle/kernels/cpu/rope.h"
 #include "twinkle/kernels/registry.h"
+#include "twinkle/model/lora_config.h"
 #include "twinkle/model/qwen3_activations.h"
 #include "twinkle/model/qwen3_decoder_layer.h"
 #include "twinkle/model/rms_norm.h"
@@ -85,6 +86,8 @@ class Qwen3Model {
 
   const ModelConfig& config() const { return cfg_; }
   ParamStore& store() { return store_; }
+  /// The parameters the optimizer trains: the adapter store after add_adapter, else store().
+  ParamStore& trainable_store() { return has_adapter() ? adapter_store_ : store_; }
   dist::ParallelState& ps() { return *ps_; }
   /// Every tensor of the model (all stages) with its shard on this rank.
   const parallel::TensorTable& table() const { return table_; }
@@ -98,7 +101,8 @@ class Qwen3Model {
 
   /// Seeded random init, identical for every layout: each full HF tensor is drawn from
   /// N(0, initializer_range) with a generator seeded by (seed, tensor name), then sliced;
-  /// norm weights 1, biases 0 (transformers Qwen3PreTrainedModel._init_weights).
+  /// norm weights 1, biases 0, and the embedding row of config.pad_token_id (when set) 0
+  /// (transformers Qwen3PreTrainedModel._init_weights, nn.Embedding padding_idx).
   void init_random(uint64_t seed);
   /// Loads this rank's shards from a HF checkpoint (any float dtype, converted to f32).
   /// Throws twinkle::Error naming a missing tensor or a wrong shape.
@@ -108,6 +112,30 @@ class Qwen3Model {
   /// tied lm head is not listed (HF convention).
   /// With grads = true the gradients are gathered instead (same names).
   std::vector<std::pair<std::string, Tensor>> gather_state_dict(bool grads = false);
+
+  /// HF module names of every linear layer but the lm head (all stages, model order):
+  /// model.layers.{i}.self_attn.{q,k,v,o}_proj, model.layers.{i}.mlp.{gate,up,down}_proj.
+  std::vector<std::string> linear_modules() const;
+  /// Adds one LoRA adapter (PEFT semantics, parallel/lora.h sharding) to the modules `cfg`
+  /// targets (resolve_lora_targets), on every stage's table and this stage's layers. The
+  /// adapter tensors (`<module>.lora_A.weight` [r, in], `<module>.lora_B.weight` [out, r])
+  /// live in a separate ParamStore (trainable_store()); the base store drops its gradient
+  /// buffer (frozen: no weight gradient is computed, the optimizer never sees it). Init per
+  /// cfg.init_lora_weights, each full tensor drawn from a generator seeded by (seed, name)
+  /// then sliced, so every layout starts from the same adapter. Throws twinkle::Error on an
+  /// invalid config (validate), an unknown target, a second adapter, or lora_dropout > 0
+  /// (not implemented yet).
+  void add_adapter(const LoraConfig& cfg, uint64_t seed);
+  bool has_adapter() const { return table_.has_adapters(); }
+  const LoraConfig& adapter_config() const { return lora_; }
+  /// The targeted module names of the adapter (empty without one).
+  const std::vector<std::string>& adapter_targets() const { return lora_targets_; }
+  /// Loads this rank's adapter shards from a PEFT adapter checkpoint (keys
+  /// "base_model.model.<module>.lora_A.weight", or the bare HF names). Throws twinkle::Error
+  /// naming a missing tensor or a wrong shape.
+  void load_adapter(const SafetensorsFile& ck);
+  /// Like gather_state_dict, for the adapter tensors (HF names, not PEFT's prefix).
+  std::vector<std::pair<std::string, Tensor>> gather_adapter_state_dict(bool grads = false);
 
   /// Prepares a micro-batch for this stage (shift targets, SP padding). Validates ids.
   StageBatch prepare(const MicroBatch& mb) const;
@@ -151,6 +179,9 @@ class Qwen3Model {
 
  private:
   void build_table();
+  template <class Reader>
+  void load_entry(const Reader& ck, size_t id);  // qwen3_weights.cpp
+  std::vector<std::pair<std::string, Tensor>> gather(bool grads, bool adapters);
   StageActivations& slot_acts(int slot);
   parallel::TensorParallel tp_group() const;
   ActivationDims activation_dims() const;
@@ -162,6 +193,9 @@ class Qwen3Model {
   parallel::LayerSplit split_;
   parallel::TensorTable table_;
   ParamStore store_;
+  ParamStore adapter_store_;           // LoRA tensors (add_adapter)
+  LoraConfig lora_;
+  std::vector<std::string> lora_targets_;
   parallel::VocabShard vocab_;
   int64_t layer0_ = 0, nlayers_ = 0;
   int tp_ = 1;

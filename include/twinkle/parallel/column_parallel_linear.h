@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "twinkle/core/workspace.h"
+#include "twinkle/parallel/lora.h"
 #include "twinkle/parallel/tensor_table.h"
 #include "twinkle/parallel/tp_comm.h"
 
@@ -41,6 +42,10 @@ class ColumnParallelLinear {
   int64_t local_out(size_t part) const { return local_out_.at(part); }
   size_t weight_entry(size_t part) const { return weight_.at(part); }
   bool has_bias() const { return !bias_.empty(); }
+  /// Attaches a LoRA pair (parallel/lora.h, made for LoraBase::Column) to part `part`: forward
+  /// adds it to y[part], backward accumulates its gradients and its d(x).
+  void set_lora(size_t part, const LoraPair& p);
+  const LoraPair& lora(size_t part) const { return lora_.at(part); }
   /// The parts' local weights as one [sum local_out, in] block (part order) — only when the
   /// layer has no bias (else twinkle::Error); valid after the ParamStore is finalized.
   const float* weight_block() const;
@@ -55,7 +60,7 @@ class ColumnParallelLinear {
   /// GEMMs read (x_full under SP, else x_local): pass it to backward.
   const float* forward(const float* x_local, float* x_full, float* const* y, int64_t T) const;
   /// x: forward's returned input [T, in]; dy[i] [T, local_out(i)]. Accumulates dW_i (and
-  /// db_i, summed over tokens in double) and returns this rank's d(x_local) [Tl, in],
+  /// db_i, summed over tokens in double; neither when frozen) and the LoRA gradients and returns this rank's d(x_local) [Tl, in],
   /// summed over tp, in `scratch` (keys "tp.dx_full", "tp.dx_local"; valid until the
   /// next use of those keys).
   const float* backward(const float* x, const float* const* dy, int64_t T, Workspace& scratch) const;
@@ -76,11 +81,12 @@ class ColumnParallelLinear {
   int64_t in_ = 0;
   std::vector<int64_t> local_out_;
   std::vector<size_t> weight_, bias_;
+  std::vector<LoraPair> lora_;  // per part (inactive: r = 0)
 };
 
 /// y[r, c] += b[c] for r < rows (bias broadcast over tokens).
 void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols);
-/// db[c] += sum_r dy[r, c], accumulated in double (bias gradients are sums of many terms
+/// db[c] += sum_r dy[r, c], accumulated in double (nothing when db is null: a frozen bias) (bias gradients are sums of many terms
 /// that largely cancel, e.g. k_proj.bias under the q/k norms).
 void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols);
 

@@ -26,8 +26,9 @@
 //
 // The dispatcher keeps its buffers between calls (grow-only) and the routing plan of the
 // last dispatch(); call dispatch / combine / combine_backward / dispatch_backward in that
-// order for each micro-batch and layer (one dispatcher per MoE layer when several
-// micro-batches are in flight).
+// order for each micro-batch and layer. The plan belongs to one micro-batch: under 1F1B
+// (stage 0 of p = 2 runs F0 F1 B0) use one dispatcher per (MoE layer, pipeline slot), never
+// one per layer, or B0 would run with micro-batch 1's routing.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -73,6 +73,11 @@ class ParamStore {
   Tensor& flat_grads() { return flat_grads_; }
   int64_t numel() const { return numel_; }  ///< padded flat size
   void zero_grad();
+  /// Frees the gradient buffer and unbinds every Param's grad (frozen parameters: LoRA
+  /// training keeps no gradient, hence no optimizer state, for the base weights).
+  /// Layers skip the weight-gradient GEMMs of a parameter without a gradient.
+  void drop_grads();
+  bool has_grads() const { return flat_grads_.defined(); }
 
  private:
   std::vector<Param> params_;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "twinkle/core/workspace.h"
+#include "twinkle/parallel/lora.h"
 #include "twinkle/parallel/tensor_table.h"
 #include "twinkle/parallel/tp_comm.h"
 
@@ -29,6 +30,10 @@ class RowParallelLinear {
   int64_t local_in() const { return local_in_; }
   int64_t out_features() const { return out_; }
   size_t weight_entry() const { return weight_; }
+  /// Attaches a LoRA pair (parallel/lora.h, made for LoraBase::Row): its partial output joins
+  /// the base's before the tp reduction.
+  void set_lora(const LoraPair& p) { lora_ = p; }
+  const LoraPair& lora() const { return lora_; }
 
   /// x [T, in/tp]. Returns this rank's reduced output rows [Tl, out] (Tl = T/tp under SP,
   /// else T) with the bias added, in `scratch` (keys "tp.y_full", "tp.y_local"; valid until
@@ -43,6 +48,7 @@ class RowParallelLinear {
   TensorParallel tp_;
   int64_t local_in_ = 0, out_ = 0;
   size_t weight_ = kNoParam, bias_ = kNoParam;
+  LoraPair lora_;
 };
 
 }  // namespace twinkle::parallel

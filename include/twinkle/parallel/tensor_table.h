@@ -50,6 +50,7 @@ struct TensorEntry {
   bool expert = false;            ///< an MoE expert tensor (reduced over expert-dp)
   int stage = 0;                  ///< pipeline stage holding it
   bool saved = true;              ///< written by save (false for a tied copy: HF lists one tensor)
+  bool adapter = false;           ///< a LoRA tensor (parallel/lora.h): lives in the adapter ParamStore
   /// Checkpoint names tried in order when loading (empty: {name}).
   std::vector<std::string> load_names;
   size_t param = kNoParam;        ///< index in this rank's ParamStore (kNoParam: held elsewhere)
@@ -68,7 +69,8 @@ class TensorTable {
   void set_stage(int stage) { stage_ = stage; }
   int stage() const { return stage_; }
   /// Adds `e` on the current stage; returns its id. Throws twinkle::Error when an entry of
-  /// the same name is already on this stage.
+  /// the same name is already on this stage, or when a base (non-adapter) entry is added
+  /// after materialize().
   size_t add(TensorEntry e);
   const std::vector<TensorEntry>& entries() const { return entries_; }
   const TensorEntry& operator[](size_t id) const { return entries_.at(id); }
@@ -78,10 +80,18 @@ class TensorTable {
   /// its index; binds the table to `store` (which must outlive it). Call once, before
   /// store.finalize().
   void materialize(int stage, ParamStore& store);
+  /// Declares the adapter entries of `stage` (added after materialize()) as parameters of
+  /// `store` (the adapter store; must outlive the table). Call once, before store.finalize().
+  void materialize_adapters(int stage, ParamStore& store);
+  bool has_adapters() const { return adapter_store_ != nullptr; }
   /// This rank's parameter of entry `id` (throws twinkle::Error when another rank holds it).
   Param& param(size_t id) const;
   float* data(size_t id) const { return param(id).data.f32(); }
-  float* grad(size_t id) const { return param(id).grad.f32(); }
+  /// The gradient of entry `id`, or nullptr when it is frozen (its store dropped its gradients).
+  float* grad(size_t id) const {
+    Param& p = param(id);
+    return p.grad.defined() ? p.grad.f32() : nullptr;
+  }
 
   /// The kernels the layers holding this table compute with (twinkle/kernels/registry.h): the
   /// model's table, which kernelize_model swaps; the CPU fused set until set_kernels is called.
@@ -94,6 +104,7 @@ class TensorTable {
   std::vector<TensorEntry> entries_;
   int stage_ = 0;
   ParamStore* store_ = nullptr;
+  ParamStore* adapter_store_ = nullptr;
 };
 
 }  // namespace twinkle::parallel

@@ -70,6 +70,9 @@ int64_t resolve_max_steps(int64_t max_steps, int64_t batches_per_epoch);
 struct SaveOptions {
   std::string output_dir = "output";
   int64_t max_shard_bytes = 5'000'000'000;  ///< safetensors shard size limit
+  /// With an adapter: write the merged full HF checkpoint (W + scaling B A) instead of the
+  /// PEFT adapter directory (Twinkle's save(merge_lora=True)). Ignored without an adapter.
+  bool merge_lora = false;
 };
 
 class MegatronModel {
@@ -81,6 +84,22 @@ class MegatronModel {
   /// rank 0 warns once naming both tensors; save() then writes both and tie false).
   /// Throws twinkle::Error when the model does not fit the mesh.
   explicit MegatronModel(const std::string& model_id, const MegatronModelOptions& options = {});
+
+  /// Adds LoRA adapter `name` (Twinkle's add_adapter_to_model; one adapter per model,
+  /// conventionally "default") per `cfg` (model/lora_config.h; PEFT semantics; sharded as
+  /// parallel/lora.h). Afterwards only the adapter is trainable: the base weights keep no
+  /// gradient buffer and no optimizer state; the adapter takes the optimizer and scheduler
+  /// settings (an optimizer set before is rebuilt over the adapter) and is decayed (2-D).
+  /// Init seeded by options().seed (else twinkle::global_seed()), identical on every layout.
+  /// Throws twinkle::Error on a bad config (validate(LoraConfig)), an unknown target, or a
+  /// second adapter.
+  void add_adapter_to_model(const std::string& name, const LoraConfig& cfg);
+  /// Adds the adapter stored in a PEFT adapter directory (adapter_config.json +
+  /// adapter_model.safetensors, as save() writes it) and loads its weights. Throws
+  /// twinkle::Error naming the file or field that is missing or unsupported.
+  void load_adapter(const std::string& dir, const std::string& name = "default");
+  bool has_adapter() const { return model_->has_adapter(); }
+  const std::string& adapter_name() const { return adapter_name_; }
 
   /// AdamW (Megatron "adam" with decoupled weight decay); name must be "default",
   /// "MegatronOptimizer", "Adam" or "AdamW". Distributed optimizer on by default.
@@ -129,6 +148,10 @@ class MegatronModel {
   /// Saves a Hugging Face checkpoint to output_dir/name (output_dir itself when name is empty) (config.json, safetensors in the
   /// config's torch_dtype, tokenizer files copied from the model dir), gathered from all
   /// shards, written atomically by global rank 0. Collective. Returns the directory.
+  /// With an adapter (Twinkle 5.9): PEFT's layout instead — adapter_config.json (peft_type
+  /// LORA, r, lora_alpha, target_modules, base_model_name_or_path, use_rslora, ...),
+  /// adapter_model.safetensors (f32, keys "base_model.model.<module>.lora_{A,B}.weight"),
+  /// config.json and the tokenizer files; opts.merge_lora writes the merged full checkpoint.
   std::string save(const std::string& name, const SaveOptions& opts = {});
   /// Loads weights from a HF checkpoint directory into every shard. Throws twinkle::Error when
   /// this model is tied but the checkpoint holds an lm_head.weight different from the
@@ -151,6 +174,7 @@ class MegatronModel {
   std::vector<MicroBatch> split(const std::vector<EncodedRow>& rows) const;
   std::shared_ptr<dist::ParallelState> ps_;
   std::string model_dir_;
+  std::string adapter_name_;
   MegatronModelOptions opts_;
   std::unique_ptr<Qwen3Model> model_;
   std::unique_ptr<Engine> engine_;

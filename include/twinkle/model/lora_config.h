@@ -1,0 +1,50 @@
+// twinkle/model/lora_config.h — LoRA adapter options (PEFT's LoraConfig) and their targets.
+//
+// Meanings and defaults from PEFT (peft/tuners/lora/config.py, peft/tuners/lora/layer.py):
+//   y = base(x) + scaling * B(A(dropout(x))),  A [r, in], B [out, r],
+//   scaling = lora_alpha / r, or lora_alpha / sqrt(r) with use_rslora (Kalajdzievski 2023).
+// Init (LoraLayer.reset_lora_parameters): "true" = A kaiming-uniform with a = sqrt(5)
+// (U(-1/sqrt(in), 1/sqrt(in))) and B zeros (the adapter starts as a no-op); "gaussian" = A
+// N(0, 1/r) and B zeros; "false" = A and B both nn.Linear's default init (kaiming-uniform,
+// a = sqrt(5): U(-1/sqrt(fan_in), 1/sqrt(fan_in))) — not a no-op, for tests (PEFT's
+// init_lora_weights=False).
+// target_modules: "all-linear" (PEFT / Twinkle: every linear layer but the lm head; on a dense
+// Qwen3 q/k/v/o_proj and gate/up/down_proj of every layer) or a comma-separated list of HF
+// module names or suffixes ("q_proj,v_proj", "self_attn.o_proj", "model.layers.0.mlp.up_proj")
+// matched like PEFT does: a module is targeted when its full name equals an entry or ends
+// with "." + entry.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace twinkle {
+
+struct LoraConfig {
+  int64_t r = 8;                              ///< rank (>= 1)
+  double lora_alpha = 8;                      ///< PEFT's default lora_alpha = 8
+  std::string target_modules = "all-linear";  ///< "all-linear" or comma-separated names / suffixes
+  double lora_dropout = 0.0;                  ///< dropout on the adapter input, in [0, 1)
+  bool use_rslora = false;                    ///< scaling alpha / sqrt(r)
+  std::string init_lora_weights = "true";     ///< "true" | "gaussian" | "false"
+
+  /// lora_alpha / r, or lora_alpha / sqrt(r) with use_rslora (PEFT LoraLayer.update_layer).
+  double scaling() const;
+};
+
+/// Checks every field (core/option_check.h messages, set "lora", e.g. "lora option 'r'
+/// (--lora-r) must be >= 1, got 0"): r >= 1, lora_alpha finite and > 0, lora_dropout in
+/// [0, 1), init_lora_weights (--lora-init) one of true / gaussian / false, target_modules non-empty.
+void validate(const LoraConfig& cfg);
+
+/// The entries of target_modules: {"all-linear"} or the comma-separated names (trimmed).
+std::vector<std::string> lora_target_list(const LoraConfig& cfg);
+
+/// The modules of `linear_modules` (HF module names of every linear layer but the lm head,
+/// in model order) that `cfg` targets. Throws twinkle::Error when an entry matches no module,
+/// listing the valid short names (e.g. "lora option 'lora_targets' (--lora-targets): 'qproj'
+/// matches no linear module; valid: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj,
+/// up_proj, down_proj (or full module names)").
+std::vector<std::string> resolve_lora_targets(const LoraConfig& cfg, const std::vector<std::string>& linear_modules);
+
+}  // namespace twinkle

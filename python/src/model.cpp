@@ -1,0 +1,209 @@
+// python/src/model.cpp — MegatronModel (twinkle/train/megatron_model.h). Option sets arrive
+// as keyword dicts from python/twinkle/model.py and are checked by the C++ validate() of
+// their set (ValueError); heavy calls release the GIL (HeavyCall).
+#include <pybind11/stl.h>
+
+#include <memory>
+
+#include "bindings.h"
+#include "data_rows.h"
+#include "twinkle/model/kernelize.h"
+#include "twinkle/train/megatron_model.h"
+
+namespace twinkle_py {
+
+namespace {
+
+using twinkle::MegatronModel;
+
+[[noreturn]] void unknown_kw(const std::string& call, const std::string& key, const std::string& known) {
+  throw py::type_error(call + "() got an unexpected keyword argument '" + key + "' (known: " + known + ")");
+}
+
+twinkle::MegatronModelOptions model_options(const py::dict& kw) {
+  twinkle::MegatronModelOptions o;
+  for (auto item : kw) {
+    const std::string k = py::str(item.first);
+    const py::handle v = item.second;
+    if (k == "micro_batch_size") o.micro_batch_size = v.is_none() ? 0 : v.cast<int64_t>();
+    else if (k == "load_weights") o.load_weights = v.cast<bool>();
+    else if (k == "seed") o.seed = v.cast<uint64_t>();
+    else if (k == "layers_per_stage") o.layers_per_stage = v.is_none() ? std::vector<int64_t>{} : v.cast<std::vector<int64_t>>();
+    else if (k == "packing") o.packing = v.cast<bool>();
+    else if (k == "lm_head_chunk_tokens") o.lm_head_chunk_tokens = v.cast<int64_t>();
+    else if (k == "on_nonfinite") o.on_nonfinite = v.cast<std::string>();
+    else if (k == "kernels") o.kernels = v.cast<std::string>();
+    else if (k == "cp_comm_type") o.cp_comm_type = v.cast<std::string>();
+    else unknown_kw("MegatronModel", k, "micro_batch_size, load_weights, seed, layers_per_stage, packing, "
+                    "lm_head_chunk_tokens, on_nonfinite, kernels, cp_comm_type");
+  }
+  return o;
+}
+
+twinkle::OptimizerConfig optimizer_config(const py::dict& kw) {
+  twinkle::OptimizerConfig c;
+  for (auto item : kw) {
+    const std::string k = py::str(item.first);
+    const py::handle v = item.second;
+    if (k == "lr") c.lr = v.cast<double>();
+    else if (k == "weight_decay") c.weight_decay = v.cast<double>();
+    else if (k == "adam_beta1") c.adam_beta1 = v.cast<double>();
+    else if (k == "adam_beta2") c.adam_beta2 = v.cast<double>();
+    else if (k == "adam_eps") c.adam_eps = v.cast<double>();
+    else if (k == "clip_grad") c.clip_grad = v.cast<double>();
+    else if (k == "use_distributed_optimizer") c.use_distributed_optimizer = v.cast<bool>();
+    else if (k == "bucket_bytes") c.bucket_bytes = v.cast<int64_t>();
+    else unknown_kw("set_optimizer", k, "lr, weight_decay, adam_beta1, adam_beta2, adam_eps, clip_grad, "
+                    "use_distributed_optimizer, bucket_bytes");
+  }
+  return c;
+}
+
+twinkle::LRSchedulerConfig scheduler_config(const py::dict& kw) {
+  twinkle::LRSchedulerConfig c;
+  for (auto item : kw) {
+    const std::string k = py::str(item.first);
+    const py::handle v = item.second;
+    if (k == "lr_warmup_steps") c.lr_warmup_steps = v.cast<int64_t>();
+    else if (k == "lr_decay_steps") c.lr_decay_steps = v.cast<int64_t>();
+    else if (k == "max_lr") c.max_lr = v.cast<double>();
+    else if (k == "min_lr") c.min_lr = v.cast<double>();
+    else if (k == "init_lr") c.init_lr = v.cast<double>();
+    else if (k == "lr_decay_style") c.lr_decay_style = v.cast<std::string>();
+    else unknown_kw("set_lr_scheduler", k, "lr_warmup_steps, lr_decay_steps, max_lr, min_lr, init_lr, lr_decay_style");
+  }
+  return c;
+}
+
+py::dict metrics_dict(const MegatronModel::StepMetrics& m) {
+  py::dict d;
+  d["step"] = m.step;
+  d["loss"] = m.loss;
+  d["grad_norm"] = m.grad_norm;
+  d["lr"] = m.lr;
+  d["tokens"] = m.tokens;
+  d["label_tokens"] = m.label_tokens;
+  d["tokens_per_s"] = m.tokens_per_s;
+  d["mfu"] = m.mfu;
+  d["step_time_s"] = m.step_time_s;
+  d["has_loss"] = m.has_loss;
+  d["skipped"] = m.skipped;
+  d["skipped_steps"] = m.skipped_steps;
+  return d;
+}
+
+}  // namespace
+
+void bind_model(py::module_& m) {
+  py::class_<MegatronModel>(m, "MegatronModel")
+      .def(py::init([](const std::string& model_id, py::dict kw) {
+             twinkle::MegatronModelOptions o;
+             arg_check([&] {
+               o = model_options(kw);
+               twinkle::validate(o);
+             });
+             std::unique_ptr<MegatronModel> p;
+             {
+               HeavyCall h("MegatronModel()");
+               p = std::make_unique<MegatronModel>(model_id, o);
+             }
+             check_signals();
+             return p;
+           }),
+           py::arg("model_id"), py::arg("options"))
+      .def("set_optimizer",
+           [](MegatronModel& self, const std::string& name, py::dict kw) {
+             twinkle::OptimizerConfig c;
+             arg_check([&] {
+               c = optimizer_config(kw);
+               twinkle::validate(c);
+             });
+             try {
+               self.set_optimizer(name, c);
+             } catch (const twinkle::Error& e) {
+               if (std::string(e.what()).rfind("set_optimizer: optimizer '", 0) == 0) throw py::value_error(e.what());
+               throw;
+             }
+           })
+      .def("set_lr_scheduler",
+           [](MegatronModel& self, const std::string& name, py::dict kw) {
+             twinkle::LRSchedulerConfig c;
+             // only argument checks can fail here (name, validate with max_lr = the optimizer's lr)
+             arg_check([&] {
+               c = scheduler_config(kw);
+               self.set_lr_scheduler(name, c);
+             });
+           })
+      .def("forward_backward",
+           [](MegatronModel& self, py::object inputs) {
+             auto rows = rows_from_py(inputs);
+             double loss;
+             {
+               HeavyCall h("forward_backward");
+               loss = self.forward_backward(rows);
+             }
+             check_signals();
+             return loss;
+           })
+      .def("forward_only",
+           [](MegatronModel& self, py::object inputs) {
+             auto rows = rows_from_py(inputs);
+             double loss;
+             {
+               HeavyCall h("forward_only");
+               loss = self.forward_only(rows);
+             }
+             check_signals();
+             return loss;
+           })
+      .def("clip_grad_and_step",
+           [](MegatronModel& self, std::optional<double> max_grad_norm) {
+             if (max_grad_norm && !std::isfinite(*max_grad_norm))
+               throw py::value_error("clip_grad_and_step: max_grad_norm must be finite (<= 0 disables clipping)");
+             twinkle::StepStats s;
+             {
+               HeavyCall h("clip_grad_and_step");
+               s = self.clip_grad_and_step(max_grad_norm);
+             }
+             check_signals();
+             py::dict d;
+             d["grad_norm"] = s.grad_norm;
+             d["clip_coef"] = s.clip_coef;
+             d["lr"] = s.lr;
+             d["step"] = s.step;
+             d["skipped"] = s.skipped;
+             return d;
+           })
+      .def("calculate_metric", [](MegatronModel& self, bool is_training) { return self.calculate_metric(is_training); })
+      .def("last_metrics", [](const MegatronModel& self) { return metrics_dict(self.last_metrics()); })
+      .def("get_train_configs", &MegatronModel::get_train_configs)
+      .def("save",
+           [](MegatronModel& self, const std::string& name, const std::string& output_dir) {
+             std::string dir;
+             {
+               HeavyCall h("save");
+               dir = self.save(name, {.output_dir = output_dir});
+             }
+             check_signals();
+             return dir;
+           })
+      .def("load",
+           [](MegatronModel& self, const std::string& dir) {
+             {
+               HeavyCall h("load");
+               self.load(dir);
+             }
+             check_signals();
+           })
+      .def("kernelize",
+           [](MegatronModel& self, const twinkle::kernels::KernelMapping& mapping) {
+             std::vector<std::string> changed;
+             arg_check([&] { changed = twinkle::kernelize_model(self.model(), mapping); });
+             return changed;
+           })
+      .def_property_readonly("model_dir", &MegatronModel::model_dir)
+      .def_property_readonly("pad_token_id", &MegatronModel::pad_token_id)
+      .def_property_readonly("last_eval_label_tokens", &MegatronModel::last_eval_label_tokens);
+}
+
+}  // namespace twinkle_py

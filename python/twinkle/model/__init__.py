@@ -1,0 +1,169 @@
+"""twinkle.model.MegatronModel (Twinkle's src/twinkle/model/megatron/megatron.py) over
+twinkle::MegatronModel: dense Qwen3 with TP + SP + 1F1B PP + DP (ZeRO-1) on the global mesh.
+
+Differences from upstream Twinkle, on purpose (as the C++ API): clip_grad_and_step honours
+max_grad_norm (None = the optimizer's clip_grad, 1.0: Twinkle's effective behaviour), gradients
+are zeroed after every step, the reported loss is the global per-token mean, and metrics add
+tokens/s and MFU."""
+import os
+
+from .. import _core
+from ..lora import LoraConfig
+
+__all__ = ['MegatronModel', 'ModelOutput']
+
+
+class ModelOutput(dict):
+    """{'loss': float, 'logits': None} (Twinkle's ModelOutput; logits are not returned)."""
+
+    @property
+    def loss(self):
+        return self['loss']
+
+
+_MIXED_PRECISION = ('bf16', 'fp16', 'no')
+_RECOMPUTE = ('full', 'selective', None)
+
+
+class MegatronModel:
+
+    def __init__(self, model_id, config=None, ddp_config=None, device_mesh=None, mixed_precision='bf16',
+                 load_weights=True, recompute_granularity='full', recompute_method='uniform', recompute_num_layers=1,
+                 recompute_modules=None, **kwargs):
+        """model_id: a Hugging Face Qwen3 directory or hub id. Twinkle's keywords are accepted:
+        mixed_precision ('bf16', 'fp16', 'no') and the recompute_* settings do not change the
+        result on the CPU backend (it computes in fp32 and saves in the config's dtype);
+        config / ddp_config (mcore objects) are not supported. Other keywords are twinkle's
+        MegatronModelOptions: micro_batch_size (0 = Twinkle's min(2, local rows)), seed,
+        layers_per_stage, packing, lm_head_chunk_tokens, on_nonfinite ('error' | 'skip').
+        Collective over the world. ValueError / TypeError for bad options; RuntimeError
+        when the model does not fit the mesh or cannot be loaded."""
+        if config is not None or ddp_config is not None:
+            raise ValueError('MegatronModel: config / ddp_config (Megatron-core objects) are not supported; pass '
+                             'TransformerConfig-like settings as keywords')
+        if mixed_precision not in _MIXED_PRECISION:
+            raise ValueError(f"MegatronModel: mixed_precision must be one of 'bf16', 'fp16', 'no', "
+                             f'got {mixed_precision!r}')
+        if recompute_granularity not in _RECOMPUTE:
+            raise ValueError(f"MegatronModel: recompute_granularity must be 'full', 'selective' or None, "
+                             f'got {recompute_granularity!r}')
+        from .. import _global_mesh
+        if device_mesh is not None and _global_mesh() is not None and device_mesh is not _global_mesh():
+            raise ValueError('MegatronModel: device_mesh must be the mesh given to twinkle.initialize')
+        opts = dict(kwargs)
+        opts['load_weights'] = bool(load_weights)
+        os.environ.setdefault('TOKENIZERS_PARALLELISM', 'true')
+        self.model_id = model_id
+        self.mixed_precision = mixed_precision
+        self._m = _core.MegatronModel(str(model_id), opts)
+        self.cur_step = 0
+        self._lr = 1e-4
+
+    # adapters ---------------------------------------------------------------------------------
+    def add_adapter_to_model(self, adapter_name, config_or_dir, **kwargs):
+        """Checks the LoraConfig (this package's, a peft LoraConfig or a dict), then raises
+        NotImplementedError: LoRA (issue #10) is not in twinkle yet; comment the call out for
+        full-parameter training, as the seed's recipes say."""
+        if not isinstance(config_or_dir, str):
+            LoraConfig.from_any(config_or_dir)
+        raise NotImplementedError(
+            f"add_adapter_to_model('{adapter_name}', ...): LoRA adapters are not implemented in twinkle yet "
+            '(issue #10); remove the call to train all parameters')
+
+    # optimizer / scheduler --------------------------------------------------------------------
+    def set_optimizer(self, optimizer_cls='default', adapter_name=None, **kwargs):
+        """Megatron's AdamW (Twinkle's names: falsy, 'default', 'MegatronOptimizer', 'Adam',
+        plus 'AdamW'). Keywords (OptimizerConfig): lr=1e-4, weight_decay=0.01, adam_beta1=0.9,
+        adam_beta2=0.999, adam_eps=1e-8, clip_grad=1.0, use_distributed_optimizer=True,
+        bucket_bytes. ValueError (C++ text) for a bad value or name, TypeError for an unknown
+        keyword."""
+        self._m.set_optimizer(optimizer_cls or 'default', kwargs)
+        self._lr = kwargs.get('lr', 1e-4)
+
+    def set_lr_scheduler(self, scheduler_cls='default', adapter_name=None, **kwargs):
+        """Megatron's OptimizerParamScheduler ('default' / 'OptimizerParamScheduler'):
+        lr_warmup_steps=0, lr_decay_steps=0 (0 = constant after warm-up), min_lr=0, init_lr=0,
+        lr_decay_style='cosine'; max_lr follows the optimizer's lr."""
+        self._m.set_lr_scheduler(scheduler_cls or 'default', kwargs)
+
+    # steps ------------------------------------------------------------------------------------
+    def forward_backward(self, *, inputs, micro_batch_size=None, adapter_name=None, **kwargs):
+        """inputs: a DataLoader batch (list of row dicts with input_ids and labels, lists or
+        numpy arrays). Returns ModelOutput(loss=global per-token mean loss). Collective."""
+        self._check_step_kwargs('forward_backward', micro_batch_size, kwargs)
+        loss = self._m.forward_backward(inputs)
+        self.cur_step += 1
+        return ModelOutput(loss=loss, logits=None)
+
+    def forward_only(self, *, inputs, micro_batch_size=None, adapter_name=None, **kwargs):
+        """Loss only (evaluation): ModelOutput(loss=...). Collective."""
+        self._check_step_kwargs('forward_only', micro_batch_size, kwargs)
+        return ModelOutput(loss=self._m.forward_only(inputs), logits=None)
+
+    def _check_step_kwargs(self, call, micro_batch_size, kwargs):
+        if micro_batch_size is not None:
+            raise ValueError(f'{call}: pass micro_batch_size to MegatronModel(...) (it is fixed per model)')
+        if kwargs.get('return_logits') or kwargs.get('disable_lora'):
+            raise ValueError(f'{call}: return_logits / disable_lora are not supported')
+        unknown = set(kwargs) - {'return_logits', 'disable_lora', 'temperature'}
+        if unknown:
+            raise TypeError(f'{call}() got unexpected keyword arguments {sorted(unknown)}')
+        if kwargs.get('temperature', 1.0) != 1.0:
+            raise ValueError(f'{call}: temperature other than 1.0 is not supported')
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError('MegatronModel.forward: use forward_backward / forward_only (as Twinkle)')
+
+    def calculate_loss(self, *args, **kwargs):
+        raise NotImplementedError('MegatronModel.calculate_loss: use forward_backward (as Twinkle)')
+
+    def backward(self, *args, **kwargs):
+        raise NotImplementedError('MegatronModel.backward: use forward_backward (as Twinkle)')
+
+    def clip_grad_and_step(self, max_grad_norm=None, norm_type=2, adapter_name=None, **kwargs):
+        """Reduces gradients, clips to max_grad_norm (None = set_optimizer's clip_grad; <= 0
+        disables), AdamW step, zero grads, scheduler step. Returns {'grad_norm' (pre-clip),
+        'clip_coef', 'lr', 'step', 'skipped'}. Collective."""
+        if norm_type != 2:
+            raise ValueError(f'clip_grad_and_step: norm_type must be 2 (the L2 norm), got {norm_type!r}')
+        if kwargs:
+            raise TypeError(f'clip_grad_and_step() got unexpected keyword arguments {sorted(kwargs)}')
+        return self._m.clip_grad_and_step(None if max_grad_norm is None else float(max_grad_norm))
+
+    def calculate_metric(self, is_training=True, adapter_name=None):
+        """Twinkle's metric dict (string values): loss, grad_norm, learning rate, iters, total
+        time elapse, speed, plus tokens/s and MFU."""
+        return dict(self._m.calculate_metric(bool(is_training)))
+
+    def last_metrics(self):
+        """Numeric metrics of the last step: step, loss, grad_norm, lr, tokens, tokens_per_s, mfu, ..."""
+        return self._m.last_metrics()
+
+    def get_train_configs(self, adapter_name=None):
+        return self._m.get_train_configs()
+
+    # checkpoints ------------------------------------------------------------------------------
+    def save(self, name=None, output_dir=None, interval=1, save_optimizer=False, merge_lora=False, **kwargs):
+        """Hugging Face checkpoint (config.json, safetensors, tokenizer files) in
+        (output_dir or 'output') / (name or 'checkpoint-step-<cur_step>'), written by rank 0;
+        skipped (None) unless cur_step % interval == 0. Returns the directory. Collective.
+        save_optimizer=True (Megatron distributed checkpoint) is not supported."""
+        if save_optimizer:
+            raise NotImplementedError('save(save_optimizer=True): optimizer checkpoints are not implemented in '
+                                      'the Python package yet')
+        if not isinstance(interval, int) or interval < 1:
+            raise ValueError(f'save: interval must be an int >= 1, got {interval!r}')
+        if kwargs:
+            raise TypeError(f'save() got unexpected keyword arguments {sorted(kwargs)}')
+        if self.cur_step % interval != 0:
+            return None
+        return self._m.save(name or f'checkpoint-step-{self.cur_step}', output_dir or 'output')
+
+    def load(self, name, output_dir=None, load_optimizer=False, adapter_name=None, **kwargs):
+        """Loads weights from a Hugging Face checkpoint directory (output_dir / name, or name).
+        Collective."""
+        if load_optimizer:
+            raise NotImplementedError('load(load_optimizer=True): optimizer checkpoints are not implemented in '
+                                      'the Python package yet')
+        path = os.path.join(output_dir, name) if output_dir else name
+        self._m.load(path)

@@ -1,0 +1,74 @@
+#include "twinkle/model/lora_config.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "twinkle/core/error.h"
+#include "twinkle/core/option_check.h"
+
+namespace twinkle {
+
+double LoraConfig::scaling() const {
+  return use_rslora ? lora_alpha / std::sqrt(static_cast<double>(r)) : lora_alpha / static_cast<double>(r);
+}
+
+void validate(const LoraConfig& c) {
+  check_option(c.r >= 1, "lora", "lora_r", ">= 1", c.r);
+  check_option(std::isfinite(c.lora_alpha) && c.lora_alpha > 0, "lora", "lora_alpha", "finite and > 0", c.lora_alpha);
+  check_option(std::isfinite(c.lora_dropout) && c.lora_dropout >= 0 && c.lora_dropout < 1, "lora", "lora_dropout",
+               "in [0, 1)", c.lora_dropout);
+  check_option(c.init_lora_weights == "true" || c.init_lora_weights == "gaussian" || c.init_lora_weights == "false",
+               "lora", "lora_init", "one of true, gaussian, false", c.init_lora_weights);
+  check_option(!lora_target_list(c).empty(), "lora", "lora_targets", "all-linear or a list of module names",
+               c.target_modules);
+}
+
+std::vector<std::string> lora_target_list(const LoraConfig& c) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  const std::string& s = c.target_modules;
+  while (i <= s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    std::string t = s.substr(i, j - i);
+    const auto b = t.find_first_not_of(" \t"), e = t.find_last_not_of(" \t");
+    if (b != std::string::npos) out.push_back(t.substr(b, e - b + 1));
+    i = j + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> resolve_lora_targets(const LoraConfig& cfg, const std::vector<std::string>& linear_modules) {
+  const auto targets = lora_target_list(cfg);
+  auto matches = [](const std::string& module, const std::string& t) {
+    return module == t || (module.size() > t.size() && module.compare(module.size() - t.size(), t.size(), t) == 0 &&
+                           module[module.size() - t.size() - 1] == '.');
+  };
+  std::vector<std::string> out;
+  for (const auto& t : targets) {
+    if (t == "all-linear") continue;
+    bool any = false;
+    for (const auto& m : linear_modules) any = any || matches(m, t);
+    if (!any) {
+      std::vector<std::string> shorts;
+      for (const auto& m : linear_modules) {
+        std::string s = m.substr(m.rfind('.') + 1);
+        if (std::find(shorts.begin(), shorts.end(), s) == shorts.end()) shorts.push_back(s);
+      }
+      std::string valid = "all-linear";
+      for (const auto& s : shorts) valid += ", " + s;
+      throw Error(option_name("lora", "lora_targets") + ": '" + t + "' matches no linear module; valid: " + valid +
+                  " (or full module names, e.g. " + (linear_modules.empty() ? std::string("-") : linear_modules[0]) +
+                  "; the lm head is never a target)");
+    }
+  }
+  const bool all = std::find(targets.begin(), targets.end(), "all-linear") != targets.end();
+  for (const auto& m : linear_modules) {
+    bool hit = all;
+    for (const auto& t : targets) hit = hit || matches(m, t);
+    if (hit) out.push_back(m);
+  }
+  return out;
+}
+
+}  // namespace twinkle

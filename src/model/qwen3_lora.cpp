@@ -1,0 +1,115 @@
+// Qwen3Model: LoRA adapters — targets, table entries on every stage, attachment to this
+// stage's layers, seeded init, frozen base.
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "twinkle/model/qwen3_model.h"
+#include "twinkle/parallel/lora.h"
+
+namespace twinkle {
+
+namespace {
+
+uint64_t name_hash(const std::string& s) {  // FNV-1a
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+uint64_t mix(uint64_t x) {  // splitmix64
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+bool ends_with(const std::string& s, const std::string& t) {
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+}  // namespace
+
+std::vector<std::string> Qwen3Model::linear_modules() const {
+  std::vector<std::string> out;
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const char* m : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                          "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"})
+      out.push_back(p + m);
+  }
+  return out;
+}
+
+void Qwen3Model::add_adapter(const LoraConfig& cfg, uint64_t seed) {
+  check(!has_adapter(), "add_adapter: the model already has an adapter (one adapter per model)");
+  validate(cfg);
+  check(cfg.lora_dropout == 0.0, "add_adapter: lora_dropout " + std::to_string(cfg.lora_dropout) +
+                                     " is not supported yet (issue 12); use 0, the NPU recipes' value");
+  lora_targets_ = resolve_lora_targets(cfg, linear_modules());
+  lora_ = cfg;
+  const std::set<std::string> targets(lora_targets_.begin(), lora_targets_.end());
+  const parallel::TensorParallel tp = tp_group();
+  const int pp = ps_->pp_size(), mine = ps_->pp_rank();
+  const int64_t H = cfg_.hidden_size, D = cfg_.head_dim, I = cfg_.intermediate_size;
+  const int64_t q_out = cfg_.num_attention_heads * D, kv_out = cfg_.num_key_value_heads * D;
+  const float scaling = static_cast<float>(cfg.scaling());
+  using parallel::LoraBase;
+  for (int s = 0; s < pp; ++s) {
+    table_.set_stage(s);
+    const int64_t l0 = split_.first[static_cast<size_t>(s)], n = split_.count[static_cast<size_t>(s)];
+    for (int64_t l = l0; l < l0 + n; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      Qwen3DecoderLayer* layer = s == mine ? &layers_[static_cast<size_t>(l - l0)] : nullptr;
+      auto add = [&](const std::string& m, int64_t in, int64_t out, LoraBase base) -> parallel::LoraPair {
+        if (!targets.count(p + m)) return {};
+        return parallel::add_lora_entries(table_, tp, p + m, in, out, base, cfg.r, scaling);
+      };
+      const parallel::LoraPair q = add("self_attn.q_proj", H, q_out, LoraBase::Column);
+      const parallel::LoraPair k = add("self_attn.k_proj", H, kv_out, LoraBase::Column);
+      const parallel::LoraPair v = add("self_attn.v_proj", H, kv_out, LoraBase::Column);
+      const parallel::LoraPair o = add("self_attn.o_proj", q_out, H, LoraBase::Row);
+      const parallel::LoraPair g = add("mlp.gate_proj", H, I, LoraBase::Column);
+      const parallel::LoraPair u = add("mlp.up_proj", H, I, LoraBase::Column);
+      const parallel::LoraPair d = add("mlp.down_proj", I, H, LoraBase::Row);
+      if (layer) {
+        layer->self_attn.qkv_proj.set_lora(0, q);
+        layer->self_attn.qkv_proj.set_lora(1, k);
+        layer->self_attn.qkv_proj.set_lora(2, v);
+        layer->self_attn.o_proj.set_lora(o);
+        layer->mlp.gate_up_proj.set_lora(0, g);
+        layer->mlp.gate_up_proj.set_lora(1, u);
+        layer->mlp.down_proj.set_lora(d);
+      }
+    }
+  }
+  table_.materialize_adapters(mine, adapter_store_);
+  adapter_store_.finalize(64 * ps_->dp_cp->size());  // flat size divisible by the ZeRO shard count
+  // Init (PEFT LoraLayer.reset_lora_parameters): the full tensor on every rank, then sliced.
+  for (size_t id = 0; id < table_.size(); ++id) {
+    const parallel::TensorEntry& e = table_[id];
+    if (!e.adapter || e.param == parallel::kNoParam) continue;
+    const bool is_a = ends_with(e.name, ".lora_A.weight");
+    Tensor full = Tensor::zeros(e.full);
+    float* f = full.f32();
+    const int64_t numel = full.numel();
+    std::mt19937_64 gen(mix(seed ^ name_hash(e.name)));
+    const std::string& how = cfg.init_lora_weights;
+    if (is_a && how == "gaussian") {
+      std::normal_distribution<double> nd(0.0, 1.0 / static_cast<double>(cfg.r));
+      for (int64_t i = 0; i < numel; ++i) f[i] = static_cast<float>(nd(gen));
+    } else if (is_a || how == "false") {
+      // kaiming_uniform_(a = sqrt(5)) on [rows, fan_in]: bound = sqrt(6 / ((1 + a^2) fan_in)) = 1 / sqrt(fan_in)
+      const double bound = 1.0 / std::sqrt(static_cast<double>(e.full[1]));
+      std::uniform_real_distribution<double> ud(-bound, bound);
+      for (int64_t i = 0; i < numel; ++i) f[i] = static_cast<float>(ud(gen));
+    }  // else B = 0
+    shard_from_full(e.shard, e.local, f, table_.data(id));
+  }
+  store_.drop_grads();  // the base is frozen: no gradient buffer, no optimizer state
+}
+
+}  // namespace twinkle

@@ -1,0 +1,12 @@
+# The Python package (python/, issue 15): built only when pybind11-dev / python3-dev are there.
+# Pass / fail on exit codes (unittest and the check script exit non-zero on any failure).
+if(TARGET twinkle_python)
+  set(TWINKLE_PY_ENV "PYTHONPATH=${CMAKE_BINARY_DIR}/python;TWINKLE_SOURCE_DIR=${CMAKE_SOURCE_DIR};OMP_NUM_THREADS=1")
+  add_test(NAME python_bindings
+           COMMAND ${Python_EXECUTABLE} -m unittest discover -s ${CMAKE_SOURCE_DIR}/tests/python -p "test_*.py" -v)
+  set_tests_properties(python_bindings PROPERTIES ENVIRONMENT "${TWINKLE_PY_ENV}" TIMEOUT 300)
+  add_test(NAME python_tp_recipe_equals_cpp_recipe
+           COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_recipe.py
+                   --build ${CMAKE_BINARY_DIR} --rows 32)
+  set_tests_properties(python_tp_recipe_equals_cpp_recipe PROPERTIES TIMEOUT 600 PROCESSORS 2)
+endif()

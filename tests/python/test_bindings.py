@@ -1,0 +1,532 @@
+#!/usr/bin/python3
+"""Every public binding of the Python package twinkle (issue 15), good and bad arguments,
+keyword names and defaults as in /work/shared/spec/twinkle-behaviour.md §1-§5.
+
+Run: PYTHONPATH=build/python /usr/bin/python3 -m unittest discover -s tests/python
+(CTest: python_bindings). One process, no launcher: the mesh is a single rank; the
+initialize() failures (npu, cuda, world-size mismatch, bad mode, second call) and Ctrl-C run
+in child processes. Losses are checked against the project's PyTorch reference
+(tests/reference/qwen3_ref.py) on the weights the model saved."""
+import inspect
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+ROOT = os.environ.get('TWINKLE_SOURCE_DIR') or os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+MODEL = os.path.join(ROOT, 'models', 'qwen3-tiny')
+PY = sys.executable
+
+import twinkle  # noqa: E402
+from twinkle import DeviceMesh, LoraConfig, Platform, get_device_placement, get_logger  # noqa: E402
+from twinkle.dataloader import DataLoader  # noqa: E402
+from twinkle.dataset import Dataset, DatasetMeta  # noqa: E402
+from twinkle.model import MegatronModel, ModelOutput  # noqa: E402
+from twinkle.preprocessor import SelfCognitionProcessor  # noqa: E402
+
+
+def defaults(fn):
+    """{name: default} of the keyword parameters of fn (inspect.Parameter.empty when required)."""
+    return {n: p.default for n, p in inspect.signature(fn).parameters.items()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def run_child(code, env=None, timeout=60):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([PY, '-c', code], capture_output=True, text=True, timeout=timeout, env=e)
+
+
+def setUpModule():
+    twinkle.initialize(mode='local', global_device_mesh=DeviceMesh.from_sizes(dp_size=1, device_type='cpu'))
+
+
+def encoded_dataset(rows=8, max_length=512):
+    ds = Dataset(dataset_meta=DatasetMeta('ms://swift/self-cognition', data_slice=range(rows)))
+    ds.set_template('Template', model_id=MODEL, max_length=max_length)
+    ds.map(SelfCognitionProcessor('twinkle大模型', 'ModelScope社区'))
+    ds.encode()
+    return ds
+
+
+class DeviceMeshTest(unittest.TestCase):
+
+    def test_keywords_and_defaults_are_twinkles(self):
+        self.assertEqual(defaults(DeviceMesh.from_sizes), dict(
+            world_size=1, dp_size=1, fsdp_size=None, tp_size=None, pp_size=None, ulysses_size=None, cp_size=None,
+            ep_size=None, etp_size=1, ep_fsdp_size=None, vpp_size=None, device_type=None, sequence_parallel=False))
+        kinds = {p.kind for p in inspect.signature(DeviceMesh.from_sizes).parameters.values()}
+        self.assertEqual(kinds, {inspect.Parameter.KEYWORD_ONLY})
+        with self.assertRaises(TypeError):
+            DeviceMesh.from_sizes(2, 2)
+
+    def test_recipe_mesh_layout(self):
+        m = DeviceMesh.from_sizes(dp_size=2, tp_size=2, pp_size=2, device_type='cpu')
+        self.assertEqual(m.world_size, 8)
+        self.assertEqual(m.mesh_dim_names, ('pp', 'dp', 'tp'))
+        # Twinkle: arange(8).reshape(pp, dp, tp): r = 4 pp + 2 dp + tp
+        for r in range(8):
+            c = m.coord(r)
+            self.assertEqual(r, 4 * c['pp'] + 2 * c['dp'] + c['tp'])
+        self.assertEqual(m.groups('tp'), [[0, 1], [2, 3], [4, 5], [6, 7]])
+        self.assertEqual(m.groups('dp'), [[0, 2], [1, 3], [4, 6], [5, 7]])
+        self.assertEqual((m.dp_world_size, m.tp_world_size, m.pp_world_size, m.cp_world_size), (2, 2, 2, 0))
+        self.assertEqual(m.data_world_size, 2)
+        self.assertIsNone(m.cp_rank)
+        self.assertEqual(m.order, 'tp-cp-ep-dp-pp')
+
+    def test_defaults_one_dp_rank_cpu(self):
+        m = DeviceMesh.from_sizes()
+        self.assertEqual((m.world_size, m.mesh_dim_names, m.device_type), (1, ('dp',), 'cpu'))
+        self.assertEqual((m.tp_world_size, m.pp_world_size), (0, 0))
+        self.assertEqual(m.dp_rank, 0)
+        self.assertIsNone(m.ep_size)
+
+    def test_get_slice_is_twinkles(self):
+        m = DeviceMesh.from_sizes(dp_size=3)
+        # q, m = divmod(10, 3) = 3, 1: [0,4) [4,7) [7,10)
+        self.assertEqual([m.get_slice(10, k) for k in range(3)], [slice(0, 4), slice(4, 7), slice(7, 10)])
+
+    def test_moe_mesh_expert_groups(self):
+        m = DeviceMesh.from_sizes(dp_size=2, tp_size=2, pp_size=2, cp_size=1, ep_size=2)
+        self.assertEqual(m.mesh_dim_names, ('pp', 'dp', 'cp', 'tp'))
+        self.assertEqual(m.groups('ep'), m.groups('tp'))  # etp=1: EP group = TP group (spec §1.1)
+        self.assertEqual(m.ep_size, 2)
+
+    def test_bad_sizes_raise_value_error_with_the_cpp_text(self):
+        with self.assertRaisesRegex(ValueError, 'tp'):
+            DeviceMesh.from_sizes(tp_size=0)
+        with self.assertRaisesRegex(ValueError, 'dp_size'):
+            DeviceMesh.from_sizes(dp_size=None)
+        with self.assertRaisesRegex(ValueError, 'world_size 6 does not match'):
+            DeviceMesh.from_sizes(world_size=6, dp_size=2, tp_size=2)
+        with self.assertRaisesRegex(ValueError, 'fsdp_size'):
+            DeviceMesh.from_sizes(fsdp_size=2)
+        with self.assertRaisesRegex(ValueError, 'vpp_size'):
+            DeviceMesh.from_sizes(pp_size=2, vpp_size=2)
+        with self.assertRaisesRegex(ValueError, 'tpu'):
+            DeviceMesh.from_sizes(device_type='tpu')
+        with self.assertRaisesRegex(ValueError, 'tp_size must be an int'):
+            DeviceMesh.from_sizes(tp_size='2')
+        with self.assertRaises(ValueError):  # etp*ep*pp must divide the world
+            DeviceMesh.from_sizes(dp_size=1, tp_size=1, ep_size=3, pp_size=2)
+
+
+class InitializeTest(unittest.TestCase):
+
+    def test_keywords_and_defaults_are_twinkles(self):
+        self.assertEqual(defaults(twinkle.initialize), dict(
+            mode='local', nproc_per_node=8, ncpu_proc_per_node=8, seed=42, full_determinism=False, groups=None,
+            global_device_mesh=None, lazy_collect=True, name=None, notifier=None))
+
+    def test_initialized_state(self):
+        self.assertTrue(twinkle.is_initialized())
+        self.assertEqual(os.environ.get('TWINKLE_SESSION_ID'), str(os.getpid()))
+        self.assertEqual((Platform.get_rank(), Platform.get_world_size(), Platform.device_prefix()), (0, 1, 'cpu'))
+
+    def _fails(self, code, exc, text, env=None):
+        t0 = time.time()
+        r = run_child('import twinkle\nfrom twinkle import DeviceMesh\n' + code, env)
+        self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertLess(time.time() - t0, 30)
+        self.assertIn(f'{exc}: ', r.stderr)
+        self.assertIn(text, r.stderr)
+        self.assertNotIn('Segmentation', r.stderr)
+        self.assertNotIn('terminate', r.stderr)
+        return r.stderr
+
+    def test_npu_fails_at_once_with_the_cpp_message(self):
+        self._fails("twinkle.initialize(mode='local', global_device_mesh=DeviceMesh.from_sizes(device_type='npu'))",
+                    'RuntimeError', "device_type 'npu' requested but this build has no NPU backend: it needs Huawei "
+                    "Ascend's CANN")
+
+    def test_ascend_visible_devices_is_named(self):
+        err = self._fails("twinkle.initialize(global_device_mesh=DeviceMesh.from_sizes(device_type='npu'))",
+                          'RuntimeError', 'no NPU backend', env={'ASCEND_RT_VISIBLE_DEVICES': '0,1'})
+        self.assertIn('[ASCEND_RT_VISIBLE_DEVICES is set]', err)
+
+    def test_cuda_fails_at_once_with_the_cpp_message(self):
+        self._fails("twinkle.initialize(global_device_mesh=DeviceMesh.from_sizes(device_type='cuda'))",
+                    'RuntimeError', "device_type 'cuda' requested but this build has no CUDA backend")
+
+    def test_world_size_mismatch(self):
+        self._fails('twinkle.initialize(global_device_mesh=DeviceMesh.from_sizes(dp_size=2, tp_size=2, pp_size=2))',
+                    'RuntimeError', 'world size 1 does not match the device mesh pp=2 x dp=2 x tp=2 (8 ranks)')
+
+    def test_bad_mode_is_a_value_error(self):
+        self._fails("twinkle.initialize(mode='ray')", 'ValueError', "InitOptions.mode 'ray' is not supported")
+
+    def test_bad_mesh_type(self):
+        self._fails("twinkle.initialize(global_device_mesh='dp=2')", 'ValueError', 'must be a twinkle.DeviceMesh')
+
+    def test_second_call_raises(self):
+        r = run_child('import twinkle\ntwinkle.initialize()\ntry:\n    twinkle.initialize()\n'
+                      'except RuntimeError as e:\n    print("second:", e)\n')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn('second:', r.stdout)
+
+
+class LoggerPlacementTest(unittest.TestCase):
+
+    def test_logger_is_twinkles(self):
+        log = get_logger()
+        self.assertIs(log, get_logger())
+        self.assertEqual(log.name, 'twinkle')
+        self.assertFalse(log.propagate)
+        fmt = log.handlers[0].formatter
+        import logging
+        rec = logging.LogRecord('twinkle', logging.INFO, '', 0, 'hello', None, None)
+        line = fmt.format(rec)
+        self.assertRegex(line, r'^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\]\[INFO:twinkle\] hello$')
+        for m in ('info_once', 'warning_once', 'info_if', 'warning_if'):
+            self.assertTrue(callable(getattr(log, m)))
+
+    def test_log_level_env(self):
+        r = run_child('import twinkle\ntwinkle.initialize()\nlog = twinkle.get_logger()\nlog.info("shown-info")\n'
+                      'log.warning("shown-warning")\n', env={'LOG_LEVEL': 'WARNING'})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn('shown-info', r.stderr)
+        self.assertIn('[WARNING:twinkle] shown-warning', r.stderr)
+
+    def test_device_placement(self):
+        s = get_device_placement()
+        self.assertTrue(s.startswith('\n'))
+        self.assertIn('DEVICE PLACEMENT TOPOLOGY', s)
+
+
+class DatasetTest(unittest.TestCase):
+
+    def test_meta_keywords_and_defaults(self):
+        self.assertEqual(defaults(DatasetMeta), dict(dataset_id='', subset_name='default', split='train',
+                                                     data_slice=None, data=None))
+        with self.assertRaisesRegex(ValueError, 'dataset_id or data'):
+            DatasetMeta()
+        with self.assertRaisesRegex(ValueError, 'iterable'):
+            DatasetMeta('x', data_slice=5)
+
+    def test_template_keywords_and_defaults(self):
+        d = defaults(Dataset.set_template)
+        for k, v in dict(template_cls='Template', model_id=None, max_length=8192, truncation_strategy='raise',
+                         default_system=None, enable_thinking=True, use_chat_template=True).items():
+            self.assertEqual(d[k], v, k)
+
+    def test_load_slice_wraps_and_map(self):
+        rows = [{'query': f'q{i} {{{{NAME}}}}', 'response': f'r{i} {{{{AUTHOR}}}}', 'tag': 'en'} for i in range(3)]
+        ds = Dataset(DatasetMeta(data=rows, data_slice=range(5)))
+        self.assertEqual(len(ds), 5)
+        self.assertEqual(ds[3]['query'], 'q0 {{NAME}}')  # index 3 wraps to row 0
+        ds.map(SelfCognitionProcessor())  # defaults 'twinkle robot', 'twinkle lab'
+        self.assertEqual(ds[0]['messages'], [
+            {'role': 'system', 'content': 'You are a helpful assistant.'},
+            {'role': 'user', 'content': 'q0 twinkle robot'},
+            {'role': 'assistant', 'content': 'r0 twinkle lab'}])
+        self.assertEqual(ds[0]['tag'], 'en')  # columns kept
+        ds.map(lambda row: {'extra': len(row['query'])})
+        self.assertEqual(ds[1]['extra'], len('q1 twinkle robot'))
+
+    def test_hub_dataset_encode(self):
+        ds = encoded_dataset(rows=4)
+        self.assertEqual(len(ds), 4)
+        row = ds[0]
+        for k in ('input_ids', 'labels', 'attention_mask', 'position_ids', 'length', 'query', 'response', 'messages'):
+            self.assertIn(k, row)
+        n = row['length']
+        self.assertEqual([len(row[k]) for k in ('input_ids', 'labels', 'attention_mask', 'position_ids')], [n] * 4)
+        self.assertEqual(row['position_ids'], list(range(n)))
+        self.assertEqual(row['attention_mask'], [1] * n)
+        self.assertEqual(row['labels'][0], -100)  # the system prompt is not trained
+        trained = [t for t, l in zip(row['input_ids'], row['labels']) if l != -100]
+        self.assertEqual(trained, [l for l in row['labels'] if l != -100])  # HF convention: labels == ids
+        self.assertIn('twinkle大模型', json.dumps(row['messages'], ensure_ascii=False) +
+                      json.dumps(ds[1]['messages'], ensure_ascii=False) + json.dumps(ds[2]['messages'],
+                                                                                    ensure_ascii=False))
+
+    def test_bad_template_arguments(self):
+        ds = Dataset(DatasetMeta('ms://swift/self-cognition', data_slice=range(2)))
+        with self.assertRaisesRegex(ValueError, 'max_length'):
+            ds.set_template('Template', model_id=MODEL, max_length=0)
+        with self.assertRaisesRegex(ValueError, 'truncation'):
+            ds.set_template('Template', model_id=MODEL, truncation_strategy='middle')
+        with self.assertRaisesRegex(ValueError, "template 'Qwen9Template' is unknown"):
+            ds.set_template('Qwen9Template', model_id=MODEL)
+        with self.assertRaisesRegex(ValueError, 'model_id'):
+            ds.set_template('Template')
+        with self.assertRaises(TypeError):
+            ds.set_template('Template', model_id=MODEL, max_lenght=512)
+        with self.assertRaises(RuntimeError):
+            ds.encode()  # every set_template above failed: no template
+
+    def test_too_long_row_raises_with_the_row_name(self):
+        ds = Dataset(DatasetMeta('ms://swift/self-cognition', data_slice=range(2)))
+        ds.set_template('Template', model_id=MODEL, max_length=8)
+        ds.map(SelfCognitionProcessor('a', 'b'))
+        with self.assertRaisesRegex(RuntimeError, 'exceeds max_length 8'):
+            ds.encode()
+
+    def test_missing_file_is_a_runtime_error(self):
+        with self.assertRaisesRegex(RuntimeError, 'no_such_file.jsonl'):
+            Dataset(DatasetMeta('/nonexistent/no_such_file.jsonl'))
+
+    def test_negative_slice_index(self):
+        with self.assertRaises(ValueError):
+            Dataset(DatasetMeta('ms://swift/self-cognition', data_slice=[0, -1]))
+
+    def test_preprocessor_errors(self):
+        p = SelfCognitionProcessor('n', 'a')
+        self.assertEqual(p({'query': '{{NAME}}', 'response': 'x'})['messages'][1]['content'], 'n')
+        with self.assertRaisesRegex(RuntimeError, "column 'query' is missing"):
+            p({'response': 'x'})
+        ds = Dataset(DatasetMeta(data=[{'response': 'x'}]))
+        with self.assertRaisesRegex(RuntimeError, "<memory>:1.*'query'"):
+            ds.map(p)
+        with self.assertRaises(TypeError):
+            ds.map(42)
+
+
+class DataLoaderTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ds = encoded_dataset(rows=10)
+
+    def test_keywords_and_defaults(self):
+        d = defaults(DataLoader)
+        for k, v in dict(batch_size=None, min_batch_size=None, device_mesh=None, num_workers=0).items():
+            self.assertEqual(d[k], v, k)
+
+    def test_batches_are_lists_of_row_dicts(self):
+        dl = DataLoader(dataset=self.ds, batch_size=4, num_workers=0)
+        self.assertEqual(len(dl), 3)  # ceil(10 / 4)
+        batches = list(dl)
+        self.assertEqual([len(b) for b in batches], [4, 4, 2])
+        self.assertIsInstance(batches[0], list)
+        self.assertIsInstance(batches[0][0], dict)
+        self.assertEqual(batches[1][0]['input_ids'], self.ds[4]['input_ids'])  # sequential, no shuffle
+        self.assertEqual(batches[2][1]['query'], self.ds[9]['query'])
+        self.assertEqual(len(list(dl)), 3)  # a second epoch
+        self.assertEqual(dl.get_state()['consumed_train_samples'], 20)
+
+    def test_resume(self):
+        dl = DataLoader(self.ds, batch_size=2)
+        dl.resume_from_checkpoint(4)
+        self.assertEqual(next(iter(dl))[0]['input_ids'], self.ds[4]['input_ids'])
+
+    def test_bad_arguments(self):
+        with self.assertRaisesRegex(ValueError, 'batch_size'):
+            DataLoader(self.ds, batch_size=0)
+        with self.assertRaisesRegex(ValueError, 'batch_size'):
+            DataLoader(self.ds)
+        with self.assertRaisesRegex(ValueError, 'num_workers'):
+            DataLoader(self.ds, batch_size=2, num_workers=-1)
+        with self.assertRaisesRegex(ValueError, 'collate_fn'):
+            DataLoader(self.ds, batch_size=2, collate_fn=lambda x: x)
+        with self.assertRaisesRegex(ValueError, 'Dataset'):
+            DataLoader([1, 2], batch_size=2)
+        with self.assertRaises(TypeError):
+            DataLoader(self.ds, batch_size=2, pin_memory=True)
+        raw = Dataset(DatasetMeta('ms://swift/self-cognition', data_slice=range(2)))
+        with self.assertRaisesRegex(RuntimeError, 'encode'):
+            DataLoader(raw, batch_size=2)
+
+
+class LoraConfigTest(unittest.TestCase):
+
+    def test_peft_field_names_and_defaults(self):
+        d = defaults(LoraConfig)
+        for k, v in dict(r=8, lora_alpha=8, lora_dropout=0.0, target_modules=None, bias='none', use_rslora=False,
+                         use_dora=False, modules_to_save=None, init_lora_weights=True, task_type=None).items():
+            self.assertEqual(d[k], v, k)
+        c = LoraConfig(r=8, lora_alpha=32, target_modules='all-linear')
+        self.assertEqual(c.to_dict()['target_modules'], 'all-linear')
+        self.assertEqual(LoraConfig.from_any({'r': 4}).r, 4)
+        with self.assertRaisesRegex(TypeError, 'unknown field'):
+            LoraConfig.from_any({'rank': 4})
+        with self.assertRaisesRegex(ValueError, 'r must be'):
+            LoraConfig(r=0)
+
+
+class MegatronModelTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.ds = encoded_dataset(rows=8)
+        cls.model = MegatronModel(model_id=MODEL)
+        cls.init_dir = cls.model.save('init', output_dir=cls.tmp.name)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_01_keywords_and_defaults(self):
+        d = defaults(MegatronModel)
+        for k, v in dict(config=None, ddp_config=None, device_mesh=None, mixed_precision='bf16', load_weights=True,
+                         recompute_granularity='full', recompute_method='uniform', recompute_num_layers=1,
+                         recompute_modules=None).items():
+            self.assertEqual(d[k], v, k)
+        self.assertEqual(defaults(MegatronModel.set_optimizer)['optimizer_cls'], 'default')
+        self.assertEqual(defaults(MegatronModel.set_lr_scheduler)['scheduler_cls'], 'default')
+        self.assertEqual(defaults(MegatronModel.calculate_metric)['is_training'], True)
+        self.assertEqual({k: v for k, v in defaults(MegatronModel.save).items() if k != 'self'},
+                         dict(name=None, output_dir=None, interval=1, save_optimizer=False, merge_lora=False))
+        fb = inspect.signature(MegatronModel.forward_backward).parameters['inputs']
+        self.assertEqual(fb.kind, inspect.Parameter.KEYWORD_ONLY)
+
+    def test_02_forward_only_equals_pytorch_reference(self):
+        sys.path.insert(0, os.path.join(ROOT, 'tests', 'reference'))
+        import qwen3_ref
+        batch = next(iter(DataLoader(self.ds, batch_size=4)))
+        out = self.model.forward_only(inputs=batch)
+        self.assertIsInstance(out, ModelOutput)
+        ref = qwen3_ref.load_model(self.init_dir, qwen3_ref.torch.float64)
+        mb = qwen3_ref.make_batch({'input_ids': [r['input_ids'] for r in batch],
+                                   'labels': [r['labels'] for r in batch]})
+        s, n = ref.loss_sum(mb, False)
+        self.assertAlmostEqual(out['loss'], float(s) / n, delta=2e-5 * abs(float(s) / n))
+
+    def test_03_train_step_metrics_save_load(self):
+        m = self.model
+        m.set_optimizer(optimizer_cls='default', lr=1e-3)
+        m.set_lr_scheduler(scheduler_cls='default', lr_warmup_steps=0, lr_decay_steps=4)
+        dl = DataLoader(self.ds, batch_size=4)
+        batch = next(iter(dl))
+        out = m.forward_backward(inputs=batch)
+        self.assertTrue(math.isfinite(out.loss) and out.loss > 0)
+        st = m.clip_grad_and_step()
+        self.assertGreater(st['grad_norm'], 0)
+        self.assertEqual(st['step'], 1)
+        metric = m.calculate_metric(is_training=True)
+        self.assertIsInstance(metric, dict)
+        for k in ('loss', 'grad_norm', 'iters', 'speed', 'total time elapse'):
+            self.assertIn(k, metric)
+        self.assertAlmostEqual(float(metric['loss']), out.loss, places=3)
+        self.assertEqual(m.last_metrics()['loss'], out.loss)
+        self.assertIn('TP size', m.get_train_configs())
+        # numpy arrays are accepted as inputs
+        import numpy as np
+        np_batch = [{'input_ids': np.array(r['input_ids']), 'labels': np.array(r['labels'])} for r in batch]
+        after = m.forward_only(inputs=np_batch).loss
+        self.assertLess(after, out.loss)  # one step at lr 1e-3 on the same rows lowers the loss
+        # save with Twinkle's naming, then load it back into a fresh model
+        cwd = os.getcwd()
+        os.chdir(self.tmp.name)
+        try:
+            d = m.save()
+            self.assertEqual(os.path.normpath(d), os.path.normpath(os.path.join('output', 'checkpoint-step-1')))
+            self.assertIsNone(m.save('skipped', interval=2))
+        finally:
+            os.chdir(cwd)
+        full = os.path.join(self.tmp.name, d)
+        for f in ('config.json', 'model.safetensors', 'tokenizer.json'):
+            self.assertTrue(os.path.exists(os.path.join(full, f)), f)
+        fresh = MegatronModel(MODEL)
+        fresh.load(full)
+        self.assertEqual(fresh.forward_only(inputs=batch).loss, after)
+
+    def test_04_bad_arguments(self):
+        m = self.model
+        with self.assertRaisesRegex(ValueError, "optimizer option 'lr'"):
+            m.set_optimizer(lr=-1.0)
+        with self.assertRaisesRegex(ValueError, "adam_beta1"):
+            m.set_optimizer(adam_beta1=1.5)
+        with self.assertRaisesRegex(ValueError, "optimizer 'SGD' is not supported"):
+            m.set_optimizer('SGD')
+        with self.assertRaisesRegex(TypeError, "unexpected keyword argument 'momentum'"):
+            m.set_optimizer(momentum=0.9)
+        with self.assertRaisesRegex(ValueError, 'lr_warmup_steps'):
+            m.set_lr_scheduler(lr_warmup_steps=5, lr_decay_steps=3)
+        with self.assertRaisesRegex(ValueError, 'lr_decay_style'):
+            m.set_lr_scheduler(lr_decay_style='step')
+        with self.assertRaisesRegex(ValueError, "scheduler 'Foo' is not supported"):
+            m.set_lr_scheduler('Foo')
+        with self.assertRaises(TypeError):
+            m.forward_backward(self.ds[0])  # inputs is keyword-only
+        with self.assertRaisesRegex(TypeError, 'list of row dicts'):
+            m.forward_backward(inputs='text')
+        with self.assertRaisesRegex(ValueError, "no 'labels'"):
+            m.forward_backward(inputs=[{'input_ids': [1, 2, 3]}])
+        with self.assertRaisesRegex(ValueError, 'labels has 2 entries, input_ids 3'):
+            m.forward_backward(inputs=[{'input_ids': [1, 2, 3], 'labels': [1, 2]}])
+        with self.assertRaisesRegex(ValueError, 'encode the dataset first'):
+            m.forward_backward(inputs=[{'messages': []}])
+        with self.assertRaisesRegex(ValueError, 'norm_type'):
+            m.clip_grad_and_step(norm_type=1)
+        with self.assertRaisesRegex(ValueError, 'micro_batch_size'):
+            m.forward_only(inputs=[self.ds[0]], micro_batch_size=1)
+        for call in (m.forward, m.calculate_loss, m.backward):
+            with self.assertRaises(NotImplementedError):
+                call()
+        with self.assertRaisesRegex(NotImplementedError, 'LoRA'):
+            m.add_adapter_to_model('default', LoraConfig(r=8, lora_alpha=32, target_modules='all-linear'))
+        with self.assertRaisesRegex(TypeError, 'unknown field'):
+            m.add_adapter_to_model('default', {'rank': 8})
+        with self.assertRaises(NotImplementedError):
+            m.save('x', output_dir=self.tmp.name, save_optimizer=True)
+
+    def test_06_kernelize_model(self):
+        batch = [self.ds[0], self.ds[1]]
+        fused = self.model.forward_only(inputs=batch).loss
+        self.assertIs(twinkle.kernelize_model(self.model, {'rms_norm': {'cpu': 'reference', 'npu': 'x'}}), self.model)
+        ref = self.model.forward_only(inputs=batch).loss
+        self.assertAlmostEqual(ref, fused, delta=1e-5 * abs(fused))  # same math, other kernel
+        twinkle.kernelize_model(self.model)  # built-in bundle back
+        self.assertEqual(self.model.forward_only(inputs=batch).loss, fused)
+        with self.assertRaises(ValueError):
+            twinkle.kernelize_model(self.model, {'no_such_op': {'cpu': 'fused'}})
+        with self.assertRaises(ValueError):
+            twinkle.kernelize_model(self.model, {'rms_norm': {'cpu': 'no_such_impl'}})
+        with self.assertRaises(TypeError):
+            twinkle.kernelize_model(object())
+        with self.assertRaisesRegex(ValueError, 'kernels'):
+            MegatronModel(MODEL, kernels='fast')
+
+    def test_05_bad_model_arguments(self):
+        with self.assertRaisesRegex(ValueError, 'micro_batch_size'):
+            MegatronModel(MODEL, micro_batch_size=-1)
+        with self.assertRaisesRegex(ValueError, 'on_nonfinite'):
+            MegatronModel(MODEL, on_nonfinite='ignore')
+        with self.assertRaisesRegex(ValueError, 'mixed_precision'):
+            MegatronModel(MODEL, mixed_precision='int8')
+        with self.assertRaisesRegex(TypeError, "unexpected keyword argument 'use_flash'"):
+            MegatronModel(MODEL, use_flash=True)
+        with self.assertRaisesRegex(RuntimeError, 'nonexistent_model'):
+            MegatronModel('/nonexistent_model')
+
+
+class CtrlCTest(unittest.TestCase):
+
+    def test_sigint_during_training_stops_the_process(self):
+        code = (
+            'import sys, twinkle\n'
+            'from twinkle.model import MegatronModel\n'
+            'twinkle.initialize()\n'
+            f'm = MegatronModel({MODEL!r})\n'
+            'row = {"input_ids": list(range(1, 400)), "labels": list(range(1, 400))}\n'
+            'print("ready", flush=True)\n'
+            'while True:\n'
+            '    m.forward_backward(inputs=[row, row])\n'
+            '    m.clip_grad_and_step()\n')
+        p = subprocess.Popen([PY, '-c', code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(p.stdout.readline().strip(), 'ready')
+            time.sleep(1.0)
+            p.send_signal(signal.SIGINT)
+            rc = p.wait(timeout=20)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        err = p.stderr.read()
+        p.stdout.close()
+        p.stderr.close()
+        self.assertNotEqual(rc, 0)
+        self.assertTrue('interrupted (SIGINT)' in err or 'KeyboardInterrupt' in err, err)
+
+
+if __name__ == '__main__':
+    unittest.main()

@@ -1,0 +1,95 @@
+#!/usr/bin/python3
+"""Acceptance check of the Python package (issue 15): examples/python/tp.py on 8 ranks
+(dp=2, tp=2, pp=2, launched by twinkle-run) against the C++ recipe examples/tp_recipe on the
+same data and seed (one epoch of --data-rows rows, global batch 8):
+
+1. every step's loss, grad norm and lr in metrics.jsonl agree within 1e-6 relative, and the loss
+   the Python script logs per step (Twinkle's metric dict, '%.4f') is the C++ loss formatted;
+2. the saved checkpoints are identical byte for byte (config.json, model.safetensors, tokenizer
+   files).
+Catches: a binding that changes the rows (columns, labels, order, dp split), the optimizer or
+scheduler options, the step sequence, or the save path. Run with /usr/bin/python3.
+"""
+import argparse
+import ast
+import filecmp
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run(cmd, env):
+    print('+', ' '.join(cmd), flush=True)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=540)
+    if r.returncode != 0:
+        print(r.stdout)
+        raise SystemExit(f'command failed with exit code {r.returncode}')
+    return r.stdout
+
+
+def metrics(path):
+    with open(path) as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--build', required=True)
+    ap.add_argument('--rows', type=int, default=32, help='data_slice = range(rows); steps = rows / 8')
+    args = ap.parse_args()
+    launcher = os.path.join(args.build, 'bin', 'twinkle-run')
+    tmp = tempfile.mkdtemp(prefix='twinkle-python-recipe-')
+    env = dict(os.environ, OMP_NUM_THREADS='1')
+    failures = []
+    try:
+        cpp_dir, py_dir = os.path.join(tmp, 'cpp'), os.path.join(tmp, 'py')
+        run([launcher, '--nproc_per_node=8', os.path.join(args.build, 'examples', 'tp_recipe'), '--data-rows',
+             str(args.rows), '--output-dir', cpp_dir], env)
+        py_env = dict(env, TWINKLE_DATA_ROWS=str(args.rows), TWINKLE_OUTPUT_DIR=py_dir)
+        out = run([launcher, '--nproc_per_node=8', os.path.join(ROOT, 'examples', 'python', 'tp.py')], py_env)
+        mc, mp = metrics(os.path.join(cpp_dir, 'metrics.jsonl')), metrics(os.path.join(py_dir, 'metrics.jsonl'))
+        steps = (args.rows + 7) // 8
+        if len(mc) != steps or len(mp) != steps:
+            failures.append(f'expected {steps} metrics lines, got {len(mc)} (C++) and {len(mp)} (Python)')
+        logged = {}
+        for m in re.finditer(r'Current is step (\d+) of \d+, metric: (\{.*\})', out):
+            logged[int(m.group(1))] = ast.literal_eval(m.group(2))
+        for i, (a, b) in enumerate(zip(mp, mc)):
+            print(f"step {b['step']}: loss python {a['loss']:.10f} c++ {b['loss']:.10f} | grad_norm "
+                  f"{a['grad_norm']:.10f} {b['grad_norm']:.10f} | lr {a['lr']:.6e} {b['lr']:.6e}")
+            for k in ('loss', 'grad_norm', 'lr'):
+                if rel(a[k], b[k]) > 1e-6 and not (a[k] == 0 and b[k] == 0):
+                    failures.append(f"step {b['step']}: {k} {a[k]} (Python) vs {b[k]} (C++)")
+            shown = logged.get(i, {}).get('loss')
+            if shown != f"{b['loss']:.4f}":
+                failures.append(f"step {b['step']}: the Python script logged loss {shown!r}, C++ {b['loss']:.4f}")
+        ck = os.path.join(py_dir, 'last-checkpoint')
+        for f in ('config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json'):
+            a, b = os.path.join(ck, f), os.path.join(cpp_dir, f)
+            if not os.path.exists(a) or not os.path.exists(b):
+                failures.append(f'{f}: missing in the Python ({os.path.exists(a)}) or C++ ({os.path.exists(b)}) '
+                                'checkpoint')
+            elif not filecmp.cmp(a, b, shallow=False):
+                failures.append(f'{f} differs between the Python and the C++ checkpoint')
+            else:
+                print(f'{f}: identical ({os.path.getsize(a)} bytes)')
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        print('FAIL:\n  ' + '\n  '.join(failures))
+        sys.exit(1)
+    print('OK: the Python recipe equals the C++ recipe (loss, grad norm, lr per step; checkpoint bytes)')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""Independent PyTorch LoRA (PEFT's formulas) on tests/reference/qwen3_ref.py, for checking twinkle.
+
+  y = base(x) + scaling * (x @ A^T) @ B^T,  scaling = lora_alpha / r  (lora_alpha / sqrt(r) with
+  use_rslora)  -- peft/tuners/lora/layer.py Linear.forward / LoraLayer.update_layer.
+
+The adapter is read from a PEFT adapter directory the way PEFT reads it: adapter_config.json
+(peft_type LORA, r, lora_alpha, use_rslora, target_modules: "all-linear" = every nn.Linear but
+lm_head, else names matched as the module's full name or a "."-suffix of it) and
+adapter_model.safetensors with keys "base_model.model.<module>.lora_A.weight" /
+"...lora_B.weight". Every key must land on a targeted module and every targeted module needs
+both keys, so a renamed key or a wrong target fails.
+
+  step:  train only the adapter (base frozen) with torch.optim.AdamW (adapters are 2-D:
+         decayed) and clip_grad_norm_ over the adapter; writes metrics.json (loss, grad_norm),
+         grads_step0.safetensors and final.safetensors (adapter tensors, HF names without
+         PEFT's prefix).
+  loss:  the loss of a batch with the adapter (unmerged), and with W + scaling B A merged.
+Run with /usr/bin/python3 (Debian's python3-torch).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import safetensors_py as st  # noqa: E402
+import qwen3_ref  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+PREFIX = "base_model.model."
+
+
+class LoraLinear(nn.Module):
+    def __init__(self, base, A, B, scaling):
+        super().__init__()
+        self.base = base
+        self.lora_A = nn.Parameter(A)
+        self.lora_B = nn.Parameter(B)
+        self.scaling = scaling
+
+    def forward(self, x):
+        return self.base(x) + (x @ self.lora_A.t()) @ self.lora_B.t() * self.scaling
+
+
+def targeted(name, targets):
+    if targets == "all-linear":
+        return name != "lm_head"
+    if isinstance(targets, str):
+        targets = [targets]
+    return any(name == t or name.endswith("." + t) for t in targets)
+
+
+def attach(model, adapter_dir, dtype):
+    with open(os.path.join(adapter_dir, "adapter_config.json")) as f:
+        cfg = json.load(f)
+    if cfg.get("peft_type") != "LORA":
+        raise SystemExit(f"adapter_config.json: peft_type {cfg.get('peft_type')!r} is not LORA")
+    r, alpha = cfg["r"], cfg["lora_alpha"]
+    scaling = alpha / math.sqrt(r) if cfg.get("use_rslora", False) else alpha / r
+    tensors = st.load(os.path.join(adapter_dir, "adapter_model.safetensors"))
+    used = set()
+    wrapped = {}
+    for name, mod in list(model.named_modules()):
+        if not isinstance(mod, nn.Linear) or not targeted(name, cfg["target_modules"]):
+            continue
+        ka, kb = PREFIX + name + ".lora_A.weight", PREFIX + name + ".lora_B.weight"
+        if ka not in tensors or kb not in tensors:
+            raise SystemExit(f"adapter: targeted module {name} has no {ka} / {kb}")
+        A, B = tensors[ka].to(dtype), tensors[kb].to(dtype)
+        if A.shape != (r, mod.in_features) or B.shape != (mod.out_features, r):
+            raise SystemExit(f"adapter: {name}: A {tuple(A.shape)} B {tuple(B.shape)} do not fit r={r}, "
+                             f"in={mod.in_features}, out={mod.out_features}")
+        used.update([ka, kb])
+        parent_name, child = name.rsplit(".", 1)
+        parent = model.get_submodule(parent_name)
+        lin = LoraLinear(mod, A.clone(), B.clone(), scaling)
+        setattr(parent, child, lin)
+        wrapped[name] = lin
+    extra = sorted(set(tensors) - used)
+    if extra:
+        raise SystemExit(f"adapter: keys that match no targeted module: {extra[:5]}")
+    if not wrapped:
+        raise SystemExit("adapter: no module targeted")
+    for n, p in model.named_parameters():
+        p.requires_grad_(".lora_A" in n or ".lora_B" in n)
+    return wrapped, scaling
+
+
+def adapter_tensors(wrapped, grads=False):
+    out = {}
+    for name, lin in wrapped.items():
+        for k, p in (("lora_A", lin.lora_A), ("lora_B", lin.lora_B)):
+            t = p.grad if grads else p
+            out[f"{name}.{k}.weight"] = (t if t is not None else torch.zeros_like(p)).detach().clone()
+    return out
+
+
+def merge(model, wrapped):
+    with torch.no_grad():
+        for name, lin in wrapped.items():
+            lin.base.weight += lin.scaling * (lin.lora_B @ lin.lora_A)
+            parent_name, child = name.rsplit(".", 1)
+            setattr(model.get_submodule(parent_name), child, lin.base)
+
+
+def cmd_step(a):
+    dtype = qwen3_ref._DTYPES[a.dtype]
+    model = qwen3_ref.load_model(a.model, dtype)
+    wrapped, _ = attach(model, a.adapter, dtype)
+    steps = qwen3_ref.load_batches(a.batch)
+    params = [p for lin in wrapped.values() for p in (lin.lora_A, lin.lora_B)]
+    opt = torch.optim.AdamW([{"params": params, "weight_decay": a.weight_decay}], lr=a.lr, betas=(a.beta1, a.beta2),
+                            eps=a.eps)
+    os.makedirs(a.out, exist_ok=True)
+    metrics = {"loss": [], "grad_norm": []}
+    for i in range(a.steps):
+        opt.zero_grad(set_to_none=True)
+        loss, _ = qwen3_ref.train_step(model, steps[i % len(steps)])
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        if i == 0:
+            st.save(os.path.join(a.out, "grads_step0.safetensors"), adapter_tensors(wrapped, grads=True), dtype="F64")
+        max_norm = a.clip_grad if a.clip_grad > 0 else float("inf")
+        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        metrics["loss"].append(loss)
+        metrics["grad_norm"].append(norm)
+        opt.step()
+    st.save(os.path.join(a.out, "final.safetensors"), adapter_tensors(wrapped), dtype="F64")
+    with open(os.path.join(a.out, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=1)
+    print(json.dumps(metrics))
+
+
+def cmd_loss(a):
+    dtype = qwen3_ref._DTYPES[a.dtype]
+    model = qwen3_ref.load_model(a.model, dtype)
+    wrapped, _ = attach(model, a.adapter, dtype)
+    mbs = qwen3_ref.load_batches(a.batch)[0]
+    n = sum(qwen3_ref.count_targets(mb) for mb in mbs)
+    with torch.no_grad():
+        unmerged = sum(float(model.loss_sum(mb)[0]) for mb in mbs) / n
+        merge(model, wrapped)
+        merged = sum(float(model.loss_sum(mb)[0]) for mb in mbs) / n
+    print(json.dumps({"loss": unmerged, "merged_loss": merged}))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("step", "loss"):
+        p = sub.add_parser(name)
+        p.add_argument("--model", required=True)
+        p.add_argument("--adapter", required=True)
+        p.add_argument("--batch", required=True)
+        p.add_argument("--dtype", default="float64")
+        if name == "step":
+            p.add_argument("--steps", type=int, default=1)
+            p.add_argument("--lr", type=float, default=1e-3)
+            p.add_argument("--weight-decay", type=float, default=0.0)
+            p.add_argument("--beta1", type=float, default=0.9)
+            p.add_argument("--beta2", type=float, default=0.999)
+            p.add_argument("--eps", type=float, default=1e-8)
+            p.add_argument("--clip-grad", type=float, default=1.0)
+            p.add_argument("--out", required=True)
+    a = ap.parse_args()
+    {"step": cmd_step, "loss": cmd_loss}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+// LoRA (issue 12) unit tests: LoraConfig checks and scaling, target resolution and its error,
+// the frozen base (no gradient buffer, no optimizer state, weights bit-identical after AdamW
+// steps), PEFT adapter files round trip and the merge. Numerics against PyTorch and every
+// parallel layout: tests/lora.cmake (tests/reference/check_train.py --lora-r).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "twinkle/core/error.h"
+#include "twinkle/dist/parallel_state.h"
+#include "twinkle/model/lora_config.h"
+#include "twinkle/model/lora_files.h"
+#include "twinkle/optim/distributed_optimizer.h"
+#include "twinkle/io/safetensors.h"
+#include "twinkle/train/engine.h"
+
+#include <functional>
+#include <unistd.h>
+
+using namespace twinkle;
+
+namespace {
+
+ModelConfig tiny_config() {
+  ModelConfig c;
+  c.model_type = "qwen3";
+  c.vocab_size = 301;
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 32;
+  c.max_position_embeddings = 128;
+  c.rope_theta = 1e6;
+  return c;
+}
+
+std::vector<EncodedRow> rows(int n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::vector<EncodedRow> out;
+  for (int i = 0; i < n; ++i) {
+    EncodedRow r;
+    int L = 6 + static_cast<int>(g() % 12);
+    for (int t = 0; t < L; ++t) {
+      r.input_ids.push_back(static_cast<int32_t>(g() % 301));
+      r.labels.push_back(t < 2 ? -100 : r.input_ids.back());
+      r.position_ids.push_back(t);
+    }
+    r.length = L;
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(LoraConfig, DefaultsAndScalingArePeft) {
+  LoraConfig c;
+  EXPECT_EQ(c.r, 8);
+  EXPECT_EQ(c.lora_alpha, 8);
+  EXPECT_EQ(c.lora_dropout, 0.0);
+  EXPECT_EQ(c.init_lora_weights, "true");
+  c.r = 8;
+  c.lora_alpha = 32;
+  EXPECT_DOUBLE_EQ(c.scaling(), 4.0);
+  c.use_rslora = true;
+  EXPECT_DOUBLE_EQ(c.scaling(), 32.0 / std::sqrt(8.0));
+}
+
+TEST(LoraConfig, ValidateNamesTheFlag) {
+  LoraConfig c;
+  c.r = 0;
+  EXPECT_NE(error_of([&] { validate(c); }).find("(--lora-r) must be >= 1, got 0"), std::string::npos);
+  c = LoraConfig{};
+  c.lora_dropout = 1.0;
+  EXPECT_NE(error_of([&] { validate(c); }).find("--lora-dropout"), std::string::npos);
+  c = LoraConfig{};
+  c.lora_alpha = -1;
+  EXPECT_NE(error_of([&] { validate(c); }).find("--lora-alpha"), std::string::npos);
+  c = LoraConfig{};
+  c.init_lora_weights = "pissa";
+  EXPECT_NE(error_of([&] { validate(c); }).find("--lora-init"), std::string::npos);
+  c = LoraConfig{};
+  c.target_modules = " , ";
+  EXPECT_NE(error_of([&] { validate(c); }).find("--lora-targets"), std::string::npos);
+}
+
+TEST(LoraConfig, TargetsAllLinearListsAndUnknownNames) {
+  auto ps = dist::make_single_process_state();
+  Qwen3Model model(tiny_config(), ps);
+  const auto mods = model.linear_modules();
+  ASSERT_EQ(mods.size(), 14u);  // 2 layers x q k v o gate up down; never lm_head
+  LoraConfig c;
+  EXPECT_EQ(resolve_lora_targets(c, mods), mods);
+  c.target_modules = "q_proj, v_proj";
+  auto t = resolve_lora_targets(c, mods);
+  ASSERT_EQ(t.size(), 4u);
+  EXPECT_EQ(t[0], "model.layers.0.self_attn.q_proj");
+  EXPECT_EQ(t[1], "model.layers.0.self_attn.v_proj");
+  c.target_modules = "model.layers.1.mlp.down_proj";
+  EXPECT_EQ(resolve_lora_targets(c, mods).size(), 1u);
+  c.target_modules = "proj";  // not a "."-suffix of any module name
+  const std::string e = error_of([&] { resolve_lora_targets(c, mods); });
+  EXPECT_NE(e.find("'proj' matches no linear module"), std::string::npos) << e;
+  EXPECT_NE(e.find("valid: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"),
+            std::string::npos)
+      << e;
+  c.target_modules = "lm_head";
+  EXPECT_NE(error_of([&] { resolve_lora_targets(c, mods); }).find("matches no linear module"), std::string::npos);
+}
+
+TEST(Lora, BaseFrozenBitIdenticalAndOnlyAdapterInOptimizer) {
+  auto ps = dist::make_single_process_state();
+  Qwen3Model model(tiny_config(), ps);
+  model.init_random(3);
+  const int64_t base_numel = model.store().numel();
+  std::vector<float> before(model.store().flat_params().f32(), model.store().flat_params().f32() + base_numel);
+  LoraConfig c;
+  c.r = 4;
+  c.lora_alpha = 16;
+  c.init_lora_weights = "false";
+  model.add_adapter(c, 5);
+  EXPECT_FALSE(model.store().has_grads());            // no gradient buffer for the base
+  ParamStore& ad = model.trainable_store();
+  ASSERT_NE(&ad, &model.store());
+  EXPECT_EQ(ad.size(), 28u);                          // 14 modules x (A, B)
+  for (const auto& p : ad.params()) EXPECT_TRUE(p.weight_decay) << p.name;  // 2-D: decayed
+  // 2 x 4 x (64 in for q,k,v,gate,up; 64 out for o,down) ... every adapter is r x in + out x r.
+  int64_t n = 0;
+  for (const auto& p : ad.params()) n += p.data.numel();
+  EXPECT_EQ(n, 2 * (4 * 64 + 128 * 4) + 2 * 2 * (4 * 64 + 64 * 4) + 2 * (4 * 128 + 64 * 4) +
+                   2 * 2 * (4 * 64 + 96 * 4) + 2 * (4 * 96 + 64 * 4));
+  Engine eng(model);
+  OptimizerConfig oc;
+  oc.lr = 1e-2;
+  oc.weight_decay = 0.1;
+  DistributedOptimizer opt(model.trainable_store(), ps, oc);
+  auto r = rows(4, 9);
+  std::vector<MicroBatch> mbs = {collate_padded({r[0], r[1]}, 0), collate_padded({r[2], r[3]}, 0)};
+  const double l0 = eng.forward_backward(mbs).loss;
+  opt.step(oc.lr, 1.0);
+  for (int i = 0; i < 4; ++i) {
+    eng.forward_backward(mbs);
+    opt.step(oc.lr, 1.0);
+  }
+  const double l5 = eng.forward_only(mbs).loss;
+  EXPECT_LT(l5, l0);  // the adapter learns
+  EXPECT_EQ(std::memcmp(before.data(), model.store().flat_params().f32(), static_cast<size_t>(base_numel) * 4), 0)
+      << "base weights changed";
+}
+
+TEST(Lora, MergedWeightsGiveTheAdapterLoss) {
+  auto ps = dist::make_single_process_state();
+  Qwen3Model model(tiny_config(), ps);
+  model.init_random(3);
+  LoraConfig c;
+  c.r = 4;
+  c.lora_alpha = 16;
+  c.init_lora_weights = "false";  // B != 0: the adapter changes the output
+  c.target_modules = "q_proj,o_proj,down_proj";
+  model.add_adapter(c, 5);
+  Engine eng(model);
+  auto r = rows(3, 11);
+  std::vector<MicroBatch> mbs = {collate_padded(r, 0)};
+  const double with_adapter = eng.forward_only(mbs).loss;
+  auto base = model.gather_state_dict();
+  auto ad = model.gather_adapter_state_dict();
+  ASSERT_EQ(ad.size(), 12u);
+  EXPECT_EQ(ad[0].first, "model.layers.0.self_attn.q_proj.lora_A.weight");
+  merge_lora_into(base, ad, c.scaling());
+  Qwen3Model merged(tiny_config(), ps);
+  std::vector<std::pair<std::string, Tensor>> nb = base;
+  const auto dir = std::filesystem::temp_directory_path() / ("twinkle_lora_merge_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  save_checkpoint_dir(dir.string(), nb);
+  merged.load_checkpoint(CheckpointReader::open_dir(dir.string()));
+  Engine eng2(merged);
+  const double m = eng2.forward_only(mbs).loss;
+  EXPECT_NEAR(m, with_adapter, 1e-5 * std::abs(with_adapter));
+  // And the adapter really mattered (a merge that dropped it would not match).
+  Qwen3Model plain(tiny_config(), ps);
+  plain.init_random(3);
+  Engine eng3(plain);
+  EXPECT_GT(std::abs(eng3.forward_only(mbs).loss - with_adapter), 1e-4);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Lora, PeftConfigRoundTripAndRefusals) {
+  LoraConfig c;
+  c.r = 16;
+  c.lora_alpha = 32;
+  c.use_rslora = true;
+  c.target_modules = "q_proj,v_proj";
+  c.init_lora_weights = "gaussian";
+  const auto dir = std::filesystem::temp_directory_path() / ("twinkle_lora_cfg_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string p = (dir / "adapter_config.json").string();
+  std::ofstream(p) << peft_adapter_config_json(c, "models/qwen3-tiny");
+  LoraConfig b = read_peft_adapter_config(p);
+  EXPECT_EQ(b.r, 16);
+  EXPECT_EQ(b.lora_alpha, 32);
+  EXPECT_TRUE(b.use_rslora);
+  EXPECT_EQ(b.target_modules, "q_proj,v_proj");
+  EXPECT_EQ(b.init_lora_weights, "gaussian");
+  EXPECT_EQ(peft_base_model(p), "models/qwen3-tiny");
+  EXPECT_EQ(peft_key("model.layers.0.self_attn.q_proj.lora_A.weight"),
+            "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
+  std::ofstream(p) << R"({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": "all-linear", "use_dora": true})";
+  EXPECT_NE(error_of([&] { read_peft_adapter_config(p); }).find("use_dora"), std::string::npos);
+  std::ofstream(p) << R"({"peft_type": "IA3", "r": 8})";
+  EXPECT_NE(error_of([&] { read_peft_adapter_config(p); }).find("is not LORA"), std::string::npos);
+  std::ofstream(p) << R"({"peft_type": "LORA", "lora_alpha": 16, "target_modules": "all-linear"})";
+  EXPECT_NE(error_of([&] { read_peft_adapter_config(p); }).find("field 'r' is missing"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Lora, SecondAdapterAndDropoutAreErrors) {
+  auto ps = dist::make_single_process_state();
+  Qwen3Model model(tiny_config(), ps);
+  LoraConfig c;
+  c.lora_dropout = 0.1;
+  EXPECT_NE(error_of([&] { model.add_adapter(c, 1); }).find("lora_dropout"), std::string::npos);
+  c.lora_dropout = 0;
+  model.add_adapter(c, 1);
+  EXPECT_NE(error_of([&] { model.add_adapter(c, 1); }).find("already has an adapter"), std::string::npos);
+}
