@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "twinkle/core/error.h"
 #include "twinkle/kernels/cpu/attention.h"
@@ -81,6 +82,7 @@ void UlyssesAttention::forward(const CpLayout& lay, const float* q, const float*
             " used on rank " + std::to_string(cp_->rank()) + " of the " + std::to_string(cp_->size()) +
             "-rank cp group '" + cp_->name() + "'");
   check_heads(Hq * tp_, Hkv * tp_, lay.cp, tp_);
+  saved_.valid = false;  // until this forward completes
   const int cp = lay.cp;
   const int64_t Tg = lay.T * cp, Hql = Hq / cp, Hkl = Hkv / cp;
   gq_.resize(static_cast<size_t>(Tg * Hql * D));
@@ -95,14 +97,39 @@ void UlyssesAttention::forward(const CpLayout& lay, const float* q, const float*
   kc::flash_attention_forward(gq_.data(), gk_.data(), gv_.data(), gout_.data(), glse_.data(),
                               lay.global_cu_seqlens.data(), nseg, Hql, Hkl, D, scale);
   to_seq(lay, gout_.data(), out, Hq, D);
+  // what the backward must match (assign reuses the capacity of the last micro-batch)
+  saved_.valid = true;
+  saved_.T = lay.T;
+  saved_.Hq = Hq;
+  saved_.Hkv = Hkv;
+  saved_.D = D;
+  saved_.scale = scale;
+  saved_.cu_seqlens.assign(lay.global_cu_seqlens.begin(), lay.global_cu_seqlens.end());
+  saved_.gidx.resize(lay.gidx.size());
+  for (size_t j = 0; j < lay.gidx.size(); ++j) saved_.gidx[j].assign(lay.gidx[j].begin(), lay.gidx[j].end());
 }
 
 void UlyssesAttention::backward(const CpLayout& lay, const float* dout, float* dq, float* dk, float* dv, int64_t Hq,
                                 int64_t Hkv, int64_t D, float scale) {
+  // The saved head-sharded q/k/v/out/lse must be those of this micro-batch: same layout (segments
+  // and token order, not only the sizes), heads, head_dim and scale, and not consumed by a backward
+  // already. Every rank of the cp group holds the same state, so all of them throw together.
+  std::string why;
+  if (!saved_.valid) why = "no forward since the last backward";
+  else if (saved_.T != lay.T || saved_.Hq != Hq || saved_.Hkv != Hkv || saved_.D != D)
+    why = "the forward had T " + std::to_string(saved_.T) + ", heads " + std::to_string(saved_.Hq) + "/" +
+          std::to_string(saved_.Hkv) + ", head_dim " + std::to_string(saved_.D) + "; the backward T " +
+          std::to_string(lay.T) + ", heads " + std::to_string(Hq) + "/" + std::to_string(Hkv) + ", head_dim " +
+          std::to_string(D);
+  else if (saved_.cu_seqlens != lay.global_cu_seqlens || saved_.gidx != lay.gidx)
+    why = "the forward's micro-batch had other segments or another token order (same sizes)";
+  else if (saved_.scale != scale)
+    why = "the forward's softmax scale differs";
+  check(why.empty(), "UlyssesAttention::backward: no matching forward on cp rank " + std::to_string(cp_->rank()) +
+                         " (" + why + ")");
+  saved_.valid = false;
   const int cp = lay.cp;
-  const int64_t Tg = lay.T * cp, Hql = Hq / cp, Hkl = Hkv / cp;
-  check(gout_.size() == static_cast<size_t>(Tg * Hql * D) && gk_.size() == static_cast<size_t>(Tg * Hkl * D),
-        "UlyssesAttention::backward: no matching forward (token or head counts differ)");
+  const int64_t Hql = Hq / cp, Hkl = Hkv / cp;
   gdo_.resize(gout_.size());
   gdq_.resize(gq_.size());
   gdk_.resize(gk_.size());

@@ -268,6 +268,43 @@ int body(int, char**) {
   for (const Case& c : cases) run_case(c, cpg);
   run_slots(st.cp);
 
+  // Ulysses stale slot: a backward must match its forward's layout in full, not only in size. The
+  // packed rows {5,13,1,20} and {20,1,13,5} pad to the same token count (same T on every rank, same
+  // buffer sizes) but have other segments; a second backward of one forward has nothing to use.
+  {
+    const int64_t Hq = 8, Hkv = 4, D = 16;
+    const float scale = 0.25f;
+    Mb a = make_mb({5, 13, 1, 20}, world, cpg.rank(), Hq, Hkv, D, scale, 31),
+       b = make_mb({20, 1, 13, 5}, world, cpg.rank(), Hq, Hkv, D, scale, 41);
+    MPI_CHECK(a.lay.T == b.lay.T && a.lay.global_cu_seqlens != b.lay.global_cu_seqlens,
+              "stale-slot case: the two micro-batches must have the same size and other segments");
+    if (Hq % world == 0 && Hkv % world == 0) {
+      UlyssesAttention uly(std::shared_ptr<dist::ProcessGroup>(&cpg, [](dist::ProcessGroup*) {}));
+      std::vector<float> o(a.lq.size()), dq(a.lq.size()), dk(a.lk.size()), dv(a.lv.size());
+      auto backward_error = [&](const Mb& m, float sc) {
+        try {
+          uly.backward(m.lay, m.ldo.data(), dq.data(), dk.data(), dv.data(), Hq, Hkv, D, sc);
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      };
+      uly.forward(a.lay, a.lq.data(), a.lk.data(), a.lv.data(), o.data(), Hq, Hkv, D, scale);
+      const std::string other = backward_error(b, scale);
+      MPI_CHECK(other.find("no matching forward") != std::string::npos &&
+                    other.find("other segments") != std::string::npos,
+                "a2a backward of another micro-batch of the same size must throw, got '" << other << "'");
+      const std::string sc = backward_error(a, 0.5f);
+      MPI_CHECK(sc.find("softmax scale") != std::string::npos, "a2a backward with another scale: '" << sc << "'");
+      const std::string ok = backward_error(a, scale);
+      MPI_CHECK(ok.empty(), "a2a backward of its own forward threw '" << ok << "'");
+      MPI_CHECK(rel_err(dq, a.rdq, a.sh.global_index, Hq * D) < 4e-6, "a2a backward after refused ones: dq differs");
+      const std::string twice = backward_error(a, scale);
+      MPI_CHECK(twice.find("no forward since the last backward") != std::string::npos,
+                "a second a2a backward of one forward must throw, got '" << twice << "'");
+    }
+  }
+
   // Ulysses head check: clear error before any communication
   if (world > 1) {
     bool threw = false;

@@ -33,7 +33,11 @@ class UlyssesAttention {
   /// head counts, cp and tp.
   void forward(const CpLayout& lay, const float* q, const float* k, const float* v, float* out, int64_t Hq,
                int64_t Hkv, int64_t D, float scale);
-  /// Backward of the last forward: dq [T, Hq, D], dk and dv [T, Hkv, D] (overwritten).
+  /// Backward of the last forward: dq [T, Hq, D], dk and dv [T, Hkv, D] (overwritten). Throws
+  /// twinkle::Error (before any communication, on every rank of the group alike) unless the last
+  /// forward had the same layout (segments and token order, compared in full, not only the sizes),
+  /// heads, head_dim and scale and no backward consumed it yet: a stale slot (a backward for
+  /// another micro-batch of the same size) would otherwise silently use the wrong activations.
   void backward(const CpLayout& lay, const float* dout, float* dq, float* dk, float* dv, int64_t Hq, int64_t Hkv,
                 int64_t D, float scale);
   static int64_t forward_bytes(int cp, int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
@@ -49,6 +53,13 @@ class UlyssesAttention {
   std::shared_ptr<dist::ProcessGroup> cp_;
   int tp_;
   std::vector<float> gq_, gk_, gv_, gout_, glse_, gdo_, gdq_, gdk_, gdv_, send_, recv_;
+  struct Saved {  // the forward the buffers above hold
+    bool valid = false;
+    int64_t T = 0, Hq = 0, Hkv = 0, D = 0;
+    float scale = 0;
+    std::vector<int32_t> cu_seqlens;
+    std::vector<std::vector<int32_t>> gidx;
+  } saved_;
 };
 
 }  // namespace twinkle::parallel
