@@ -25,3 +25,16 @@ foreach(spec ${TWINKLE_VOLUME_LAYOUTS})
                    --build ${CMAKE_BINARY_DIR} --mpirun ${MPIEXEC_EXECUTABLE} --np ${np} ${flag_list})
   set_tests_properties(comm_volume_${name} PROPERTIES TIMEOUT 240 PROCESSORS 2)
 endforeach()
+
+# The counting library itself: every call kind (non-blocking collectives, point-to-point variants,
+# persistent requests, a one-sided Put flagged as uncounted) against bytes written by hand.
+add_executable(mpi_count_selftest ${CMAKE_SOURCE_DIR}/tests/dist/mpi_count_selftest.cpp)
+set_target_properties(mpi_count_selftest PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+target_compile_options(mpi_count_selftest PRIVATE ${TWINKLE_WARN})
+target_link_libraries(mpi_count_selftest PRIVATE MPI::MPI_CXX)
+add_dependencies(mpi_count_selftest twinkle_mpi_count)
+add_test(NAME comm_volume_counter_counts_every_call_kind
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "check_mpi_count: [0-9]+ call kinds on 2 ranks, 0 mismatches"
+                 /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/dist/check_mpi_count.py --build ${CMAKE_BINARY_DIR}
+                 --mpirun ${MPIEXEC_EXECUTABLE})
+set_tests_properties(comm_volume_counter_counts_every_call_kind PROPERTIES TIMEOUT 120)
