@@ -9,8 +9,9 @@
 #    TWINKLE_MOE_MESH=seed selects the seed's dp 2 x tp 2 x pp 2 x ep 2 (it fails at once, naming
 #    the unsupported size, until expert parallelism lands); TWINKLE_MOE_MESH=dp2pp2 runs on 4 ranks;
 #  - the LoRA adapter line stays commented out: twinkle's LoRA covers the dense linear layers
-#    (issue 12), not the grouped experts the seed's 'all-linear' targets on Qwen3-MoE, so this
-#    recipe trains all parameters (as the seed's comment allows);
+#    (issue 12), not the grouped experts the seed's 'all-linear' targets on Qwen3-MoE (adding it
+#    to a Qwen3-MoE model fails today), so this recipe trains all parameters (as the seed's
+#    comment allows);
 #  - rank 0 writes metrics.jsonl (with the MoE router losses) and the final checkpoint.
 #
 #   build/bin/twinkle-run --nproc_per_node=8 examples/python/tp_moe.py
