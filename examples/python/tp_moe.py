@@ -1,18 +1,17 @@
 # examples/python/tp_moe.py — the seed's MoE recipe (Twinkle cookbook/megatron/ascend/tp_moe_npu.py;
 # call sequence in /work/shared/spec/twinkle-behaviour.md §0: the one of tp_npu.py with
-# Qwen3-30B-A3B, data_slice range(128), global batch 2, mesh dp 2 x tp 2 x pp 2 x ep 2 on 8
-# ranks) as a Python script on twinkle's C++ core. Differences from the seed:
+# Qwen3-30B-A3B, data_slice range(128), global batch 2, mesh dp 2 x tp 2 x pp 2 x cp 1 x ep 2 on
+# 8 ranks, the first 10 steps) as a Python script on twinkle's C++ core; the Python twin of
+# examples/moe_recipe.cpp (checked against it: tests/reference/check_python_recipe.py --recipe moe).
+# Differences from the seed:
 #  - device_type='cpu', and the default model is the embedded models/qwen3-moe-tiny (Qwen3-MoE's
 #    architecture at a size that trains on two cores; TWINKLE_MODEL overrides it);
-#  - the mesh: twinkle trains Qwen3-MoE on tp = ep = 1 layouts so far (dp and pp; expert
-#    parallelism, issue 10, is being added), so the default is dp 4 x pp 2 on the same 8 ranks.
-#    TWINKLE_MOE_MESH=seed selects the seed's dp 2 x tp 2 x pp 2 x ep 2 (it fails at once, naming
-#    the unsupported size, until expert parallelism lands); TWINKLE_MOE_MESH=dp2pp2 runs on 4 ranks;
 #  - the LoRA adapter line stays commented out: twinkle's LoRA covers the dense linear layers
 #    (issue 12), not the grouped experts the seed's 'all-linear' targets on Qwen3-MoE (adding it
 #    to a Qwen3-MoE model fails today), so this recipe trains all parameters (as the seed's
-#    comment allows);
+#    comment allows, and as examples/moe_recipe.cpp);
 #  - rank 0 writes metrics.jsonl (with the MoE router losses) and the final checkpoint.
+# TWINKLE_MOE_MESH picks another layout: seed (default), dp4pp2 (8 ranks, no tp/ep), dp2pp2 (4 ranks).
 #
 #   build/bin/twinkle-run --nproc_per_node=8 examples/python/tp_moe.py
 #
@@ -34,11 +33,11 @@ DATA_ROWS = int(os.environ.get('TWINKLE_DATA_ROWS', '128'))
 MAX_STEPS = int(os.environ.get('TWINKLE_MAX_STEPS', '10'))
 OUTPUT_DIR = os.environ.get('TWINKLE_OUTPUT_DIR', 'output/python_tp_moe')
 MESHES = {
-    'seed': dict(dp_size=2, tp_size=2, pp_size=2, ep_size=2),  # the seed's (needs expert parallelism)
-    'dp4pp2': dict(dp_size=4, pp_size=2),                      # 8 ranks, runs on main today
-    'dp2pp2': dict(dp_size=2, pp_size=2),                      # 4 ranks
+    'seed': dict(dp_size=2, tp_size=2, pp_size=2, cp_size=1, ep_size=2),  # the seed's
+    'dp4pp2': dict(dp_size=4, pp_size=2),                                 # 8 ranks, no tp / ep
+    'dp2pp2': dict(dp_size=2, pp_size=2),                                 # 4 ranks
 }
-MESH = os.environ.get('TWINKLE_MOE_MESH', 'dp4pp2')
+MESH = os.environ.get('TWINKLE_MOE_MESH', 'seed')
 if MESH not in MESHES:
     raise SystemExit(f'TWINKLE_MOE_MESH={MESH!r}: choose one of {sorted(MESHES)}')
 
@@ -61,7 +60,8 @@ def train():
     # the seed adds the adapter; twinkle's LoRA does not cover the grouped experts yet: full training
     # model.add_adapter_to_model('default', lora_config)
     model.set_optimizer(optimizer_cls='default', lr=1e-4)
-    model.set_lr_scheduler(scheduler_cls='default', lr_warmup_steps=2, lr_decay_steps=len(dataloader))
+    # (examples/moe_recipe.cpp: decay over max(len, 3) steps so a tiny data slice keeps warm-up < decay)
+    model.set_lr_scheduler(scheduler_cls='default', lr_warmup_steps=2, lr_decay_steps=max(len(dataloader), 3))
     logger.info(get_device_placement())
     logger.info(model.get_train_configs())
     logger.info(f'Total steps: {len(dataloader)}')

@@ -34,8 +34,12 @@ twinkle::MegatronModelOptions model_options(const py::dict& kw) {
     else if (k == "on_nonfinite") o.on_nonfinite = v.cast<std::string>();
     else if (k == "kernels") o.kernels = v.cast<std::string>();
     else if (k == "cp_comm_type") o.cp_comm_type = v.cast<std::string>();
+    else if (k == "moe_aux_loss_type") o.moe_aux_loss_type = v.cast<std::string>();
+    else if (k == "moe_aux_loss_coeff") o.moe_aux_loss_coeff = v.is_none() ? std::nullopt : std::optional<double>(v.cast<double>());
+    else if (k == "moe_z_loss_coeff") o.moe_z_loss_coeff = v.cast<double>();
     else unknown_kw("MegatronModel", k, "micro_batch_size, load_weights, seed, layers_per_stage, packing, "
-                    "lm_head_chunk_tokens, on_nonfinite, kernels, cp_comm_type");
+                    "lm_head_chunk_tokens, on_nonfinite, kernels, cp_comm_type, moe_aux_loss_type, "
+                    "moe_aux_loss_coeff, moe_z_loss_coeff");
   }
   return o;
 }

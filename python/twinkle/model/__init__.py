@@ -79,7 +79,11 @@ class MegatronModel:
         result on the CPU backend (it computes in fp32 and saves in the config's dtype);
         config / ddp_config (mcore objects) are not supported. Other keywords are twinkle's
         MegatronModelOptions: micro_batch_size (0 = Twinkle's min(2, local rows)), seed,
-        layers_per_stage, packing, lm_head_chunk_tokens, on_nonfinite ('error' | 'skip').
+        layers_per_stage, packing, lm_head_chunk_tokens, on_nonfinite ('error' | 'skip'), kernels,
+        cp_comm_type ('p2p' | 'a2a'), and for Qwen3-MoE moe_aux_loss_type (default 'per_layer':
+        Megatron's per-layer load-balancing loss, what Twinkle's Megatron backend trains with;
+        'global' = transformers'), moe_aux_loss_coeff (None = config.json's router_aux_loss_coef
+        when output_router_logits, else 0, as the C++ API), moe_z_loss_coeff (0).
         Collective over the world. ValueError / TypeError for bad options; RuntimeError
         when the model does not fit the mesh or cannot be loaded."""
         if config is not None or ddp_config is not None:
@@ -96,6 +100,7 @@ class MegatronModel:
             raise ValueError('MegatronModel: device_mesh must be the mesh given to twinkle.initialize')
         opts = dict(kwargs)
         opts['load_weights'] = bool(load_weights)
+        opts.setdefault('moe_aux_loss_type', 'per_layer')  # Twinkle's Megatron backend (mcore's aux loss)
         os.environ.setdefault('TOKENIZERS_PARALLELISM', 'true')
         self.model_id = model_id
         self.mixed_precision = mixed_precision
