@@ -156,4 +156,38 @@ StepStats DistributedOptimizer::step(double lr, double max_norm) {
   return st;
 }
 
+void DistributedOptimizer::gather_state(std::vector<float>& m, std::vector<float>& v) {
+  auto& g = *ps_->dp_cp;
+  const int64_t n = g.size(), N = store_.numel();
+  m.assign(static_cast<size_t>(N), 0.0f);
+  v.assign(static_cast<size_t>(N), 0.0f);
+  if (cfg_.use_distributed_optimizer && n > 1) {
+    // This rank's state of bucket b is its shard [s + r*len/n, len/n), stored contiguously in
+    // bucket order (the constructor's segments): all-gather it into the bucket's place.
+    int64_t off = 0;
+    for (auto [s, len] : buckets_) {
+      const int64_t shard = len / n;
+      g.all_gather(m_.data() + off, m.data() + s, shard, DType::F32);
+      g.all_gather(v_.data() + off, v.data() + s, shard, DType::F32);
+      off += shard;
+    }
+    return;
+  }
+  for (const auto& seg : segments_) {
+    std::memcpy(m.data() + seg.start, m_.data() + seg.state_off, static_cast<size_t>(seg.len) * 4);
+    std::memcpy(v.data() + seg.start, v_.data() + seg.state_off, static_cast<size_t>(seg.len) * 4);
+  }
+}
+
+void DistributedOptimizer::load_state(const float* m, const float* v, int64_t steps) {
+  check(steps >= 0, "DistributedOptimizer::load_state: negative step count " + std::to_string(steps));
+  for (const auto& seg : segments_) {
+    std::memcpy(m_.data() + seg.state_off, m + seg.start, static_cast<size_t>(seg.len) * 4);
+    std::memcpy(v_.data() + seg.state_off, v + seg.start, static_cast<size_t>(seg.len) * 4);
+  }
+  step_ = steps;
+  store_.zero_grad();
+  reduced_ = false;
+}
+
 }  // namespace twinkle
