@@ -57,7 +57,8 @@ int recipe(int argc, char** argv) {
   app.add_option("--output-dir", output_dir, "where the final checkpoint and metrics.jsonl go");
   app.add_option("--save-interval", save_interval,
                  "every N steps save OUTPUT_DIR/checkpoint-step-<step> with the optimizer state (0 = none)");
-  app.add_option("--resume", resume, "continue from this checkpoint (or OUTPUT_DIR, whose 'latest' names one)");
+  app.add_option("--resume", resume,
+                 "continue from this checkpoint (or OUTPUT_DIR, whose 'latest' names one; default: none)");
   app.add_option("--dp", dp, "data-parallel size (the recipe: 2)");
   app.add_option("--tp", tp, "tensor-parallel size (the recipe: 2)");
   app.add_option("--pp", pp, "pipeline-parallel size (the recipe: 2)");

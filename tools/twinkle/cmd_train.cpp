@@ -140,7 +140,8 @@ int train_main(int argc, char** argv) {
   app.add_option("--adapter", adapter_dir, "continue training the PEFT adapter in this directory (its config wins over --lora-*; default: none)");
   app.add_option("--save-init-adapter", save_init_adapter, "also save the adapter before the first step to this directory (tests; default: none)");
   app.add_option("--resume", resume,
-                 "continue from this checkpoint (or an output dir whose 'latest' names one) to the same --max-steps total");
+                 "continue from this checkpoint (or an output dir whose 'latest' names one) to the same "
+                 "--max-steps total (default: none)");
   app.add_option("--save-interval", save_interval,
                  "every N steps save OUTPUT_DIR/checkpoint-step-<step> (0 = none; Twinkle's interval)");
   app.add_flag("--save-optimizer", save_optimizer,
