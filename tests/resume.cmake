@@ -2,7 +2,7 @@
 # 5 + save (--save-optimizer) + a new process resuming for 5: losses, grad norms, lrs and the
 # final fp32 weights / AdamW state bit-identical; the 8-rank checkpoint resumed on other layouts
 # within 1e-6 relative; a rank killed mid-write and a full filesystem lose nothing; bad
-# checkpoints fail naming the file and tensor. (MoE: tp = ep = 1 layouts, as MoE runs today.)
+# checkpoints fail naming the file and tensor.
 set(CHECK_RESUME ${CMAKE_SOURCE_DIR}/tests/reference/check_resume.py)
 function(twinkle_resume_test name np)
   add_test(NAME resume_${name}
@@ -21,7 +21,7 @@ twinkle_resume_test(exact_tp2_pp2_dp2_dense_reshard 8 --np 8 --layout "--tp 2 --
                     --reshard "1:,4:--dp 4,4:--tp 2 --dp 2")
 twinkle_resume_test(exact_tp2_pp2_dp2_lora_reshard 8 --np 8 --layout "--tp 2 --pp 2 --dp 2" --lora-r 4
                     --reshard "1:,4:--dp 4,4:--tp 2 --dp 2")
-twinkle_resume_test(exact_pp2_dp4_moe_reshard 8 --model moe --np 8 --layout "--pp 2 --dp 4"
-                    --reshard "1:,4:--dp 4,4:--pp 2 --dp 2")
+twinkle_resume_test(exact_tp2_pp2_dp2_ep2_moe_reshard 8 --model moe --np 8 --layout "--tp 2 --pp 2 --dp 2 --ep 2"
+                    --reshard "1:,4:--dp 4,4:--dp 4 --ep 2,4:--tp 2 --dp 2 --ep 2")
 twinkle_resume_test(crash_kill_and_full_disk_pp2 2 --mode crash --np 2 --layout "--pp 2")
 twinkle_resume_test(bad_checkpoints 1 --mode bad)
