@@ -242,7 +242,7 @@ void bind_model(py::module_& m) {
              check_signals();
              return dir;
            },
-           py::arg("name"), py::arg("output_dir"), py::arg("save_optimizer") = false,
+           py::arg("name"), py::arg("output_dir"), py::arg("merge_lora") = false, py::arg("save_optimizer") = false,
            py::arg("consumed_train_samples") = -1)
       .def("resume_from_checkpoint",
            [](MegatronModel& self, const std::string& dir, bool resume_only_model) {
