@@ -102,11 +102,26 @@ struct Volume {
   }
 };
 
-double peak_rss_mib() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+// Peak resident set since the last reset_peak_rss() (VmHWM of /proc/self/status; writing "5"
+// to /proc/self/clear_refs resets it, Linux >= 4.0): the training steps' peak without the
+// transient allocations of the model's construction and init.
+void reset_peak_rss() {
+  if (FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);
+    std::fclose(f);
+  }
 }
+long step_peak_rss_bytes() {
+  long kb = 0;
+  if (FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+    std::fclose(f);
+  }
+  return kb * 1024L;
+}
+double peak_rss_mib() { return static_cast<double>(step_peak_rss_bytes()) / 1048576.0; }
 
 Volume analytic(Qwen3Model& model, const std::vector<MicroBatch>& mbs, const dist::ParallelState& ps, bool distopt) {
   Volume v;
@@ -207,6 +222,7 @@ int bench(int argc, char** argv) {
   model.init_random(1);
   Engine eng(model);
   DistributedOptimizer opt(model.store(), ps, oc);
+  reset_peak_rss();  // the per-rank peak RSS printed covers the steps, not the model's init
   const int64_t dpn = state.mesh.dp_size(), k = state.coord.dp, B = o.rows;
   std::vector<EncodedRow> mine(all_rows.begin() + k * B / dpn, all_rows.begin() + (k + 1) * B / dpn);
   auto mbs = split(mine, o.mbs);
@@ -253,7 +269,7 @@ int bench(int argc, char** argv) {
   char line[512];
   std::snprintf(line, sizeof line,
                 "rank %d (tp %d pp %d dp %d): bytes/step %lld (tp %lld, pp %lld, embedding %lld, dp-cp %lld, world %lld) "
-                "analytic %lld %s| stage bubble %.3f | peak RSS %.1f MiB, saved activations %.2f MiB",
+                "analytic %lld %s| stage bubble %.3f | step peak RSS %.1f MiB, saved activations %.2f MiB",
                 world.rank(), state.coord.tp, state.coord.pp, state.coord.dp, static_cast<long long>(counted.total()),
                 static_cast<long long>(counted.by_group["tp"]), static_cast<long long>(counted.by_group["pp"]),
                 static_cast<long long>(counted.by_group["embedding"]), static_cast<long long>(counted.by_group["dp-cp"]),

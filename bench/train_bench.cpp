@@ -23,6 +23,26 @@
 
 using namespace twinkle;
 
+// Peak resident set since the last reset_peak_rss() (VmHWM of /proc/self/status; writing "5"
+// to /proc/self/clear_refs resets it, Linux >= 4.0): the training steps' peak without the
+// transient allocations of the model's construction and init.
+void reset_peak_rss() {
+  if (FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);
+    std::fclose(f);
+  }
+}
+long step_peak_rss_bytes() {
+  long kb = 0;
+  if (FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+    std::fclose(f);
+  }
+  return kb * 1024L;
+}
+
 int main(int argc, char** argv) {
   std::string config = "a";
   int threads = 1, steps = 3, warmup = 1;
@@ -93,6 +113,7 @@ int main(int argc, char** argv) {
     opt.step(oc.lr);
     return l;
   };
+  reset_peak_rss();  // the steps' peak, init excluded (the warm-up steps are included)
   for (int i = 0; i < warmup; ++i) step();
   rusage r0{}, r1{};
   getrusage(RUSAGE_SELF, &r0);
@@ -120,11 +141,11 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"engine\": \"twinkle\", \"config\": \"%s\", \"threads\": %d, \"batch\": %lld, \"seq\": %lld, "
       "\"tied\": %s, \"kernels\": \"%s\", \"recompute\": \"%s\", \"saved_activation_bytes\": %zu, \"step_s\": %.4f, \"tokens_per_s\": %.1f, \"gflops\": %.1f, \"flops_per_step\": %.0f, "
-      "\"minor_faults_per_step\": %ld, \"cpu_s_per_step\": %.4f, \"peak_rss_bytes\": %ld, \"loss\": [",
+      "\"minor_faults_per_step\": %ld, \"cpu_s_per_step\": %.4f, \"peak_rss_bytes\": %ld, \"step_peak_rss_bytes\": %ld, \"loss\": [",
       config.c_str(), threads, static_cast<long long>(B), static_cast<long long>(S), untied ? "false" : "true", kernels.c_str(),
       recompute.c_str(), model.saved_activation_bytes(), step_s,
       Bd * Sd / step_s, flops / step_s / 1e9, flops, (r1.ru_minflt - r0.ru_minflt) / steps, cpu_s,
-      r1.ru_maxrss * 1024L);
+      r1.ru_maxrss * 1024L, step_peak_rss_bytes());
   for (size_t i = 0; i < losses.size(); ++i) std::printf("%s%.5f", i ? ", " : "", losses[i]);
   std::printf("]}\n");
   return 0;

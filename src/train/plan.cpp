@@ -133,19 +133,21 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     if (!first) st.activations += ws(Tl * H) / 1.25;  // pipeline receive buffers (exact size)
     if (!last) st.activations += ws(Tl * H) / 1.25;
     // workspace: one layer's backward scratch + the stage's own buffers
-    double w = 2 * ws(Tl * H);  // stage.dA, stage.dB
+    double w = 2 * ws(Tl * H) + ws(T * H);  // stage.dA, stage.dB; tp.dx_full (layers' and the head's)
     if (nl > 0) {
       w += ws(Tl * H);                                 // layer.dh
       w += 2 * ws(T * nq) + 2 * ws(T * nkv);           // attn.dctx, dq, dk, dv
       w += ws(T * I) + ws(2 * T * I);                  // mlp.dact, gate|up gradient
-      w += ws(T * H) + ws(T * H);                      // tp.dx_full, tp.y_full
+      w += ws(T * H);                                  // tp.y_full
       if (sp) w += 3 * ws(Tl * H) + ws(T * H);         // tp.y_local, tp.dx_local, tp.dy_full
     }
     if (first && t > 1) w += ws(T * H);                // tp.emb_full
     if (last) {
       const int64_t chunk = std::min(o.lm_head_chunk_tokens, T);
-      w += ws(chunk * Vl) + ws(T) + 3 * ws(chunk);     // head.logits, lse, rmax/tgt/rscale
-      w += ws(T * H);                                  // tp.dx_full
+      if (t == 1)  // the fused linear_cross_entropy kernel: its own [chunk, vocab] logits, lse in scratch
+        w += 4.0 * static_cast<double>(chunk * c.vocab_size + chunk) + ws(T);
+      else         // head.logits, lse, rmax/tgt/rscale
+        w += ws(chunk * Vl) + 4 * ws(chunk);
     }
     st.workspace = w;
     st.runtime = static_cast<double>(o.runtime_bytes);
