@@ -72,8 +72,14 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     st.layers = nl;
     const bool first = s == 0, last = s == p - 1;
     // parameters: the flat buffer, tensor by tensor in table order
-    int64_t n = 0;
+    int64_t n = 0, na = 0;
     auto add = [&](int64_t k) { n += align16(k); };
+    const int64_t r = o.lora_rank;
+    // LoRA pair of a column-parallel (A [r, in] replicated, B [out/t, r]) or row-parallel
+    // (A [r, in/t], B [out, r] replicated) part; local sizes are passed
+    auto lora = [&](int64_t a_numel, int64_t b_numel) {
+      if (r > 0) na += align16(a_numel) + align16(b_numel);
+    };
     if (first) add(Vl * H);
     bool any_moe = false;
     for (int64_t l = l0; l < l0 + nl; ++l) {
@@ -81,15 +87,20 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
       add(nq * H), add(nkv * H), add(nkv * H);
       if (c.attention_bias) add(nq), add(nkv), add(nkv);
       add(H * nq);
+      lora(r * H, nq * r), lora(r * H, nkv * r), lora(r * H, nkv * r), lora(r * nq, H * r);
       if (c.attention_bias) add(H);
       add(D), add(D);  // q_norm, k_norm
       add(H);          // post_attention_layernorm
       if (c.is_moe() && c.is_moe_layer(l)) {
         any_moe = true;
         add(E * H);
-        for (int64_t e = 0; e < E / ep; ++e) add(Im * H), add(Im * H), add(H * Im);
+        for (int64_t e = 0; e < E / ep; ++e) {
+          add(Im * H), add(Im * H), add(H * Im);
+          lora(r * H, Im * r), lora(r * H, Im * r), lora(r * Im, H * r);
+        }
       } else {
         add(I * H), add(I * H), add(H * I);
+        lora(r * H, I * r), lora(r * H, I * r), lora(r * I, H * r);
       }
     }
     if (last) {
@@ -98,13 +109,17 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     }
     const int64_t align = 64 * d * cp;
     n = (n + align - 1) / align * align;
+    if (na > 0) na = (na + align - 1) / align * align;
     st.param_numel = n;
-    st.params = 4.0 * static_cast<double>(n);
-    st.grads = st.params;
+    st.adapter_numel = na;
+    st.params = 4.0 * static_cast<double>(n + na);
+    const int64_t trained = r > 0 ? na : n;  // a frozen base drops its gradient buffer
+    st.grads = 4.0 * static_cast<double>(trained);
     const int64_t shards = d * cp;
     const bool sharded = o.use_distributed_optimizer && shards > 1;
-    const int64_t be = std::min<int64_t>(std::max<int64_t>(o.bucket_bytes / 4 / (16 * shards), 1) * 16 * shards, n);
-    st.optimizer = 2.0 * 4.0 * static_cast<double>(sharded ? n / shards : n) +
+    const int64_t be =
+        std::min<int64_t>(std::max<int64_t>(o.bucket_bytes / 4 / (16 * shards), 1) * 16 * shards, trained);
+    st.optimizer = 2.0 * 4.0 * static_cast<double>(sharded ? trained / shards : trained) +
                    (shards > 1 && o.use_distributed_optimizer ? 4.0 * static_cast<double>(be / shards) : 0.0);
     // activations of the micro-batches in flight
     ActivationDims dims;

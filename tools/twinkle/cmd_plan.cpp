@@ -2,7 +2,7 @@
 //
 //   twinkle plan --model DIR --tp 2 --pp 2 --dp 2 [--cp 1] [--ep 1] [--sequence-parallel]
 //                [--recompute full|selective|none] --micro-batch-size 1 --seq-length 4096
-//                [--global-batch-size N] [--memory-per-rank GiB] [--json]
+//                [--global-batch-size N] [--lora-r R] [--memory-per-rank GiB] [--json]
 //
 // Prints one row per pipeline stage (every tp / cp / dp rank of a stage holds the same): GiB of
 // parameters, gradients, optimizer state, activations, workspace, runtime and the peak, and the
@@ -46,6 +46,7 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--seq-length", o.seq_length, "tokens per row")->required();
   app.add_option("--global-batch-size", o.global_batch_size, "rows per step (default: micro-batch size x dp)");
   app.add_option("--use-distributed-optimizer", o.use_distributed_optimizer, "ZeRO-1 sharding over dp·cp (default true)");
+  app.add_option("--lora-r", o.lora_rank, "LoRA rank on all linear layers (the recipes: 8); 0 = full training");
   app.add_option("--memory-per-rank", limit_gib, "GiB a rank may use: a stage above it fails the plan (exit 1)");
   app.add_flag("--json", json, "one JSON object instead of the table");
   try {
@@ -70,9 +71,10 @@ int cmd_plan(int argc, char** argv) {
                              {"executed_flops", s.executed_flops}, {"biggest", s.biggest()}});
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s: tp %d pp %d dp %d cp %d ep %d%s, recompute %s, micro-batch %lld x %lld tokens, %lld micro-batches "
+    std::printf("%s: tp %d pp %d dp %d cp %d ep %d%s%s, recompute %s, micro-batch %lld x %lld tokens, %lld micro-batches "
                 "per replica; %d ranks\n",
                 dir.c_str(), o.tp, o.pp, o.dp, o.cp, o.ep, o.sequence_parallel ? " sp" : "",
+                o.lora_rank > 0 ? (", LoRA r " + std::to_string(o.lora_rank)).c_str() : "",
                 o.recompute_granularity.c_str(), static_cast<long long>(o.micro_batch_size),
                 static_cast<long long>(o.seq_length), static_cast<long long>(plan.micro_batches),
                 o.tp * o.pp * o.dp * o.cp);

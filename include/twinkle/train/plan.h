@@ -37,6 +37,10 @@ struct PlanOptions {
   int64_t global_batch_size = 0;  ///< rows per step; 0 = micro_batch_size * dp (one micro-batch per replica)
   bool use_distributed_optimizer = true;
   int64_t lm_head_chunk_tokens = 1024;
+  /// LoRA rank on every linear layer but the lm head (Twinkle's recipes: r 8, all-linear); 0 =
+  /// full training. With an adapter the base weights are frozen: no gradient buffer, and the
+  /// gradients and optimizer state are the adapter's (parallel/lora.h sharding).
+  int64_t lora_rank = 0;
   int64_t bucket_bytes = 4 << 20;
   /// Bytes of the process itself; the default was measured on the development machine
   /// (bench/README.md "twinkle plan").
@@ -47,6 +51,7 @@ struct StagePlan {
   int stage = 0;
   int64_t layers = 0;
   int64_t param_numel = 0;  ///< elements of this rank's flat parameter buffer
+  int64_t adapter_numel = 0;  ///< elements of this rank's LoRA adapter buffer (0 without one)
   int64_t slots = 0;        ///< micro-batches whose activations are held at once
   double params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0, runtime = 0;  ///< bytes
   double peak = 0;                                                                            ///< bytes
