@@ -72,7 +72,7 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     st.layers = nl;
     const bool first = s == 0, last = s == p - 1;
     // parameters: the flat buffer, tensor by tensor in table order
-    int64_t n = 0, na = 0;
+    int64_t n = 0, na = 0, ne = 0;  // dense, adapter, expert elements
     auto add = [&](int64_t k) { n += align16(k); };
     const int64_t r = o.lora_rank;
     // LoRA pair of a column-parallel (A [r, in] replicated, B [out/t, r]) or row-parallel
@@ -95,7 +95,7 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
         any_moe = true;
         add(E * H);
         for (int64_t e = 0; e < E / ep; ++e) {
-          add(Im * H), add(Im * H), add(H * Im);
+          ne += align16(Im * H) * 2 + align16(H * Im);
           lora(r * H, Im * r), lora(r * H, Im * r), lora(r * Im, H * r);
         }
       } else {
@@ -109,17 +109,22 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     }
     const int64_t align = 64 * d * cp;
     n = (n + align - 1) / align * align;
+    // experts: their own region, ZeRO-sharded over expert-dp = tp·cp·dp / ep (Megatron, etp 1)
+    const int64_t edp = std::max<int64_t>(1, static_cast<int64_t>(t) * cp * d / ep);
+    if (ne > 0) ne = (ne + 64 * edp - 1) / (64 * edp) * (64 * edp);
     if (na > 0) na = (na + align - 1) / align * align;
     st.param_numel = n;
     st.adapter_numel = na;
-    st.params = 4.0 * static_cast<double>(n + na);
+    st.params = 4.0 * static_cast<double>(n + ne + na);
     const int64_t trained = r > 0 ? na : n;  // a frozen base drops its gradient buffer
-    st.grads = 4.0 * static_cast<double>(trained);
+    const int64_t trained_experts = r > 0 ? 0 : ne;
+    st.grads = 4.0 * static_cast<double>(trained + trained_experts);
     const int64_t shards = d * cp;
     const bool sharded = o.use_distributed_optimizer && shards > 1;
     const int64_t be =
         std::min<int64_t>(std::max<int64_t>(o.bucket_bytes / 4 / (16 * shards), 1) * 16 * shards, trained);
     st.optimizer = 2.0 * 4.0 * static_cast<double>(sharded ? trained / shards : trained) +
+                   2.0 * 4.0 * static_cast<double>(o.use_distributed_optimizer ? trained_experts / edp : trained_experts) +
                    (shards > 1 && o.use_distributed_optimizer ? 4.0 * static_cast<double>(be / shards) : 0.0);
     // activations of the micro-batches in flight
     ActivationDims dims;

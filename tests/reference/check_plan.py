@@ -87,7 +87,7 @@ def main():
                    "MALLOC_TRIM_THRESHOLD_=68719476736",  # what twinkle-run sets for every job
                    os.path.join(a.build, "bench", "layout_bench")] + lay + ["--config", "small", "--rows", "8", "--mbs", "1", "--seq", "512", "--steps", "1", "--no-baseline", "--recompute", "full"]
             out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
-            ranks = re.findall(r"rank (\d+) \(tp (\d+) pp (\d+) dp \d+\).*step peak RSS ([0-9.]+) MiB", out)
+            ranks = re.findall(r"rank (\d+) \(tp (\d+) pp (\d+) dp \d+[^)]*\).*step peak RSS ([0-9.]+) MiB", out)
             if len(ranks) != 4:
                 print(out)
                 print("FAILED: expected 4 rank lines from layout_bench")

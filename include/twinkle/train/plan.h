@@ -7,7 +7,8 @@
 //    buffer padded to 64·dp·cp);
 //  * gradients — the same size (the fp32 flat gradient buffer; Megatron's grad_reduce_in_fp32);
 //  * optimizer state — AdamW's exp_avg and exp_avg_sq (fp32) for this rank's ZeRO-1 shard
-//    (1/(dp·cp) of the buffer with the distributed optimizer), plus one bucket shard of scratch;
+//    (1/(dp·cp) of the dense buffer and 1/(tp·cp·dp/ep) of the expert region with the
+//    distributed optimizer), plus one bucket shard of scratch;
 //  * activations — the saved activations of the micro-batches in flight on the stage (1F1B:
 //    min(pp - stage, micro-batches) slots, model/qwen3_activations.h layout incl. its 25 %
 //    headroom, MoE blocks' routed buffers), the recompute buffers and the pipeline receive buffers;
