@@ -37,7 +37,8 @@ inline int run(int argc, char** argv, const Defaults& d) {
   std::string dataset_id = "ms://swift/self-cognition";
   std::string output_dir = d.output_dir, cp_comm_type = "p2p";
   std::string aux_type = "per_layer";
-  int64_t max_steps = 10, data_rows = 128, batch_size = 2, max_length = 512, micro_batch_size = 0;
+  int64_t max_steps = 10, data_rows = 128, batch_size = 2, max_length = 512, micro_batch_size = 0, save_interval = 0;
+  std::string resume;
   double lr = 1e-4, aux_coeff = 0.0;
   int dp = d.dp, tp = d.tp, pp = d.pp, cp = d.cp, ep = d.ep;
   CLI::App app{d.title, d.name};
@@ -51,6 +52,10 @@ inline int run(int argc, char** argv, const Defaults& d) {
   app.add_option("--micro-batch-size", micro_batch_size, "rows per micro-batch (0: Twinkle's min(2, rows of the dp rank))");
   app.add_option("--lr", lr, "peak learning rate");
   app.add_option("--output-dir", output_dir, "where the final checkpoint and metrics.jsonl go");
+  app.add_option("--save-interval", save_interval,
+                 "every N steps save OUTPUT_DIR/checkpoint-step-<step> with the optimizer state (0 = none)");
+  app.add_option("--resume", resume,
+                 "continue from this checkpoint (or OUTPUT_DIR, whose 'latest' names one; default: none)");
   app.add_option("--dp", dp, "data-parallel size");
   app.add_option("--tp", tp, "tensor-parallel size (sequence parallelism switched on for MoE)");
   app.add_option("--pp", pp, "pipeline-parallel size");
@@ -68,6 +73,7 @@ inline int run(int argc, char** argv, const Defaults& d) {
   // Every option through the API's own checks before anything starts.
   check_option(max_steps >= 0, "train", "max_steps", ">= 0 (0 = one epoch)", max_steps);
   check_option(data_rows >= 1, "recipe", "data_rows", ">= 1", data_rows);
+  check_option(save_interval >= 0, "train", "save_interval", ">= 0 (0 = none)", save_interval);
   validate(OptimizerConfig{.lr = lr});
   validate(TemplateOptions{.model_id = model_id, .max_length = max_length});
   validate(DataLoaderOptions{.batch_size = batch_size, .dp_rank = 0, .dp_size = dp});
@@ -106,6 +112,7 @@ inline int run(int argc, char** argv, const Defaults& d) {
   }
   double first_loss = 0, last_loss = 0, time_sum = 0;
   int64_t step = 0;
+  if (!resume.empty()) step = model.resume_from_checkpoint(resume, false, &loader).cur_step;  // Twinkle's resume
   while (step < steps) {
     for (auto& batch : loader) {
       model.forward_backward(batch);
@@ -140,6 +147,9 @@ inline int run(int argc, char** argv, const Defaults& d) {
                       m.aux_loss, m.expert_load_max, m.expert_load_min, m.tokens_per_s, m.step_time_s);
         log.info(line);
       }
+      if (save_interval > 0)  // Twinkle's save(interval=N, save_optimizer=True): "" on the other steps
+        model.save(std::nullopt, {.output_dir = output_dir, .interval = save_interval, .save_optimizer = true,
+                                  .dataloader = &loader});
       if (step >= steps) break;
     }
   }
