@@ -29,10 +29,12 @@ std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather(bool grads, bool 
       const int src = ps_->mesh.rank_of(r, 0, 0, e.stage);
       if (world.rank() == src && mine) {
         const Param& p = table_.param(id);
-        const Tensor& t = grads ? p.grad : p.data;
-        check(t.defined(), "gather_state_dict: " + e.name + " is frozen (no gradient)");
+        const Tensor& dt = grads ? p.grad : p.data;
+        check(dt.defined(), "gather_state_dict: " + e.name + " is frozen (no gradient)");
+        // Device tensors travel through host memory (the world group's MPI path).
+        const Tensor t = dt.device() == Device::CPU ? dt : dt.to(Device::CPU);
         if (src == 0) {
-          pieces.push_back(t.clone());
+          pieces.push_back(dt.device() == Device::CPU ? t.clone() : t);
           specs.push_back(p.shard);
           locals.push_back(p.shape);
         } else {

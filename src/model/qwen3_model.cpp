@@ -1,6 +1,7 @@
 // Qwen3Model: construction — the tensor table of every stage and this stage's layers.
 #include "twinkle/model/qwen3_model.h"
 #include "twinkle/model/rope_variant.h"
+#include "twinkle/core/device_copy.h"
 
 #include "twinkle/parallel/expert_layout.h"
 
@@ -9,6 +10,16 @@ namespace twinkle {
 Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelState> ps, Qwen3ModelOptions opts)
     : cfg_(cfg), ps_(std::move(ps)), opts_(std::move(opts)) {
   kernels_ = kernels::resolve_kernels(ps_->mesh.device_type(), opts_.kernels);
+  dev_ = parse_device(ps_->mesh.device_type());
+  if (dev_ != Device::CPU) {
+    // What still runs host loops over model buffers is refused by name (issue 18's first slice:
+    // the dense model on tp/pp/dp layouts).
+    const std::string on = " on device '" + ps_->mesh.device_type() + "' is not implemented yet";
+    check(!cfg_.is_moe(), "Qwen3-MoE (model_type qwen3_moe)" + on + "; use device_type cpu");
+    check(ps_->cp->size() == 1, "context parallelism (cp > 1)" + on + "; use cp = 1");
+    check(!cfg_.attention_bias, "attention_bias = true" + on + "; use device_type cpu");
+    scratch_.set_device(dev_);
+  }
   check(cfg_.model_type == "qwen3" || cfg_.model_type == "qwen3_moe",
         "Qwen3Model: model_type '" + cfg_.model_type + "' is neither qwen3 nor qwen3_moe" +
             (cfg_.source.empty() ? "" : " (" + cfg_.source + ")"));
@@ -46,7 +57,7 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   table_.set_kernels(&kernels_);  // every layer computes through the model's kernel table
   build_table();
   table_.materialize(stage, store_);
-  store_.finalize(64 * ps_->dp_cp->size());  // flat size divisible by the ZeRO shard count
+  store_.finalize(64 * ps_->dp_cp->size(), dev_);  // flat size divisible by the ZeRO shard count
 }
 
 void Qwen3Model::set_kernels(const kernels::KernelTable& t) {
@@ -120,7 +131,12 @@ ActivationDims Qwen3Model::activation_dims() const {
   d.tp = tp_;
   d.sequence_parallel = sp_;
   d.last_stage = last_;
+  d.device = dev_;
   return d;
+}
+
+float* Qwen3Model::pipeline_buffer(int which, int64_t elems) {
+  return scratch_.get(which == 0 ? "pp.recv_fwd" : "pp.recv_bwd", {elems}).f32();
 }
 
 size_t Qwen3Model::workspace_bytes() const {

@@ -28,6 +28,19 @@ uint64_t splitmix64(uint64_t x) {
 const std::string& where(const CheckpointReader& r) { return r.dir(); }
 const std::string& where(const SafetensorsFile& f) { return f.path(); }
 
+// Runs fill(host_view) on the parameter's bytes: in place on the host; on a device through a host
+// tensor that is then uploaded (init and checkpoint loading are the only host writers of weights).
+template <class F>
+void write_param(Tensor& dst, F&& fill) {
+  if (dst.device() == Device::CPU) {
+    fill(dst);
+    return;
+  }
+  Tensor h = Tensor::zeros(dst.shape());
+  fill(h);
+  dst.copy_(h);
+}
+
 }  // namespace
 
 void Qwen3Model::init_random(uint64_t seed) {
@@ -38,7 +51,7 @@ void Qwen3Model::init_random(uint64_t seed) {
     Param& p = table_.param(id);
     switch (e.init) {
       case parallel::ParamInit::Ones:
-        p.data.fill_(1.0f);
+        write_param(p.data, [](Tensor& t) { t.fill_(1.0f); });
         break;
       case parallel::ParamInit::Zeros:
         p.data.zero_();
@@ -55,7 +68,7 @@ void Qwen3Model::init_random(uint64_t seed) {
         if (e.name == "model.embed_tokens.weight" && cfg_.pad_token_id && *cfg_.pad_token_id >= 0 &&
             *cfg_.pad_token_id < e.full[0])
           std::memset(f + *cfg_.pad_token_id * e.full[1], 0, sizeof(float) * static_cast<size_t>(e.full[1]));
-        shard_from_full(e.shard, e.local, f, p.data.f32());
+        write_param(p.data, [&](Tensor& t) { shard_from_full(e.shard, e.local, f, t.f32()); });
         break;
       }
     }
@@ -81,7 +94,7 @@ void Qwen3Model::load_entry(const Reader& ck, size_t id) {
     const ShardSpec& sp = e.shard;
     if (sp.split_dim == -1) {
       Tensor full = ck.load_f32(name);
-      shard_from_full(sp, e.local, full.f32(), p.data.f32());
+      write_param(p.data, [&](Tensor& t) { shard_from_full(sp, e.local, full.f32(), t.f32()); });
       return;
     }
     // Read only this rank's slice (a tp shard of a large checkpoint never exists in full here).
@@ -89,14 +102,16 @@ void Qwen3Model::load_entry(const Reader& ck, size_t id) {
     if (sp.valid == 0) return;
     Tensor part = ck.load_f32_narrow(name, sp.split_dim, sp.offset, sp.valid);
     const float* src = part.f32();
-    float* dst = p.data.f32();
-    if (sp.split_dim == 0 || e.local.size() == 1) {
-      std::memcpy(dst, src, static_cast<size_t>(part.numel()) * 4);
-    } else {
-      const int64_t local_cols = e.local.back();
-      for (int64_t r = 0; r < sp.full_rows; ++r)
-        std::memcpy(dst + r * local_cols, src + r * sp.valid, static_cast<size_t>(sp.valid) * 4);
-    }
+    write_param(p.data, [&](Tensor& t) {
+      float* dst = t.f32();
+      if (sp.split_dim == 0 || e.local.size() == 1) {
+        std::memcpy(dst, src, static_cast<size_t>(part.numel()) * 4);
+      } else {
+        const int64_t local_cols = e.local.back();
+        for (int64_t r = 0; r < sp.full_rows; ++r)
+          std::memcpy(dst + r * local_cols, src + r * sp.valid, static_cast<size_t>(sp.valid) * 4);
+      }
+    });
   }
 }
 

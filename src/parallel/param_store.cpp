@@ -43,7 +43,7 @@ size_t ParamStore::add(Param p) {
   return params_.size() - 1;
 }
 
-void ParamStore::finalize(int64_t align) {
+void ParamStore::finalize(int64_t align, Device dev) {
   check(!finalized_, "ParamStore::finalize called twice");
   int64_t off = 0;
   for (auto& p : params_) {
@@ -54,8 +54,9 @@ void ParamStore::finalize(int64_t align) {
   }
   numel_ = (off + align - 1) / align * align;
   if (numel_ == 0) numel_ = align;
-  flat_params_ = Tensor::zeros({numel_});
-  flat_grads_ = Tensor::zeros({numel_});
+  dev_ = dev;
+  flat_params_ = Tensor::zeros({numel_}, DType::F32, dev);
+  flat_grads_ = Tensor::zeros({numel_}, DType::F32, dev);
   for (auto& p : params_) {
     int64_t n = 1;
     for (auto d : p.shape) n *= d;

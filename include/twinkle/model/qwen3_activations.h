@@ -84,6 +84,7 @@ struct ActivationDims {
   int tp = 1;
   bool sequence_parallel = false;
   bool last_stage = false;      ///< holds the final norm and its saved gradient
+  Device device = Device::CPU;  ///< where the slot's buffers live (the model's device)
 };
 
 /// Router statistics of one micro-batch over this stage's MoE layers (real tokens only),

@@ -89,7 +89,7 @@ class DistributedOptimizer {
   OptimizerConfig& mutable_config() { return cfg_; }
   int64_t steps() const { return step_; }
   /// Elements of AdamW state (m and v each) this rank holds.
-  int64_t state_elements() const { return static_cast<int64_t>(m_.size()); }
+  int64_t state_elements() const { return state_n_; }
   /// Bytes sent by this rank in the last step's dp collectives (for the volume check).
   int64_t last_step_bytes() const { return last_bytes_; }
 
@@ -106,7 +106,13 @@ class DistributedOptimizer {
   OptimizerConfig cfg_;
   std::vector<std::pair<int64_t, int64_t>> buckets_;  // [start, len)
   std::vector<Segment> segments_;                     // owned elements split at param boundaries
-  std::vector<float> m_, v_, scratch_;
+  std::vector<float> m_, v_, scratch_;  // host store: AdamW state and the ZeRO bucket scratch
+  // Device store (the model's GPU): the same buffers in device memory; m_/v_/scratch_ stay empty.
+  Tensor dm_, dv_, dscratch_;
+  int64_t state_n_ = 0;
+  float* m_state() { return dm_.defined() ? dm_.f32() : m_.data(); }
+  float* v_state() { return dv_.defined() ? dv_.f32() : v_.data(); }
+  float* bucket_scratch(int64_t n);
   int64_t step_ = 0;
   int64_t last_bytes_ = 0;
   bool reduced_ = false;

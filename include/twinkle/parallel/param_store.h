@@ -57,9 +57,11 @@ class ParamStore {
  public:
   /// Declares a parameter (before finalize()). Returns its index.
   size_t add(Param p);
-  /// Allocates the flat buffers (padded to a multiple of `align` elements) and binds
-  /// every Param's data/grad views. Must be called once before use.
-  void finalize(int64_t align = 64);
+  /// Allocates the flat buffers (padded to a multiple of `align` elements) on `dev` (device
+  /// memory through twinkle/core/device_allocator.h) and binds every Param's data/grad views.
+  /// Must be called once before use.
+  void finalize(int64_t align = 64, Device dev = Device::CPU);
+  Device device() const { return dev_; }
 
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
@@ -84,6 +86,7 @@ class ParamStore {
   Tensor flat_params_, flat_grads_;
   int64_t numel_ = 0;
   bool finalized_ = false;
+  Device dev_ = Device::CPU;
 };
 
 }  // namespace twinkle
