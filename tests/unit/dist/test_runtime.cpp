@@ -54,7 +54,9 @@ TEST(Runtime, CudaIsRejectedWithoutTheBackend) {
               std::string::npos);
   } else {  // a CUDA build: without a GPU the error names it; with one, initialize succeeds
     const std::string err = init_error(s);
-    if (!err.empty()) EXPECT_NE(err.find("device 'cuda': no GPU visible"), std::string::npos) << err;
+    if (!err.empty()) {
+      EXPECT_NE(err.find("device 'cuda': no GPU visible"), std::string::npos) << err;
+    }
   }
 }
 
