@@ -6,6 +6,9 @@
 //
 //   build/bench/cuda_ops_bench [--peer torch.json] [--out twinkle.json] [--min-time S] [--quick]
 //
+// --out defaults to cuda_ops_twinkle.json in the working directory; --peer defaults to torch_ops.json there
+// when that file exists. The peer script prints the same ratio table when it runs second (it reads
+// cuda_ops_twinkle.json), so the table appears whichever of the two runs last.
 // Each op: 2 warm-up calls, then repeated calls until --min-time seconds (default 0.3) and >= 5 calls,
 // one stream synchronize at the end; the figure is the mean wall time per call. Inputs are zeros (or
 // valid ids / positions / labels): time does not depend on the values. Without a GPU: prints why and
@@ -30,7 +33,7 @@
 #endif
 
 int main(int argc, char** argv) {
-  std::string peer_path, out_path;
+  std::string peer_path, out_path = "cuda_ops_twinkle.json";
   double min_time = 0.3;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
@@ -183,6 +186,7 @@ int main(int argc, char** argv) {
   }
 
   nlohmann::json peer;
+  if (peer_path.empty() && std::ifstream("torch_ops.json")) peer_path = "torch_ops.json";
   if (!peer_path.empty()) {
     std::ifstream f(peer_path);
     if (f) peer = nlohmann::json::parse(f, nullptr, false);

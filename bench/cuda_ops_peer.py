@@ -9,7 +9,8 @@ torch.autograd.grad of a graph built once (retain_graph), so only the backward k
   /usr/bin/python3 bench/cuda_ops_peer.py --out torch.json [--quick] [--min-time S]
 
 Writes {"ops": {name: ms}, "device": ..., "torch": version}; cuda_ops_bench --peer torch.json prints
-the ratios. Timing: 2 warm-up calls, then calls until min-time seconds and >= 5 calls, one synchronize
+the ratios; when twinkle's figures exist (--twinkle, default cuda_ops_twinkle.json, which cuda_ops_bench
+writes), this script prints the same table at its end, so the table appears whichever runs last. Timing: 2 warm-up calls, then calls until min-time seconds and >= 5 calls, one synchronize
 at the end; mean wall time per call (the same rule as cuda_ops_bench).
 """
 import argparse
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="torch_ops.json")
+    ap.add_argument("--twinkle", default="cuda_ops_twinkle.json", help="twinkle's figures (cuda_ops_bench --out)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--min-time", type=float, default=0.3)
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script (with --tiny)")
@@ -167,6 +169,15 @@ def main():
     with open(a.out, "w") as f:
         json.dump(res, f, indent=2)
     print(f"wrote {a.out} ({res['device']}, torch {res['torch']})")
+    try:
+        with open(a.twinkle) as f:
+            tw = json.load(f)["ops"]
+    except (OSError, ValueError, KeyError):
+        return
+    print(f"\n{'op':30s} {'twinkle ms':>10s} {'torch ms':>10s} {'ratio':>8s}   (ratio = torch ms / twinkle ms)")
+    for name, ms in ops.items():
+        if name in tw and tw[name] > 0:
+            print(f"{name:30s} {tw[name]:10.3f} {ms:10.3f} {ms / tw[name]:7.2f}x")
 
 
 if __name__ == "__main__":
