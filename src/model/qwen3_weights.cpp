@@ -76,7 +76,7 @@ void Qwen3Model::init_random(uint64_t seed) {
 }
 
 template <class Reader>
-void Qwen3Model::load_entry(const Reader& ck, size_t id) {
+void Qwen3Model::load_entry(const Reader& ck, size_t id, float* dst_override) {
   {
     const parallel::TensorEntry& e = table_[id];
     const std::string* found = nullptr;
@@ -91,27 +91,37 @@ void Qwen3Model::load_entry(const Reader& ck, size_t id) {
     check(info.shape == e.full, "checkpoint " + where(ck) + ": tensor '" + name + "' has shape " + shape_str(info.shape) +
                                     ", expected " + shape_str(e.full) + " from config.json");
     Param& p = table_.param(id);
+    // The host bytes to fill: the caller's flat buffer, the parameter itself on the host, or (device
+    // parameters) a host staging tensor uploaded at the end.
+    Tensor staging;
+    if (!dst_override && p.data.device() != Device::CPU) staging = Tensor::zeros(p.data.shape());
+    float* dst = dst_override ? dst_override : staging.defined() ? staging.f32() : p.data.f32();
+    auto commit = [&] {
+      if (staging.defined()) p.data.copy_(staging);
+    };
     const ShardSpec& sp = e.shard;
     if (sp.split_dim == -1) {
       Tensor full = ck.load_f32(name);
-      write_param(p.data, [&](Tensor& t) { shard_from_full(sp, e.local, full.f32(), t.f32()); });
+      shard_from_full(sp, e.local, full.f32(), dst);
+      commit();
       return;
     }
     // Read only this rank's slice (a tp shard of a large checkpoint never exists in full here).
-    p.data.zero_();  // vocab padding rows stay zero
-    if (sp.valid == 0) return;
+    std::memset(dst, 0, static_cast<size_t>(p.data.numel()) * 4);  // vocab padding rows stay zero
+    if (sp.valid == 0) {
+      commit();
+      return;
+    }
     Tensor part = ck.load_f32_narrow(name, sp.split_dim, sp.offset, sp.valid);
     const float* src = part.f32();
-    write_param(p.data, [&](Tensor& t) {
-      float* dst = t.f32();
-      if (sp.split_dim == 0 || e.local.size() == 1) {
-        std::memcpy(dst, src, static_cast<size_t>(part.numel()) * 4);
-      } else {
-        const int64_t local_cols = e.local.back();
-        for (int64_t r = 0; r < sp.full_rows; ++r)
-          std::memcpy(dst + r * local_cols, src + r * sp.valid, static_cast<size_t>(sp.valid) * 4);
-      }
-    });
+    if (sp.split_dim == 0 || e.local.size() == 1) {
+      std::memcpy(dst, src, static_cast<size_t>(part.numel()) * 4);
+    } else {
+      const int64_t local_cols = e.local.back();
+      for (int64_t r = 0; r < sp.full_rows; ++r)
+        std::memcpy(dst + r * local_cols, src + r * sp.valid, static_cast<size_t>(sp.valid) * 4);
+    }
+    commit();
   }
 }
 
@@ -130,6 +140,14 @@ void Qwen3Model::load_adapter(const SafetensorsFile& ck) {
     const parallel::TensorEntry& e = table_[id];
     if (e.param == parallel::kNoParam || !e.adapter) continue;
     load_entry(ck, id);
+  }
+}
+
+void Qwen3Model::load_flat(const SafetensorsFile& ck, bool adapters, float* flat) {
+  for (size_t id = 0; id < table_.size(); ++id) {
+    const parallel::TensorEntry& e = table_[id];
+    if (e.param == parallel::kNoParam || e.adapter != adapters) continue;
+    load_entry(ck, id, flat + table_.param(id).flat_offset);
   }
 }
 

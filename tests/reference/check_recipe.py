@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Acceptance checks of the dense recipe (examples/tp_recipe.cpp) and, with --recipe moe_recipe,
-of the Qwen3-MoE recipe (examples/moe_recipe.cpp, dp=2 tp=2 pp=2 ep=2):
+"""Acceptance checks of the dense recipe (examples/tp_recipe.cpp) and, with --recipe moe_recipe /
+moe_cp_recipe, of the Qwen3-MoE recipes (examples/moe_recipe.cpp, dp=2 tp=2 pp=2 ep=2;
+examples/moe_cp_recipe.cpp, tp=2 pp=2 cp=2 ep=2 with ring attention):
 
 1. The 8-process recipe and the same recipe in one process on the same data, seed and global
    batch print the same loss and grad norm at every step (1e-5 relative); for MoE also the
@@ -45,9 +46,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--recipe", choices=["tp_recipe", "moe_recipe"], default="tp_recipe")
+    ap.add_argument("--recipe", choices=["tp_recipe", "moe_recipe", "moe_cp_recipe"], default="tp_recipe")
     args = ap.parse_args()
-    moe = args.recipe == "moe_recipe"
+    moe = args.recipe != "tp_recipe"
     recipe = os.path.join(args.build, "examples", args.recipe)
     launcher = os.path.join(args.build, "bin", "twinkle-run")
     twinkle = os.path.join(args.build, "bin", "twinkle")
@@ -58,7 +59,7 @@ def main():
         common = ["--max-steps", str(args.steps), "--data-rows", "64"]
         if moe:  # the aux loss is a per-micro-batch value: the same micro-batches on both layouts
             common += ["--micro-batch-size", "1"]
-        single = ["--dp", "1", "--tp", "1", "--pp", "1"] + (["--ep", "1"] if moe else [])
+        single = ["--dp", "1", "--tp", "1", "--pp", "1"] + (["--cp", "1", "--ep", "1"] if moe else [])
         run([launcher, "--nproc_per_node=8", recipe, "--output-dir", os.path.join(tmp, "r8")] + common, env=env)
         run([recipe] + single + ["--output-dir", os.path.join(tmp, "r1")] + common, env=env)
         m8 = metrics(os.path.join(tmp, "r8", "metrics.jsonl"))
