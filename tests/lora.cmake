@@ -4,30 +4,40 @@
 #  - one process vs PyTorch float64: loss and grad norm every step, step-0 adapter gradients,
 #    the adapter after AdamW steps (at least as close to float64 as PyTorch float32), the saved
 #    adapter_config.json, merged vs unmerged held-out loss; with and without rslora, subsets;
-#  - every layout vs the single-process LoRA run.
+#  - every layout vs the single-process LoRA run (with lora_dropout 0.1 but on tp2).
 set(TWINKLE_PY /usr/bin/python3)
 set(CHECK_TRAIN ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py)
 set(LORA_FLAGS --lora-r 4 --lora-alpha 8)
 
 add_test(NAME lora_vs_torch_untied_bias COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant b --steps 4 ${LORA_FLAGS})
 add_test(NAME lora_vs_torch_rslora_tied_gqa COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant a --steps 4 ${LORA_FLAGS} --lora-rslora)
+# lora_dropout 0.1: twinkle's masks (test hook TWINKLE_TEST_LORA_DROPOUT_DUMP) fed to the PyTorch
+# reference, which applies PEFT's dropout(x) before A with them; mask statistics checked too.
+add_test(NAME lora_vs_torch_dropout COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant b --steps 3 ${LORA_FLAGS} --lora-dropout 0.1)
 add_test(NAME lora_vs_torch_targets_kaiming_init COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant b --steps 3 --lora-r 8 --lora-alpha 32 --lora-targets q_proj,v_proj,down_proj --lora-init true)
 
-# name | ranks | variant | flags
+# name | ranks | variant | flags [| extra LoRA flags: with dropout the masks are keyed by global row,
+# position and feature, so every layout must equal one process exactly as without]
 set(TWINKLE_LORA_LAYOUTS
   "tp2|2|b|--tp 2"
-  "tp2_sp|2|a|--tp 2 --sequence-parallel"
-  "pp2|2|a|--pp 2"
-  "dp2_zero1|2|b|--dp 2"
-  "tp2_pp2_dp2|8|b|--tp 2 --pp 2 --dp 2 --sequence-parallel")
+  "tp2_sp|2|a|--tp 2 --sequence-parallel|--lora-dropout 0.1"
+  "pp2|2|a|--pp 2|--lora-dropout 0.1"
+  "dp2_zero1|2|b|--dp 2|--lora-dropout 0.1"
+  "tp2_pp2_dp2|8|b|--tp 2 --pp 2 --dp 2 --sequence-parallel|--lora-dropout 0.1")
 foreach(spec ${TWINKLE_LORA_LAYOUTS})
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)
   list(GET parts 1 np)
   list(GET parts 2 variant)
   list(GET parts 3 flags)
+  set(extra "")
+  list(LENGTH parts nparts)
+  if(nparts GREATER 4)
+    list(GET parts 4 extra)
+    separate_arguments(extra)
+  endif()
   add_test(NAME lora_layout_${name} COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant ${variant}
-           --layers 4 --batch rows:8 --mbs 1 --steps 3 --against single --np ${np} --layout "${flags}" ${LORA_FLAGS})
+           --layers 4 --batch rows:8 --mbs 1 --steps 3 --against single --np ${np} --layout "${flags}" ${LORA_FLAGS} ${extra})
   set_tests_properties(lora_layout_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
 endforeach()
 

@@ -47,8 +47,10 @@ std::vector<std::string> Qwen3Model::linear_modules() const {
 void Qwen3Model::add_adapter(const LoraConfig& cfg, uint64_t seed) {
   check(!has_adapter(), "add_adapter: the model already has an adapter (one adapter per model)");
   validate(cfg);
-  check(cfg.lora_dropout == 0.0, "add_adapter: lora_dropout " + std::to_string(cfg.lora_dropout) +
-                                     " is not supported yet (issue 12); use 0, the NPU recipes' value");
+  check(cfg.lora_dropout == 0.0 || ps_->cp_size() == 1,
+        "add_adapter: lora_dropout " + std::to_string(cfg.lora_dropout) + " (--lora-dropout) with context parallelism (cp " +
+            std::to_string(ps_->cp_size()) + ") is not supported; use --lora-dropout 0 or cp 1");
+  lora_seed_ = seed;
   lora_targets_ = resolve_lora_targets(cfg, linear_modules());
   lora_ = cfg;
   const std::set<std::string> targets(lora_targets_.begin(), lora_targets_.end());

@@ -171,7 +171,8 @@ class MegatronModel {
   double flops_per_token(double seq_len) const;
 
  private:
-  std::vector<MicroBatch> split(const std::vector<EncodedRow>& rows) const;
+  // Micro-batches of `rows`; segment_row offset by row0 (the block's first global row).
+  std::vector<MicroBatch> split(const std::vector<EncodedRow>& rows, int64_t row0 = 0) const;
   std::shared_ptr<dist::ParallelState> ps_;
   std::string model_dir_;
   std::string adapter_name_;
