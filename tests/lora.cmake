@@ -47,3 +47,14 @@ endforeach()
 add_test(NAME lora_export_merge_generate
          COMMAND ${TWINKLE_PY} ${CMAKE_SOURCE_DIR}/tests/reference/check_lora_export.py --build ${CMAKE_BINARY_DIR}
                  --tokenizer-dir ${CMAKE_SOURCE_DIR}/models/qwen3-tiny)
+
+# Qwen3-MoE (tests/reference/check_train_moe.py --lora-r: lora_ref.py on qwen3_moe_ref.py): LoRA on
+# attention + the router "gate" (experts are refused by name, tests/unit/train/test_lora.cpp) with the
+# aux and z losses vs PyTorch float64, and pp2 x dp2 vs one process.
+set(CHECK_TRAIN_MOE ${CMAKE_SOURCE_DIR}/tests/reference/check_train_moe.py)
+add_test(NAME lora_moe_vs_torch_attention_router COMMAND ${TWINKLE_PY} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR}
+         --lora-r 4 --aux-coef 0.01 --z-coef 0.001 --steps 3)
+add_test(NAME lora_moe_layout_dp2_pp2 COMMAND ${TWINKLE_PY} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR}
+         --lora-r 4 --aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4 --steps 3
+         --np 4 --layout "--dp 2 --pp 2")
+set_tests_properties(lora_moe_layout_dp2_pp2 PROPERTIES TIMEOUT 300 PROCESSORS 2)

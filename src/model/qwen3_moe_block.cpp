@@ -51,7 +51,8 @@ Qwen3MoeBlock::Weights Qwen3MoeBlock::weights() const {
     // The grouped GEMM reads expert e at W_0 + e * stride: the entries must be equally spaced.
     for (size_t e = 1; e < ids.size(); ++e)
       check(table_->data(ids[e]) - w.w[j] == static_cast<int64_t>(e) * w.stride[j] &&
-                table_->grad(ids[e]) - w.dw[j] == static_cast<int64_t>(e) * w.stride[j],
+                (w.dw[j] == nullptr ||  // a frozen base (LoRA) has no gradient buffer
+                 table_->grad(ids[e]) - w.dw[j] == static_cast<int64_t>(e) * w.stride[j]),
             "Qwen3MoeBlock: expert tensors of one projection are not equally spaced in the ParamStore");
   }
   return w;
@@ -80,6 +81,7 @@ const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActi
   a.z_scale = 0.0;
   // Router: fp32 logits, softmax over all experts, top-k (moe_router.h).
   kt.linear.forward(x, w.router, a.logits.data(), T, E_, H_, false);
+  if (router_lora_.active()) parallel::lora_column_forward(*table_, router_lora_, x, a.logits.data(), T, H_, E_);
   k::moe_router_forward(a.logits.data(), a.probs.data(), a.topk_idx.data(), a.topk_w.data(), T, E_, k_,
                         norm_topk_prob_);
   // Permute the k copies of each token into expert order, run the experts, combine.
@@ -134,6 +136,7 @@ const float* Qwen3MoeBlock::backward(const float* dout, const StageBatch& b, con
   k::moe_router_backward(a.probs.data(), a.topk_idx.data(), a.topk_w.data(), dtopk_w, dprobs, dz, dlogits, T, E_, k_,
                          norm_topk_prob_);
   kt.linear.backward(a.x, w.router, dlogits, dx, w.drouter, T, E_, H_, /*accumulate_dx=*/true);
+  if (router_lora_.active()) parallel::lora_column_backward(*table_, router_lora_, a.x, dlogits, dx, T, H_, E_);
   return dx;
 }
 

@@ -391,6 +391,17 @@ def check_lora_vs_torch(args, tmp, model, init_adapter, batch_json, tw_metrics, 
         # a visible difference of that element (see compare_params): PyTorch's float32 run is
         # sometimes luckier, so the bound is the larger of 2 x its error and the full-training
         # rule's 1e-5 of the tensor's scale. A wrong scaling, gradient or decay moves every element.
+        # Why not "e_tw <= e_32" (issue 12's wording), measured 2026-11-30 (lora_vs_torch_untied_bias):
+        # PyTorch float32 here is the reference's own algorithm (naive attention, one micro-batch,
+        # the same op order as the float64 run) rounded to float32, while twinkle computes the same
+        # function with other float32 algorithms (flash attention's online softmax, the chunked fused
+        # lm head + cross entropy, oneDNN's GEMM order, micro-batches of 2 summed). Its step-0 adapter
+        # gradients are 1.8-2.1x further from float64 (rms) than PyTorch float32's, and AdamW turns
+        # that into 8x (rms) / 35x (max, 4.3e-6 vs 1.1e-7 on layers.0.mlp.gate_proj.lora_B) after 4
+        # steps on the elements whose gradient is near eps; with --lora-init true and 3 targets twinkle
+        # is the closer one (0.3-0.5x). So the float32 error of a different algorithm is not bounded
+        # by PyTorch's; the test keeps max(2 x PyTorch float32's error, 1e-5 of the tensor's scale),
+        # besides the per-step loss / grad-norm and step-0 gradient checks above.
         if e_tw > max(2 * e_32, args.param_tol * max(scale, 0.02)):
             failures.append(f"adapter after {args.steps} steps: {k} max err vs f64 {e_tw:.3e} > 2 x torch-f32's "
                             f"{e_32:.3e} and > {args.param_tol:g} x {scale:.3e}")

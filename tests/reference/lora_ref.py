@@ -133,12 +133,23 @@ def merge(model, wrapped):
             setattr(model.get_submodule(parent_name), child, lin.base)
 
 
+def is_moe(model_dir):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        return json.load(f).get("model_type") == "qwen3_moe"
+
+
 def cmd_step(a):
     global DROPOUT
     dtype = qwen3_ref._DTYPES[a.dtype]
-    model = qwen3_ref.load_model(a.model, dtype)
+    moe = is_moe(a.model)
+    if moe:  # Qwen3-MoE (tests/reference/qwen3_moe_ref.py): router / expert modules are nn.Linear too
+        import qwen3_moe_ref
+        model = qwen3_moe_ref.load_model(a.model, dtype)
+        steps = qwen3_moe_ref.load_steps(a.batch)
+    else:
+        model = qwen3_ref.load_model(a.model, dtype)
+        steps = qwen3_ref.load_batches(a.batch)
     wrapped, _ = attach(model, a.adapter, dtype)
-    steps = qwen3_ref.load_batches(a.batch)
     params = [p for lin in wrapped.values() for p in (lin.lora_A, lin.lora_B)]
     opt = torch.optim.AdamW([{"params": params, "weight_decay": a.weight_decay}], lr=a.lr, betas=(a.beta1, a.beta2),
                             eps=a.eps)
@@ -152,7 +163,13 @@ def cmd_step(a):
         if a.dropout > 0:
             DROPOUT = {"p": a.dropout, "dir": a.dropout_masks, "step": i}
         opt.zero_grad(set_to_none=True)
-        loss, _ = qwen3_ref.train_step(model, steps[i % len(steps)])
+        if moe:  # lm loss + the router losses, as qwen3_moe_ref.py step
+            r = qwen3_moe_ref.step_losses(model, steps[i % len(steps)], a.aux_coef, a.aux_type, a.z_coef)
+            loss = r["loss"]
+            for k in ("lm_loss", "aux_loss", "z_loss"):
+                metrics.setdefault(k, []).append(r[k])
+        else:
+            loss, _ = qwen3_ref.train_step(model, steps[i % len(steps)])
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
@@ -201,6 +218,9 @@ def main():
             p.add_argument("--clip-grad", type=float, default=1.0)
             p.add_argument("--dropout", type=float, default=0.0, help="lora_dropout p (training only)")
             p.add_argument("--dropout-masks", default="", help="directory of twinkle's dumped dropout masks")
+            p.add_argument("--aux-coef", type=float, default=0.0, help="Qwen3-MoE: router aux-loss coefficient")
+            p.add_argument("--aux-type", choices=["global", "per_layer"], default="global")
+            p.add_argument("--z-coef", type=float, default=0.0)
             p.add_argument("--out", required=True)
     a = ap.parse_args()
     {"step": cmd_step, "loss": cmd_loss}[a.cmd](a)

@@ -115,7 +115,9 @@ class Qwen3Model {
   std::vector<std::pair<std::string, Tensor>> gather_state_dict(bool grads = false);
 
   /// HF module names of every linear layer but the lm head (all stages, model order):
-  /// model.layers.{i}.self_attn.{q,k,v,o}_proj, model.layers.{i}.mlp.{gate,up,down}_proj.
+  /// model.layers.{i}.self_attn.{q,k,v,o}_proj, then model.layers.{i}.mlp.{gate,up,down}_proj
+  /// (dense layer) or, in a Qwen3-MoE layer, model.layers.{i}.mlp.gate (the router) and
+  /// model.layers.{i}.mlp.experts.{e}.{gate,up,down}_proj (transformers 4's module names, PEFT's keys).
   std::vector<std::string> linear_modules() const;
   /// Adds one LoRA adapter (PEFT semantics, parallel/lora.h sharding) to the modules `cfg`
   /// targets (resolve_lora_targets), on every stage's table and this stage's layers. The
@@ -126,6 +128,8 @@ class Qwen3Model {
   /// then sliced, so every layout starts from the same adapter. lora_dropout > 0: training
   /// forwards apply PEFT's dropout to the LoRA input with masks keyed by (seed, step, module,
   /// token identity, feature) (parallel/lora_dropout.h), so every layout draws the same masks.
+  /// Qwen3-MoE: attention, the dense mlp_only_layers and the router ("gate", column-style pair,
+  /// tp = 1) take adapters; an expert target (also via all-linear) and etp > 1 are errors naming them.
   /// Throws twinkle::Error on an invalid config (validate), an unknown target, a second
   /// adapter, or lora_dropout > 0 with context parallelism (cp > 1: not supported).
   void add_adapter(const LoraConfig& cfg, uint64_t seed);

@@ -30,6 +30,7 @@
 #include "twinkle/io/model_config.h"
 #include "twinkle/model/qwen3_activations.h"
 #include "twinkle/model/stage_batch.h"
+#include "twinkle/parallel/lora.h"
 #include "twinkle/parallel/tensor_table.h"
 
 namespace twinkle {
@@ -48,6 +49,9 @@ class Qwen3MoeBlock {
   /// in `a`) and returns d(x) [T, H] in `scratch`.
   const float* backward(const float* dy, const StageBatch& b, const MoeActivations& a, Workspace& scratch) const;
 
+  /// LoRA on the router (PEFT target "gate": logits += scaling (x A^T) B^T, parallel/lora.h,
+  /// A [r, H] and B [E, r] replicated — the router is, and the model refuses it with tp > 1).
+  void set_router_lora(const parallel::LoraPair& p) { router_lora_ = p; }
   int64_t num_experts() const { return E_; }
   int64_t top_k() const { return k_; }
   size_t gate_entry() const { return gate_; }
@@ -66,6 +70,7 @@ class Qwen3MoeBlock {
   int64_t H_ = 0, E_ = 0, k_ = 0, I_ = 0;
   bool norm_topk_prob_ = false;
   size_t gate_ = parallel::kNoParam;
+  parallel::LoraPair router_lora_;  // inactive unless the router is a LoRA target
   std::vector<size_t> experts_[3];  // entry ids per projection (gate, up, down), by expert
 };
 

@@ -4,6 +4,7 @@
 // parallel layout: tests/lora.cmake (tests/reference/check_train.py --lora-r).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -271,4 +272,49 @@ TEST(Lora, DropoutMaskIsLayoutIndependent) {
   d.seed = parallel::lora_dropout_seed(7, 4);
   parallel::lora_dropout_mask(d, mod, 0, in, other.data());
   EXPECT_NE(other, full);  // a fresh mask every step
+}
+
+// Qwen3-MoE (issue 12): the linear modules carry transformers 4's / PEFT's names; all-linear skips
+// the router and reaches the experts, which are refused by name; attention + router work.
+TEST(Lora, MoeTargets) {
+  ModelConfig c = tiny_config();
+  c.model_type = "qwen3_moe";
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 32;
+  c.mlp_only_layers = {1};
+  auto ps = dist::make_single_process_state();
+  Qwen3Model model(c, ps);
+  const auto mods = model.linear_modules();
+  EXPECT_NE(std::find(mods.begin(), mods.end(), "model.layers.0.mlp.gate"), mods.end());
+  EXPECT_NE(std::find(mods.begin(), mods.end(), "model.layers.0.mlp.experts.3.down_proj"), mods.end());
+  EXPECT_NE(std::find(mods.begin(), mods.end(), "model.layers.1.mlp.gate_proj"), mods.end());  // dense layer 1
+  EXPECT_EQ(std::find(mods.begin(), mods.end(), "model.layers.0.mlp.gate_proj"), mods.end());
+  LoraConfig all;
+  const std::string e = error_of([&] { model.add_adapter(all, 1); });
+  EXPECT_NE(e.find("'model.layers.0.mlp.experts.0.gate_proj'"), std::string::npos) << e;
+  EXPECT_NE(e.find("part of all-linear"), std::string::npos) << e;
+  LoraConfig some;
+  some.target_modules = "q_proj,gate,mlp.down_proj";  // "down_proj" alone would reach the experts
+  model.add_adapter(some, 1);
+  const auto& t = model.adapter_targets();
+  EXPECT_EQ(std::vector<std::string>(t.begin(), t.end()),
+            (std::vector<std::string>{"model.layers.0.self_attn.q_proj", "model.layers.0.mlp.gate",
+                                      "model.layers.1.self_attn.q_proj", "model.layers.1.mlp.down_proj"}));
+}
+
+TEST(Lora, MoeExpertTargetIsAnError) {
+  ModelConfig c = tiny_config();
+  c.model_type = "qwen3_moe";
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 32;
+  auto ps = dist::make_single_process_state();
+  Qwen3Model model(c, ps);
+  LoraConfig cfg;
+  cfg.target_modules = "q_proj,experts.2.up_proj";
+  const std::string e = error_of([&] { model.add_adapter(cfg, 1); });
+  EXPECT_NE(e.find("'model.layers.0.mlp.experts.2.up_proj'"), std::string::npos) << e;
+  EXPECT_EQ(e.find("all-linear)"), std::string::npos) << e;
+  EXPECT_FALSE(model.has_adapter());
 }
