@@ -23,6 +23,7 @@ test: build
 
 # make demo                 the C++ recipe (examples/tp_recipe.cpp)
 # make demo RECIPE=python   the same recipe as a Python script (examples/python/tp.py)
+# make demo RECIPE=moe      the Qwen3-MoE recipe, dp2 tp2 pp2 ep2 (examples/moe_recipe.cpp)
 demo: build
 	@RECIPE=$(RECIPE) scripts/demo
 

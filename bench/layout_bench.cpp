@@ -1,7 +1,7 @@
 // bench/layout_bench.cpp — a parallel layout next to the single process, with its traffic.
 //
-//   twinkle-run --nproc_per_node=8 build/bench/layout_bench --tp 2 --pp 2 --dp 2 [--sp]
-//        [--config tiny|small] [--rows 16] [--mbs 1] [--steps 3] [--no-distopt] [--check-volume]
+//   twinkle-run --nproc_per_node=8 build/bench/layout_bench --tp 2 --pp 2 --dp 2 [--sp] [--ep 2]
+//        [--config tiny|small|moe] [--rows 16] [--mbs 1] [--steps 3] [--no-distopt] [--check-volume]
 //        [--no-baseline]
 //
 // Per step it prints: the step time of the layout (max over ranks) and of one process on the
@@ -15,6 +15,14 @@
 // (tests/dist/mpi_count.cpp preloaded; the last step is bracketed by MPI_Pcontrol(1)/(0)) and
 // compares them with Megatron's formulas (tests/reference/check_comm_volume.py).
 // --no-baseline skips the single-process run.
+// --config moe is a tiny Qwen3-MoE (8 experts top-2, layer 1 dense); with --ep N the expert
+// all-to-all traffic of the ep group is checked against the volume of the routing that
+// happened: per MoE layer and micro-batch the per-expert counts ((ep-1) * E/ep * 8 bytes), the
+// rows this rank's tokens sent to other ep ranks (S) and the rows other ranks sent to its
+// experts (R), each crossing twice (dispatch and combine in forward, their transposes in
+// backward): 2 * (S + R) * hidden * 4 bytes. S comes from each micro-batch's top-k routing
+// (kept in the model's activations; so --check-volume with --ep needs at most one micro-batch
+// per pipeline slot), R from the other ranks' S (exchanged after the step, outside the count).
 #include <mpi.h>
 
 #include <algorithm>
@@ -36,7 +44,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 struct Opts {
-  int tp = 1, pp = 1, dp = 1;
+  int tp = 1, pp = 1, dp = 1, ep = 1;
   bool sp = false, distopt = true, check = false, baseline = true;
   std::string config = "tiny";
   int64_t rows = 16, mbs = 1, steps = 3;
@@ -50,6 +58,12 @@ ModelConfig make_config(const std::string& name) {
   if (name == "tiny") {
     c.vocab_size = 1001; c.hidden_size = 64; c.intermediate_size = 96; c.num_hidden_layers = 4;
     c.num_attention_heads = 4; c.num_key_value_heads = 2; c.head_dim = 32; c.tie_word_embeddings = true;
+  } else if (name == "moe") {  // models/qwen3-moe-tiny's block at the tiny config's size
+    c.model_type = "qwen3_moe";
+    c.vocab_size = 1001; c.hidden_size = 64; c.intermediate_size = 96; c.num_hidden_layers = 4;
+    c.num_attention_heads = 4; c.num_key_value_heads = 2; c.head_dim = 32; c.tie_word_embeddings = false;
+    c.num_experts = 8; c.num_experts_per_tok = 2; c.moe_intermediate_size = 48; c.norm_topk_prob = true;
+    c.mlp_only_layers = {1};
   } else {
     c.vocab_size = 32000; c.hidden_size = 256; c.intermediate_size = 768; c.num_hidden_layers = 4;
     c.num_attention_heads = 8; c.num_key_value_heads = 4; c.head_dim = 32; c.tie_word_embeddings = true;
@@ -97,19 +111,46 @@ struct Volume {
   }
 };
 
+// Rows of this rank's routed slots per destination ep rank, summed over the MoE layers and
+// micro-batches of the last step (its activations: one micro-batch per pipeline slot).
+std::vector<int64_t> routed_rows_per_ep_rank(Qwen3Model& model, const std::vector<MicroBatch>& mbs,
+                                             const dist::ParallelState& ps) {
+  const auto& c = model.config();
+  const int ep = ps.ep->size(), p = ps.pp->size(), s = ps.pp->rank();
+  const int64_t El = c.num_experts / ep;
+  std::vector<int64_t> rows(static_cast<size_t>(ep), 0);
+  check(static_cast<int>(mbs.size()) <= p - s, "layout_bench: --check-volume with --ep needs at most " +
+                                                   std::to_string(p - s) + " micro-batches on stage " +
+                                                   std::to_string(s) + " (one per pipeline slot); use more --mbs");
+  for (size_t mb = 0; mb < mbs.size(); ++mb) {
+    const StageActivations& a = model.slot_activations(parallel::pipeline_slot(static_cast<int>(mb), s, p));
+    for (size_t i = 0; i < a.layers.size(); ++i)
+      for (int32_t e : a.layers[i].moe.topk_idx) ++rows[static_cast<size_t>(e / El)];
+  }
+  return rows;
+}
+
 Volume analytic(Qwen3Model& model, const std::vector<MicroBatch>& mbs, const dist::ParallelState& ps, bool distopt) {
   Volume v;
   const auto& c = model.config();
   const int t = ps.tp->size(), p = ps.pp->size(), d = ps.dp_cp->size(), w = ps.world->size();
-  const bool sp = ps.sequence_parallel() && t > 1;
+  const bool moe = c.is_moe();
+  const bool sp = (ps.sequence_parallel() || moe) && t > 1;  // switched on for MoE
   const bool first = ps.is_first_stage(), last = ps.is_last_stage();
   const int64_t H = c.hidden_size, L = model.num_local_layers();
+  int64_t Lmoe = 0;
+  for (int64_t l = model.first_layer(); l < model.first_layer() + L; ++l) Lmoe += moe && c.is_moe_layer(l) ? 1 : 0;
+  const int64_t E = c.num_experts;
   int64_t tpv = 0, ppv = 0;
   for (const auto& mb : mbs) {
     StageBatch b = model.prepare(mb);
     const int64_t T = b.T, Tl = model.hidden_rows(b);
     if (first) tpv += sp ? rs(Tl * H, t) + ag(Tl * H, t) : ar(T * H, 4, t);
-    tpv += L * (sp ? 4 * (ag(Tl * H, t) + rs(Tl * H, t)) : 4 * ar(T * H, 4, t));
+    // a dense layer: attention and MLP each gather/scatter (or all-reduce) forward and backward;
+    // an MoE layer only its attention (each tp rank routes its own SP shard)
+    tpv += (L - Lmoe) * (sp ? 4 * (ag(Tl * H, t) + rs(Tl * H, t)) : 4 * ar(T * H, 4, t));
+    tpv += Lmoe * 2 * (ag(Tl * H, t) + rs(Tl * H, t));
+    if (sp && Lmoe > 0) tpv += ar((2 * E + 2) * Lmoe, 8, t);  // router statistics over the tp shards
     if (last) {
       if (sp) tpv += ag(Tl * H, t);
       const int64_t chunk = std::min<int64_t>(1024, T);
@@ -122,15 +163,35 @@ Volume analytic(Qwen3Model& model, const std::vector<MicroBatch>& mbs, const dis
   for (const auto& prm : model.store().params())
     if (prm.tp_grad_allreduce) tpv += ar(prm.grad.numel(), 4, t);
   if (p > 1 && last) ppv += 8;  // loss broadcast from the last stage
+  const int64_t m = static_cast<int64_t>(mbs.size());
+  if (moe && p > 1) ppv += ar((2 * E + 3) * m, 8, p);  // each micro-batch's router statistics over the stages
   v.by_group["tp"] = tpv;
   v.by_group["pp"] = ppv;
   int64_t emb = 0;
   if (c.tie_word_embeddings && p > 1 && (first || last))
     emb = ar(model.vocab_shard().local * H, 4, 2);
   v.by_group["embedding"] = emb;
-  const int64_t N = model.store().numel();
+  const int64_t N = model.store().expert_offset(), X = model.store().numel() - N;  // dense, expert regions
   v.by_group["dp-cp"] = ar(2, 8, d) + ar(1, 8, d) + (distopt ? 2 * (d - 1) * 4 * N / d : ar(N, 4, d));
-  v.by_group["world"] = ar(1, 8, w);
+  v.by_group["world"] = ar(X > 0 ? 2 : 1, 8, w);  // the grad norm: dense (and expert) sum of squares
+  if (moe) {
+    const int dpn = ps.dp->size(), ep = ps.ep->size(), e = ps.edp->size();
+    v.by_group["dp"] = ar(1, 8, dpn) + ar(E + 3, 8, dpn);  // micro-batch count, router totals
+    if (ep > 1 && w > 1) v.by_group["world"] += ar(1, 8, w);  // the most micro-batches of any replica
+    v.by_group["edp"] = distopt ? 2 * (e - 1) * 4 * X / e : ar(X, 4, e);
+    if (ep > 1) {
+      // the expert all-to-all of the routing that happened (see the header)
+      std::vector<int64_t> sent = routed_rows_per_ep_rank(model, mbs, ps), got(sent.size());
+      std::vector<int64_t> ones(sent.size(), 1), displ(sent.size());
+      for (size_t r = 0; r < displ.size(); ++r) displ[r] = static_cast<int64_t>(r);
+      ps.ep->all_to_all_v(sent.data(), ones, displ, got.data(), ones, displ, DType::I64);
+      const int me = ps.ep->rank();
+      int64_t rows = 0;
+      for (int r = 0; r < ep; ++r)
+        if (r != me) rows += sent[static_cast<size_t>(r)] + got[static_cast<size_t>(r)];
+      v.by_group["ep"] = Lmoe * m * (ep - 1) * (E / ep) * 8 + 2 * rows * H * 4;
+    }
+  }
   return v;
 }
 
@@ -142,6 +203,7 @@ int bench(int argc, char** argv) {
     if (a == "--tp") o.tp = std::stoi(next());
     else if (a == "--pp") o.pp = std::stoi(next());
     else if (a == "--dp") o.dp = std::stoi(next());
+    else if (a == "--ep") o.ep = std::stoi(next());
     else if (a == "--sp") o.sp = true;
     else if (a == "--no-distopt") o.distopt = false;
     else if (a == "--check-volume") o.check = true;
@@ -156,6 +218,7 @@ int bench(int argc, char** argv) {
   ms.tp = o.tp;
   ms.pp = o.pp;
   ms.dp = o.dp;
+  ms.ep = o.ep;
   ms.sequence_parallel = o.sp;
   initialize({.global_device_mesh = DeviceMesh::from_sizes(ms)});
   auto& state = parallel_state();
@@ -235,12 +298,14 @@ int bench(int argc, char** argv) {
   world.all_reduce_f64(&mx, 1, dist::ReduceOp::Max);
   char line[512];
   std::snprintf(line, sizeof line,
-                "rank %d (tp %d pp %d dp %d): bytes/step %lld (tp %lld, pp %lld, embedding %lld, dp-cp %lld, world %lld) "
-                "analytic %lld %s| stage bubble %.3f",
-                world.rank(), state.coord.tp, state.coord.pp, state.coord.dp, static_cast<long long>(counted.total()),
-                static_cast<long long>(counted.by_group["tp"]), static_cast<long long>(counted.by_group["pp"]),
-                static_cast<long long>(counted.by_group["embedding"]), static_cast<long long>(counted.by_group["dp-cp"]),
-                static_cast<long long>(counted.by_group["world"]), static_cast<long long>(want.total()),
+                "rank %d (tp %d pp %d dp %d ep %d): bytes/step %lld (tp %lld, pp %lld, embedding %lld, dp-cp %lld, world %lld, "
+                "ep %lld, edp %lld) analytic %lld %s| stage bubble %.3f",
+                world.rank(), state.coord.tp, state.coord.pp, state.coord.dp, state.coord.ep,
+                static_cast<long long>(counted.total()), static_cast<long long>(counted.by_group["tp"]),
+                static_cast<long long>(counted.by_group["pp"]), static_cast<long long>(counted.by_group["embedding"]),
+                static_cast<long long>(counted.by_group["dp-cp"]), static_cast<long long>(counted.by_group["world"]),
+                static_cast<long long>(counted.by_group["ep"]), static_cast<long long>(counted.by_group["edp"]),
+                static_cast<long long>(want.total()),
                 mismatch ? ("MISMATCH:" + diff + " ").c_str() : "ok ", bubble);
   std::fflush(stdout);
   for (int r = 0; r < world.size(); ++r) {
@@ -252,9 +317,9 @@ int bench(int argc, char** argv) {
   if (root) {
     const int p = state.pp->size();
     const double m = static_cast<double>(mbs.size());
-    std::printf("layout tp=%d pp=%d dp=%d%s config %s, %lld rows, micro-batch %lld: step %.4f s vs single process "
+    std::printf("layout tp=%d pp=%d dp=%d ep=%d%s config %s, %lld rows, micro-batch %lld: step %.4f s vs single process "
                 "%.4f s (%.2fx); 1F1B bubble theory (p-1)/m = %.3f\n",
-                o.tp, o.pp, o.dp, o.sp ? " sp" : "", o.config.c_str(), static_cast<long long>(o.rows),
+                o.tp, o.pp, o.dp, o.ep, o.sp ? " sp" : "", o.config.c_str(), static_cast<long long>(o.rows),
                 static_cast<long long>(o.mbs), mx, single_s, single_s > 0 ? mx / single_s : 0, (p - 1) / m);
     if (o.check) std::printf("volume check: %s\n", nbad ? "FAILED" : "all ranks match the analytic volume");
   }

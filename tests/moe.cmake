@@ -76,13 +76,29 @@ foreach(spec ${TWINKLE_MOE_TRAIN})
   set_tests_properties(moe_train_vs_torch_${name} PROPERTIES TIMEOUT 300)
 endforeach()
 
-# Qwen3-MoE layouts with tp = ep = 1 == one process (check_train_moe.py --layout): pipeline
-# stages (MoE and dense layers on different stages) and data parallelism with ZeRO-1.
+# Qwen3-MoE layouts == one process (check_train_moe.py --layout): loss, grad norm and its
+# expert part, lm / aux / z loss, expert load per step, final parameters. Pipeline stages (MoE
+# and dense layers on different stages); data parallelism with ZeRO-1 on the dense (dp-cp) and
+# the expert (expert-dp) region; tp = 2 where sequence parallelism is switched on for MoE
+# (each tp rank routes its token shard; rows:5 in one micro-batch pads the token count to a
+# multiple of tp; experts reduced over expert-dp = the tp group); expert parallelism with
+# Megatron's alltoall dispatcher per (layer, slot): ep2 over dp (edp 1), ep2 over tp, ep2 with
+# edp 2 (dp4: ZeRO shards experts over edp), ep4 over tp x dp, ep2 with pp, and the seed's
+# recipe-2 grid tp2 pp2 dp2 ep2 on 8 ranks; a short last batch (5 rows, batch 4) whose second
+# step leaves dp rank 1 without a row: it runs a filler micro-batch so every ep dispatch meets.
 # name | ranks | flags of the check | layout flags
 set(TWINKLE_MOE_LAYOUTS
   "pp2_aux_per_layer|2|--aux-coef 0.1 --aux-type per_layer|--pp 2"
   "dp2_aux_global|2|--aux-coef 0.1 --aux-type global --batch rows:8|--dp 2"
-  "dp2_pp2_z|4|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4|--dp 2 --pp 2")
+  "dp2_pp2_z|4|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4|--dp 2 --pp 2"
+  "tp2_auto_sp_aux_per_layer_z|2|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:5 --mbs 5|--tp 2"
+  "ep2_dp2_aux_off|2|--batch rows:8|--dp 2 --ep 2"
+  "ep2_short_batch_filler|2|--aux-coef 0.1 --aux-type per_layer --z-coef 0.01 --batch rows:5 --batch-size 4 --mbs 1 --steps 2|--dp 2 --ep 2"
+  "tp2_ep2_aux_global|2|--aux-coef 0.1 --aux-type global --batch rows:5 --mbs 5|--tp 2 --ep 2"
+  "dp4_ep2_zero_aux_global|4|--aux-coef 0.1 --aux-type global --batch rows:8|--dp 4 --ep 2"
+  "tp2_dp2_ep4|4|--experts 8 --aux-coef 0.1 --aux-type per_layer --batch rows:8|--tp 2 --dp 2 --ep 4"
+  "pp2_dp2_ep2_z|4|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4|--pp 2 --dp 2 --ep 2"
+  "tp2_pp2_dp2_ep2_aux_per_layer|8|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4|--tp 2 --pp 2 --dp 2 --ep 2")
 foreach(spec ${TWINKLE_MOE_LAYOUTS})
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)

@@ -24,3 +24,11 @@ set_tests_properties(train_rank_killed_mid_step_ends_job PROPERTIES TIMEOUT 180 
 add_test(NAME recipe_lora_8ranks_equals_single_and_loads_in_torch
          COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_recipe.py --build ${CMAKE_BINARY_DIR} --steps 3 --lora)
 set_tests_properties(recipe_lora_8ranks_equals_single_and_loads_in_torch PROPERTIES TIMEOUT 600 PROCESSORS 2)
+
+# The Qwen3-MoE recipe (examples/moe_recipe.cpp, issue 10): dp2 tp2 pp2 ep2 on 8 ranks == one
+# process per step (loss, grad norm and its expert part, aux loss, expert load), and its
+# checkpoint (experts gathered from their ep ranks) loads in the PyTorch Qwen3-MoE reference.
+add_test(NAME moe_recipe_8ranks_equals_single_and_loads_in_torch
+         COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_recipe.py --build ${CMAKE_BINARY_DIR}
+                 --steps 3 --recipe moe_recipe)
+set_tests_properties(moe_recipe_8ranks_equals_single_and_loads_in_torch PROPERTIES TIMEOUT 600 PROCESSORS 2)

@@ -25,3 +25,23 @@ foreach(spec ${TWINKLE_VOLUME_LAYOUTS})
                    --build ${CMAKE_BINARY_DIR} --mpirun ${MPIEXEC_EXECUTABLE} --np ${np} ${flag_list})
   set_tests_properties(comm_volume_${name} PROPERTIES TIMEOUT 240 PROCESSORS 2)
 endforeach()
+
+# Qwen3-MoE (issue 10): bench/layout_bench --check-volume with --config moe: every rank's bytes
+# per process group equal the analytic volume, the ep group's all-to-all bytes computed from the
+# top-k routing that happened (each micro-batch's routing read from the model's activations, the
+# other ranks' rows exchanged after the step), the expert region reduced over expert-dp and the
+# dense one over dp-cp; tp2 x dp2 x ep2 (ep = the tp groups, edp = the dp groups) and pp2 x dp2 x
+# ep2 (ep = the dp groups, one micro-batch per pipeline slot).
+foreach(spec "tp2_dp2_ep2|4|--tp 2 --dp 2 --ep 2 --rows 4 --mbs 2" "pp2_dp2_ep2|4|--pp 2 --dp 2 --ep 2 --rows 8 --mbs 4")
+  string(REPLACE "|" ";" parts "${spec}")
+  list(GET parts 0 name)
+  list(GET parts 1 np)
+  list(GET parts 2 flags)
+  separate_arguments(flag_list UNIX_COMMAND "${flags}")
+  add_test(NAME comm_volume_moe_${name}
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "volume check: all ranks match the analytic volume"
+                   ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none --mca mpi_yield_when_idle 1
+                   -np ${np} ${CMAKE_BINARY_DIR}/bench/layout_bench --config moe ${flag_list} --steps 1
+                   --check-volume --no-baseline)
+  set_tests_properties(comm_volume_moe_${name} PROPERTIES TIMEOUT 120 PROCESSORS 2 ENVIRONMENT "OMP_NUM_THREADS=1")
+endforeach()

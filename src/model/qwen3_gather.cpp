@@ -12,21 +12,25 @@ std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather_adapter_state_dic
 std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather(bool grads, bool adapters) {
   auto& world = *ps_->world;
   const bool root = world.rank() == 0;
-  // Only dp=0, cp=0 ranks hold the canonical copy; they send their shards to the root.
-  const bool owner = ps_->coord.dp == 0 && ps_->coord.cp == 0;
+  // Only dp=0, cp=0 ranks hold the canonical copy of a dense tensor, and the edp=0, etp=0
+  // rank of its ep owner the canonical copy of an expert; they send their shards to the root.
   std::vector<std::pair<std::string, Tensor>> out;
   const int tag = 7001;
   // The table lists every saved tensor once, in HF order (embed, layers, norm, lm_head).
   for (size_t id = 0; id < table_.size(); ++id) {
     const parallel::TensorEntry& e = table_[id];
     if (!e.saved || e.adapter != adapters) continue;
-    const bool mine = owner && e.param != parallel::kNoParam;
     std::vector<Tensor> pieces;
     std::vector<ShardSpec> specs;
     std::vector<Shape> locals;
-    // tp rank r of the entry's stage (dp = cp = 0) is global rank mesh.rank_of(r, 0, 0, stage).
-    for (int r = 0; r < tp_; ++r) {
-      const int src = ps_->mesh.rank_of(r, 0, 0, e.stage);
+    // A dense tensor: tp rank r of the entry's stage (dp = cp = 0), global rank
+    // mesh.rank_of(r, 0, 0, stage). An expert (replicated over etp = 1): its ep owner at edp = 0.
+    const bool expert = e.expert && e.ep_owner >= 0;
+    const int nsrc = expert ? 1 : tp_;
+    for (int r = 0; r < nsrc; ++r) {
+      const int src = expert ? ps_->mesh.expert_rank_of(0, e.ep_owner, 0, e.stage) : ps_->mesh.rank_of(r, 0, 0, e.stage);
+      const bool mine = e.param != parallel::kNoParam &&
+                        (expert ? ps_->coord.edp == 0 && ps_->coord.etp == 0 : ps_->coord.dp == 0 && ps_->coord.cp == 0);
       if (world.rank() == src && mine) {
         const Param& p = table_.param(id);
         const Tensor& t = grads ? p.grad : p.data;

@@ -2,6 +2,7 @@
 #include "twinkle/model/qwen3_model.h"
 #include "twinkle/model/rope_variant.h"
 
+#include "twinkle/dist/runtime.h"
 #include "twinkle/parallel/expert_layout.h"
 
 namespace twinkle {
@@ -16,16 +17,15 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   parallel::check_expert_layout(ps_->mesh, cfg_.is_moe(), cfg_.num_experts, model_name);
   parallel::check_moe_loss_options(opts_.moe_aux_loss_type, opts_.moe_aux_loss_coeff, opts_.moe_z_loss_coeff,
                                    ps_->mesh, cfg_.is_moe());
-  if (cfg_.is_moe()) {
-    check(ps_->tp_size() == 1, "Qwen3-MoE with tp = " + std::to_string(ps_->tp_size()) +
-                                   " is not implemented yet (" + model_name + "); use tp = 1");
-    check(ps_->ep_size() == 1, "Qwen3-MoE with ep = " + std::to_string(ps_->ep_size()) +
-                                   " is not implemented yet (" + model_name + "); use ep = 1");
+  if (cfg_.is_moe())
     check(ps_->cp->size() == 1, "Qwen3-MoE with cp = " + std::to_string(ps_->cp->size()) +
                                     " is not implemented yet (" + model_name + "); use cp = 1");
-  }
   tp_ = ps_->tp_size();
-  sp_ = ps_->sequence_parallel() && tp_ > 1;
+  // Megatron requires sequence parallelism for MoE with tp > 1 and Twinkle switches it on
+  // (strategy/megatron.py, spec §5.1): each tp rank routes its own token shard.
+  sp_ = tp_ > 1 && (ps_->sequence_parallel() || cfg_.is_moe());
+  if (tp_ > 1 && cfg_.is_moe() && !ps_->sequence_parallel() && ps_->world->rank() == 0)
+    get_logger().info("Qwen3-MoE with tp = " + std::to_string(tp_) + ": sequence parallelism switched on");
   auto fail = [&](const std::string& m) { throw Error("model does not fit the mesh: " + m); };
   if (cfg_.num_attention_heads % tp_) fail("num_attention_heads " + std::to_string(cfg_.num_attention_heads) + " is not divisible by tp " + std::to_string(tp_));
   if (cfg_.num_key_value_heads % tp_) fail("num_key_value_heads " + std::to_string(cfg_.num_key_value_heads) + " is not divisible by tp " + std::to_string(tp_));
@@ -45,8 +45,9 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
                                         rope_variant(cfg_));
   table_.set_kernels(&kernels_);  // every layer computes through the model's kernel table
   build_table();
-  table_.materialize(stage, store_);
-  store_.finalize(64 * ps_->dp_cp->size());  // flat size divisible by the ZeRO shard count
+  table_.materialize(stage, store_, ps_->ep_rank());  // this ep rank's experts only
+  // Each region's size divisible by its ZeRO shard count: dense over dp-cp, experts over edp.
+  store_.finalize(64 * ps_->dp_cp->size(), 64 * ps_->edp->size());
 }
 
 void Qwen3Model::set_kernels(const kernels::KernelTable& t) {
@@ -74,7 +75,7 @@ void Qwen3Model::build_table() {
       if (s == mine) embed_tokens_ = e;
     }
     for (int64_t l = split_.first[static_cast<size_t>(s)]; l < split_.first[static_cast<size_t>(s)] + split_.count[static_cast<size_t>(s)]; ++l) {
-      Qwen3DecoderLayer layer(table_, tp, cfg_, l, &rope_, ps_->ep_size());
+      Qwen3DecoderLayer layer(table_, tp, cfg_, l, &rope_, ps_->ep);
       if (s == mine) layers_.push_back(std::move(layer));
     }
     if (s == pp - 1) {

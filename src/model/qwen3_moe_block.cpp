@@ -8,13 +8,17 @@
 #include "twinkle/kernels/cpu/moe_permute.h"
 #include "twinkle/kernels/cpu/moe_router.h"
 #include "twinkle/kernels/registry.h"
+#include "twinkle/parallel/moe_dispatcher.h"
 
 namespace twinkle {
 
 namespace k = kernels::cpu;
 
-Qwen3MoeBlock::Qwen3MoeBlock(parallel::TensorTable& table, const ModelConfig& cfg, int64_t layer, int ep_size)
+Qwen3MoeBlock::Qwen3MoeBlock(parallel::TensorTable& table, const parallel::TensorParallel& tp,
+                             std::shared_ptr<dist::ProcessGroup> ep, const ModelConfig& cfg, int64_t layer)
     : table_(&table),
+      tp_(tp),
+      ep_(std::move(ep)),
       H_(cfg.hidden_size),
       E_(cfg.num_experts),
       k_(cfg.num_experts_per_tok),
@@ -23,17 +27,30 @@ Qwen3MoeBlock::Qwen3MoeBlock(parallel::TensorTable& table, const ModelConfig& cf
   check(E_ > 0 && k_ >= 1 && k_ <= E_ && I_ > 0,
         "Qwen3MoeBlock: layer " + std::to_string(layer) + " needs num_experts > 0, 1 <= num_experts_per_tok <= "
         "num_experts and moe_intermediate_size > 0");
+  check(tp.size == 1 || tp.sequence_parallel,
+        "Qwen3MoeBlock: tp = " + std::to_string(tp.size) + " needs sequence parallelism for a MoE layer");
+  ep_size_ = ep_ ? ep_->size() : 1;
+  const int ep_rank = ep_ ? ep_->rank() : 0;
+  check(E_ % ep_size_ == 0, "expert parallelism: num_experts = " + std::to_string(E_) + " is not divisible by ep = " +
+                                std::to_string(ep_size_) + " (each ep rank holds num_experts / ep experts)");
+  El_ = E_ / ep_size_;
+  first_ = static_cast<int64_t>(ep_rank) * El_;
   const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
-  gate_ = table.add(parallel::replicated_entry(p + "gate.weight", {E_, H_}, parallel::ParamInit::Normal));
+  // The router is replicated over tp; under SP each tp rank's gradient covers its own tokens.
+  parallel::TensorEntry g = parallel::replicated_entry(p + "gate.weight", {E_, H_}, parallel::ParamInit::Normal);
+  g.tp_duplicate = true;
+  g.tp_grad_allreduce = tp.size > 1;
+  gate_ = table.add(std::move(g));
   const char* proj[3] = {"gate_proj", "up_proj", "down_proj"};
-  (void)ep_size;  // ep > 1 (an owner per expert entry) is not implemented yet: every rank holds every expert
   for (int j = 0; j < 3; ++j) {
     const Shape full = j < 2 ? Shape{I_, H_} : Shape{H_, I_};
     experts_[j].reserve(static_cast<size_t>(E_));
     for (int64_t e = 0; e < E_; ++e) {
       parallel::TensorEntry en = parallel::replicated_entry(
           p + "experts." + std::to_string(e) + "." + proj[j] + ".weight", full, parallel::ParamInit::Normal);
+      // Reduced over the expert-dp group (which folds tp and dp for etp = 1), counted once there.
       en.expert = true;
+      en.ep_owner = static_cast<int>(e / El_);
       experts_[j].push_back(table.add(std::move(en)));
     }
   }
@@ -44,22 +61,48 @@ Qwen3MoeBlock::Weights Qwen3MoeBlock::weights() const {
   w.router = table_->data(gate_);
   w.drouter = table_->grad(gate_);
   for (int j = 0; j < 3; ++j) {
+    const size_t e0 = static_cast<size_t>(first_);
     const auto& ids = experts_[j];
-    w.w[j] = table_->data(ids[0]);
-    w.dw[j] = table_->grad(ids[0]);
-    w.stride[j] = E_ > 1 ? table_->data(ids[1]) - w.w[j] : I_ * H_;
-    // The grouped GEMM reads expert e at W_0 + e * stride: the entries must be equally spaced.
-    for (size_t e = 1; e < ids.size(); ++e)
-      check(table_->data(ids[e]) - w.w[j] == static_cast<int64_t>(e) * w.stride[j] &&
-                (w.dw[j] == nullptr ||  // a frozen base (LoRA) has no gradient buffer
-                 table_->grad(ids[e]) - w.dw[j] == static_cast<int64_t>(e) * w.stride[j]),
+    w.w[j] = table_->data(ids[e0]);
+    w.dw[j] = table_->grad(ids[e0]);
+    w.stride[j] = El_ > 1 ? table_->data(ids[e0 + 1]) - w.w[j] : I_ * H_;
+    // The grouped GEMM reads local expert e at W_0 + e * stride: the entries must be equally spaced.
+    for (size_t e = 1; e < static_cast<size_t>(El_); ++e)
+      check(table_->data(ids[e0 + e]) - w.w[j] == static_cast<int64_t>(e) * w.stride[j] &&
+                (w.dw[j] == nullptr || table_->grad(ids[e0 + e]) - w.dw[j] == static_cast<int64_t>(e) * w.stride[j]),
             "Qwen3MoeBlock: expert tensors of one projection are not equally spaced in the ParamStore");
   }
   return w;
 }
 
+void Qwen3MoeBlock::experts_forward(const float* xin, const int64_t* counts, int64_t R, const Weights& w,
+                                    MoeActivations& a) const {
+  const kernels::KernelTable& kt = table_->kernels();
+  a.gate.resize(static_cast<size_t>(R * I_));
+  a.up.resize(static_cast<size_t>(R * I_));
+  a.act.resize(static_cast<size_t>(R * I_));
+  a.y.resize(static_cast<size_t>(R * H_));
+  kt.grouped_linear.forward(xin, w.w[0], w.stride[0], counts, El_, a.gate.data(), I_, H_, false);
+  kt.grouped_linear.forward(xin, w.w[1], w.stride[1], counts, El_, a.up.data(), I_, H_, false);
+  kt.swiglu.forward(a.gate.data(), a.up.data(), a.act.data(), R * I_);
+  kt.grouped_linear.forward(a.act.data(), w.w[2], w.stride[2], counts, El_, a.y.data(), H_, I_, false);
+}
+
+void Qwen3MoeBlock::experts_backward(const float* xin, const int64_t* counts, int64_t R, const Weights& w,
+                                     const MoeActivations& a, const float* dy, float* dxin, Workspace& scratch) const {
+  const kernels::KernelTable& kt = table_->kernels();
+  float* dact = scratch.get("moe.dact", {R, I_}).f32();
+  kt.grouped_linear.backward(a.act.data(), w.w[2], w.stride[2], counts, El_, dy, dact, w.dw[2], H_, I_, false);
+  float* dgate = scratch.get("moe.dgate", {R, I_}).f32();
+  float* dup = scratch.get("moe.dup", {R, I_}).f32();
+  kt.swiglu.backward(a.gate.data(), a.up.data(), dact, dgate, dup, R * I_);
+  kt.grouped_linear.backward(xin, w.w[0], w.stride[0], counts, El_, dgate, dxin, w.dw[0], I_, H_, false);
+  kt.grouped_linear.backward(xin, w.w[1], w.stride[1], counts, El_, dup, dxin, w.dw[1], I_, H_,
+                             /*accumulate_dx=*/true);
+}
+
 const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActivations& a, Workspace& scratch) const {
-  const int64_t T = b.T, R = T * k_;
+  const int64_t T = local_rows(b), R = T * k_;
   const Weights w = weights();
   const kernels::KernelTable& kt = table_->kernels();
   a.x = x;
@@ -68,14 +111,6 @@ const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActi
   a.lse.resize(static_cast<size_t>(T));
   a.topk_w.resize(static_cast<size_t>(R));
   a.topk_idx.resize(static_cast<size_t>(R));
-  a.row_of_slot.resize(static_cast<size_t>(R));
-  a.slot_of_row.resize(static_cast<size_t>(R));
-  a.counts.resize(static_cast<size_t>(E_));
-  a.xp.resize(static_cast<size_t>(R * H_));
-  a.gate.resize(static_cast<size_t>(R * I_));
-  a.up.resize(static_cast<size_t>(R * I_));
-  a.act.resize(static_cast<size_t>(R * I_));
-  a.y.resize(static_cast<size_t>(R * H_));
   a.aux_counts = nullptr;
   a.aux_coeff_scale = 0.0;
   a.z_scale = 0.0;
@@ -84,53 +119,66 @@ const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActi
   if (router_lora_.active()) parallel::lora_column_forward(*table_, router_lora_, x, a.logits.data(), T, H_, E_);
   k::moe_router_forward(a.logits.data(), a.probs.data(), a.topk_idx.data(), a.topk_w.data(), T, E_, k_,
                         norm_topk_prob_);
-  // Permute the k copies of each token into expert order, run the experts, combine.
+  float* out = scratch.get("moe.out", {T, H_}).f32();
+  if (ep_size_ > 1) {
+    // Expert parallelism: rows to their experts' ep ranks and back (Megatron's alltoall dispatcher).
+    if (!a.dispatcher) a.dispatcher = std::make_shared<parallel::AlltoAllDispatcher>(ep_, E_, H_);
+    parallel::AlltoAllDispatcher& d = *a.dispatcher;
+    d.dispatch(x, a.topk_idx.data(), T, k_);
+    experts_forward(d.expert_input(), d.local_counts(), d.expert_rows(), w, a);
+    d.combine(a.y.data(), a.topk_w.data(), out);
+    return out;
+  }
+  // One ep rank: permute the k copies of each token into expert order, run the experts, combine.
+  a.row_of_slot.resize(static_cast<size_t>(R));
+  a.slot_of_row.resize(static_cast<size_t>(R));
+  a.counts.resize(static_cast<size_t>(E_));
+  a.xp.resize(static_cast<size_t>(R * H_));
   k::moe_sort_by_expert(a.topk_idx.data(), T, k_, E_, a.counts.data(), a.row_of_slot.data(), a.slot_of_row.data());
   k::moe_permute_forward(x, a.slot_of_row.data(), a.xp.data(), R, k_, H_);
-  kt.grouped_linear.forward(a.xp.data(), w.w[0], w.stride[0], a.counts.data(), E_, a.gate.data(), I_, H_, false);
-  kt.grouped_linear.forward(a.xp.data(), w.w[1], w.stride[1], a.counts.data(), E_, a.up.data(), I_, H_, false);
-  kt.swiglu.forward(a.gate.data(), a.up.data(), a.act.data(), R * I_);
-  kt.grouped_linear.forward(a.act.data(), w.w[2], w.stride[2], a.counts.data(), E_, a.y.data(), H_, I_, false);
-  float* out = scratch.get("moe.out", {T, H_}).f32();
+  experts_forward(a.xp.data(), a.counts.data(), R, w, a);
   k::moe_unpermute_forward(a.y.data(), a.row_of_slot.data(), a.topk_w.data(), out, T, k_, H_);
   return out;
 }
 
 const float* Qwen3MoeBlock::backward(const float* dout, const StageBatch& b, const MoeActivations& a,
                                      Workspace& scratch) const {
-  const int64_t T = b.T, R = T * k_;
+  const int64_t T = local_rows(b), R = T * k_;
   check(static_cast<int64_t>(a.topk_idx.size()) == R, "Qwen3MoeBlock::backward: no forward of this micro-batch");
   const Weights w = weights();
   const kernels::KernelTable& kt = table_->kernels();
-  float* dy = scratch.get("moe.dy", {R, H_}).f32();
   float* dtopk_w = scratch.get("moe.dtopk_w", {T, k_}).f32();
-  k::moe_unpermute_backward(a.y.data(), a.row_of_slot.data(), a.topk_w.data(), dout, dy, dtopk_w, T, k_, H_);
-  float* dact = scratch.get("moe.dact", {R, I_}).f32();
-  kt.grouped_linear.backward(a.act.data(), w.w[2], w.stride[2], a.counts.data(), E_, dy, dact, w.dw[2], H_, I_,
-                             false);
-  float* dgate = scratch.get("moe.dgate", {R, I_}).f32();
-  float* dup = scratch.get("moe.dup", {R, I_}).f32();
-  kt.swiglu.backward(a.gate.data(), a.up.data(), dact, dgate, dup, R * I_);
-  float* dxp = scratch.get("moe.dxp", {R, H_}).f32();
-  kt.grouped_linear.backward(a.xp.data(), w.w[0], w.stride[0], a.counts.data(), E_, dgate, dxp, w.dw[0], I_, H_,
-                             false);
-  kt.grouped_linear.backward(a.xp.data(), w.w[1], w.stride[1], a.counts.data(), E_, dup, dxp, w.dw[1], I_, H_,
-                             /*accumulate_dx=*/true);
   float* dx = scratch.get("moe.dx", {T, H_}).f32();
-  k::moe_permute_backward(dxp, a.row_of_slot.data(), dx, T, k_, H_);
+  if (ep_size_ > 1) {
+    check(a.dispatcher != nullptr, "Qwen3MoeBlock::backward: no dispatch of this micro-batch");
+    parallel::AlltoAllDispatcher& d = *a.dispatcher;
+    const int64_t Rr = d.expert_rows();
+    float* dy = scratch.get("moe.dy", {Rr, H_}).f32();
+    d.combine_backward(dout, a.topk_w.data(), dy, dtopk_w);
+    float* dxin = scratch.get("moe.dxp", {Rr, H_}).f32();
+    experts_backward(d.expert_input(), d.local_counts(), Rr, w, a, dy, dxin, scratch);
+    d.dispatch_backward(dxin, dx);
+  } else {
+    float* dy = scratch.get("moe.dy", {R, H_}).f32();
+    k::moe_unpermute_backward(a.y.data(), a.row_of_slot.data(), a.topk_w.data(), dout, dy, dtopk_w, T, k_, H_);
+    float* dxp = scratch.get("moe.dxp", {R, H_}).f32();
+    experts_backward(a.xp.data(), a.counts.data(), R, w, a, dy, dxp, scratch);
+    k::moe_permute_backward(dxp, a.row_of_slot.data(), dx, T, k_, H_);
+  }
   // Router: the combine weights' gradient through the top-k renormalisation and the full
   // softmax, plus the load-balancing loss on the probabilities and the z-loss on the logits.
+  const uint8_t* mask = local_mask(b);
   float* dprobs = nullptr;
   if (a.aux_counts != nullptr && a.aux_coeff_scale != 0.0) {
     dprobs = scratch.get("moe.dprobs", {T, E_}).f32();
     std::memset(dprobs, 0, static_cast<size_t>(T * E_) * sizeof(float));
-    k::moe_aux_loss_backward(a.aux_counts, b.token_mask.data(), T, E_, a.aux_coeff_scale, dprobs);
+    k::moe_aux_loss_backward(a.aux_counts, mask, T, E_, a.aux_coeff_scale, dprobs);
   }
   float* dz = nullptr;
   if (a.z_scale != 0.0) {
     dz = scratch.get("moe.dz", {T, E_}).f32();
     std::memset(dz, 0, static_cast<size_t>(T * E_) * sizeof(float));
-    k::moe_z_loss_backward(a.probs.data(), a.lse.data(), b.token_mask.data(), T, E_, a.z_scale, dz);
+    k::moe_z_loss_backward(a.probs.data(), a.lse.data(), mask, T, E_, a.z_scale, dz);
   }
   float* dlogits = scratch.get("moe.dlogits", {T, E_}).f32();
   k::moe_router_backward(a.probs.data(), a.topk_idx.data(), a.topk_w.data(), dtopk_w, dprobs, dz, dlogits, T, E_, k_,

@@ -1,4 +1,5 @@
 // Qwen3Model: one pipeline stage's forward/backward (embedding, layers, final norm, fused lm head + loss).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -138,36 +139,57 @@ double Qwen3Model::forward(int slot, const StageBatch& b, const float* in_hidden
 
 // The router statistics of the micro-batch over this stage's MoE layers (real tokens only) and
 // the router-loss gradients each MoE block's backward adds (objective: coeff * aux / micro-batches,
-// z_coeff * z / micro-batches; tests/reference/qwen3_moe_ref.py step_losses).
+// z_coeff * z / micro-batches; tests/reference/qwen3_moe_ref.py step_losses). Under sequence
+// parallelism each tp rank routed its own token shard: the per-layer counts, probability sums,
+// token counts and z sums are summed over tp first (one all-reduce per micro-batch; Megatron's
+// aggregation over the tp-cp group, parallel/moe_router_loss.h), so every value and gradient
+// scale equals one process's and every tp rank holds the same statistics.
 void Qwen3Model::moe_router_losses(const StageBatch& b, StageActivations& a, bool training) {
   namespace k = kernels::cpu;
-  const int64_t E = cfg_.num_experts, K = cfg_.num_experts_per_tok, T = b.T;
+  const int64_t E = cfg_.num_experts, K = cfg_.num_experts_per_tok, Tl = hidden_rows(b);
   const double per_mb = 1.0 / static_cast<double>(global_mbs_);
   const double coeff = training ? opts_.moe_aux_loss_coeff : 0.0, zc = training ? opts_.moe_z_loss_coeff : 0.0;
   const bool global = opts_.moe_aux_loss_type == "global";
+  const uint8_t* mask = b.token_mask.data() + (sp_ ? ps_->tp_rank() * Tl : 0);
+  // Per MoE layer: counts [E], prob_sum [E], real tokens, sum of lse^2 (doubles: exact for counts).
+  const size_t W = static_cast<size_t>(2 * E + 2);
+  std::vector<size_t> moe_layers;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    if (layers_[i].is_moe) moe_layers.push_back(i);
+  std::vector<double>& red = a.moe.reduce_buf;
+  red.assign(W * moe_layers.size(), 0.0);
+  std::vector<int64_t> cnt(static_cast<size_t>(E));
+  for (size_t j = 0; j < moe_layers.size(); ++j) {
+    MoeActivations& m = a.layers[moe_layers[j]].moe;
+    double* o = red.data() + W * j;
+    std::fill(cnt.begin(), cnt.end(), 0);
+    const int64_t n = k::moe_routing_stats(m.probs.data(), m.topk_idx.data(), mask, Tl, E, K, o + E, cnt.data());
+    for (int64_t e = 0; e < E; ++e) o[e] = static_cast<double>(cnt[static_cast<size_t>(e)]);
+    o[2 * E] = static_cast<double>(n);
+    o[2 * E + 1] = k::moe_z_loss_forward(m.logits.data(), mask, Tl, E, m.lse.data());
+  }
+  if (sp_ && !red.empty()) ps_->tp->all_reduce_f64(red.data(), static_cast<int64_t>(red.size()), dist::ReduceOp::Sum);
   MoeStageStats& s = a.moe;
   s.prob_sum.assign(static_cast<size_t>(E), 0.0);
   s.counts.assign(static_cast<size_t>(E), 0);
-  s.n = s.layers = 0;
+  s.n = 0;
+  s.layers = static_cast<int64_t>(moe_layers.size());
   s.aux_per_layer = s.z = 0.0;
-  const uint8_t* mask = b.token_mask.data();
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    if (!layers_[i].is_moe) continue;
-    MoeActivations& m = a.layers[i].moe;
-    m.real_counts.assign(static_cast<size_t>(E), 0);
-    m.real_prob_sum.assign(static_cast<size_t>(E), 0.0);
-    const int64_t n =
-        k::moe_routing_stats(m.probs.data(), m.topk_idx.data(), mask, T, E, K, m.real_prob_sum.data(), m.real_counts.data());
+  for (size_t j = 0; j < moe_layers.size(); ++j) {
+    MoeActivations& m = a.layers[moe_layers[j]].moe;
+    const double* o = red.data() + W * j;
+    m.real_counts.resize(static_cast<size_t>(E));
+    m.real_prob_sum.assign(o + E, o + 2 * E);
     for (int64_t e = 0; e < E; ++e) {
-      s.prob_sum[static_cast<size_t>(e)] += m.real_prob_sum[static_cast<size_t>(e)];
+      m.real_counts[static_cast<size_t>(e)] = static_cast<int64_t>(o[e]);
       s.counts[static_cast<size_t>(e)] += m.real_counts[static_cast<size_t>(e)];
+      s.prob_sum[static_cast<size_t>(e)] += o[E + e];
     }
+    const int64_t n = static_cast<int64_t>(o[2 * E]);
     s.n += n;
-    ++s.layers;
     const double lscale = k::moe_aux_scale_per_layer(E, K, n);
     s.aux_per_layer += k::moe_aux_loss_value(m.real_prob_sum.data(), m.real_counts.data(), E, lscale);
-    const double zsum = k::moe_z_loss_forward(m.logits.data(), mask, T, E, m.lse.data());
-    if (n > 0) s.z += zsum / static_cast<double>(n);
+    if (n > 0) s.z += o[2 * E + 1] / static_cast<double>(n);
     if (coeff > 0 && !global) {
       m.aux_counts = m.real_counts.data();
       m.aux_coeff_scale = coeff * per_mb * lscale;
@@ -176,17 +198,22 @@ void Qwen3Model::moe_router_losses(const StageBatch& b, StageActivations& a, boo
   }
   if (coeff > 0 && global) {  // transformers: every MoE layer's statistics of the micro-batch together (pp = 1)
     const double scale = coeff * per_mb * k::moe_aux_scale_global(E, s.n);
-    for (size_t i = 0; i < layers_.size(); ++i)
-      if (layers_[i].is_moe) {
-        a.layers[i].moe.aux_counts = s.counts.data();
-        a.layers[i].moe.aux_coeff_scale = scale;
-      }
+    for (size_t i : moe_layers) {
+      a.layers[i].moe.aux_counts = s.counts.data();
+      a.layers[i].moe.aux_coeff_scale = scale;
+    }
   }
 }
 
 const MoeStageStats& Qwen3Model::moe_stats(int slot) const {
   check(static_cast<size_t>(slot) < slots_.size(), "Qwen3Model::moe_stats: slot " + std::to_string(slot) + " has no forward");
   return slots_[static_cast<size_t>(slot)].moe;
+}
+
+const StageActivations& Qwen3Model::slot_activations(int slot) const {
+  check(slot >= 0 && static_cast<size_t>(slot) < slots_.size(),
+        "Qwen3Model::slot_activations: slot " + std::to_string(slot) + " has no forward");
+  return slots_[static_cast<size_t>(slot)];
 }
 
 const float* Qwen3Model::output_hidden(int slot) {

@@ -15,62 +15,79 @@ DistributedOptimizer::DistributedOptimizer(ParamStore& store, std::shared_ptr<di
                                            const OptimizerConfig& cfg)
     : store_(store), ps_(std::move(ps)), cfg_(cfg) {
   validate(cfg_);
-  auto& g = *ps_->dp_cp;
-  const int64_t n = g.size(), r = g.rank(), N = store_.numel();
-  check(N % n == 0, "DistributedOptimizer: flat parameter buffer (" + std::to_string(N) +
-                        ") is not divisible by the dp-cp size " + std::to_string(n));
-  const bool dist = cfg_.use_distributed_optimizer && n > 1;
-  // Buckets: multiples of 16*n elements, ~bucket_bytes each.
-  int64_t be = std::max<int64_t>(cfg_.bucket_bytes / 4 / (16 * n), 1) * 16 * n;
-  for (int64_t s = 0; s < N; s += be) buckets_.push_back({s, std::min(be, N - s)});
-  // Owned ranges.
-  std::vector<std::pair<int64_t, int64_t>> owned;
-  if (dist) {
-    for (auto [s, len] : buckets_) owned.push_back({s + r * (len / n), len / n});
-  } else {
-    owned.push_back({0, N});
+  // Two regions of the flat buffer (ParamStore::finalize): dense parameters, reduced and
+  // sharded over dp-cp, then expert parameters, reduced and sharded over the expert-data-
+  // parallel group (Megatron-core: expert_data_parallel_group; anchors §2.8).
+  const int64_t N = store_.numel(), X = store_.expert_offset();
+  regions_.push_back(Region{ps_->dp_cp.get(), 0, X, false, {}});
+  if (X < N) {
+    check(ps_->edp != nullptr, "DistributedOptimizer: the store has expert parameters but no expert-dp group");
+    regions_.push_back(Region{ps_->edp.get(), X, N - X, true, {}});
   }
   // Split at parameter boundaries.
   std::vector<const Param*> ps_sorted;
   for (auto& p : store_.params()) ps_sorted.push_back(&p);
   std::sort(ps_sorted.begin(), ps_sorted.end(),
             [](const Param* a, const Param* b) { return a->flat_offset < b->flat_offset; });
-  const bool count_here = dist || r == 0;
   const int tp_rank = ps_->tp_rank();
   int64_t state = 0;
-  for (auto [a, len] : owned) {
-    int64_t pos = a, end = a + len;
-    while (pos < end) {
-      // find the param containing pos (or the next one)
-      const Param* hit = nullptr;
-      int64_t next_start = end;
-      for (const Param* p : ps_sorted) {
-        int64_t ps0 = p->flat_offset, ps1 = p->flat_offset + p->data.numel();
-        if (pos >= ps0 && pos < ps1) {
-          hit = p;
-          break;
+  for (Region& rg : regions_) {
+    auto& g = *rg.group;
+    const int64_t n = g.size(), r = g.rank();
+    check(rg.len % n == 0, std::string("DistributedOptimizer: ") + (rg.expert ? "expert" : "dense") +
+                               " region of the flat parameter buffer (" + std::to_string(rg.len) +
+                               ") is not divisible by the " + (rg.expert ? "expert-dp" : "dp-cp") + " size " +
+                               std::to_string(n));
+    const bool dist = cfg_.use_distributed_optimizer && n > 1;
+    // Buckets: multiples of 16*n elements, ~bucket_bytes each.
+    const int64_t be = std::max<int64_t>(cfg_.bucket_bytes / 4 / (16 * n), 1) * 16 * n;
+    for (int64_t s = rg.start; s < rg.start + rg.len; s += be)
+      rg.buckets.push_back({s, std::min(be, rg.start + rg.len - s)});
+    // Owned ranges.
+    std::vector<std::pair<int64_t, int64_t>> owned;
+    if (dist) {
+      for (auto [s, len] : rg.buckets) owned.push_back({s + r * (len / n), len / n});
+    } else {
+      owned.push_back({rg.start, rg.len});
+    }
+    // Each element counts once in the grad norm: on its ZeRO owner, else on the group's rank 0;
+    // a tied copy never, a tp-replicated dense parameter on tp rank 0 only (anchors §2.9).
+    const bool count_here = dist || r == 0;
+    for (auto [a, len] : owned) {
+      int64_t pos = a, end = a + len;
+      while (pos < end) {
+        // find the param containing pos (or the next one)
+        const Param* hit = nullptr;
+        int64_t next_start = end;
+        for (const Param* p : ps_sorted) {
+          int64_t ps0 = p->flat_offset, ps1 = p->flat_offset + p->data.numel();
+          if (pos >= ps0 && pos < ps1) {
+            hit = p;
+            break;
+          }
+          if (ps0 > pos) {
+            next_start = std::min(next_start, ps0);
+            break;
+          }
         }
-        if (ps0 > pos) {
-          next_start = std::min(next_start, ps0);
-          break;
+        Segment seg{};
+        seg.start = pos;
+        if (hit) {
+          int64_t stop = std::min(end, hit->flat_offset + hit->data.numel());
+          seg.len = stop - pos;
+          seg.decay = hit->weight_decay;
+          seg.counts = count_here && !hit->tied_copy && !(hit->tp_duplicate && tp_rank != 0 && !hit->expert);
+        } else {
+          seg.len = next_start - pos;
+          seg.decay = false;
+          seg.counts = false;
         }
+        seg.expert = rg.expert;
+        seg.state_off = state;
+        state += seg.len;
+        segments_.push_back(seg);
+        pos += seg.len;
       }
-      Segment seg{};
-      seg.start = pos;
-      if (hit) {
-        int64_t stop = std::min(end, hit->flat_offset + hit->data.numel());
-        seg.len = stop - pos;
-        seg.decay = hit->weight_decay;
-        seg.counts = count_here && !hit->tied_copy && !(hit->tp_duplicate && tp_rank != 0);
-      } else {
-        seg.len = next_start - pos;
-        seg.decay = false;
-        seg.counts = false;
-      }
-      seg.state_off = state;
-      state += seg.len;
-      segments_.push_back(seg);
-      pos += seg.len;
     }
   }
   m_.assign(static_cast<size_t>(state), 0.0f);
@@ -78,41 +95,43 @@ DistributedOptimizer::DistributedOptimizer(ParamStore& store, std::shared_ptr<di
 }
 
 void DistributedOptimizer::reduce_gradients() {
-  auto& g = *ps_->dp_cp;
-  const int64_t n = g.size();
-  if (n == 1) {
-    reduced_ = true;
-    return;
-  }
   float* grads = store_.flat_grads().f32();
-  if (cfg_.use_distributed_optimizer) {
-    for (auto [s, len] : buckets_) {
-      const int64_t shard = len / n;
-      if (static_cast<int64_t>(scratch_.size()) < shard) scratch_.resize(static_cast<size_t>(shard));
-      g.reduce_scatter(grads + s, scratch_.data(), shard);
-      std::memcpy(grads + s + g.rank() * shard, scratch_.data(), static_cast<size_t>(shard) * 4);
+  for (const Region& rg : regions_) {
+    auto& g = *rg.group;
+    const int64_t n = g.size();
+    if (n == 1) continue;
+    if (cfg_.use_distributed_optimizer) {
+      for (auto [s, len] : rg.buckets) {
+        const int64_t shard = len / n;
+        if (static_cast<int64_t>(scratch_.size()) < shard) scratch_.resize(static_cast<size_t>(shard));
+        g.reduce_scatter(grads + s, scratch_.data(), shard);
+        std::memcpy(grads + s + g.rank() * shard, scratch_.data(), static_cast<size_t>(shard) * 4);
+      }
+    } else {
+      for (auto [s, len] : rg.buckets) g.all_reduce(grads + s, len, DType::F32, dist::ReduceOp::Sum);
     }
-  } else {
-    for (auto [s, len] : buckets_) g.all_reduce(grads + s, len, DType::F32, dist::ReduceOp::Sum);
   }
   reduced_ = true;
 }
 
 double DistributedOptimizer::grad_norm() {
   const float* grads = store_.flat_grads().f32();
-  double ss = 0;
+  double ss[2] = {0, 0};  // dense, expert sums of squares
   for (const auto& seg : segments_)
-    if (seg.counts) ss += kernels().norms.sum_squares(grads + seg.start, seg.len);
-  if (ps_->world->size() > 1) ps_->world->all_reduce_f64(&ss, 1, dist::ReduceOp::Sum);
-  return std::sqrt(ss);
+    if (seg.counts) ss[seg.expert ? 1 : 0] += kernels().norms.sum_squares(grads + seg.start, seg.len);
+  // one fp64 all-reduce: of the dense sum alone, or of both sums when there are experts
+  if (ps_->world->size() > 1) ps_->world->all_reduce_f64(ss, regions_.size() > 1 ? 2 : 1, dist::ReduceOp::Sum);
+  last_dense_sq_ = ss[0];
+  last_expert_sq_ = ss[1];
+  return std::sqrt(ss[0] + ss[1]);  // sqrt(dense^2 + expert^2)
 }
 
 StepStats DistributedOptimizer::step(double lr, double max_norm) {
-  auto& g = *ps_->dp_cp;
-  const int64_t bytes0 = g.bytes_sent() + ps_->world->bytes_sent();
+  const int64_t bytes0 = comm_bytes();
   if (!reduced_) reduce_gradients();
   StepStats st;
   st.grad_norm = grad_norm();
+  st.expert_grad_norm = last_expert_norm();
   st.lr = lr;
   if (!std::isfinite(st.grad_norm)) {
     // Never apply a non-finite update (failure class B26): the norm is a world all-reduce,
@@ -120,7 +139,7 @@ StepStats DistributedOptimizer::step(double lr, double max_norm) {
     discard_gradients();
     st.skipped = true;
     st.step = step_;
-    last_bytes_ = g.bytes_sent() + ps_->world->bytes_sent() - bytes0;
+    last_bytes_ = comm_bytes() - bytes0;
     return st;
   }
   const double clip = max_norm >= 0 ? max_norm : cfg_.clip_grad;
@@ -140,9 +159,11 @@ StepStats DistributedOptimizer::step(double lr, double max_norm) {
                          static_cast<float>(cfg_.adam_beta2), static_cast<float>(cfg_.adam_eps),
                          seg.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f, step_);
   }
-  const int64_t n = g.size();
-  if (cfg_.use_distributed_optimizer && n > 1) {
-    for (auto [s, len] : buckets_) {
+  for (const Region& rg : regions_) {
+    auto& g = *rg.group;
+    const int64_t n = g.size();
+    if (!cfg_.use_distributed_optimizer || n == 1) continue;
+    for (auto [s, len] : rg.buckets) {
       const int64_t shard = len / n;
       if (static_cast<int64_t>(scratch_.size()) < shard) scratch_.resize(static_cast<size_t>(shard));
       std::memcpy(scratch_.data(), params + s + g.rank() * shard, static_cast<size_t>(shard) * 4);
@@ -152,8 +173,14 @@ StepStats DistributedOptimizer::step(double lr, double max_norm) {
   store_.zero_grad();
   reduced_ = false;
   st.step = step_;
-  last_bytes_ = g.bytes_sent() + ps_->world->bytes_sent() - bytes0;
+  last_bytes_ = comm_bytes() - bytes0;
   return st;
+}
+
+int64_t DistributedOptimizer::comm_bytes() const {
+  int64_t b = ps_->world->bytes_sent();
+  for (const Region& rg : regions_) b += rg.group->bytes_sent();
+  return b;
 }
 
 }  // namespace twinkle

@@ -43,17 +43,29 @@ size_t ParamStore::add(Param p) {
   return params_.size() - 1;
 }
 
-void ParamStore::finalize(int64_t align) {
+void ParamStore::finalize(int64_t align, int64_t expert_align) {
   check(!finalized_, "ParamStore::finalize called twice");
+  check(align >= 1 && expert_align >= 0, "ParamStore::finalize: alignment must be >= 1");
+  if (expert_align == 0) expert_align = align;
+  auto round_up = [](int64_t n, int64_t a) { return (n + a - 1) / a * a; };
   int64_t off = 0;
-  for (auto& p : params_) {
-    int64_t n = 1;
-    for (auto d : p.shape) n *= d;
-    p.flat_offset = off;
-    off += (n + 15) / 16 * 16;  // 64-byte aligned starts
+  bool any_expert = false;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto& p : params_) {
+      if (p.expert != (pass == 1)) continue;
+      any_expert = any_expert || p.expert;
+      int64_t n = 1;
+      for (auto d : p.shape) n *= d;
+      p.flat_offset = off;
+      off += (n + 15) / 16 * 16;  // 64-byte aligned starts
+    }
+    if (pass == 0) {
+      off = round_up(off, align);
+      expert_offset_ = off;
+    }
   }
-  numel_ = (off + align - 1) / align * align;
-  if (numel_ == 0) numel_ = align;
+  numel_ = any_expert ? expert_offset_ + round_up(off - expert_offset_, expert_align) : expert_offset_;
+  if (numel_ == 0) numel_ = expert_offset_ = align;
   flat_params_ = Tensor::zeros({numel_});
   flat_grads_ = Tensor::zeros({numel_});
   for (auto& p : params_) {

@@ -48,10 +48,10 @@ size_t TensorTable::add(TensorEntry e) {
   return entries_.size() - 1;
 }
 
-void TensorTable::materialize(int stage, ParamStore& store) {
+void TensorTable::materialize(int stage, ParamStore& store, int ep_rank) {
   check(store_ == nullptr, "TensorTable::materialize called twice");
   for (auto& e : entries_) {
-    if (e.stage != stage || e.adapter) continue;
+    if (e.stage != stage || e.adapter || (e.ep_owner >= 0 && e.ep_owner != ep_rank)) continue;
     Param p;
     p.name = e.name;
     p.shape = e.local;

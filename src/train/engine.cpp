@@ -11,19 +11,52 @@ Engine::Engine(Qwen3Model& model) : model_(model) {}
 StepResult Engine::forward_backward(const std::vector<MicroBatch>& mbs) { return run(mbs, true); }
 StepResult Engine::forward_only(const std::vector<MicroBatch>& mbs) { return run(mbs, false); }
 
-StepResult Engine::run(const std::vector<MicroBatch>& mbs, bool training) {
+namespace {
+
+// A micro-batch that contributes nothing: one pad token, no label, attention_mask 0 (so no
+// router statistic or router-loss gradient either).
+MicroBatch filler_micro_batch() {
+  MicroBatch f;
+  f.batch = f.seq = 1;
+  f.input_ids = {0};
+  f.labels = {kIgnoreIndex};
+  f.position_ids = {0};
+  f.cu_seqlens = {0, 1};
+  f.attention_mask = {0};
+  return f;
+}
+
+}  // namespace
+
+StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training) {
   auto& ps = model_.ps();
   // No micro-batch is allowed: a data-parallel rank without a row of a short last batch
   // (B27) still joins the token count, the pipeline (0 micro-batches on every stage of its
   // replica) and the loss reduction, contributing 0.
+  // Under expert parallelism every micro-batch's dispatch is a collective over the ep group,
+  // which spans data-parallel replicas: a replica with fewer micro-batches (a short last batch)
+  // runs filler micro-batches up to the most any replica runs (they hold no real token).
+  const std::vector<MicroBatch>* src = &mbs_in;
+  std::vector<MicroBatch> padded;
+  const size_t real_mbs = mbs_in.size();
+  if (ps.ep_size() > 1 && ps.world->size() > 1) {
+    int64_t most[1] = {static_cast<int64_t>(real_mbs)};
+    ps.world->all_reduce(most, 1, DType::I64, dist::ReduceOp::Max);
+    if (most[0] > static_cast<int64_t>(real_mbs)) {
+      padded = mbs_in;
+      while (static_cast<int64_t>(padded.size()) < most[0]) padded.push_back(filler_micro_batch());
+      src = &padded;
+    }
+  }
+  const std::vector<MicroBatch>& mbs = *src;
   std::vector<StageBatch> sb;
   sb.reserve(mbs.size());
   int64_t counts[2] = {0, 0};  // labelled tokens, tokens
-  for (const auto& mb : mbs) {
-    sb.push_back(model_.prepare(mb));
+  for (size_t i = 0; i < mbs.size(); ++i) {
+    sb.push_back(model_.prepare(mbs[i]));
     counts[0] += sb.back().num_targets;
     // every cp rank holds a share of the same rows: count them once (on cp rank 0)
-    if (ps.cp_rank() == 0) counts[1] += static_cast<int64_t>(mb.input_ids.size());
+    if (ps.cp_rank() == 0 && i < real_mbs) counts[1] += static_cast<int64_t>(mbs[i].input_ids.size());
   }
   if (ps.dp_cp->size() > 1) ps.dp_cp->all_reduce(counts, 2, DType::I64, dist::ReduceOp::Sum);
   const bool moe = model_.is_moe();
@@ -32,7 +65,7 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs, bool training) {
   const size_t W = static_cast<size_t>(2 * E + 3);
   std::vector<double> mstats;
   if (moe) {
-    int64_t nmb[1] = {static_cast<int64_t>(mbs.size())};
+    int64_t nmb[1] = {static_cast<int64_t>(real_mbs)};
     if (ps.dp->size() > 1) ps.dp->all_reduce(nmb, 1, DType::I64, dist::ReduceOp::Sum);
     model_.set_global_micro_batches(nmb[0]);
     mstats.assign(W * mbs.size(), 0.0);
@@ -81,7 +114,7 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs, bool training) {
     const bool global = model_.options().moe_aux_loss_type == "global";
     std::vector<double> tot(static_cast<size_t>(E + 3), 0.0);  // counts[E], aux sum, z sum, micro-batches
     std::vector<int64_t> cnt(static_cast<size_t>(E));
-    for (size_t mb = 0; mb < mbs.size(); ++mb) {
+    for (size_t mb = 0; mb < real_mbs; ++mb) {  // filler micro-batches hold no statistics
       const double* o = mstats.data() + W * mb;
       for (int64_t e = 0; e < E; ++e) cnt[static_cast<size_t>(e)] = static_cast<int64_t>(o[E + e]);
       const double aux = global ? kernels::cpu::moe_aux_loss_value(o, cnt.data(), E,

@@ -255,6 +255,7 @@ StepStats MegatronModel::clip_grad_and_step(std::optional<double> max_grad_norm)
   last_.z_loss = last_fb_.z_loss;
   last_.expert_load_max = last_fb_.expert_load_max;
   last_.expert_load_min = last_fb_.expert_load_min;
+  last_.expert_grad_norm = st.expert_grad_norm;
   last_.step_time_s = fb_time_s_;
   last_.tokens_per_s = fb_time_s_ > 0 ? static_cast<double>(last_fb_.tokens) / fb_time_s_ : 0;
   const double fl = flops_per_token(mean_seq_) * static_cast<double>(last_fb_.tokens);

@@ -35,14 +35,14 @@ import check_train as ct  # noqa: E402
 import safetensors_py  # noqa: E402
 
 
-def moe_config(norm_topk_prob, mlp_only_layers, layers):
+def moe_config(norm_topk_prob, mlp_only_layers, layers, experts=6):
     return {
         "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 64,
         "intermediate_size": 96, "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2,
         "head_dim": 32, "hidden_act": "silu", "max_position_embeddings": 512, "rope_theta": 1000000.0,
         "rope_scaling": None, "rms_norm_eps": 1e-06, "initializer_range": 0.02, "attention_bias": False,
         "attention_dropout": 0.0, "vocab_size": 517, "tie_word_embeddings": False, "bos_token_id": 1,
-        "eos_token_id": 2, "num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
+        "eos_token_id": 2, "num_experts": experts, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
         "norm_topk_prob": norm_topk_prob, "decoder_sparse_step": 1, "mlp_only_layers": mlp_only_layers,
         "router_aux_loss_coef": 0.001, "output_router_logits": False, "torch_dtype": "float32",
         "use_sliding_window": False, "sliding_window": None, "max_window_layers": layers}
@@ -54,8 +54,10 @@ def main():
     ap.add_argument("--norm-topk-prob", choices=["true", "false"], default="true")
     ap.add_argument("--layers", type=int, default=3)
     ap.add_argument("--mlp-only-layers", default="1", help="comma list ('' = none)")
+    ap.add_argument("--experts", type=int, default=6, help="num_experts (top-2)")
     ap.add_argument("--batch", default="rows:6")
     ap.add_argument("--mbs", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=0, help="rows per global batch (0: all rows; --layout only)")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--clip-grad", type=float, default=0.05)
@@ -78,7 +80,7 @@ def main():
         model = os.path.join(tmp, "model")
         os.makedirs(model)
         only = [int(x) for x in args.mlp_only_layers.split(",") if x != ""]
-        cfg = moe_config(args.norm_topk_prob == "true", only, args.layers)
+        cfg = moe_config(args.norm_topk_prob == "true", only, args.layers, args.experts)
         cfg_path = os.path.join(model, "config.json")
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=2)
@@ -91,7 +93,7 @@ def main():
             out = os.path.join(tmp, "out_" + tag)
             metrics = os.path.join(tmp, f"metrics_{tag}.jsonl")
             cmd = [os.path.join(args.build, "bin", "twinkle"), "train", "--model", model, "--dataset", rows_path,
-                   "--batch-size", str(len(ids)), "--micro-batch-size", str(args.mbs), "--max-steps",
+                   "--batch-size", str(args.batch_size or len(ids)), "--micro-batch-size", str(args.mbs), "--max-steps",
                    str(args.steps), "--lr", str(args.lr), "--weight-decay", str(args.weight_decay), "--clip-grad",
                    str(args.clip_grad), "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--adam-eps", "1e-8",
                    "--output-dir", out, "--metrics-file", metrics, "--moe-aux-loss-coeff", str(args.aux_coef),
@@ -111,8 +113,8 @@ def main():
                 a, b = lay[i], base[i]
                 print(f"step {i+1}: loss layout {a['loss']:.8f} single {b['loss']:.8f} | grad_norm "
                       f"{a['grad_norm']:.8f} vs {b['grad_norm']:.8f} | aux {a.get('aux_loss')} vs {b.get('aux_loss')}")
-                for key in ("loss", "grad_norm", "lm_loss", "aux_loss", "z_loss", "expert_load_max",
-                            "expert_load_min"):
+                for key in ("loss", "grad_norm", "expert_grad_norm", "lm_loss", "aux_loss", "z_loss",
+                            "expert_load_max", "expert_load_min"):
                     if key not in a or key not in b:
                         failures.append(f"step {i+1}: metrics lack {key}")
                     elif ct.rel(a[key], b[key]) > 1e-5 and abs(a[key] - b[key]) > 1e-12:

@@ -295,6 +295,7 @@ int train_main(int argc, char** argv) {
         j["z_loss"] = mt.z_loss;
         j["expert_load_max"] = mt.expert_load_max;
         j["expert_load_min"] = mt.expert_load_min;
+        j["expert_grad_norm"] = num_or_null(mt.expert_grad_norm);
       }
       if (metrics.is_open()) {
         metrics << j.dump() << "\n";

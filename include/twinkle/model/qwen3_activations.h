@@ -9,11 +9,16 @@
 // H hidden, local sizes nq = heads/tp * head_dim, nkv = kv_heads/tp * head_dim, I = intermediate/tp.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "twinkle/core/tensor.h"
 
 namespace twinkle {
+
+namespace parallel {
+class AlltoAllDispatcher;  // parallel/moe_dispatcher.h
+}
 
 /// Self-attention (Qwen3Attention) of one layer.
 struct AttentionActivations {
@@ -38,9 +43,12 @@ struct MlpActivations {
   float* act = nullptr;       ///< [T, I] silu(gate) * up (down_proj input)
 };
 
-/// Sparse MoE block (Qwen3MoeBlock) of one layer; R = T * top_k routed rows, E experts,
-/// I = moe_intermediate_size. Held in vectors that keep their capacity across steps (the row
-/// count of each expert changes with the routing; the total R does not).
+/// Sparse MoE block (Qwen3MoeBlock) of one layer; T = this rank's token rows (Tl under SP),
+/// R = T * top_k routed rows, E experts, I = moe_intermediate_size. Under expert parallelism
+/// (ep > 1) the expert buffers gate/up/act/y hold the Rr rows this rank's local experts
+/// received, and the permutation lives in `dispatcher` (xp, row_of_slot, slot_of_row and
+/// counts are unused). Held in vectors that keep their capacity across steps (the row count of
+/// each expert changes with the routing).
 struct MoeActivations {
   const float* x = nullptr;          ///< [T, H] block input (the layer's ln2)
   std::vector<float> logits;         ///< [T, E] router logits
@@ -54,6 +62,9 @@ struct MoeActivations {
   std::vector<float> xp;             ///< [R, H] permuted input
   std::vector<float> gate, up, act;  ///< [R, I]
   std::vector<float> y;              ///< [R, H] expert outputs (before the combine)
+  /// ep > 1: the alltoall dispatcher of this (layer, micro-batch slot) — its routing plan and
+  /// received rows live until this slot's backward (parallel/moe_dispatcher.h).
+  std::shared_ptr<parallel::AlltoAllDispatcher> dispatcher;
   std::vector<int64_t> real_counts;  ///< [E] slots routed to each expert from real tokens
   std::vector<double> real_prob_sum; ///< [E] sum of probs over real tokens
   /// Router-loss gradients, set by the model after the stage forward (0 / null: none):
@@ -96,6 +107,7 @@ struct MoeStageStats {
   int64_t layers = 0;             ///< MoE layers of the stage
   double aux_per_layer = 0;       ///< sum over layers of Megatron's per-layer aux value (coefficient 1)
   double z = 0;                   ///< sum over layers of the mean z-loss (coefficient 1)
+  std::vector<double> reduce_buf; ///< per-layer statistics summed over the tp shards (scratch)
 };
 
 /// Everything one micro-batch slot of a stage keeps between its forward and backward.

@@ -10,6 +10,7 @@
 // (parallel/column_parallel_linear.h, parallel/row_parallel_linear.h).
 #pragma once
 #include <cstdint>
+#include <memory>
 
 #include "twinkle/model/qwen3_attention.h"
 #include "twinkle/model/qwen3_mlp.h"
@@ -22,9 +23,11 @@ class Qwen3DecoderLayer {
   Qwen3DecoderLayer() = default;
   /// Adds the layer's tensors to `table` in HF order: input_layernorm, self_attn (q, k, v,
   /// o, q_norm, k_norm), post_attention_layernorm, mlp (gate, up, down; or for an MoE layer
-  /// the router gate and the experts, qwen3_moe_block.h). `ep_size` labels expert owners.
+  /// the router gate and the experts, qwen3_moe_block.h). `ep`: the expert-parallel group of
+  /// an MoE layer (nullptr: one ep rank).
   Qwen3DecoderLayer(parallel::TensorTable& table, const parallel::TensorParallel& tp, const ModelConfig& cfg,
-                    int64_t layer, const kernels::cpu::RopeTable* rope, int ep_size = 1);
+                    int64_t layer, const kernels::cpu::RopeTable* rope,
+                    std::shared_ptr<dist::ProcessGroup> ep = nullptr);
 
   /// x [Tl, H] (kept by the caller until backward). Saves into `a`; the output is a.out.
   void forward(const float* x, const StageBatch& b, DecoderLayerActivations& a, Workspace& scratch) const;

@@ -79,7 +79,9 @@ class Qwen3Model {
   /// intermediate size not divisible by tp; pp larger than the number of layers;
   /// a custom layer split that does not sum to num_hidden_layers) or is neither qwen3 nor
   /// qwen3_moe; for qwen3_moe also check_expert_layout / check_moe_loss_options
-  /// (parallel/expert_layout.h), and tp > 1 or ep > 1 (not implemented yet for MoE).
+  /// (parallel/expert_layout.h), and cp > 1 (not implemented yet for MoE). A MoE model with
+  /// tp > 1 runs with sequence parallelism (switched on, logged); with ep > 1 each ep rank
+  /// holds num_experts / ep experts of every MoE layer (qwen3_moe_block.h).
   Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelState> ps, Qwen3ModelOptions opts = {});
   // The layers point into the table and the table into the store: not copyable or movable.
   Qwen3Model(const Qwen3Model&) = delete;
@@ -179,6 +181,10 @@ class Qwen3Model {
   void set_global_micro_batches(int64_t n) { global_mbs_ = n > 0 ? n : 1; }
   /// Router statistics of slot `slot`'s last forward over this stage's MoE layers.
   const MoeStageStats& moe_stats(int slot) const;
+  /// The activations slot `slot` holds (its last forward; read-only, e.g. the routing a
+  /// benchmark checks its all-to-all volume against). Throws twinkle::Error for a slot
+  /// without a forward.
+  const StageActivations& slot_activations(int slot) const;
   /// Bytes held by activation / scratch workspaces.
   size_t workspace_bytes() const;
 

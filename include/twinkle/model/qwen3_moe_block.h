@@ -7,31 +7,44 @@
 //   w = renormalised top-k when norm_topk_prob, else the raw top-k probabilities
 //   out[t] = sum_j w[t, j] * expert_{sel[t, j]}(x[t]),  expert = SwiGLU MLP of width
 //            moe_intermediate_size (gate_proj, up_proj, down_proj, no biases).
-// Dropless, as Megatron-core's MoELayer with the alltoall dispatcher at ep = 1: the k copies of
-// each token are permuted into expert order (kernels/cpu/moe_permute.h), every expert runs one
-// GEMM over its contiguous rows (the `grouped_linear` op of the model's kernel table,
-// kernels/ops.h; router GEMM `linear`, `swiglu`), SwiGLU,
-// the down projection, then the probability-weighted combine back to token order.
+// Dropless, as Megatron-core's MoELayer with the alltoall dispatcher: the k copies of each
+// token are permuted into expert order (kernels/cpu/moe_permute.h), every expert runs one GEMM
+// over its contiguous rows (the `grouped_linear` op of the model's kernel table,
+// kernels/ops.h; router GEMM `linear`, `swiglu`), SwiGLU, the down projection, then the
+// probability-weighted combine back to token order.
 // The router losses (load balancing in transformers' `global` or Megatron's `per_layer` form,
 // the z-loss) are computed by the model from this block's saved activations; their gradient
 // enters backward through MoeActivations::aux_counts / aux_coeff_scale / z_scale.
 //
 // Parameters (tensor table, HF names and order): mlp.gate.weight [E, H] (replicated), then
 // mlp.experts.{e}.gate_proj.weight [I, H] for every e, then every up_proj [I, H], then every
-// down_proj [H, I]; expert entries are flagged expert. Declared projection
-// by projection, each projection's experts sit at a constant stride in the ParamStore, so the
-// grouped GEMM reads them as W_e = W_0 + e * stride.
-// Layout support: tp = 1 (or the caller has rejected it), ep = 1, etp = 1.
+// down_proj [H, I]; expert entries are flagged expert (their own region of the ParamStore,
+// reduced over the expert-data-parallel group). Declared projection by projection, each
+// projection's local experts sit at a constant stride in the ParamStore, so the grouped GEMM
+// reads them as W_e = W_0 + e * stride.
+//
+// Parallel layouts (Megatron-core MoE parallel folding, etp = 1 as Twinkle's default):
+//  * Tensor parallelism: sequence parallelism is on for MoE models with tp > 1 (the model
+//    switches it on), so each tp rank routes and computes its own Tl = T/tp token rows; the
+//    router is tp-replicated (its gradient a tp-partial sum: tp_grad_allreduce, counted once:
+//    tp_duplicate) and no collective runs inside the block for tp.
+//  * Expert parallelism: ep rank r holds experts [r*El, (r+1)*El), El = E/ep (ep_owner in the
+//    table); the block dispatches its routed rows over the ep group with Megatron's alltoall
+//    dispatcher (parallel/moe_dispatcher.h), one dispatcher per (layer, micro-batch slot), kept
+//    in MoeActivations. With ep = 1 the rows are permuted locally (no dispatcher).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "twinkle/core/workspace.h"
+#include "twinkle/dist/process_group.h"
 #include "twinkle/io/model_config.h"
 #include "twinkle/model/qwen3_activations.h"
 #include "twinkle/model/stage_batch.h"
 #include "twinkle/parallel/lora.h"
 #include "twinkle/parallel/tensor_table.h"
+#include "twinkle/parallel/tp_comm.h"
 
 namespace twinkle {
 
@@ -39,39 +52,56 @@ class Qwen3MoeBlock {
  public:
   Qwen3MoeBlock() = default;
   /// Adds model.layers.{layer}.mlp.gate.weight and the experts' tensors to `table` (order above).
-  /// `ep_size`: reserved for expert parallelism (ep > 1 is rejected by the model for now).
-  Qwen3MoeBlock(parallel::TensorTable& table, const ModelConfig& cfg, int64_t layer, int ep_size = 1);
+  /// `ep`: the expert-parallel group (nullptr or size 1: every expert is local). Throws
+  /// twinkle::Error for tp > 1 without sequence parallelism, or num_experts % ep != 0.
+  Qwen3MoeBlock(parallel::TensorTable& table, const parallel::TensorParallel& tp,
+                std::shared_ptr<dist::ProcessGroup> ep, const ModelConfig& cfg, int64_t layer);
 
-  /// x [T, H] f32 (kept by the caller until backward). Saves into `a` and returns the combined
-  /// output [T, H] in `scratch` (valid until the next call using the same scratch names).
+  /// x [Tl, H] f32, this rank's token rows (kept by the caller until backward). Saves into `a`
+  /// and returns the combined output [Tl, H] in `scratch` (valid until the next call using the
+  /// same scratch names). Collective over the ep group when ep > 1.
   const float* forward(const float* x, const StageBatch& b, MoeActivations& a, Workspace& scratch) const;
-  /// dy [T, H]. Accumulates the gate and expert gradients (plus the router-loss gradients set
-  /// in `a`) and returns d(x) [T, H] in `scratch`.
+  /// dy [Tl, H]. Accumulates the gate and local expert gradients (plus the router-loss
+  /// gradients set in `a`) and returns d(x) [Tl, H] in `scratch`. Collective over ep when ep > 1.
   const float* backward(const float* dy, const StageBatch& b, const MoeActivations& a, Workspace& scratch) const;
 
   /// LoRA on the router (PEFT target "gate": logits += scaling (x A^T) B^T, parallel/lora.h,
   /// A [r, H] and B [E, r] replicated — the router is, and the model refuses it with tp > 1).
   void set_router_lora(const parallel::LoraPair& p) { router_lora_ = p; }
   int64_t num_experts() const { return E_; }
+  int64_t num_local_experts() const { return El_; }
   int64_t top_k() const { return k_; }
   size_t gate_entry() const { return gate_; }
+  /// This rank's token rows of `b` (the SP shard under tp > 1) and their real-token mask [Tl].
+  int64_t local_rows(const StageBatch& b) const { return tp_.local_rows(b.T); }
+  const uint8_t* local_mask(const StageBatch& b) const {
+    return b.token_mask.data() + (tp_.sequence_parallel ? tp_.rank * local_rows(b) : 0);
+  }
 
  private:
   struct Weights {
     const float* router;
-    const float* w[3];  // gate_proj, up_proj, down_proj of expert 0
+    const float* w[3];  // gate_proj, up_proj, down_proj of the first local expert
     float* dw[3];
     float* drouter;
     int64_t stride[3];
   };
   Weights weights() const;
+  // The local experts on rows grouped by local expert (counts [El]): gate/up/act/y in `a`.
+  void experts_forward(const float* xin, const int64_t* counts, int64_t R, const Weights& w, MoeActivations& a) const;
+  // Their backward given dy [R, H]: accumulates dW, writes dxin [R, H].
+  void experts_backward(const float* xin, const int64_t* counts, int64_t R, const Weights& w, const MoeActivations& a,
+                        const float* dy, float* dxin, Workspace& scratch) const;
 
   const parallel::TensorTable* table_ = nullptr;
-  int64_t H_ = 0, E_ = 0, k_ = 0, I_ = 0;
+  parallel::TensorParallel tp_;
+  std::shared_ptr<dist::ProcessGroup> ep_;
+  int ep_size_ = 1;
+  int64_t H_ = 0, E_ = 0, El_ = 0, first_ = 0, k_ = 0, I_ = 0;
   bool norm_topk_prob_ = false;
   size_t gate_ = parallel::kNoParam;
   parallel::LoraPair router_lora_;  // inactive unless the router is a LoRA target
-  std::vector<size_t> experts_[3];  // entry ids per projection (gate, up, down), by expert
+  std::vector<size_t> experts_[3];  // entry ids per projection (gate, up, down), by global expert
 };
 
 }  // namespace twinkle

@@ -3,14 +3,21 @@
 //
 // Semantics:
 //  * Gradients are SUMMED over the dp-cp group (Megatron DDP with calculate_per_token_loss:
-//    the loss gradient already carries 1/global_token_count), in buckets of the flat buffer.
+//    the loss gradient already carries 1/global_token_count), in buckets of the flat buffer;
+//    the expert region of the buffer (ParamStore::expert_offset(), MoE expert parameters) over
+//    the expert-data-parallel group instead (Megatron's expert-parallel buffers reduced over
+//    expert_data_parallel_group; MoE parallel folding, anchors §2.1 / §2.8).
 //  * use_distributed_optimizer (megatron/core/optimizer/distrib_optimizer.py): each bucket is
-//    reduce-scattered so dp-cp rank r owns a contiguous 1/n of it; AdamW state exists only
-//    for owned elements; updated parameters are all-gathered.
+//    reduce-scattered so rank r of its group (dp-cp, or expert-dp for the expert region) owns
+//    a contiguous 1/n of it; AdamW state exists only for owned elements; updated parameters
+//    are all-gathered over the same group.
 //  * Grad norm (megatron/core/optimizer/clip_grads.py get_grad_norm_fp32): the L2 norm of
-//    every unique gradient element: a tp-duplicated parameter counts on tp rank 0 only, a
-//    tied-embedding copy does not count, each element counted once over the dp shards;
-//    sums of squares all-reduced over the world (never an average of per-rank norms).
+//    every unique gradient element: a tp-duplicated dense parameter counts on tp rank 0 only, a
+//    tied-embedding copy does not count, each element counted once over its group's shards
+//    (dense: dp-cp; expert: expert-dp, which already folds tp for etp = 1); the dense and
+//    expert sums of squares are all-reduced over the world and the norm is
+//    sqrt(dense^2 + expert^2) (Megatron's ChainedOptimizer over the dense and expert
+//    optimizers; anchors §2.9), never an average of per-rank norms.
 //  * Clipping (torch.nn.utils.clip_grad_norm_): coefficient max_norm / (norm + 1e-6),
 //    applied only when below 1.
 //  * AdamW: torch.optim.AdamW; biases and 1-D parameters are not decayed (Megatron).
@@ -22,6 +29,7 @@
 //    found_inf skip, megatron/core/optimizer/optimizer.py). The caller decides whether
 //    that is an error (MegatronModel: on_nonfinite).
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -53,6 +61,7 @@ void validate(const OptimizerConfig& cfg);
 
 struct StepStats {
   double grad_norm = 0;  ///< pre-clip global norm
+  double expert_grad_norm = 0;  ///< its expert part: sqrt(expert^2) over every expert element once
   double clip_coef = 1;  ///< applied coefficient (1 = no clipping)
   double lr = 0;
   int64_t step = 0;      ///< optimizer steps taken (after this one)
@@ -61,14 +70,19 @@ struct StepStats {
 
 class DistributedOptimizer {
  public:
-  /// Throws twinkle::Error if the store's flat size is not divisible by the dp-cp size, or
-  /// what validate(cfg) throws.
+  /// Throws twinkle::Error if the store's dense region is not divisible by the dp-cp size or its
+  /// expert region by the expert-dp size, or what validate(cfg) throws.
   DistributedOptimizer(ParamStore& store, std::shared_ptr<dist::ParallelState> ps, const OptimizerConfig& cfg);
 
-  /// Sums gradients over dp-cp (reduce-scatter with the distributed optimizer, else all-reduce).
+  /// Sums gradients over dp-cp, the expert region over expert-dp (reduce-scatter with the
+  /// distributed optimizer, else all-reduce).
   void reduce_gradients();
-  /// Global pre-clip gradient L2 norm (call after reduce_gradients).
+  /// Global pre-clip gradient L2 norm sqrt(dense^2 + expert^2) (call after reduce_gradients;
+  /// collective over the world).
   double grad_norm();
+  /// The dense and the expert parts of the last grad_norm() (global sums of squares).
+  double last_dense_norm() const { return std::sqrt(last_dense_sq_); }
+  double last_expert_norm() const { return std::sqrt(last_expert_sq_); }
   /// reduce_gradients + grad norm + clip (max_norm < 0: use cfg.clip_grad) + AdamW at `lr`
   /// + parameter all-gather + zero gradients. When the global grad norm is NaN or inf the
   /// update is not applied: gradients are zeroed, parameters, AdamW moments and the step
@@ -97,18 +111,27 @@ class DistributedOptimizer {
   struct Segment {
     int64_t start, len;  // flat element range this rank owns/updates
     bool decay, counts;  // weight decay; counts toward grad norm
+    bool expert;         // in the expert region
     int64_t state_off;   // offset into m_/v_
   };
+  struct Region {                // a part of the flat buffer reduced over one group
+    dist::ProcessGroup* group;   // dp-cp (dense) or expert-dp
+    int64_t start, len;
+    bool expert;
+    std::vector<std::pair<int64_t, int64_t>> buckets;  // [start, len)
+  };
+  int64_t comm_bytes() const;
   ParamStore& store_;
   const kernels::KernelTable* kt_ = nullptr;
   const kernels::KernelTable& kernels() const;  // *kt_, or the CPU fused set
   std::shared_ptr<dist::ParallelState> ps_;
   OptimizerConfig cfg_;
-  std::vector<std::pair<int64_t, int64_t>> buckets_;  // [start, len)
+  std::vector<Region> regions_;
   std::vector<Segment> segments_;                     // owned elements split at param boundaries
   std::vector<float> m_, v_, scratch_;
   int64_t step_ = 0;
   int64_t last_bytes_ = 0;
+  double last_dense_sq_ = 0, last_expert_sq_ = 0;
   bool reduced_ = false;
 };
 

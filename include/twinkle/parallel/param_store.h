@@ -57,9 +57,14 @@ class ParamStore {
  public:
   /// Declares a parameter (before finalize()). Returns its index.
   size_t add(Param p);
-  /// Allocates the flat buffers (padded to a multiple of `align` elements) and binds
-  /// every Param's data/grad views. Must be called once before use.
-  void finalize(int64_t align = 64);
+  /// Allocates the flat buffers and binds every Param's data/grad views. Must be called once
+  /// before use. Two regions, as Megatron-core keeps dense and expert-parallel parameters in
+  /// separate ParamAndGradBuffers (megatron/core/distributed/distributed_data_parallel.py):
+  /// the dense parameters first, in declaration order, padded to a multiple of `align`
+  /// elements; then the expert parameters (Param::expert), in declaration order, padded to a
+  /// multiple of `expert_align` (0: `align`). Without expert parameters the expert region is
+  /// empty (expert_offset() == numel()).
+  void finalize(int64_t align = 64, int64_t expert_align = 0);
 
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
@@ -72,6 +77,8 @@ class ParamStore {
   Tensor& flat_params() { return flat_params_; }
   Tensor& flat_grads() { return flat_grads_; }
   int64_t numel() const { return numel_; }  ///< padded flat size
+  /// First element of the expert region (= the padded size of the dense region).
+  int64_t expert_offset() const { return expert_offset_; }
   void zero_grad();
   /// Frees the gradient buffer and unbinds every Param's grad (frozen parameters: LoRA
   /// training keeps no gradient, hence no optimizer state, for the base weights).
@@ -83,6 +90,7 @@ class ParamStore {
   std::vector<Param> params_;
   Tensor flat_params_, flat_grads_;
   int64_t numel_ = 0;
+  int64_t expert_offset_ = 0;
   bool finalized_ = false;
 };
 

@@ -9,11 +9,11 @@
 // (torchtitan models/*/state_dict_adapter.py: one explicit map between HF names and the
 // framework's parameters; Megatron-core's sharded_state_dict of each layer.)
 //
-// Extending it: an MoE layer adds `mlp.gate.weight` (replicated, Normal) and one entry per
-// expert and projection `mlp.experts.{e}.{gate,up,down}_proj.weight` with expert = true; with
-// expert parallelism an owner field (the ep rank holding the expert) joins `stage` in deciding
-// which entries materialize() declares and which rank gather sends from — entries of other ep
-// ranks are listed with param = kNoParam, as entries of other pipeline stages are. A LoRA adapter adds
+// An MoE layer adds `mlp.gate.weight` (replicated, Normal) and one entry per expert and
+// projection `mlp.experts.{e}.{gate,up,down}_proj.weight` with expert = true; under expert
+// parallelism `ep_owner` (the ep rank holding the expert) joins `stage` in deciding which entries
+// materialize() declares and which rank gather sends from — entries of other ep ranks are
+// listed with param = kNoParam, as entries of other pipeline stages are. A LoRA adapter adds
 // `<base>.lora_A.weight` / `<base>.lora_B.weight` entries next to its base entry with their
 // own shard specs (lora_A of a row-parallel base split along dim 1, lora_B of a
 // column-parallel base along dim 0).
@@ -48,6 +48,7 @@ struct TensorEntry {
   bool tp_grad_allreduce = false; ///< gradient is a tp-partial sum (finalize_grads sums it)
   bool tied_copy = false;         ///< the last stage's copy of a tied embedding
   bool expert = false;            ///< an MoE expert tensor (reduced over expert-dp)
+  int ep_owner = -1;              ///< expert parallelism: the ep rank holding it (-1: every ep rank)
   int stage = 0;                  ///< pipeline stage holding it
   bool saved = true;              ///< written by save (false for a tied copy: HF lists one tensor)
   bool adapter = false;           ///< a LoRA tensor (parallel/lora.h): lives in the adapter ParamStore
@@ -76,10 +77,10 @@ class TensorTable {
   const TensorEntry& operator[](size_t id) const { return entries_.at(id); }
   size_t size() const { return entries_.size(); }
 
-  /// Declares every entry of `stage` (table order) as a parameter of `store` and records
-  /// its index; binds the table to `store` (which must outlive it). Call once, before
-  /// store.finalize().
-  void materialize(int stage, ParamStore& store);
+  /// Declares every entry of `stage` (table order) held by ep rank `ep_rank` (ep_owner -1 or
+  /// ep_rank) as a parameter of `store` and records its index; binds the table to `store`
+  /// (which must outlive it). Call once, before store.finalize().
+  void materialize(int stage, ParamStore& store, int ep_rank = 0);
   /// Declares the adapter entries of `stage` (added after materialize()) as parameters of
   /// `store` (the adapter store; must outlive the table). Call once, before store.finalize().
   void materialize_adapters(int stage, ParamStore& store);

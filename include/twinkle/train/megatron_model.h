@@ -140,6 +140,7 @@ class MegatronModel {
     int64_t skipped_steps = 0;  ///< skipped updates so far
     bool moe = false;           ///< a Qwen3-MoE model: the fields below are set (engine.h StepResult)
     double lm_loss = 0, aux_loss = 0, z_loss = 0, expert_load_max = 0, expert_load_min = 0;
+    double expert_grad_norm = 0;  ///< the expert part of grad_norm (DistributedOptimizer, anchors §2.9)
   };
   const StepMetrics& last_metrics() const { return last_; }
   /// Layout, optimizer, scheduler and model settings as text (Twinkle's get_train_configs).

@@ -285,6 +285,122 @@ TEST(TensorTable, OptimizerFlagsFollowMegatron) {
     }
 }
 
+// Qwen3-MoE on tp 2 x dp 2 with ep 2 (the ep groups are the tp groups, expert-dp the dp
+// groups, spec twinkle-behaviour.md §1.1): each rank holds exactly its ep rank's experts, in
+// the expert region of its ParamStore after every dense parameter (each region divisible by its
+// ZeRO group); the router is tp-replicated with a tp-partial gradient (SP), the experts carry no
+// tp flag (reduced over expert-dp instead); loading a checkpoint on every rank and putting the
+// experts back together from their owners gives every tensor back bit for bit.
+namespace {
+
+ModelConfig tiny_moe() {
+  ModelConfig c = tiny(false, false);
+  c.model_type = "qwen3_moe";
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 8;
+  c.mlp_only_layers = {1};
+  return c;
+}
+
+std::shared_ptr<dist::ParallelState> moe_rank_state(int tp, int dp, int ep, int rank) {
+  MeshSizes ms;
+  ms.tp = tp;
+  ms.dp = dp;
+  ms.ep = ep;
+  ms.sequence_parallel = tp > 1;
+  auto s = std::make_shared<dist::ParallelState>();
+  s->mesh = DeviceMesh::from_sizes(ms);
+  s->global_rank = rank;
+  s->coord = s->mesh.coord(rank);
+  auto one = std::make_shared<FakeGroup>(0, 1);
+  s->world = std::make_shared<FakeGroup>(rank, tp * dp);
+  s->tp = s->tp_pp = std::make_shared<FakeGroup>(s->coord.tp, tp);
+  s->dp = s->dp_cp = std::make_shared<FakeGroup>(s->coord.dp, dp);
+  s->ep = std::make_shared<FakeGroup>(s->coord.ep, ep);
+  s->edp = std::make_shared<FakeGroup>(s->coord.edp, s->mesh.edp_size());
+  s->cp = s->pp = s->etp = s->embedding = one;
+  return s;
+}
+
+}  // namespace
+
+TEST(TensorTable, ExpertsShardOverEpInTheirOwnRegion) {
+  const ModelConfig c = tiny_moe();
+  // the checkpoint: the dense tensors with layer 1's MLP, plus router and experts of layers 0, 2
+  std::vector<std::pair<std::string, Tensor>> ck_tensors;
+  {
+    std::mt19937 g(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto [name, shape] : hf_tensors(c)) {
+      const bool moe_mlp = name.find(".mlp.") != std::string::npos && name.find("layers.1.") == std::string::npos;
+      if (moe_mlp) continue;
+      Tensor t = Tensor::zeros(shape);
+      for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = u(g);
+      ck_tensors.emplace_back(name, t);
+    }
+    for (int l : {0, 2}) {
+      const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
+      std::vector<std::pair<std::string, Shape>> moe = {{p + "gate.weight", {4, 16}}};
+      for (int e = 0; e < 4; ++e)
+        for (const char* j : {"gate_proj", "up_proj", "down_proj"})
+          moe.push_back({p + "experts." + std::to_string(e) + "." + j + ".weight",
+                         std::string(j) == "down_proj" ? Shape{16, 8} : Shape{8, 16}});
+      for (auto& [name, shape] : moe) {
+        Tensor t = Tensor::zeros(shape);
+        for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = u(g);
+        ck_tensors.emplace_back(name, t);
+      }
+    }
+  }
+  const std::string dir = (fs::temp_directory_path() / ("twinkle_moe_table_" + std::to_string(getpid()))).string();
+  fs::remove_all(dir);
+  save_checkpoint_dir(dir, ck_tensors, /*max_shard_bytes=*/20000);
+  const CheckpointReader ck = CheckpointReader::open_dir(dir);
+  std::map<std::string, Tensor> experts;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto ps = moe_rank_state(2, 2, 2, rank);
+    Qwen3Model m(c, ps);
+    m.load_checkpoint(ck);
+    const int ep_rank = ps->coord.ep;
+    EXPECT_EQ(ep_rank, ps->coord.tp) << "with etp = 1 the ep groups are the tp groups";
+    const ParamStore& st = m.store();
+    EXPECT_EQ(st.expert_offset() % (64 * 2), 0);
+    EXPECT_EQ((st.numel() - st.expert_offset()) % (64 * 2), 0);
+    int held = 0;
+    for (const auto& e : m.table().entries()) {
+      if (e.name.find(".mlp.gate.weight") != std::string::npos) {
+        EXPECT_TRUE(e.tp_duplicate && e.tp_grad_allreduce && !e.expert) << e.name;
+      }
+      if (!e.expert) {
+        if (e.param != parallel::kNoParam) {
+          EXPECT_LT(st.params()[e.param].flat_offset, st.expert_offset()) << e.name;
+        }
+        continue;
+      }
+      EXPECT_FALSE(e.tp_duplicate || e.tp_grad_allreduce) << e.name;
+      const int owner = std::stoi(e.name.substr(e.name.find("experts.") + 8)) / 2;  // 2 experts per ep rank
+      EXPECT_EQ(e.ep_owner, owner) << e.name;
+      EXPECT_EQ(e.param != parallel::kNoParam, owner == ep_rank) << e.name << " on rank " << rank;
+      if (e.param == parallel::kNoParam) continue;
+      ++held;
+      const Param& p = st.params()[e.param];
+      EXPECT_GE(p.flat_offset, st.expert_offset()) << e.name;
+      experts[e.name] = p.data.clone();
+    }
+    EXPECT_EQ(held, 2 * 2 * 3);  // 2 MoE layers x 2 local experts x 3 projections
+  }
+  int n = 0;
+  for (const auto& [name, t] : ck_tensors) {
+    if (name.find(".experts.") == std::string::npos) continue;
+    ++n;
+    ASSERT_TRUE(experts.count(name)) << name;
+    EXPECT_TRUE(same_bits(experts.at(name), t)) << name;
+  }
+  EXPECT_EQ(n, 2 * 4 * 3);
+  fs::remove_all(dir);
+}
+
 TEST(PipelineSplit, EvenCustomAndErrors) {
   auto s = parallel::split_layers(7, 3);
   EXPECT_EQ(s.count, (std::vector<int64_t>{3, 2, 2}));
