@@ -58,3 +58,11 @@ add_test(NAME lora_moe_layout_dp2_pp2 COMMAND ${TWINKLE_PY} ${CHECK_TRAIN_MOE} -
          --lora-r 4 --aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4 --steps 3
          --np 4 --layout "--dp 2 --pp 2")
 set_tests_properties(lora_moe_layout_dp2_pp2 PROPERTIES TIMEOUT 300 PROCESSORS 2)
+# expert parallelism: the adapter (attention + router) is dense, reduced over dp like the base's dense
+# weights; ep2 over dp, and tp2 + ep2 with attention-only targets (the router's LoRA needs tp = 1).
+add_test(NAME lora_moe_layout_ep2 COMMAND ${TWINKLE_PY} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR}
+         --lora-r 4 --aux-coef 0.01 --z-coef 0.001 --batch rows:8 --steps 3 --np 2 --layout "--ep 2")
+add_test(NAME lora_moe_layout_tp2_ep2_attention COMMAND ${TWINKLE_PY} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR}
+         --lora-r 4 --lora-targets q_proj,k_proj,v_proj,o_proj --aux-coef 0.01 --aux-type per_layer --batch rows:8
+         --steps 3 --np 2 --layout "--tp 2 --ep 2")
+set_tests_properties(lora_moe_layout_ep2 lora_moe_layout_tp2_ep2_attention PROPERTIES TIMEOUT 300 PROCESSORS 2)
