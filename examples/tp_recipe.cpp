@@ -3,6 +3,7 @@
 //
 //   twinkle-run --nproc_per_node=8 build/examples/tp_recipe [--model DIR|ms://Qwen/Qwen3-0.6B]
 //               [--device cpu] [--max-steps N] [--output-dir output/tp_recipe]
+//               [--save-interval N] [--resume output/tp_recipe]
 //               [--lora [--lora-r 8 --lora-alpha 32 --lora-targets all-linear]]
 //
 // --lora is the seed recipe's commented line switched on: before the optimizer,
@@ -46,7 +47,8 @@ int recipe(int argc, char** argv) {
   std::string dataset_id = "ms://swift/self-cognition";
   std::string output_dir = "output/tp_recipe";
   std::string kernels = "fused";
-  int64_t max_steps = 0, data_rows = 256, batch_size = 8, max_length = 512;
+  int64_t max_steps = 0, data_rows = 256, batch_size = 8, max_length = 512, save_interval = 0;
+  std::string resume;
   double lr = 1e-4;
   int dp = 2, tp = 2, pp = 2;
   bool use_lora = false;
@@ -61,6 +63,10 @@ int recipe(int argc, char** argv) {
   app.add_option("--batch-size", batch_size, "global batch size");
   app.add_option("--lr", lr, "peak learning rate");
   app.add_option("--output-dir", output_dir, "where the final checkpoint and metrics.jsonl go");
+  app.add_option("--save-interval", save_interval,
+                 "every N steps save OUTPUT_DIR/checkpoint-step-<step> with the optimizer state (0 = none)");
+  app.add_option("--resume", resume,
+                 "continue from this checkpoint (or OUTPUT_DIR, whose 'latest' names one; default: none)");
   app.add_option("--dp", dp, "data-parallel size (the recipe: 2)");
   app.add_option("--tp", tp, "tensor-parallel size (the recipe: 2)");
   app.add_option("--pp", pp, "pipeline-parallel size (the recipe: 2)");
@@ -78,6 +84,7 @@ int recipe(int argc, char** argv) {
 
   // Every option through the API's own checks before anything starts.
   check_option(max_steps >= 0, "train", "max_steps", ">= 0 (0 = one epoch)", max_steps);
+  check_option(save_interval >= 0, "train", "save_interval", ">= 0 (0 = none)", save_interval);
   check_option(data_rows >= 1, "recipe", "data_rows", ">= 1", data_rows);
   validate(OptimizerConfig{.lr = lr});
   validate(TemplateOptions{.model_id = model_id, .max_length = max_length});
@@ -115,6 +122,7 @@ int recipe(int argc, char** argv) {
   }
   double first_loss = 0, last_loss = 0, tok_s_sum = 0;
   int64_t step = 0;
+  if (!resume.empty()) step = model.resume_from_checkpoint(resume, false, &loader).cur_step;  // Twinkle's resume
   while (step < steps) {
     for (auto& batch : loader) {
       model.forward_backward(batch);
@@ -138,6 +146,9 @@ int recipe(int argc, char** argv) {
                       m.loss, m.grad_norm, m.lr, m.tokens_per_s, m.mfu);
         log.info(line);
       }
+      if (save_interval > 0)  // Twinkle's save(interval=N, save_optimizer=True): "" on the other steps
+        model.save(std::nullopt, {.output_dir = output_dir, .interval = save_interval, .save_optimizer = true,
+                                  .dataloader = &loader});
       if (step >= steps) break;
     }
   }

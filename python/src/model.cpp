@@ -178,14 +178,35 @@ void bind_model(py::module_& m) {
       .def("last_metrics", [](const MegatronModel& self) { return metrics_dict(self.last_metrics()); })
       .def("get_train_configs", &MegatronModel::get_train_configs)
       .def("save",
-           [](MegatronModel& self, const std::string& name, const std::string& output_dir) {
+           [](MegatronModel& self, const std::string& name, const std::string& output_dir, bool save_optimizer,
+              int64_t consumed_train_samples) {
              std::string dir;
              {
                HeavyCall h("save");
-               dir = self.save(name, {.output_dir = output_dir});
+               twinkle::SaveOptions o;
+               o.output_dir = output_dir;
+               o.save_optimizer = save_optimizer;
+               o.consumed_train_samples = consumed_train_samples;
+               dir = self.save(name, o);
              }
              check_signals();
              return dir;
+           },
+           py::arg("name"), py::arg("output_dir"), py::arg("save_optimizer") = false,
+           py::arg("consumed_train_samples") = -1)
+      .def("resume_from_checkpoint",
+           [](MegatronModel& self, const std::string& dir, bool resume_only_model) {
+             twinkle::ResumeState r;
+             {
+               HeavyCall h("resume_from_checkpoint");
+               r = self.resume_from_checkpoint(dir, resume_only_model);
+             }
+             check_signals();
+             py::dict d;
+             d["cur_step"] = r.cur_step;
+             d["consumed_train_samples"] = r.consumed_train_samples;
+             d["gradient_accumulation_steps"] = r.gradient_accumulation_steps;
+             return d;
            })
       .def("load",
            [](MegatronModel& self, const std::string& dir) {

@@ -1,5 +1,7 @@
 #include "twinkle/core/tensor.h"
 
+#include "twinkle/core/device_allocator.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -16,14 +18,34 @@ std::string device_name(Device d) {
   return "?";
 }
 
-Storage::Storage(size_t nbytes) : nbytes_(nbytes) {
+Storage::Storage(size_t nbytes, Device dev) : nbytes_(nbytes), device_(dev) {
   size_t n = (nbytes + 63) / 64 * 64;
   if (n == 0) n = 64;
+  if (dev != Device::CPU) {
+    DeviceAllocator& a = device_allocator(dev);
+    data_ = a.alloc(n);
+    a.fill_zero(data_, n);
+    return;
+  }
   data_ = std::aligned_alloc(64, n);
   if (!data_) throw std::bad_alloc();
   std::memset(data_, 0, n);
 }
-Storage::~Storage() { std::free(data_); }
+Storage::~Storage() {
+  if (device_ == Device::CPU) {
+    std::free(data_);
+  } else if (has_device_allocator(device_)) {
+    device_allocator(device_).free(data_);  // never throws for a pointer it handed out
+  }
+}
+
+namespace {
+void check_host(const Tensor& t, const char* what) {
+  if (t.device() != Device::CPU)
+    throw Error(std::string("Tensor::") + what + ": the tensor is on device '" + device_name(t.device()) +
+                "' (copy it to the host with to(Device::CPU) first)");
+}
+}  // namespace
 
 std::string shape_str(const Shape& s) {
   std::ostringstream o;
@@ -50,7 +72,7 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device dev) {
     n *= d;
   }
   Tensor t;
-  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(n) * dtype_size(dtype));
+  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(n) * dtype_size(dtype), dev);
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   t.dtype_ = dtype;
@@ -133,17 +155,53 @@ void Tensor::copy_(const Tensor& src) {
   check(src.shape_ == shape_, "Tensor::copy_: shape " + shape_str(src.shape_) + " into " + shape_str(shape_));
   check(src.dtype_ == dtype_, "Tensor::copy_: dtype mismatch");
   if (numel() == 0) return;
+  if (device_ != Device::CPU || src.device_ != Device::CPU) {
+    check(is_contiguous() && src.is_contiguous(), "Tensor::copy_: a copy from device '" + device_name(src.device_) +
+                                                      "' to device '" + device_name(device_) +
+                                                      "' needs contiguous tensors");
+    check(device_ == Device::CPU || src.device_ == Device::CPU || device_ == src.device_,
+          "Tensor::copy_: no direct copy from device '" + device_name(src.device_) + "' to '" + device_name(device_) +
+              "'");
+    const CopyKind kind = device_ == Device::CPU       ? CopyKind::DeviceToHost
+                          : src.device_ == Device::CPU ? CopyKind::HostToDevice
+                                                       : CopyKind::DeviceToDevice;
+    device_allocator(device_ == Device::CPU ? src.device_ : device_).copy(raw(), src.raw(), nbytes(), kind);
+    return;
+  }
   strided_copy(static_cast<char*>(raw()), static_cast<const char*>(src.raw()), shape_, strides_, src.strides_,
                dtype_size(dtype_), 0);
 }
 
 Tensor Tensor::clone() const {
   Tensor t = zeros(shape_, dtype_, device_);
+  if (device_ != Device::CPU && !is_contiguous()) {  // gather on the host, then upload
+    t.copy_(to(Device::CPU));
+    return t;
+  }
   t.copy_(*this);
   return t;
 }
 
+Tensor Tensor::to(Device dev) const {
+  if (dev == device_ && is_contiguous()) return *this;
+  if (dev == device_) return clone();
+  Tensor src = *this;
+  if (!is_contiguous()) {
+    check(device_ == Device::CPU, "Tensor::to: a non-contiguous tensor on device '" + device_name(device_) +
+                                      "' (make it contiguous there first)");
+    src = clone();
+  }
+  Tensor t = zeros(shape_, dtype_, dev);
+  t.copy_(src);
+  return t;
+}
+
 void Tensor::zero_() {
+  if (device_ != Device::CPU) {
+    check(is_contiguous(), "Tensor::zero_: a non-contiguous tensor on device '" + device_name(device_) + "'");
+    device_allocator(device_).fill_zero(raw(), nbytes());
+    return;
+  }
   if (is_contiguous()) {
     std::memset(raw(), 0, nbytes());
   } else {
@@ -153,12 +211,14 @@ void Tensor::zero_() {
 }
 
 void Tensor::fill_(float v) {
+  check_host(*this, "fill_");
   check(dtype_ == DType::F32 && is_contiguous(), "Tensor::fill_ needs a contiguous f32 tensor");
   float* p = f32();
   for (int64_t i = 0, n = numel(); i < n; ++i) p[i] = v;
 }
 
 Tensor Tensor::to_f32() const {
+  check_host(*this, "to_f32");
   Tensor c = is_contiguous() ? *this : clone();
   Tensor out = zeros(shape_);
   float* o = out.f32();
@@ -181,6 +241,7 @@ Tensor Tensor::to_f32() const {
 }
 
 Tensor Tensor::to_dtype(DType dt) const {
+  check_host(*this, "to_dtype");
   check(dtype_ == DType::F32, "Tensor::to_dtype: source must be F32");
   Tensor c = is_contiguous() ? *this : clone();
   if (dt == DType::F32) return c.clone();
@@ -199,7 +260,7 @@ Tensor Tensor::to_dtype(DType dt) const {
 }
 
 std::vector<float> Tensor::to_vector() const {
-  Tensor c = to_f32();
+  Tensor c = (device_ == Device::CPU ? *this : to(Device::CPU)).to_f32();
   return std::vector<float>(c.f32(), c.f32() + c.numel());
 }
 

@@ -1,9 +1,12 @@
 // io layer helpers: message quoting, atomic file writes.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -48,11 +51,54 @@ void fsync_dir(const std::string& dir) {
   ::close(fd);
 }
 
+namespace {
+
+// Fault injection for the crash-safety tests (TWINKLE_FAULT_WRITE, read once):
+//   "enospc:N"  every write past N bytes written by this process fails with ENOSPC (a full,
+//               size-limited filesystem, through the real error path);
+//   "kill:N"    the process SIGKILLs itself once N bytes have been written (a rank dying in
+//               the middle of a checkpoint write).
+struct WriteFault {
+  enum Kind { None, Enospc, Kill } kind = None;
+  uint64_t limit = 0;
+  WriteFault() {
+    const char* e = std::getenv("TWINKLE_FAULT_WRITE");
+    if (!e) return;
+    const std::string s(e);
+    const auto colon = s.find(':');
+    if (colon == std::string::npos) return;
+    const std::string k = s.substr(0, colon);
+    kind = k == "enospc" ? Enospc : k == "kill" ? Kill : None;
+    limit = std::strtoull(s.c_str() + colon + 1, nullptr, 10);
+  }
+};
+std::atomic<uint64_t> g_written{0};
+
+// The bytes this write may pass on (all of n unless a fault fires; may not return).
+size_t fault_check(size_t n) {
+  static const WriteFault f;
+  if (f.kind == WriteFault::None) return n;
+  const uint64_t before = g_written.load();
+  if (before + n <= f.limit) return n;
+  if (f.kind == WriteFault::Kill) ::raise(SIGKILL);
+  if (before >= f.limit) {
+    errno = ENOSPC;
+    return 0;
+  }
+  return static_cast<size_t>(f.limit - before);  // a short write up to the limit, then ENOSPC
+}
+
+}  // namespace
+
 void FileSink::write(const void* p, size_t n) {
   const char* c = static_cast<const char*>(p);
   while (n > 0) {
     size_t chunk = std::min<size_t>(n, size_t{1} << 30);
+    const size_t allowed = fault_check(chunk);
+    if (allowed == 0) throw Error(path_ + ": write failed: " + std::strerror(errno));
+    chunk = allowed;
     ssize_t w = ::write(fd_, c, chunk);
+    if (w > 0) g_written += static_cast<uint64_t>(w);
     if (w < 0) {
       if (errno == EINTR) continue;
       throw Error(path_ + ": write failed: " + std::strerror(errno));

@@ -5,6 +5,11 @@
 
 #include "twinkle/core/error.h"
 
+#ifdef TWINKLE_CUDA_BUILT
+#include "twinkle/kernels/cuda/kernels.h"
+#include "twinkle/kernels/cuda/runtime.h"
+#endif
+
 namespace twinkle::kernels {
 
 namespace {
@@ -66,6 +71,9 @@ Registry& Registry::global() {
     auto* reg = new Registry();  // never destroyed: usable from other static destructors
     cpu::register_reference_kernels(*reg);
     cpu::register_fused_kernels(*reg);
+#ifdef TWINKLE_CUDA_BUILT
+    for (const OpImpl& op : cuda::fused_kernels()) reg->add("cuda", "fused", op);  // no GPU touched here
+#endif
     return reg;
   }();
   return *r;
@@ -129,8 +137,14 @@ void check_device(const std::string& device) {
   if (device == "npu")
     throw Error("kernels: device 'npu' has no kernels in this build: the NPU backend needs Huawei Ascend's CANN "
                 "toolkit (aclnn / torch_npu fused operators), which is not available here");
-  if (device == "cuda")
-    throw Error("kernels: device 'cuda' has no kernels in this build: the CUDA backend is not built");
+  if (device == "cuda") {
+#ifdef TWINKLE_CUDA_BUILT
+    cuda::init();  // throws "device 'cuda': no GPU visible (CUDA_VISIBLE_DEVICES=...)" without a GPU
+#else
+    throw Error("kernels: device 'cuda' has no kernels in this build: the CUDA backend is not built (configure "
+                "with -DTWINKLE_CUDA=ON where nvcc exists)");
+#endif
+  }
   const auto devs = Registry::global().devices();
   check(std::find(devs.begin(), devs.end(), device) != devs.end(),
         "kernels: device '" + device + "' is unknown (devices with kernels: " + join(devs) + ")");
@@ -154,6 +168,13 @@ KernelTable resolve_kernels(const std::string& device, const std::string& set, c
     if (auto it = per_device.find(device); it != per_device.end()) t.set(it->second, reg.get(op, device, it->second));
   }
   return t;
+}
+
+bool device_built(const std::string& device) {
+#ifdef TWINKLE_CUDA_BUILT
+  if (device == "cuda") return true;
+#endif
+  return device == "cpu";
 }
 
 const KernelTable& default_cpu_kernels() {

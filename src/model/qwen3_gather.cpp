@@ -1,4 +1,6 @@
 // Qwen3Model: weights out — full Hugging Face tensors gathered on rank 0 for saving.
+#include <cstring>
+
 #include "twinkle/model/qwen3_model.h"
 
 namespace twinkle {
@@ -9,7 +11,11 @@ std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather_adapter_state_dic
   return gather(grads, true);
 }
 
-std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather(bool grads, bool adapters) {
+std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather_flat(const float* flat, bool adapters) {
+  return gather(false, adapters, flat);
+}
+
+std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather(bool grads, bool adapters, const float* flat) {
   auto& world = *ps_->world;
   const bool root = world.rank() == 0;
   // Only dp=0, cp=0 ranks hold the canonical copy of a dense tensor, and the edp=0, etp=0
@@ -33,8 +39,12 @@ std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather(bool grads, bool 
                         (expert ? ps_->coord.edp == 0 && ps_->coord.etp == 0 : ps_->coord.dp == 0 && ps_->coord.cp == 0);
       if (world.rank() == src && mine) {
         const Param& p = table_.param(id);
-        const Tensor& t = grads ? p.grad : p.data;
+        Tensor t = grads ? p.grad : p.data;
         check(t.defined(), "gather_state_dict: " + e.name + " is frozen (no gradient)");
+        if (flat) {  // the same slice of another buffer in the store's flat layout
+          t = Tensor::empty(p.data.shape());
+          std::memcpy(t.f32(), flat + p.flat_offset, static_cast<size_t>(t.numel()) * 4);
+        }
         if (src == 0) {
           pieces.push_back(t.clone());
           specs.push_back(p.shard);

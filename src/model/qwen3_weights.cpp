@@ -63,7 +63,7 @@ void Qwen3Model::init_random(uint64_t seed) {
 }
 
 template <class Reader>
-void Qwen3Model::load_entry(const Reader& ck, size_t id) {
+void Qwen3Model::load_entry(const Reader& ck, size_t id, float* dst_override) {
   {
     const parallel::TensorEntry& e = table_[id];
     const std::string* found = nullptr;
@@ -78,18 +78,18 @@ void Qwen3Model::load_entry(const Reader& ck, size_t id) {
     check(info.shape == e.full, "checkpoint " + where(ck) + ": tensor '" + name + "' has shape " + shape_str(info.shape) +
                                     ", expected " + shape_str(e.full) + " from config.json");
     Param& p = table_.param(id);
+    float* dst = dst_override ? dst_override : p.data.f32();
     const ShardSpec& sp = e.shard;
     if (sp.split_dim == -1) {
       Tensor full = ck.load_f32(name);
-      shard_from_full(sp, e.local, full.f32(), p.data.f32());
+      shard_from_full(sp, e.local, full.f32(), dst);
       return;
     }
     // Read only this rank's slice (a tp shard of a large checkpoint never exists in full here).
-    p.data.zero_();  // vocab padding rows stay zero
+    std::memset(dst, 0, static_cast<size_t>(p.data.numel()) * 4);  // vocab padding rows stay zero
     if (sp.valid == 0) return;
     Tensor part = ck.load_f32_narrow(name, sp.split_dim, sp.offset, sp.valid);
     const float* src = part.f32();
-    float* dst = p.data.f32();
     if (sp.split_dim == 0 || e.local.size() == 1) {
       std::memcpy(dst, src, static_cast<size_t>(part.numel()) * 4);
     } else {
@@ -115,6 +115,14 @@ void Qwen3Model::load_adapter(const SafetensorsFile& ck) {
     const parallel::TensorEntry& e = table_[id];
     if (e.param == parallel::kNoParam || !e.adapter) continue;
     load_entry(ck, id);
+  }
+}
+
+void Qwen3Model::load_flat(const SafetensorsFile& ck, bool adapters, float* flat) {
+  for (size_t id = 0; id < table_.size(); ++id) {
+    const parallel::TensorEntry& e = table_[id];
+    if (e.param == parallel::kNoParam || e.adapter != adapters) continue;
+    load_entry(ck, id, flat + table_.param(id).flat_offset);
   }
 }
 

@@ -177,6 +177,43 @@ StepStats DistributedOptimizer::step(double lr, double max_norm) {
   return st;
 }
 
+void DistributedOptimizer::gather_state(std::vector<float>& m, std::vector<float>& v) {
+  const int64_t N = store_.numel();
+  m.assign(static_cast<size_t>(N), 0.0f);
+  v.assign(static_cast<size_t>(N), 0.0f);
+  // Each region's state is contiguous in m_/v_ (the constructor's segments, region by region):
+  // sharded, it is this rank's shard [s + r*len/n, len/n) of every bucket in bucket order, which
+  // is all-gathered over the region's group (dp-cp, or expert-dp) into the bucket's place.
+  int64_t off = 0;
+  for (const Region& rg : regions_) {
+    auto& g = *rg.group;
+    const int64_t n = g.size();
+    if (cfg_.use_distributed_optimizer && n > 1) {
+      for (auto [s, len] : rg.buckets) {
+        const int64_t shard = len / n;
+        g.all_gather(m_.data() + off, m.data() + s, shard, DType::F32);
+        g.all_gather(v_.data() + off, v.data() + s, shard, DType::F32);
+        off += shard;
+      }
+    } else {
+      std::memcpy(m.data() + rg.start, m_.data() + off, static_cast<size_t>(rg.len) * 4);
+      std::memcpy(v.data() + rg.start, v_.data() + off, static_cast<size_t>(rg.len) * 4);
+      off += rg.len;
+    }
+  }
+}
+
+void DistributedOptimizer::load_state(const float* m, const float* v, int64_t steps) {
+  check(steps >= 0, "DistributedOptimizer::load_state: negative step count " + std::to_string(steps));
+  for (const auto& seg : segments_) {
+    std::memcpy(m_.data() + seg.state_off, m + seg.start, static_cast<size_t>(seg.len) * 4);
+    std::memcpy(v_.data() + seg.state_off, v + seg.start, static_cast<size_t>(seg.len) * 4);
+  }
+  step_ = steps;
+  store_.zero_grad();
+  reduced_ = false;
+}
+
 int64_t DistributedOptimizer::comm_bytes() const {
   int64_t b = ps_->world->bytes_sent();
   for (const Region& rg : regions_) b += rg.group->bytes_sent();

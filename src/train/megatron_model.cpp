@@ -17,6 +17,8 @@
 #include "twinkle/io/safetensors.h"
 #include "twinkle/io/tied_head.h"
 #include "twinkle/model/lora_files.h"
+#include "twinkle/core/option_check.h"
+#include "twinkle/train/checkpoint_dir.h"
 #include "twinkle/train/mfu.h"
 
 namespace twinkle {
@@ -327,7 +329,13 @@ std::string MegatronModel::get_train_configs() const {
   return o.str();
 }
 
-std::string MegatronModel::save(const std::string& name, const SaveOptions& opts) {
+std::string MegatronModel::save(const std::optional<std::string>& name_opt, const SaveOptions& opts) {
+  check_option(opts.interval >= 1, "save", "interval", ">= 1", opts.interval);
+  check_option(opts.keep_last >= 0, "save", "keep_last", ">= 0 (0 = keep all)", opts.keep_last);
+  if (cur_step_ % opts.interval != 0) return "";  // Twinkle: save only every `interval` steps
+  const std::string name = name_opt ? *name_opt : checkpoint_step_name(cur_step_);
+  check(!(opts.save_optimizer && name.empty()),
+        "save: save_optimizer needs a checkpoint name (the directory is replaced as a whole), not output_dir itself");
   const bool adapter = model_->has_adapter();
   const bool peft = adapter && !opts.merge_lora;
   auto tensors = peft ? std::vector<std::pair<std::string, Tensor>>{} : model_->gather_state_dict();
@@ -335,11 +343,19 @@ std::string MegatronModel::save(const std::string& name, const SaveOptions& opts
   if (adapter) lora = model_->gather_adapter_state_dict();
   auto& world = *ps_->world;
   if (peft) tensors = lora;
-  const fs::path dir = name.empty() ? fs::path(opts.output_dir) : fs::path(opts.output_dir) / name;
+  // The training state is gathered (collectively) before rank 0 touches any file; the fp32
+  // trainable weights are the adapter's with LoRA, else every gathered tensor (before any
+  // dtype conversion or LoRA merge).
+  TrainingStateTensors train_state;
+  if (opts.save_optimizer) train_state = gather_training_state(adapter ? lora : tensors);
+  const fs::path final_dir = name.empty() ? fs::path(opts.output_dir) : fs::path(opts.output_dir) / name;
+  // With save_optimizer the whole directory is staged and renamed into place (checkpoint_dir.h).
+  const fs::path dir = opts.save_optimizer ? fs::path(staging_dir_for(final_dir.string())) : final_dir;
   // Rank 0 writes; every rank learns whether it failed before anyone throws, so an API caller
   // that catches twinkle::Error never leaves the other ranks waiting in a collective.
   std::string failure;
   if (world.rank() == 0) try {
+    if (opts.save_optimizer) remove_stale_staging(final_dir.string());  // of a process that died mid-write
     if (adapter && opts.merge_lora) merge_lora_into(tensors, lora, model_->adapter_config().scaling());
     // Never write non-finite weights (B26): refuse before any file is touched.
     for (auto& [n, t] : tensors) {
@@ -375,13 +391,27 @@ std::string MegatronModel::save(const std::string& name, const SaveOptions& opts
       for (auto& [n, t] : tensors) out.emplace_back(n, cfg.torch_dtype == DType::F32 ? t : t.to_dtype(cfg.torch_dtype));
       save_checkpoint_dir(dir.string(), out, opts.max_shard_bytes);
     }
+    if (opts.save_optimizer) {
+      write_training_state(dir.string(), train_state, opts);
+      fsync_tree(dir.string());
+      commit_dir(dir.string(), final_dir.string());  // the checkpoint appears complete, or not at all
+      write_latest(opts.output_dir, name);           // `latest` last
+      for (const auto& old : prune_checkpoints(opts.output_dir, opts.keep_last, final_dir.string()))
+        get_logger().info("save: removed " + old + " (keep_last " + std::to_string(opts.keep_last) + ")");
+    }
   } catch (const std::exception& e) {
     failure = e.what();
+    if (opts.save_optimizer) {
+      std::error_code ec;
+      fs::remove_all(dir, ec);  // the staging dir; earlier checkpoints were never touched
+      failure = "save: checkpoint " + final_dir.string() + " was not written (earlier checkpoints are untouched): " + failure;
+    }
   }
   int64_t failed = failure.empty() ? 0 : 1;
   if (world.size() > 1) world.all_reduce(&failed, 1, DType::I64, dist::ReduceOp::Max);
-  if (failed) throw Error(world.rank() == 0 ? failure : "save: writing " + dir.string() + " failed on rank 0");
-  return dir.string();
+  if (failed)
+    throw Error(world.rank() == 0 ? failure : "save: writing " + final_dir.string() + " failed on rank 0");
+  return final_dir.string();
 }
 
 void MegatronModel::load(const std::string& dir) {

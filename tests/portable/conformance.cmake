@@ -8,7 +8,7 @@ if(LAUNCHER)
   set(launcher_arg "-DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER}")
 endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SRC} -B ${BIN} -G Ninja -DCMAKE_BUILD_TYPE=Release -DTWINKLE_PORTABLE=ON
-                        -DTWINKLE_ASAN=OFF ${launcher_arg}
+                        -DTWINKLE_ASAN=OFF -DTWINKLE_CUDA=OFF ${launcher_arg}
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "portable configure failed:\n${out}\n${err}")

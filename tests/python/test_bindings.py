@@ -466,8 +466,8 @@ class MegatronModelTest(unittest.TestCase):
             m.add_adapter_to_model('default', LoraConfig(r=8, lora_alpha=32, target_modules='all-linear'))
         with self.assertRaisesRegex(TypeError, 'unknown field'):
             m.add_adapter_to_model('default', {'rank': 8})
-        with self.assertRaises(NotImplementedError):
-            m.save('x', output_dir=self.tmp.name, save_optimizer=True)
+        with self.assertRaisesRegex(TypeError, 'unexpected keyword'):
+            m.save('x', output_dir=self.tmp.name, save_optimizer=True, consumed=3)
 
     def test_06_kernelize_model(self):
         batch = [self.ds[0], self.ds[1]]
@@ -486,6 +486,33 @@ class MegatronModelTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, 'kernels'):
             MegatronModel(MODEL, kernels='fast')
 
+
+    def test_07_save_optimizer_and_resume(self):
+        # Twinkle's save(save_optimizer=True) / resume_from_checkpoint: a fresh model that resumes the
+        # checkpoint takes the next step exactly as the saved model does (loss, grad norm, lr).
+        m = self.model  # one step taken by test_03 (lr 1e-3, decay over 4 steps)
+        batches = list(DataLoader(self.ds, batch_size=4))
+        m.forward_backward(inputs=batches[1])
+        m.clip_grad_and_step()
+        d = m.save('resume', output_dir=self.tmp.name, save_optimizer=True, consumed_train_samples=8)
+        with open(os.path.join(d, 'trainer_state.json')) as f:
+            self.assertEqual(json.load(f), {'checkpoint_version': 1, 'cur_step': m.cur_step,
+                                            'consumed_train_samples': 8, 'gradient_accumulation_steps': 1})
+        m.forward_backward(inputs=batches[0])
+        want = m.clip_grad_and_step()
+        want_loss = m.last_metrics()['loss']
+        fresh = MegatronModel(MODEL, seed=12345)  # other initial weights: the checkpoint must replace them
+        fresh.set_optimizer(optimizer_cls='default', lr=1e-3)
+        fresh.set_lr_scheduler(scheduler_cls='default', lr_warmup_steps=0, lr_decay_steps=4)
+        p = fresh.resume_from_checkpoint(self.tmp.name)  # the output dir: 'latest' names the checkpoint
+        self.assertEqual(p, {'cur_step': m.cur_step - 1, 'consumed_train_samples': 8, 'gradient_accumulation_steps': 1})
+        self.assertEqual(fresh.cur_step, m.cur_step - 1)
+        fresh.forward_backward(inputs=batches[0])
+        got = fresh.clip_grad_and_step()
+        self.assertEqual(fresh.last_metrics()['loss'], want_loss)
+        self.assertEqual((got['grad_norm'], got['lr'], got['step']), (want['grad_norm'], want['lr'], want['step']))
+        with self.assertRaisesRegex(RuntimeError, 'not a checkpoint'):
+            fresh.resume_from_checkpoint(os.path.join(self.tmp.name, 'init'))
     def test_05_bad_model_arguments(self):
         with self.assertRaisesRegex(ValueError, 'micro_batch_size'):
             MegatronModel(MODEL, micro_batch_size=-1)

@@ -433,6 +433,8 @@ def main():
     attention_case(out, "attn_win70_gqa_d64", [200, 129, 64, 1], 4, 2, 64, window=70)
     attention_case(out, "attn_win64_mha_d32_lead", [300, 65], 2, 2, 32, lead=2, window=64)
     attention_case(out, "attn_win1_d16", [65, 10], 2, 1, 16, window=1)
+    # head dim above 128 (the CUDA kernel's 32-row tiles) with a window across tiles
+    attention_case(out, "attn_gqa_d160_win40", [90, 1, 70], 4, 2, 160, window=40)
 
     with open(os.path.join(out, "DONE"), "w") as f:
         f.write("ok\n")

@@ -16,6 +16,9 @@
 
 #include "command.h"
 #include "twinkle/kernels/cpu/gemm.h"
+#ifdef TWINKLE_CUDA_BUILT
+#include "twinkle/kernels/cuda/runtime.h"
+#endif
 
 namespace {
 
@@ -52,11 +55,41 @@ int info_main(int argc, char** argv) {
   MPI_Get_library_version(mpi_ver, &len);
   std::string mpi(mpi_ver, static_cast<size_t>(len));
   mpi = mpi.substr(0, mpi.find('\n'));
+#ifdef TWINKLE_CUDA_BUILT
+  std::printf("twinkle build\n  backends      cpu, cuda (sm_%s; cuBLAS loaded at first use) (npu: needs Ascend CANN, not "
+              "available)\n",
+              TWINKLE_CUDA_ARCHS);
+#else
   std::printf("twinkle build\n  backends      cpu (cuda: not built; npu: needs Ascend CANN, not available)\n");
+#endif
   std::printf("  GEMM          oneDNN %d.%d.%d (%s)\n", v->major, v->minor, v->patch, v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime");
   std::printf("  MPI           %s\n", mpi.c_str());
   std::printf("machine\n  CPU           %s\n  cores         %u\n  OMP threads   %d (OMP_NUM_THREADS)\n", cpu_model().c_str(),
               cores, omp_get_max_threads());
+  nlohmann::json gpus = nlohmann::json::array();
+#ifdef TWINKLE_CUDA_BUILT
+  {
+    std::string why;
+    if (twinkle::cuda::visible_device_count(&why) == 0) {
+      const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
+      std::printf("  CUDA          built, no GPU visible (CUDA_VISIBLE_DEVICES=%s): %s\n", cvd ? cvd : "<unset>",
+                  why.c_str());
+    }
+    for (const auto& d : twinkle::cuda::device_info()) {
+      std::printf("  GPU %d         %s, %d SMs, %.1f GiB, sm_%d%d, peak bf16 %s / fp32 %s TFLOP/s (datasheet)\n",
+                  d.ordinal, d.name.c_str(), d.sms, d.total_memory / 1073741824.0, d.cc_major, d.cc_minor,
+                  d.peak_bf16_tflops > 0 ? std::to_string(static_cast<int>(d.peak_bf16_tflops)).c_str() : "unknown",
+                  d.peak_fp32_tflops > 0 ? std::to_string(d.peak_fp32_tflops).substr(0, 4).c_str() : "unknown");
+      gpus.push_back({{"name", d.name},
+                      {"sms", d.sms},
+                      {"memory_bytes", d.total_memory},
+                      {"peak_bf16_tflops", d.peak_bf16_tflops},
+                      {"peak_fp32_tflops", d.peak_fp32_tflops}});
+    }
+  }
+#else
+  std::printf("  CUDA          not built (configure with -DTWINKLE_CUDA=ON where nvcc exists)\n");
+#endif
   const double one = sgemm_gflops(1, 0.5);
   const double all = sgemm_gflops(static_cast<int>(cores), 0.5);
   std::printf("measured fp32 sgemm peak (1024^3, best of 0.5 s)\n  1 thread      %.1f GFLOP/s\n  %u threads     %.1f GFLOP/s\n",
@@ -68,7 +101,7 @@ int info_main(int argc, char** argv) {
   std::filesystem::create_directories(dir, ec);
   std::ofstream out(dir / "peak.json");
   if (out) {
-    out << nlohmann::json{{"core_gflops", one}, {"machine_gflops", all}, {"cores", cores}, {"cpu", cpu_model()}}.dump(2)
+    out << nlohmann::json{{"core_gflops", one}, {"machine_gflops", all}, {"cores", cores}, {"cpu", cpu_model()}, {"gpus", gpus}}.dump(2)
         << "\n";
     std::printf("saved to %s (MegatronModel uses it for MFU; TWINKLE_PEAK_GFLOPS overrides)\n",
                 (dir / "peak.json").string().c_str());

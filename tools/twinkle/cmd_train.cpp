@@ -76,6 +76,10 @@ int train_main(int argc, char** argv) {
   bool merge_lora = false;
   std::string adapter_dir, save_init_adapter;
   std::string truncation = "raise";
+  // Checkpoints for resuming (train/megatron_model.h save / resume_from_checkpoint).
+  std::string resume;
+  int64_t save_interval = 0, keep_last = 0;
+  bool save_optimizer = false;
   app.add_option("--model", model, "model directory or hub id (config.json [+ safetensors])")->required();
   app.add_option("--dataset", dataset, "JSONL/JSON/CSV file or hub id")->required();
   app.add_option("--batch-size", batch_size, "global batch size (rows per step, >= 1, divisible by dp)");
@@ -135,6 +139,14 @@ int train_main(int argc, char** argv) {
   app.add_flag("--merge-lora", merge_lora, "save the merged full checkpoint instead of the PEFT adapter");
   app.add_option("--adapter", adapter_dir, "continue training the PEFT adapter in this directory (its config wins over --lora-*; default: none)");
   app.add_option("--save-init-adapter", save_init_adapter, "also save the adapter before the first step to this directory (tests; default: none)");
+  app.add_option("--resume", resume,
+                 "continue from this checkpoint (or an output dir whose 'latest' names one) to the same "
+                 "--max-steps total (default: none)");
+  app.add_option("--save-interval", save_interval,
+                 "every N steps save OUTPUT_DIR/checkpoint-step-<step> (0 = none; Twinkle's interval)");
+  app.add_flag("--save-optimizer", save_optimizer,
+               "the interval checkpoints also hold the optimizer, scheduler, step and data position (for --resume)");
+  app.add_option("--keep-last", keep_last, "keep only the newest K interval checkpoints (0 = all)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -160,6 +172,12 @@ int train_main(int argc, char** argv) {
   sc.max_lr = lr;
   twinkle::validate(sc);
   twinkle::check_option(max_steps >= 0, "train", "max_steps", ">= 0 (0 = one epoch)", max_steps);
+  twinkle::check_option(save_interval >= 0, "train", "save_interval", ">= 0 (0 = no interval checkpoints)", save_interval);
+  twinkle::check_option(keep_last >= 0, "train", "keep_last", ">= 0 (0 = keep all)", keep_last);
+  twinkle::check_option(!save_optimizer || save_interval > 0, "train", "save_optimizer",
+                        "with --save-interval N (the checkpoints that hold the optimizer)", "set");
+  twinkle::check_option(keep_last == 0 || save_optimizer, "train", "keep_last",
+                        "with --save-interval N --save-optimizer (the checkpoints it prunes)", keep_last);
   twinkle::TemplateOptions to;
   to.model_id = model;
   to.max_length = max_length;
@@ -262,6 +280,13 @@ int train_main(int argc, char** argv) {
     twinkle::check(metrics.good(), "cannot open metrics file " + metrics_file);
   }
   int64_t step = 0;
+  if (!resume.empty()) {
+    const twinkle::ResumeState rs = m.resume_from_checkpoint(resume, false, &loader);
+    step = rs.cur_step;
+    log.info("resuming at step " + std::to_string(step) + " of " + std::to_string(steps) + " from " + rs.dir +
+             " (epoch " + std::to_string(rs.dataloader.epoch) + ", batch " + std::to_string(rs.dataloader.next_batch) +
+             ", " + std::to_string(rs.dataloader.consumed_samples) + " samples consumed)");
+  }
   twinkle::LocalBatch batch;
   while (step < steps) {
     if (!loader.next(batch)) {
@@ -310,6 +335,17 @@ int train_main(int argc, char** argv) {
                     static_cast<long long>(step), static_cast<long long>(steps), loss, mt.grad_norm, mt.lr,
                     mt.tokens_per_s, mt.mfu, mt.skipped ? "  (update skipped: non-finite)" : "");
       log.info(line);
+    }
+    if (save_interval > 0) {
+      twinkle::SaveOptions cs;
+      cs.output_dir = output_dir;
+      cs.interval = save_interval;
+      cs.save_optimizer = save_optimizer;
+      cs.keep_last = keep_last;
+      cs.merge_lora = merge_lora;
+      cs.dataloader = &loader;
+      const std::string dir = m.save(std::nullopt, cs);  // "" when step % interval != 0
+      if (!dir.empty()) log.info("saved checkpoint " + dir + (save_optimizer ? " (with the optimizer state)" : ""));
     }
   }
   const auto& last = m.last_metrics();

@@ -15,26 +15,30 @@
 
 namespace twinkle {
 
-/// Where a tensor's bytes live. Only CPU storage is implemented in this file;
-/// the tag lets accelerator backends refuse CPU tensors and vice versa.
+/// Where a tensor's bytes live. CPU storage is core's own (aligned_alloc); an accelerator's comes
+/// from the DeviceAllocator its backend registered (twinkle/core/device_allocator.h).
 enum class Device { CPU, CUDA, NPU };
 std::string device_name(Device d);
 
-/// Owning byte buffer, 64-byte aligned, zero-filled on creation.
+/// Owning byte buffer, zero-filled on creation: host memory 64-byte aligned, or device memory from
+/// device_allocator(dev) (256-byte aligned; zeroed on the backend's stream).
 class Storage {
  public:
-  /// Allocates `nbytes` (rounded up to 64) aligned to 64 bytes; throws std::bad_alloc.
-  explicit Storage(size_t nbytes);
+  /// Allocates `nbytes` (rounded up to 64) on `dev`; throws std::bad_alloc (host) or twinkle::Error
+  /// (device without an allocator, out of device memory).
+  explicit Storage(size_t nbytes, Device dev = Device::CPU);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   void* data() { return data_; }
   const void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
 
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
+  Device device_ = Device::CPU;
 };
 
 using Shape = std::vector<int64_t>;
@@ -43,7 +47,7 @@ std::string shape_str(const Shape& s);
 class Tensor {
  public:
   Tensor() = default;
-  /// New zero-filled contiguous tensor.
+  /// New zero-filled contiguous tensor (device memory through device_allocator(dev)).
   static Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device dev = Device::CPU);
   /// Same as zeros (storage is always zero-filled; kept for call-site clarity).
   static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device dev = Device::CPU);
@@ -77,13 +81,18 @@ class Tensor {
   Tensor view(const Shape& shape) const;
   /// View of indices [start, start+len) along dim `d`.
   Tensor narrow(int64_t d, int64_t start, int64_t len) const;
-  /// Deep copy into a new contiguous tensor.
+  /// Deep copy into a new contiguous tensor on the same device.
   Tensor clone() const;
-  /// Sets every element to zero.
+  /// Contiguous copy on device `dev` (itself when already there and contiguous): host <-> device
+  /// through the device's allocator (synchronous on the host side).
+  Tensor to(Device dev) const;
+  /// Sets every element to zero (device tensors: contiguous only, stream-ordered).
   void zero_();
-  /// Fills with `v` (f32 only).
+  /// Fills with `v` (f32 host tensors only; fill_, to_f32, to_dtype, to_vector throw twinkle::Error
+  /// naming the device for a device tensor: copy it to the host with to(Device::CPU) first).
   void fill_(float v);
-  /// Element-wise copy from `src` (same shape and dtype; any strides).
+  /// Element-wise copy from `src` (same shape and dtype). Host to host: any strides. When either side
+  /// is on a device: both contiguous (else twinkle::Error), through that device's allocator.
   void copy_(const Tensor& src);
   /// f32 copy of a float tensor of any dtype (bf16/f16/f32).
   Tensor to_f32() const;

@@ -8,8 +8,9 @@
 //   "fused"     — the optimized kernels of src/kernels/cpu (oneDNN GEMM, flash attention, AVX-512
 //                 element-wise) plus the fusions add_rms_norm, qk_norm_rope, gate_up_swiglu and
 //                 linear_cross_entropy. The default.
-// Devices "cuda" and "npu" have no implementations in this build: resolving a table for them throws at
-// once (check_device). A user registers an own kernel with Registry::global().add(...) and selects it
+// Device "cuda" (a CUDA build, twinkle/kernels/cuda/kernels.h): "fused" — the CUDA kernels, cuBLAS
+// GEMMs; resolving a table for it initializes the CUDA runtime (and throws without a GPU). Without the
+// CUDA build, and for "npu" always, resolving a table throws at once (check_device). A user registers an own kernel with Registry::global().add(...) and selects it
 // through a KernelMapping (see twinkle/model/kernelize.h).
 #pragma once
 #include <map>
@@ -88,8 +89,14 @@ class Registry {
 };
 
 /// Throws twinkle::Error unless `device` has kernels in this build: "npu" (needs Huawei Ascend's CANN
-/// toolkit and the NPU backend), "cuda" (the CUDA backend is not built), anything else unknown.
+/// toolkit and the NPU backend), "cuda" (the CUDA backend is not built; in a CUDA build it calls
+/// twinkle::cuda::init(), which throws "device 'cuda': no GPU visible (CUDA_VISIBLE_DEVICES=...)"
+/// without a GPU), anything else unknown.
 void check_device(const std::string& device);
+
+/// Whether this build has the backend of `device` compiled in ("cpu" always, "cuda" in a
+/// -DTWINKLE_CUDA build; no GPU needed). Does not initialize anything.
+bool device_built(const std::string& device);
 
 /// Names of the built-in sets: "fused" (default) and "reference". Throws twinkle::Error naming the
 /// option for any other value.

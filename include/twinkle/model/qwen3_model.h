@@ -148,6 +148,17 @@ class Qwen3Model {
   void load_adapter(const SafetensorsFile& ck);
   /// Like gather_state_dict, for the adapter tensors (HF names, not PEFT's prefix).
   std::vector<std::pair<std::string, Tensor>> gather_adapter_state_dict(bool grads = false);
+  /// Like gather_state_dict (adapters = false) / gather_adapter_state_dict (true), but each
+  /// rank's local values are read from `flat` (a buffer in the flat layout of the base store /
+  /// the adapter store, e.g. the optimizer's AdamW moments from DistributedOptimizer::
+  /// gather_state) instead of the parameters: full HF-named f32 tensors on rank 0 (the
+  /// layout-independent form a resharding checkpoint needs). Collective over the world.
+  std::vector<std::pair<std::string, Tensor>> gather_flat(const float* flat, bool adapters);
+  /// The inverse of gather_flat: fills this rank's slice of every base (adapters = false) or
+  /// adapter (true) tensor of its stage from the full HF-named tensors of `ck` into `flat` (the
+  /// store's flat layout; vocab padding rows zeroed), whatever layout wrote them. Throws
+  /// twinkle::Error naming the file and the tensor that is missing or has the wrong shape.
+  void load_flat(const SafetensorsFile& ck, bool adapters, float* flat);
 
   /// Prepares a micro-batch for this stage (shift targets, SP padding). Validates ids.
   StageBatch prepare(const MicroBatch& mb) const;
@@ -196,8 +207,8 @@ class Qwen3Model {
  private:
   void build_table();
   template <class Reader>
-  void load_entry(const Reader& ck, size_t id);  // qwen3_weights.cpp
-  std::vector<std::pair<std::string, Tensor>> gather(bool grads, bool adapters);
+  void load_entry(const Reader& ck, size_t id, float* dst = nullptr);  // qwen3_weights.cpp; dst: the parameter
+  std::vector<std::pair<std::string, Tensor>> gather(bool grads, bool adapters, const float* flat = nullptr);
   StageActivations& slot_acts(int slot);
   parallel::TensorParallel tp_group() const;
   ActivationDims activation_dims() const;

@@ -104,6 +104,19 @@ class DistributedOptimizer {
   int64_t steps() const { return step_; }
   /// Elements of AdamW state (m and v each) this rank holds.
   int64_t state_elements() const { return static_cast<int64_t>(m_.size()); }
+  /// The AdamW state of the whole store in its flat layout (exp_avg into `m`, exp_avg_sq into
+  /// `v`, each resized to store.numel() f32 elements; element i belongs to flat parameter element
+  /// i), for a layout-independent checkpoint. With ZeRO-1 sharding the dp-cp shards are
+  /// all-gathered (bucket by bucket, as the parameters are in step()), so every dp-cp rank gets
+  /// the full state (the expert region likewise over expert-dp): collective over dp-cp and
+  /// expert-dp. (Megatron's DistributedOptimizer get_parameter_state_dp_zero gathers the same
+  /// shards.)
+  void gather_state(std::vector<float>& m, std::vector<float>& v);
+  /// Restores the AdamW state from full flat-layout buffers (store.numel() elements each, as
+  /// gather_state returns them for the same store layout): this rank keeps the elements it owns.
+  /// `steps` is the AdamW step count (bias correction). No communication. Throws twinkle::Error
+  /// when steps < 0.
+  void load_state(const float* m, const float* v, int64_t steps);
   /// Bytes sent by this rank in the last step's dp collectives (for the volume check).
   int64_t last_step_bytes() const { return last_bytes_; }
 

@@ -73,6 +73,32 @@ struct SaveOptions {
   /// With an adapter: write the merged full HF checkpoint (W + scaling B A) instead of the
   /// PEFT adapter directory (Twinkle's save(merge_lora=True)). Ignored without an adapter.
   bool merge_lora = false;
+  /// Twinkle's interval: save() does nothing (returns "") unless cur_step % interval == 0. >= 1.
+  int64_t interval = 1;
+  /// Also write the training state resume_from_checkpoint needs (Twinkle's
+  /// save_optimizer=True): see MegatronModel::save.
+  bool save_optimizer = false;
+  /// With save_optimizer: afterwards keep only the newest `keep_last` checkpoint-step-N
+  /// directories of output_dir that hold a trainer_state.json (0 = keep all; `--keep-last`;
+  /// ignored without save_optimizer).
+  int64_t keep_last = 0;
+  /// Twinkle's consumed_train_samples kwarg for trainer_state.json; -1 = the dataloader's
+  /// consumed samples (0 without one).
+  int64_t consumed_train_samples = -1;
+  /// With save_optimizer: the DataLoader whose position (epoch, next batch, consumed samples)
+  /// and shuffle seed are saved, so a resumed run sees the batches the uninterrupted one would.
+  const DataLoader* dataloader = nullptr;
+};
+
+/// What resume_from_checkpoint restored (Twinkle returns {cur_step, consumed_train_samples,
+/// gradient_accumulation_steps}).
+struct ResumeState {
+  std::string dir;                        ///< the checkpoint directory actually read
+  int64_t cur_step = 0;                   ///< steps taken when it was saved
+  int64_t consumed_train_samples = 0;
+  int64_t gradient_accumulation_steps = 1;
+  bool has_dataloader = false;            ///< the checkpoint recorded a DataLoader position
+  DataLoaderState dataloader;
 };
 
 class MegatronModel {
@@ -146,14 +172,46 @@ class MegatronModel {
   /// Layout, optimizer, scheduler and model settings as text (Twinkle's get_train_configs).
   std::string get_train_configs() const;
 
-  /// Saves a Hugging Face checkpoint to output_dir/name (output_dir itself when name is empty) (config.json, safetensors in the
+  /// Saves a Hugging Face checkpoint to output_dir/name (output_dir itself when name is empty;
+  /// Twinkle's "checkpoint-step-<cur_step>" when name is nullopt) (config.json, safetensors in the
   /// config's torch_dtype, tokenizer files copied from the model dir), gathered from all
-  /// shards, written atomically by global rank 0. Collective. Returns the directory.
+  /// shards, written atomically by global rank 0. Collective. Returns the directory, or ""
+  /// when opts.interval skips this step (cur_step % interval != 0, Twinkle's rule).
   /// With an adapter (Twinkle 5.9): PEFT's layout instead — adapter_config.json (peft_type
   /// LORA, r, lora_alpha, target_modules, base_model_name_or_path, use_rslora, ...),
   /// adapter_model.safetensors (f32, keys "base_model.model.<module>.lora_{A,B}.weight"),
   /// config.json and the tokenizer files; opts.merge_lora writes the merged full checkpoint.
-  std::string save(const std::string& name, const SaveOptions& opts = {});
+  ///
+  /// opts.save_optimizer (Twinkle's save_optimizer=True; needs a non-empty name) adds what an
+  /// exact resume needs, layout-independent (any tp/pp/dp/cp layout can load it):
+  ///   trainer_state.json  {checkpoint_version 1, cur_step, consumed_train_samples,
+  ///                        gradient_accumulation_steps 1} (as Twinkle writes it)
+  ///   latest_checkpointed_iteration.txt   the step (Megatron's tracker file)
+  ///   iter_<step:07d>/master_weights.safetensors  fp32 trainable parameters (full HF tensors;
+  ///                        the adapter's with LoRA), exp_avg.safetensors / exp_avg_sq.safetensors
+  ///                        AdamW's moments as full tensors under the same names (the ZeRO-1
+  ///                        shards gathered), state.json (AdamW step count, scheduler steps and
+  ///                        config, optimizer config, seeds, DataLoader position, model config,
+  ///                        adapter config, the saving layout) written last.
+  /// The directory is staged under a hidden name, fsync'ed and renamed into place; then
+  /// output_dir/latest names it and older checkpoint-step-N directories beyond opts.keep_last
+  /// are removed (train/checkpoint_dir.h). A failure (disk full, an I/O error) throws
+  /// twinkle::Error naming the file on every rank and leaves earlier checkpoints untouched.
+  std::string save(const std::optional<std::string>& name = std::nullopt, const SaveOptions& opts = {});
+  /// Twinkle's resume_from_checkpoint(dir, resume_only_model): `dir` is a checkpoint written by
+  /// save(..., save_optimizer) or an output dir whose `latest` names one. Restores the fp32
+  /// trainable weights (whatever layout saved them); unless resume_only_model also the AdamW
+  /// moments and step count, the scheduler position, cur_step and the skipped-step count; and,
+  /// when `loader` is given, its position (after checking its batch size, row count and shuffle
+  /// seed against the saved ones). Call after set_optimizer / set_lr_scheduler (and the adapter)
+  /// are set up as in the saved run. Collective. Throws twinkle::Error (on every rank) naming the
+  /// file and tensor or field that is missing, truncated, of the wrong shape or dtype, or that
+  /// does not match this model (config fields, adapter config, scheduler config: Megatron's
+  /// OptimizerParamScheduler refuses a changed schedule).
+  ResumeState resume_from_checkpoint(const std::string& dir, bool resume_only_model = false,
+                                     DataLoader* loader = nullptr);
+  /// Steps taken (forward_backward calls): Twinkle's cur_step.
+  int64_t cur_step() const { return cur_step_; }
   /// Loads weights from a HF checkpoint directory into every shard. Throws twinkle::Error when
   /// this model is tied but the checkpoint holds an lm_head.weight different from the
   /// embedding (the constructor unties for such a checkpoint; see twinkle/io/tied_head.h).
@@ -174,6 +232,12 @@ class MegatronModel {
  private:
   // Micro-batches of `rows`; segment_row offset by row0 (the block's first global row).
   std::vector<MicroBatch> split(const std::vector<EncodedRow>& rows, int64_t row0 = 0) const;
+  // megatron_resume.cpp: the optimizer part of save (collective gather, rank-0 write) and resume.
+  struct TrainingStateTensors {
+    std::vector<std::pair<std::string, Tensor>> master, exp_avg, exp_avg_sq;
+  };
+  TrainingStateTensors gather_training_state(std::vector<std::pair<std::string, Tensor>> master);
+  void write_training_state(const std::string& dir, const TrainingStateTensors& t, const SaveOptions& opts) const;
   std::shared_ptr<dist::ParallelState> ps_;
   std::string model_dir_;
   std::string adapter_name_;

@@ -147,17 +147,31 @@ class MegatronModel:
         """Hugging Face checkpoint (config.json, safetensors, tokenizer files) in
         (output_dir or 'output') / (name or 'checkpoint-step-<cur_step>'), written by rank 0;
         skipped (None) unless cur_step % interval == 0. Returns the directory. Collective.
-        save_optimizer=True (Megatron distributed checkpoint) is not supported."""
-        if save_optimizer:
-            raise NotImplementedError('save(save_optimizer=True): optimizer checkpoints are not implemented in '
-                                      'the Python package yet')
+        save_optimizer=True also writes the training state resume_from_checkpoint reads
+        (trainer_state.json, iter_<step:07d>/: fp32 weights, AdamW moments, scheduler and step;
+        layout-independent, written atomically; C++ MegatronModel::save); the keyword
+        consumed_train_samples goes into trainer_state.json as in Twinkle."""
         if not isinstance(interval, int) or interval < 1:
             raise ValueError(f'save: interval must be an int >= 1, got {interval!r}')
+        consumed = kwargs.pop('consumed_train_samples', -1)
         if kwargs:
             raise TypeError(f'save() got unexpected keyword arguments {sorted(kwargs)}')
         if self.cur_step % interval != 0:
             return None
-        return self._m.save(name or f'checkpoint-step-{self.cur_step}', output_dir or 'output')
+        return self._m.save(name or f'checkpoint-step-{self.cur_step}', output_dir or 'output', bool(save_optimizer),
+                            int(consumed))
+
+    def resume_from_checkpoint(self, checkpoint_dir, resume_only_model=False):
+        """Twinkle's resume_from_checkpoint: loads a checkpoint written with save_optimizer=True
+        (or an output dir whose 'latest' names one), saved on any layout: the fp32 weights and,
+        unless resume_only_model, the AdamW state, scheduler position and cur_step. Call after
+        set_optimizer / set_lr_scheduler. Returns {cur_step, consumed_train_samples,
+        gradient_accumulation_steps} (pass consumed_train_samples to
+        DataLoader.resume_from_checkpoint). Collective."""
+        d = self._m.resume_from_checkpoint(str(checkpoint_dir), bool(resume_only_model))
+        if not resume_only_model:
+            self.cur_step = d['cur_step']
+        return d
 
     def load(self, name, output_dir=None, load_optimizer=False, adapter_name=None, **kwargs):
         """Loads weights from a Hugging Face checkpoint directory (output_dir / name, or name).

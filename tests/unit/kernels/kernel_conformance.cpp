@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -22,6 +23,14 @@
 #include "twinkle/kernels/cpu/rmsnorm.h"
 #include "twinkle/kernels/cpu/rope.h"
 #include "twinkle/kernels/registry.h"
+
+#ifdef TWINKLE_CONFORMANCE_CUDA
+// The same table for every implementation registered for device "cuda" (tests/cuda.cmake builds this file
+// a second time as kernel_conformance_cuda, label gpu): inputs staged to device buffers, outputs copied
+// back (tests/cuda/staged_kernels.h); without a GPU the binary prints why and exits 77 (skipped).
+#include "staged_kernels.h"
+#include "twinkle/kernels/cuda/runtime.h"
+#endif
 
 namespace {
 
@@ -396,6 +405,10 @@ const Row kRows[] = {
     {"gate_up_swiglu", "gate_up_swiglu_7x11x13", gate_up_swiglu},
     {"attention", "attn_gqa_d32", attention},
     {"attention", "attn_mha_d40_lead", attention},
+    {"attention", "attn_gqa4_d128", attention},        // Qwen3's head dim, 4 query heads per kv head
+    {"attention", "attn_win70_gqa_d64", attention},    // sliding window across tiles of 64 rows
+    {"attention", "attn_win64_mha_d32_lead", attention},
+    {"attention", "attn_gqa_d160_win40", attention},   // head dim > 128
     {"linear", "linear_9x23x17", linear},
     {"grouped_linear", "grouped_linear_g4", grouped_linear},
     {"cross_entropy", "ce_v50", cross_entropy},
@@ -433,6 +446,22 @@ std::string join(const std::vector<std::string>& v) {
 
 class Conformance : public ::testing::TestWithParam<std::string> {};
 
+#ifdef TWINKLE_CONFORMANCE_CUDA
+TEST_P(Conformance, EveryCudaImplementationForwardAndBackward) {
+  const std::string op = GetParam();
+  const auto impls = Registry::global().implementations(op, "cuda");
+  ASSERT_FALSE(impls.empty()) << "op " << op << " has no CUDA implementation";
+  for (const auto& impl : impls) {
+    const KernelTable dev = resolve_kernels("cuda", "fused", {{op, {{"cuda", impl}}}});
+    ASSERT_EQ(dev.impl(op), impl);
+    const KernelTable k = staged::staged_table(dev);
+    int rows = 0;
+    const auto fails = run_op(op, k, &rows);
+    ASSERT_GT(rows, 0) << "op " << op << " has no row in the conformance table";
+    EXPECT_TRUE(fails.empty()) << join(fails);
+  }
+}
+#else
 TEST_P(Conformance, EveryImplementationForwardAndBackward) {
   const std::string op = GetParam();
   const auto impls = Registry::global().implementations(op, "cpu");
@@ -449,10 +478,13 @@ TEST_P(Conformance, EveryImplementationForwardAndBackward) {
   }
 }
 
+#endif
+
 INSTANTIATE_TEST_SUITE_P(Ops, Conformance, ::testing::ValuesIn(op_names()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 // ---------------------------------------------------------------- a test of the test
+#ifndef TWINKLE_CONFORMANCE_CUDA
 
 void rms_fwd_off(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim, float eps) {
   twinkle::kernels::cpu::rmsnorm_forward(x, w, y, rstd, rows, dim, eps);
@@ -483,10 +515,23 @@ TEST(ConformanceSelfTest, BrokenKernelsRegisteredThroughAMappingFail) {
   const KernelTable other = resolve_kernels("cpu", "reference", {{"rms_norm", {{"npu", "broken_forward"}}}});
   EXPECT_EQ(other.impl("rms_norm"), "reference");
 }
+#endif
 
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef TWINKLE_CONFORMANCE_CUDA
+  std::string why;
+  if (twinkle::cuda::visible_device_count(&why) == 0) {
+    std::printf("SKIPPED: no GPU visible (CUDA_VISIBLE_DEVICES=%s): %s\n",
+                std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "<unset>", why.c_str());
+    return 77;
+  }
+  twinkle::cuda::init();
+  for (const auto& d : twinkle::cuda::device_info())
+    std::printf("GPU %d: %s, %d SMs, %.1f GiB, sm_%d%d\n", d.ordinal, d.name.c_str(), d.sms,
+                d.total_memory / 1073741824.0, d.cc_major, d.cc_minor);
+#endif
   ::testing::InitGoogleTest(&argc, argv);
   ::testing::AddGlobalTestEnvironment(new kernels_ref::RefEnv);
   return RUN_ALL_TESTS();

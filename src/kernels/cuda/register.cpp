@@ -1,0 +1,29 @@
+// The "fused" set of device "cuda" (twinkle/kernels/cuda/kernels.h): one implementation per op of
+// twinkle/kernels/ops.h.
+#include "ops_cuda.h"
+#include "twinkle/kernels/cuda/kernels.h"
+
+namespace twinkle::cuda {
+
+std::vector<kernels::OpImpl> fused_kernels() {
+  using namespace kernels;
+  return {
+      EmbeddingOp{ops::embedding_forward, ops::embedding_backward},
+      RmsNormOp{ops::rmsnorm_forward, ops::rmsnorm_backward},
+      AddRmsNormOp{ops::add_rmsnorm_forward, ops::add_rmsnorm_backward},
+      QkNormRopeOp{ops::qk_norm_rope_forward, ops::qk_norm_rope_backward},
+      RopeOp{ops::rope_forward, ops::rope_backward},
+      SwigluOp{ops::swiglu_forward, ops::swiglu_backward},
+      GateUpSwigluOp{ops::gate_up_swiglu_forward, ops::gate_up_swiglu_backward},
+      AttentionOp{ops::attention_forward, ops::attention_backward},
+      LinearOp{ops::linear_forward, ops::linear_backward},
+      GroupedLinearOp{ops::grouped_linear_forward, ops::grouped_linear_backward},
+      CrossEntropyOp{ops::ce_local_max, ops::ce_local_sumexp_target, ops::ce_backward, ops::cross_entropy_forward},
+      LinearCrossEntropyOp{ops::linear_cross_entropy},
+      AdamwOp{ops::adamw_step},
+      NormsOp{ops::sum_squares, ops::scale},
+      AddOp{ops::add_inplace, ops::add},
+  };
+}
+
+}  // namespace twinkle::cuda

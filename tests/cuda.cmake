@@ -1,0 +1,67 @@
+# The CUDA backend (a -DTWINKLE_CUDA build). Host-side tests (tests/cuda/test_cuda_runtime.cpp) run
+# everywhere; tests labelled `gpu` need a GPU: without one they print the reason and exit 77, which CTest
+# reports as skipped (SKIP_RETURN_CODE), never as passed. On the lent GPU: ctest -L gpu --output-on-failure.
+if(TWINKLE_WITH_CUDA_BACKEND)
+  add_executable(test_cuda_runtime ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_runtime.cpp)
+  set_target_properties(test_cuda_runtime PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  target_compile_options(test_cuda_runtime PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
+  target_link_libraries(test_cuda_runtime PRIVATE twinkle_kernels GTest::gtest GTest::gtest_main)
+  gtest_discover_tests(test_cuda_runtime DISCOVERY_TIMEOUT 60)
+endif()
+
+# gpu-labelled tests: one CTest test per binary (no discovery: the binary decides skip vs run).
+function(twinkle_gpu_test name)
+  add_test(NAME ${name} COMMAND ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600)
+endfunction()
+
+if(TWINKLE_WITH_CUDA_BACKEND)
+  # The op conformance table (tests/unit/kernels/kernel_conformance.cpp) for every "cuda" implementation,
+  # inputs staged to the device, against the same PyTorch float64 references (fixture kernels_ref).
+  add_executable(kernel_conformance_cuda ${CMAKE_SOURCE_DIR}/tests/unit/kernels/kernel_conformance.cpp)
+  set_target_properties(kernel_conformance_cuda PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  target_compile_options(kernel_conformance_cuda PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
+  target_compile_definitions(kernel_conformance_cuda PRIVATE TWINKLE_CONFORMANCE_CUDA)
+  target_include_directories(kernel_conformance_cuda PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda)
+  target_link_libraries(kernel_conformance_cuda PRIVATE twinkle_kernels nlohmann_json::nlohmann_json GTest::gtest)
+  twinkle_gpu_test(cuda_kernel_conformance ${CMAKE_BINARY_DIR}/tests/kernel_conformance_cuda)
+  set_tests_properties(cuda_kernel_conformance PROPERTIES FIXTURES_REQUIRED kernels_ref
+                       ENVIRONMENT "KERNELS_REF_DIR=${CMAKE_BINARY_DIR}/kernels_ref;TWINKLE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+
+  # The runtime on a real device: allocator reuse, tensors on the GPU, fp32 GEMM without TF32, errors.
+  add_executable(test_cuda_device ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_device.cpp)
+  set_target_properties(test_cuda_device PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  target_compile_options(test_cuda_device PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
+  target_link_libraries(test_cuda_device PRIVATE twinkle_kernels GTest::gtest)
+  twinkle_gpu_test(cuda_device ${CMAKE_BINARY_DIR}/tests/test_cuda_device)
+endif()
+
+# The same conformance table on the HOST EMULATION of CUDA (tests/cuda/emu/cuda_shim.h: every CUDA thread a
+# host thread, real barriers, device memory = host memory, cuBLAS = a reference loop), built from the CUDA
+# backend's own sources under AddressSanitizer: the kernels' index arithmetic, masks, synchronization
+# structure and host logic are checked on every run, GPU or not (not a substitute for the gpu-labelled run).
+if(TWINKLE_WITH_CUDA_BACKEND)
+  file(GLOB _twinkle_cuda_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/kernels/cuda/*.cu
+       ${CMAKE_SOURCE_DIR}/src/kernels/cuda/*.cpp)
+  set(_twinkle_emu_srcs "")
+  foreach(src ${_twinkle_cuda_srcs})
+    get_filename_component(_n ${src} NAME)
+    set(_w ${CMAKE_BINARY_DIR}/cuda_emu/${_n}.cpp)
+    file(CONFIGURE OUTPUT ${_w} CONTENT "#include \"${src}\"\n")
+    list(APPEND _twinkle_emu_srcs ${_w})
+  endforeach()
+  add_executable(kernel_conformance_cuda_emu ${CMAKE_SOURCE_DIR}/tests/unit/kernels/kernel_conformance.cpp
+                 ${_twinkle_emu_srcs} ${CMAKE_SOURCE_DIR}/tests/cuda/emu/cuda_shim.cpp)
+  set_target_properties(kernel_conformance_cuda_emu PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  target_compile_definitions(kernel_conformance_cuda_emu PRIVATE TWINKLE_CONFORMANCE_CUDA TWINKLE_CUDA_SHIM)
+  target_include_directories(kernel_conformance_cuda_emu PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda
+                             ${CMAKE_SOURCE_DIR}/tests/cuda/emu ${CMAKE_SOURCE_DIR}/src/kernels/cuda)
+  target_compile_options(kernel_conformance_cuda_emu PRIVATE ${TWINKLE_WARN} -Wno-unknown-pragmas -O1 -fsanitize=address
+                         -fno-omit-frame-pointer)
+  target_link_options(kernel_conformance_cuda_emu PRIVATE -fsanitize=address)
+  target_link_libraries(kernel_conformance_cuda_emu PRIVATE twinkle_kernels nlohmann_json::nlohmann_json GTest::gtest
+                        Threads::Threads)
+  add_test(NAME cuda_kernel_conformance_emu COMMAND kernel_conformance_cuda_emu --gtest_brief=1)
+  set_tests_properties(cuda_kernel_conformance_emu PROPERTIES FIXTURES_REQUIRED kernels_ref TIMEOUT 600
+                       ENVIRONMENT "KERNELS_REF_DIR=${CMAKE_BINARY_DIR}/kernels_ref;TWINKLE_SOURCE_DIR=${CMAKE_SOURCE_DIR};ASAN_OPTIONS=detect_leaks=0")
+endif()
