@@ -36,6 +36,9 @@ Configs (--config):
      tied, seq 512, batch 4
   b: hidden 1024, 8 layers, 16 q / 8 kv heads, head_dim 64, intermediate 2816, vocab 32000,
      tied (--untied for an lm_head of its own), seq 512, batch 2
+  m: Qwen3-MoE (tests/reference/qwen3_moe_ref.py, transformers' loop over experts): config a's
+     attention, every layer sparse with 32 experts top-4 (renormalised), moe_intermediate 96,
+     vocab 32000, tied, seq 512, batch 4; the FLOPs count the router and the top-k experts
 Best environment on the dev machine, see bench/README.torch.md:
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE MALLOC_MMAP_MAX_=0 \
       MALLOC_TRIM_THRESHOLD_=68719476736 OMP_WAIT_POLICY=passive \
@@ -59,13 +62,22 @@ CONFIGS = {
     "b": dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=8,
               head_dim=64, intermediate_size=2816, vocab_size=32000, tie_word_embeddings=True,
               seq=512, batch=2),
+    # Qwen3-MoE (tests/reference/qwen3_moe_ref.py: transformers' Qwen3MoeSparseMoeBlock, a Python
+    # loop over the experts): config a's attention, 32 experts top-4, moe_intermediate 96
+    "m": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
+              head_dim=32, intermediate_size=768, vocab_size=32000, tie_word_embeddings=True,
+              num_experts=32, num_experts_per_tok=4, moe_intermediate_size=96, norm_topk_prob=True,
+              seq=512, batch=4),
 }
 
 
 def flops_per_step(c, B, S):
     L, h, H, Hk, D, I, V = (c["num_hidden_layers"], c["hidden_size"], c["num_attention_heads"],
                             c["num_key_value_heads"], c["head_dim"], c["intermediate_size"], c["vocab_size"])
-    n = L * (h * (H + 2 * Hk) * D + H * D * h + 3 * h * I) + V * h
+    mlp = 3 * h * I
+    if c.get("num_experts"):  # router + the top-k experts a token meets
+        mlp = h * c["num_experts"] + 3 * h * c["moe_intermediate_size"] * c["num_experts_per_tok"]
+    n = L * (h * (H + 2 * Hk) * D + H * D * h + mlp) + V * h
     return 6 * n * B * S + 12 * L * B * S * S * H * D, n
 
 
@@ -112,21 +124,34 @@ def main():
     spec.pop("seq", None)
     if a.untied:
         spec["tie_word_embeddings"] = False
-    cfg = dict(model_type="qwen3", max_position_embeddings=max(S, 512), rope_theta=1000000.0,
-               rms_norm_eps=1e-6, initializer_range=0.02, attention_bias=False, **spec)
+    moe = "num_experts" in spec
+    cfg = dict(model_type="qwen3_moe" if moe else "qwen3", max_position_embeddings=max(S, 512),
+               rope_theta=1000000.0, rms_norm_eps=1e-6, initializer_range=0.02, attention_bias=False, **spec)
+    if moe:
+        cfg.update(decoder_sparse_step=1, mlp_only_layers=[], router_aux_loss_coef=0.001,
+                   output_router_logits=False)
 
     torch.manual_seed(a.seed)
-    model = qwen3_ref.Qwen3Ref(cfg, torch.float32)
+    if moe:
+        import qwen3_moe_ref
+        model = qwen3_moe_ref.Qwen3MoeRef(cfg, torch.float32)
+    else:
+        model = qwen3_ref.Qwen3Ref(cfg, torch.float32)
     model.init_weights(a.seed)
     opt = qwen3_ref.make_optimizer(model, lr=1e-4, weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8)
     params = list(model.parameters())
     g = torch.Generator().manual_seed(a.seed + 1)
     ids = torch.randint(0, cfg["vocab_size"], (B, S), generator=g, dtype=torch.int64)
     batch = {"input_ids": ids, "labels": ids.clone()}
+    moe_mb = qwen3_ref.make_batch({"input_ids": ids.tolist(), "labels": ids.tolist()}, "bench") if moe else None
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss, _ = qwen3_ref.train_step(model, [batch])
+        if moe:  # forward, loss (aux coefficient 0, as twinkle's default), backward
+            loss = qwen3_moe_ref.step_losses(model, [(moe_mb, qwen3_moe_ref.real_token_mask(moe_mb))], 0.0,
+                                             "global", 0.0)["loss"]
+        else:
+            loss, _ = qwen3_ref.train_step(model, [batch])
         if a.clip > 0:
             torch.nn.utils.clip_grad_norm_(params, a.clip)
         opt.step()

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     else if (a == "--kernels") kernels = next();
     else if (a == "--lora") lora_r = std::stoll(next());
     else {
-      std::fprintf(stderr, "usage: train_bench [--config a|b|s] [--threads N] [--steps K] [--warmup W] [--untied] [--kernels fused|reference] [--lora R]\n");
+      std::fprintf(stderr, "usage: train_bench [--config a|b|s|m] [--threads N] [--steps K] [--warmup W] [--untied] [--kernels fused|reference] [--lora R]\n");
       return 2;
     }
   }
@@ -59,6 +59,11 @@ int main(int argc, char** argv) {
   } else if (config == "s") {  // small: for the reference kernel set, whose plain loops are 20-50x slower
     c.hidden_size = 256; c.num_hidden_layers = 2; c.num_attention_heads = 8; c.num_key_value_heads = 4;
     c.head_dim = 32; c.intermediate_size = 768; c.vocab_size = 8000; B = 2; S = 256;
+  } else if (config == "m") {  // Qwen3-MoE: config a's attention, 32 experts top-4 (Qwen3-30B-A3B's 1/4 routing ratio... at toy size)
+    c.model_type = "qwen3_moe";
+    c.hidden_size = 256; c.num_hidden_layers = 4; c.num_attention_heads = 8; c.num_key_value_heads = 4;
+    c.head_dim = 32; c.intermediate_size = 768; c.vocab_size = 32000; B = 4; S = 512;
+    c.num_experts = 32; c.num_experts_per_tok = 4; c.moe_intermediate_size = 96; c.norm_topk_prob = true;
   } else {
     std::fprintf(stderr, "unknown config %s\n", config.c_str());
     return 2;
@@ -111,7 +116,11 @@ int main(int argc, char** argv) {
                H = static_cast<double>(c.num_attention_heads), Hk = static_cast<double>(c.num_key_value_heads),
                D = static_cast<double>(c.head_dim), I = static_cast<double>(c.intermediate_size),
                V = static_cast<double>(c.vocab_size);
-  const double n = L * (h * (H + 2 * Hk) * D + H * D * h + 3 * h * I) + V * h;
+  // matmul weights a token meets: an MoE layer has the router and top-k experts instead of the MLP
+  const double mlp = c.is_moe() ? h * static_cast<double>(c.num_experts) +
+                                      3 * h * static_cast<double>(c.moe_intermediate_size * c.num_experts_per_tok)
+                                : 3 * h * I;
+  const double n = L * (h * (H + 2 * Hk) * D + H * D * h + mlp) + V * h;
   const double Bd = static_cast<double>(B), Sd = static_cast<double>(S);
   const double flops = 6 * n * Bd * Sd + 12 * L * Bd * Sd * Sd * H * D;
   const double cpu_s = (static_cast<double>(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec) +

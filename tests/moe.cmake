@@ -86,6 +86,10 @@ endforeach()
 # edp 2 (dp4: ZeRO shards experts over edp), ep4 over tp x dp, ep2 with pp, and the seed's
 # recipe-2 grid tp2 pp2 dp2 ep2 on 8 ranks; a short last batch (5 rows, batch 4) whose second
 # step leaves dp rank 1 without a row: it runs a filler micro-batch so every ep dispatch meets.
+# With context parallelism (issue 11's recipe 3): cp2 x ep2 (the ep group is the cp group; each
+# cp rank routes its load-balanced half of every sequence; router statistics summed over cp) and
+# the seed's recipe-3 grid tp2 pp2 cp2 ep2 on 8 ranks (ep = the tp groups, edp = the cp groups),
+# aux per_layer on and off.
 # name | ranks | flags of the check | layout flags
 set(TWINKLE_MOE_LAYOUTS
   "pp2_aux_per_layer|2|--aux-coef 0.1 --aux-type per_layer|--pp 2"
@@ -98,7 +102,10 @@ set(TWINKLE_MOE_LAYOUTS
   "dp4_ep2_zero_aux_global|4|--aux-coef 0.1 --aux-type global --batch rows:8|--dp 4 --ep 2"
   "tp2_dp2_ep4|4|--experts 8 --aux-coef 0.1 --aux-type per_layer --batch rows:8|--tp 2 --dp 2 --ep 4"
   "pp2_dp2_ep2_z|4|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4|--pp 2 --dp 2 --ep 2"
-  "tp2_pp2_dp2_ep2_aux_per_layer|8|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4|--tp 2 --pp 2 --dp 2 --ep 2")
+  "tp2_pp2_dp2_ep2_aux_per_layer|8|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4|--tp 2 --pp 2 --dp 2 --ep 2"
+  "cp2_ep2_aux_global_z|2|--aux-coef 0.1 --aux-type global --z-coef 0.01 --batch rows:4|--cp 2 --ep 2"
+  "tp2_pp2_cp2_ep2_aux_per_layer|8|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:4 --layers 4|--tp 2 --pp 2 --cp 2 --ep 2"
+  "tp2_pp2_cp2_ep2_aux_off|8|--batch rows:4 --layers 4|--tp 2 --pp 2 --cp 2 --ep 2")
 foreach(spec ${TWINKLE_MOE_LAYOUTS})
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)

@@ -32,3 +32,8 @@ add_test(NAME moe_recipe_8ranks_equals_single_and_loads_in_torch
          COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_recipe.py --build ${CMAKE_BINARY_DIR}
                  --steps 3 --recipe moe_recipe)
 set_tests_properties(moe_recipe_8ranks_equals_single_and_loads_in_torch PROPERTIES TIMEOUT 600 PROCESSORS 2)
+# Recipe 3 (examples/moe_cp_recipe.cpp, issue 11): tp2 pp2 cp2 ep2 with ring attention, the same checks.
+add_test(NAME moe_cp_recipe_8ranks_equals_single_and_loads_in_torch
+         COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_recipe.py --build ${CMAKE_BINARY_DIR}
+                 --steps 2 --recipe moe_cp_recipe)
+set_tests_properties(moe_cp_recipe_8ranks_equals_single_and_loads_in_torch PROPERTIES TIMEOUT 600 PROCESSORS 2)

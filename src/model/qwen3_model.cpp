@@ -17,9 +17,6 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   parallel::check_expert_layout(ps_->mesh, cfg_.is_moe(), cfg_.num_experts, model_name);
   parallel::check_moe_loss_options(opts_.moe_aux_loss_type, opts_.moe_aux_loss_coeff, opts_.moe_z_loss_coeff,
                                    ps_->mesh, cfg_.is_moe());
-  if (cfg_.is_moe())
-    check(ps_->cp->size() == 1, "Qwen3-MoE with cp = " + std::to_string(ps_->cp->size()) +
-                                    " is not implemented yet (" + model_name + "); use cp = 1");
   tp_ = ps_->tp_size();
   // Megatron requires sequence parallelism for MoE with tp > 1 and Twinkle switches it on
   // (strategy/megatron.py, spec §5.1): each tp rank routes its own token shard.

@@ -56,6 +56,18 @@ StageBatch Qwen3Model::prepare(const MicroBatch& mb) const {
     b.cu_seqlens = {0, static_cast<int32_t>(b.T)};
     b.cp = std::make_shared<const parallel::CpLayout>(parallel::CpLayout::from_shard(sh));
     b.cp_attention = cp_attention_;
+    if (cfg_.is_moe()) {
+      // The real-token mask of this rank's tokens (router statistics): the same split applied to
+      // the attention mask carried in place of the ids, so a right-padding token and a cp pad
+      // token (id 0) both read 0.
+      check(mb.attention_mask.empty() || mb.attention_mask.size() == mb.input_ids.size(),
+            "micro-batch: attention_mask differs in length from input_ids");
+      MicroBatch m = mb;
+      for (size_t i = 0; i < m.input_ids.size(); ++i) m.input_ids[i] = mb.attention_mask.empty() || mb.attention_mask[i] ? 1 : 0;
+      const parallel::CpShard sm = parallel::cp_split_micro_batch(m, ps_->cp_size(), ps_->cp_rank(), tp_, sp_);
+      b.token_mask.assign(sm.ids.begin(), sm.ids.end());
+      for (uint8_t v : b.token_mask) b.num_real += v;
+    }
     return b;
   }
   check(mb.attention_mask.empty() || mb.attention_mask.size() == mb.input_ids.size(),
@@ -168,7 +180,10 @@ void Qwen3Model::moe_router_losses(const StageBatch& b, StageActivations& a, boo
     o[2 * E] = static_cast<double>(n);
     o[2 * E + 1] = k::moe_z_loss_forward(m.logits.data(), mask, Tl, E, m.lse.data());
   }
+  // Megatron aggregates the router statistics over the tp x cp shards of the sequence.
   if (sp_ && !red.empty()) ps_->tp->all_reduce_f64(red.data(), static_cast<int64_t>(red.size()), dist::ReduceOp::Sum);
+  if (ps_->cp_size() > 1 && !red.empty())
+    ps_->cp->all_reduce_f64(red.data(), static_cast<int64_t>(red.size()), dist::ReduceOp::Sum);
   MoeStageStats& s = a.moe;
   s.prob_sum.assign(static_cast<size_t>(E), 0.0);
   s.counts.assign(static_cast<size_t>(E), 0);

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Acceptance checks of the dense recipe (examples/tp_recipe.cpp) and, with --recipe moe_recipe,
-of the Qwen3-MoE recipe (examples/moe_recipe.cpp, dp=2 tp=2 pp=2 ep=2):
+"""Acceptance checks of the dense recipe (examples/tp_recipe.cpp) and, with --recipe moe_recipe /
+moe_cp_recipe, of the Qwen3-MoE recipes (examples/moe_recipe.cpp, dp=2 tp=2 pp=2 ep=2;
+examples/moe_cp_recipe.cpp, tp=2 pp=2 cp=2 ep=2 with ring attention):
 
 1. The 8-process recipe and the same recipe in one process on the same data, seed and global
    batch print the same loss and grad norm at every step (1e-5 relative); for MoE also the
@@ -50,10 +51,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--recipe", choices=["tp_recipe", "moe_recipe"], default="tp_recipe")
+    ap.add_argument("--recipe", choices=["tp_recipe", "moe_recipe", "moe_cp_recipe"], default="tp_recipe")
     ap.add_argument("--lora", action="store_true", help="tp_recipe --lora: train and check a LoRA adapter")
     args = ap.parse_args()
-    moe = args.recipe == "moe_recipe"
+    moe = args.recipe != "tp_recipe"
     tiny = os.path.join(HERE, "..", "..", "models", "qwen3-tiny")  # the recipe's default model (no weights)
     recipe = os.path.join(args.build, "examples", args.recipe)
     launcher = os.path.join(args.build, "bin", "twinkle-run")
@@ -65,7 +66,7 @@ def main():
         common = ["--max-steps", str(args.steps), "--data-rows", "64"]
         if moe:  # the aux loss is a per-micro-batch value: the same micro-batches on both layouts
             common += ["--micro-batch-size", "1"]
-        single = ["--dp", "1", "--tp", "1", "--pp", "1"] + (["--ep", "1"] if moe else [])
+        single = ["--dp", "1", "--tp", "1", "--pp", "1"] + (["--cp", "1", "--ep", "1"] if moe else [])
         base = None
         if args.lora:  # a base with weights (the reference's seeded init of the tiny config) both sides read
             base = os.path.join(tmp, "base")

@@ -41,7 +41,9 @@ class Engine {
   /// model's ParamStore, then tp / embedding-group reductions run). All micro-batches of
   /// one call must be given to every rank of the same dp-cp coordinate. The list may be empty
   /// (this replica has no row this step); with no labelled token in the global batch the
-  /// loss is 0 with label_tokens 0 and the gradients stay zero.
+  /// loss is 0 with label_tokens 0 and the gradients stay zero. Under expert parallelism
+  /// (ep > 1) a replica with fewer micro-batches than another runs filler micro-batches (one
+  /// masked pad token, no label: no loss, statistic or gradient) so every ep dispatch meets.
   StepResult forward_backward(const std::vector<MicroBatch>& micro_batches);
   /// Loss only (no gradients).
   StepResult forward_only(const std::vector<MicroBatch>& micro_batches);

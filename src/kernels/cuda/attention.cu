@@ -251,8 +251,11 @@ __global__ void __launch_bounds__(BM) k_attn_bwd_dq(const float* __restrict__ q,
   store_rows<BM>(dq, q0, qn, qs, static_cast<int64_t>(h) * D, dq_s, LD, D, scale);
 }
 
-// dK, dV: a thread per key row of the tile (kv head blockIdx.y); the query rows of every query head of
-// the group that see the tile stream through shared memory.
+// dK, dV: a thread per key row of the tile, one QUERY head per block (blockIdx.y = h, kv head h / G): the
+// query rows of head h that see the tile stream through shared memory. With G = Hq / Hkv > 1 the block
+// writes its head's contribution to dk / dv as [T, Hq, D] partials (unscaled), summed over the group in
+// head order by k_attn_dkv_reduce (twice the blocks and half the longest block of one block per kv head);
+// with G = 1 it writes dk (times scale) and dv directly ([T, Hkv, D]).
 template <int BM, int V>
 __global__ void __launch_bounds__(BM) k_attn_bwd_dkv(const float* __restrict__ q, const float* __restrict__ k,
                                                      const float* __restrict__ v, const float* __restrict__ lse,
@@ -272,7 +275,7 @@ __global__ void __launch_bounds__(BM) k_attn_bwd_dkv(const float* __restrict__ q
   float* l_s = dot_s + kBN * D;   // [kBN]
   float* dl_s = l_s + kBN;        // [kBN]
   const Tile tl = tiles[blockIdx.x];
-  const int hk = blockIdx.y, G = Hq / Hkv, t = threadIdx.x;
+  const int G = Hq / Hkv, h = blockIdx.y, hk = h / G, t = threadIdx.x;
   const int k0 = tl.start, kn = min(BM, tl.seg_end - k0);
   const int64_t qs = static_cast<int64_t>(Hq) * D, ks = static_cast<int64_t>(Hkv) * D;
   load_rows<BM>(k_s, LD, BM, k, k0, kn, ks, static_cast<int64_t>(hk) * D, D);
@@ -289,8 +292,7 @@ __global__ void __launch_bounds__(BM) k_attn_bwd_dkv(const float* __restrict__ q
   const int q_lo = k0;
   const int q_hi = window > 0 ? min(tl.seg_end - 1, k0 + kn - 1 + window - 1) : tl.seg_end - 1;
   __syncthreads();
-  for (int g = 0; g < G; ++g) {
-    const int h = hk * G + g;
+  {
     for (int i0 = q_lo; i0 <= q_hi; i0 += kBN) {
       const int in = min(kBN, q_hi - i0 + 1);
       load_rows<BM>(qt_s, D, kBN, q, i0, in, qs, static_cast<int64_t>(h) * D, D);
@@ -335,8 +337,31 @@ __global__ void __launch_bounds__(BM) k_attn_bwd_dkv(const float* __restrict__ q
       __syncthreads();
     }
   }
-  store_rows<BM>(dk, k0, kn, ks, static_cast<int64_t>(hk) * D, dk_s, LD, D, scale);
-  store_rows<BM>(dv, k0, kn, ks, static_cast<int64_t>(hk) * D, dv_s, LD, D, 1.0f);
+  const bool partial = G > 1;
+  const int64_t os = partial ? qs : ks, ho = static_cast<int64_t>(partial ? h : hk) * D;
+  store_rows<BM>(dk, k0, kn, os, ho, dk_s, LD, D, partial ? 1.0f : scale);
+  store_rows<BM>(dv, k0, kn, os, ho, dv_s, LD, D, 1.0f);
+}
+
+// dk[t, hk, :] = scale * sum_g pk[t, hk*G + g, :], dv likewise without the scale, g in order (deterministic),
+// for the rows t in [r0, r0 + rows).
+__global__ void k_attn_dkv_reduce(const float* __restrict__ pk, const float* __restrict__ pv, float* __restrict__ dk,
+                                  float* __restrict__ dv, int64_t r0, int64_t rows, int Hkv, int G, int D,
+                                  float scale) {
+  const int64_t n = rows * Hkv * D, w = static_cast<int64_t>(Hkv) * D;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = r0 + e / w, rem = e % w, hk = rem / D, d = rem % D;
+    const float* a = pk + (t * Hkv * G + hk * G) * D + d;
+    const float* b = pv + (t * Hkv * G + hk * G) * D + d;
+    float sk = 0.0f, sv = 0.0f;
+    for (int g = 0; g < G; ++g) {
+      sk += a[static_cast<int64_t>(g) * D];
+      sv += b[static_cast<int64_t>(g) * D];
+    }
+    dk[t * w + rem] = sk * scale;
+    dv[t * w + rem] = sv;
+  }
 }
 
 // ---------------------------------------------------------------- host side
@@ -433,10 +458,31 @@ void launch_bwd(const Plan& p, const Tile* tiles, const float* q, const float* k
                  tiles, static_cast<int>(Hq), static_cast<int>(Hkv), static_cast<int>(D), scale,
                  static_cast<int>(window));
   TWINKLE_CUDA_LAUNCHED("attention backward dq");
-  TWINKLE_LAUNCH(kkv, dim3(nt, static_cast<unsigned>(Hkv)), BM, smem_kv, q, k, v, lse, delta, dout,
-                 dk, dv, tiles, static_cast<int>(Hq), static_cast<int>(Hkv), static_cast<int>(D), scale,
-                 static_cast<int>(window));
-  TWINKLE_CUDA_LAUNCHED("attention backward dk dv");
+  const int64_t G = Hq / Hkv;
+  if (G == 1) {
+    TWINKLE_LAUNCH(kkv, dim3(nt, static_cast<unsigned>(Hq)), BM, smem_kv, q, k, v, lse, delta, dout, dk, dv, tiles,
+                   static_cast<int>(Hq), static_cast<int>(Hkv), static_cast<int>(D), scale, static_cast<int>(window));
+    TWINKLE_CUDA_LAUNCHED("attention backward dk dv");
+    return;
+  }
+  // per-query-head partials [T, Hq, D] (scratch, stream-ordered), then the group sum
+  const size_t pn = static_cast<size_t>(p.T * Hq * D);
+  float* part = static_cast<float*>(allocator().allocate(2 * pn * sizeof(float)));
+  try {
+    TWINKLE_LAUNCH(kkv, dim3(nt, static_cast<unsigned>(Hq)), BM, smem_kv, q, k, v, lse, delta, dout, part,
+                   part + pn, tiles, static_cast<int>(Hq), static_cast<int>(Hkv), static_cast<int>(D), scale,
+                   static_cast<int>(window));
+    TWINKLE_CUDA_LAUNCHED("attention backward dk dv (per query head)");
+    const int64_t r0 = p.cu[0], rows = p.T - r0, n = rows * Hkv * D;
+    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, 65535LL * 16));
+    TWINKLE_LAUNCH(k_attn_dkv_reduce, static_cast<unsigned>(blocks), 256, 0, part, part + pn, dk, dv, r0, rows,
+                   static_cast<int>(Hkv), static_cast<int>(G), static_cast<int>(D), scale);
+    TWINKLE_CUDA_LAUNCHED("attention backward dk dv group sum");
+  } catch (...) {
+    allocator().deallocate(part);
+    throw;
+  }
+  allocator().deallocate(part);
 }
 
 }  // namespace
