@@ -2,6 +2,7 @@
 //
 //   twinkle-run --nproc_per_node=8 build/bench/layout_bench --tp 2 --pp 2 --dp 2 [--sp] [--ep 2]
 //        [--config tiny|small|moe] [--rows 16] [--mbs 1] [--steps 3] [--no-distopt] [--check-volume]
+//        [--split even] [--recompute none|selective|full] [--seq N (fixed row length instead of 48-127)]
 //        [--no-baseline]
 //
 // Per step it prints: the step time of the layout (max over ranks) and of one process on the
@@ -24,6 +25,7 @@
 // (kept in the model's activations; so --check-volume with --ep needs at most one micro-batch
 // per pipeline slot), R from the other ranks' S (exchanged after the step, outside the count).
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -47,7 +49,9 @@ struct Opts {
   int tp = 1, pp = 1, dp = 1, ep = 1;
   bool sp = false, distopt = true, check = false, baseline = true;
   std::string config = "tiny";
-  int64_t rows = 16, mbs = 1, steps = 3;
+  std::string split = "balanced";  // pipeline split: balanced | even
+  std::string recompute = "none";  // activation recompute: none | selective | full
+  int64_t rows = 16, mbs = 1, steps = 3, seq = 0;
 };
 
 ModelConfig make_config(const std::string& name) {
@@ -71,12 +75,13 @@ ModelConfig make_config(const std::string& name) {
   return c;
 }
 
-std::vector<EncodedRow> make_rows(int64_t n, int64_t vocab) {
+std::vector<EncodedRow> make_rows(int64_t n, int64_t vocab, int64_t seq) {
   std::mt19937_64 g(5);
   std::vector<EncodedRow> out;
   for (int64_t i = 0; i < n; ++i) {
     EncodedRow r;
     int64_t L = 48 + static_cast<int64_t>(g() % 80);
+    if (seq > 0) L = seq;
     for (int64_t t = 0; t < L; ++t) {
       r.input_ids.push_back(static_cast<int32_t>(g() % static_cast<uint64_t>(vocab)));
       r.labels.push_back(t < 8 ? -100 : r.input_ids.back());
@@ -110,6 +115,27 @@ struct Volume {
     return s;
   }
 };
+
+// Peak resident set since the last reset_peak_rss() (VmHWM of /proc/self/status; writing "5"
+// to /proc/self/clear_refs resets it, Linux >= 4.0): the training steps' peak without the
+// transient allocations of the model's construction and init.
+void reset_peak_rss() {
+  if (FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);
+    std::fclose(f);
+  }
+}
+long step_peak_rss_bytes() {
+  long kb = 0;
+  if (FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+    std::fclose(f);
+  }
+  return kb * 1024L;
+}
+double peak_rss_mib() { return static_cast<double>(step_peak_rss_bytes()) / 1048576.0; }
 
 // Rows of this rank's routed slots per destination ep rank, summed over the MoE layers and
 // micro-batches of the last step (its activations: one micro-batch per pipeline slot).
@@ -209,6 +235,9 @@ int bench(int argc, char** argv) {
     else if (a == "--check-volume") o.check = true;
     else if (a == "--no-baseline") o.baseline = false;
     else if (a == "--config") o.config = next();
+    else if (a == "--split") o.split = next();
+    else if (a == "--recompute") o.recompute = next();
+    else if (a == "--seq") o.seq = std::stoll(next());
     else if (a == "--rows") o.rows = std::stoll(next());
     else if (a == "--mbs") o.mbs = std::stoll(next());
     else if (a == "--steps") o.steps = std::stoll(next());
@@ -224,7 +253,7 @@ int bench(int argc, char** argv) {
   auto& state = parallel_state();
   auto ps = std::shared_ptr<dist::ParallelState>(&state, [](dist::ParallelState*) {});
   const ModelConfig cfg = make_config(o.config);
-  const auto all_rows = make_rows(o.rows, cfg.vocab_size);
+  const auto all_rows = make_rows(o.rows, cfg.vocab_size, o.seq);
   OptimizerConfig oc;
   oc.use_distributed_optimizer = o.distopt;
   auto& world = *state.world;
@@ -249,10 +278,14 @@ int bench(int argc, char** argv) {
   }
   world.barrier();
 
-  Qwen3Model model(cfg, ps);
+  Qwen3ModelOptions mopts;
+  mopts.pipeline_split = o.split;
+  mopts.recompute_granularity = o.recompute;
+  Qwen3Model model(cfg, ps, mopts);
   model.init_random(1);
   Engine eng(model);
   DistributedOptimizer opt(model.store(), ps, oc);
+  reset_peak_rss();  // the per-rank peak RSS printed covers the steps, not the model's init
   const int64_t dpn = state.mesh.dp_size(), k = state.coord.dp, B = o.rows;
   std::vector<EncodedRow> mine(all_rows.begin() + k * B / dpn, all_rows.begin() + (k + 1) * B / dpn);
   auto mbs = split(mine, o.mbs);
@@ -296,17 +329,18 @@ int bench(int argc, char** argv) {
   // one line per rank, printed in rank order
   double mx = layout_s;
   world.all_reduce_f64(&mx, 1, dist::ReduceOp::Max);
-  char line[512];
+  char line[1024];
   std::snprintf(line, sizeof line,
                 "rank %d (tp %d pp %d dp %d ep %d): bytes/step %lld (tp %lld, pp %lld, embedding %lld, dp-cp %lld, world %lld, "
-                "ep %lld, edp %lld) analytic %lld %s| stage bubble %.3f",
+                "ep %lld, edp %lld) analytic %lld %s| stage bubble %.3f | step peak RSS %.1f MiB, saved activations %.2f MiB",
                 world.rank(), state.coord.tp, state.coord.pp, state.coord.dp, state.coord.ep,
                 static_cast<long long>(counted.total()), static_cast<long long>(counted.by_group["tp"]),
                 static_cast<long long>(counted.by_group["pp"]), static_cast<long long>(counted.by_group["embedding"]),
                 static_cast<long long>(counted.by_group["dp-cp"]), static_cast<long long>(counted.by_group["world"]),
                 static_cast<long long>(counted.by_group["ep"]), static_cast<long long>(counted.by_group["edp"]),
                 static_cast<long long>(want.total()),
-                mismatch ? ("MISMATCH:" + diff + " ").c_str() : "ok ", bubble);
+                mismatch ? ("MISMATCH:" + diff + " ").c_str() : "ok ", bubble, peak_rss_mib(),
+                static_cast<double>(model.saved_activation_bytes()) / 1048576.0);
   std::fflush(stdout);
   for (int r = 0; r < world.size(); ++r) {
     if (world.rank() == r) std::printf("%s\n", line), std::fflush(stdout);
@@ -317,10 +351,13 @@ int bench(int argc, char** argv) {
   if (root) {
     const int p = state.pp->size();
     const double m = static_cast<double>(mbs.size());
-    std::printf("layout tp=%d pp=%d dp=%d ep=%d%s config %s, %lld rows, micro-batch %lld: step %.4f s vs single process "
-                "%.4f s (%.2fx); 1F1B bubble theory (p-1)/m = %.3f\n",
+    std::string counts;
+    for (auto n : model.layer_split().count) counts += (counts.empty() ? "" : ",") + std::to_string(n);
+    std::printf("layout tp=%d pp=%d dp=%d ep=%d%s config %s, %lld rows, micro-batch %lld, %s split [%s]: step %.4f s "
+                "vs single process %.4f s (%.2fx); 1F1B bubble theory (p-1)/m = %.3f\n",
                 o.tp, o.pp, o.dp, o.ep, o.sp ? " sp" : "", o.config.c_str(), static_cast<long long>(o.rows),
-                static_cast<long long>(o.mbs), mx, single_s, single_s > 0 ? mx / single_s : 0, (p - 1) / m);
+                static_cast<long long>(o.mbs), o.split.c_str(), counts.c_str(), mx, single_s,
+                single_s > 0 ? mx / single_s : 0, (p - 1) / m);
     if (o.check) std::printf("volume check: %s\n", nbad ? "FAILED" : "all ranks match the analytic volume");
   }
   return (o.check && nbad) ? 1 : 0;

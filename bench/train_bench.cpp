@@ -5,6 +5,7 @@
 // 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices). Prints one JSON line with tokens_per_s,
 // gflops (the same FLOP formula as torch_peer.py), peak_rss_bytes and minor page faults.
 //   build/bench/train_bench --config a --threads 2 [--steps 3 --warmup 1] [--kernels fused|reference]
+//                           [--recompute none|selective|full]
 // scripts/bench-train runs both engines side by side and prints the ratios.
 // --lora R trains a LoRA adapter (r = R, alpha = 2R, all-linear; Qwen3Model::add_adapter) instead
 // of the full model: the base keeps no gradient buffer and the optimizer sees only the adapter;
@@ -25,11 +26,31 @@
 
 using namespace twinkle;
 
+// Peak resident set since the last reset_peak_rss() (VmHWM of /proc/self/status; writing "5"
+// to /proc/self/clear_refs resets it, Linux >= 4.0): the training steps' peak without the
+// transient allocations of the model's construction and init.
+void reset_peak_rss() {
+  if (FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);
+    std::fclose(f);
+  }
+}
+long step_peak_rss_bytes() {
+  long kb = 0;
+  if (FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+    std::fclose(f);
+  }
+  return kb * 1024L;
+}
+
 int main(int argc, char** argv) {
   std::string config = "a";
   int threads = 1, steps = 3, warmup = 1;
   bool untied = false;
-  std::string kernels = "fused";
+  std::string kernels = "fused", recompute = "none";
   int64_t lora_r = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -41,8 +62,9 @@ int main(int argc, char** argv) {
     else if (a == "--untied") untied = true;
     else if (a == "--kernels") kernels = next();
     else if (a == "--lora") lora_r = std::stoll(next());
+    else if (a == "--recompute") recompute = next();
     else {
-      std::fprintf(stderr, "usage: train_bench [--config a|b|s|m] [--threads N] [--steps K] [--warmup W] [--untied] [--kernels fused|reference] [--lora R]\n");
+      std::fprintf(stderr, "usage: train_bench [--config a|b|s|m] [--threads N] [--steps K] [--warmup W] [--untied] [--kernels fused|reference] [--recompute none|selective|full] [--lora R]\n");
       return 2;
     }
   }
@@ -72,7 +94,10 @@ int main(int argc, char** argv) {
   c.max_position_embeddings = 4096;
   c.rope_theta = 1e6;
   auto ps = dist::make_single_process_state();
-  Qwen3Model model(c, ps, {.kernels = kernels});
+  Qwen3ModelOptions mopt;
+  mopt.kernels = kernels;
+  mopt.recompute_granularity = recompute;
+  Qwen3Model model(c, ps, mopt);
   model.init_random(0);
   if (lora_r > 0) model.add_adapter({.r = lora_r, .lora_alpha = 2.0 * static_cast<double>(lora_r)}, 0);
   Engine eng(model);
@@ -99,6 +124,7 @@ int main(int argc, char** argv) {
     opt.step(oc.lr);
     return l;
   };
+  reset_peak_rss();  // the steps' peak, init excluded (the warm-up steps are included)
   for (int i = 0; i < warmup; ++i) step();
   rusage r0{}, r1{};
   getrusage(RUSAGE_SELF, &r0);
@@ -129,12 +155,14 @@ int main(int argc, char** argv) {
                         1e-6 * static_cast<double>(r1.ru_stime.tv_usec - r0.ru_stime.tv_usec)) / steps;
   std::printf(
       "{\"engine\": \"twinkle\", \"config\": \"%s\", \"threads\": %d, \"batch\": %lld, \"seq\": %lld, "
-      "\"tied\": %s, \"kernels\": \"%s\", \"step_s\": %.4f, \"tokens_per_s\": %.1f, \"gflops\": %.1f, \"flops_per_step\": %.0f, "
-      "\"minor_faults_per_step\": %ld, \"cpu_s_per_step\": %.4f, \"peak_rss_bytes\": %ld, \"lora_r\": %lld, "
+      "\"tied\": %s, \"kernels\": \"%s\", \"recompute\": \"%s\", \"saved_activation_bytes\": %zu, \"step_s\": %.4f, \"tokens_per_s\": %.1f, \"gflops\": %.1f, \"flops_per_step\": %.0f, "
+      "\"minor_faults_per_step\": %ld, \"cpu_s_per_step\": %.4f, \"peak_rss_bytes\": %ld, \"step_peak_rss_bytes\": %ld, \"lora_r\": %lld, "
       "\"trainable_params\": %lld, \"optimizer_state_bytes\": %lld, \"loss\": [",
-      config.c_str(), threads, static_cast<long long>(B), static_cast<long long>(S), untied ? "false" : "true", kernels.c_str(), step_s,
+      config.c_str(), threads, static_cast<long long>(B), static_cast<long long>(S), untied ? "false" : "true", kernels.c_str(),
+      recompute.c_str(), model.saved_activation_bytes(), step_s,
       Bd * Sd / step_s, flops / step_s / 1e9, flops, (r1.ru_minflt - r0.ru_minflt) / steps, cpu_s,
-      r1.ru_maxrss * 1024L, static_cast<long long>(lora_r), static_cast<long long>(model.trainable_store().numel()),
+      r1.ru_maxrss * 1024L, step_peak_rss_bytes(), static_cast<long long>(lora_r),
+      static_cast<long long>(model.trainable_store().numel()),
       static_cast<long long>(2 * 4 * opt.state_elements()));  // AdamW m and v, fp32
   for (size_t i = 0; i < losses.size(); ++i) std::printf("%s%.5f", i ? ", " : "", losses[i]);
   std::printf("]}\n");

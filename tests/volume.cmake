@@ -11,6 +11,8 @@ set(TWINKLE_VOLUME_LAYOUTS
   "tp2|2|--tp 2"
   "tp2_sp|2|--tp 2 --sp"
   "pp4|4|--pp 4"
+  "tp2_pp2_even|4|--tp 2 --pp 2 --split even"
+  "tp2_pp2_balanced|4|--tp 2 --pp 2"
   "dp2_distopt|2|--dp 2"
   "dp2_allreduce|2|--dp 2 --no-distopt"
   "tp2_pp2_dp2_sp|8|--tp 2 --pp 2 --dp 2 --sp")

@@ -29,12 +29,14 @@ twinkle::MegatronModelOptions model_options(const py::dict& kw) {
     else if (k == "load_weights") o.load_weights = v.cast<bool>();
     else if (k == "seed") o.seed = v.cast<uint64_t>();
     else if (k == "layers_per_stage") o.layers_per_stage = v.is_none() ? std::vector<int64_t>{} : v.cast<std::vector<int64_t>>();
+    else if (k == "pipeline_split") o.pipeline_split = v.cast<std::string>();
+    else if (k == "recompute_granularity") o.recompute_granularity = v.cast<std::string>();
     else if (k == "packing") o.packing = v.cast<bool>();
     else if (k == "lm_head_chunk_tokens") o.lm_head_chunk_tokens = v.cast<int64_t>();
     else if (k == "on_nonfinite") o.on_nonfinite = v.cast<std::string>();
     else if (k == "kernels") o.kernels = v.cast<std::string>();
     else if (k == "cp_comm_type") o.cp_comm_type = v.cast<std::string>();
-    else unknown_kw("MegatronModel", k, "micro_batch_size, load_weights, seed, layers_per_stage, packing, "
+    else unknown_kw("MegatronModel", k, "micro_batch_size, load_weights, seed, layers_per_stage, pipeline_split, recompute_granularity, packing, "
                     "lm_head_chunk_tokens, on_nonfinite, kernels, cp_comm_type");
   }
   return o;

@@ -26,13 +26,19 @@ Qwen3Attention::Qwen3Attention(parallel::TensorTable& table, const parallel::Ten
 
 const float* Qwen3Attention::forward(const float* x_local, const StageBatch& b, AttentionActivations& a,
                                      Workspace& scratch) const {
-  const int64_t T = b.T, D = D_;
-  const int64_t nseg = static_cast<int64_t>(b.cu_seqlens.size()) - 1;
+  const int64_t T = b.T;
   float* const proj[3] = {a.q_pre, a.k_pre, a.v};
   a.x = qkv_proj.forward(x_local, a.x_full, proj, T);
   // q_norm / k_norm and RoPE in one pass per head row (the qk_norm_rope op)
   q_norm.forward_rope(a.q_pre, a.q, a.rstd_q, b.positions.data(), *rope_, T, hq_);
   k_norm.forward_rope(a.k_pre, a.k, a.rstd_k, b.positions.data(), *rope_, T, hkv_);
+  recompute_core(b, a);
+  return o_proj.forward(a.ctx, T, scratch);
+}
+
+void Qwen3Attention::recompute_core(const StageBatch& b, AttentionActivations& a) const {
+  const int64_t D = D_;
+  const int64_t nseg = static_cast<int64_t>(b.cu_seqlens.size()) - 1;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   if (b.cp) {  // context parallelism: ring or Ulysses over the cp group (state keyed by this record)
     check(window_ == 0, "layer " + std::to_string(layer_) + " has a sliding window of " + std::to_string(window_) +
@@ -43,7 +49,6 @@ const float* Qwen3Attention::forward(const float* x_local, const StageBatch& b, 
     qkv_proj.kernels().attention.forward(a.q, a.k, a.v, a.ctx, a.lse, b.cu_seqlens.data(), nseg, hq_, hkv_, D,
                                          scale, window_);
   }
-  return o_proj.forward(a.ctx, T, scratch);
 }
 
 const float* Qwen3Attention::backward(const float* dy_local, const StageBatch& b, const AttentionActivations& a,

@@ -1,5 +1,6 @@
 // Qwen3Model: construction — the tensor table of every stage and this stage's layers.
 #include "twinkle/model/qwen3_model.h"
+#include "twinkle/model/qwen3_flops.h"
 #include "twinkle/model/rope_variant.h"
 
 #include "twinkle/dist/runtime.h"
@@ -10,6 +11,7 @@ namespace twinkle {
 Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelState> ps, Qwen3ModelOptions opts)
     : cfg_(cfg), ps_(std::move(ps)), opts_(std::move(opts)) {
   kernels_ = kernels::resolve_kernels(ps_->mesh.device_type(), opts_.kernels);
+  recompute_ = parse_recompute(opts_.recompute_granularity);
   check(cfg_.model_type == "qwen3" || cfg_.model_type == "qwen3_moe",
         "Qwen3Model: model_type '" + cfg_.model_type + "' is neither qwen3 nor qwen3_moe" +
             (cfg_.source.empty() ? "" : " (" + cfg_.source + ")"));
@@ -31,7 +33,10 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
     cp_attention_ = std::make_shared<parallel::ContextParallelAttention>(
         ps_->cp, parallel::parse_cp_comm_type(opts_.cp_comm_type), cfg_.num_attention_heads,
         cfg_.num_key_value_heads, tp_);
-  split_ = parallel::split_layers(cfg_.num_hidden_layers, ps_->pp_size(), opts_.layers_per_stage);
+  if (opts_.layers_per_stage.empty() && parallel::is_balanced_split_mode(opts_.pipeline_split))
+    split_ = parallel::balanced_split(qwen3_stage_costs(cfg_), ps_->pp_size());
+  else
+    split_ = parallel::split_layers(cfg_.num_hidden_layers, ps_->pp_size(), opts_.layers_per_stage);
   const int stage = ps_->pp_rank();
   layer0_ = split_.first[static_cast<size_t>(stage)];
   nlayers_ = split_.count[static_cast<size_t>(stage)];
@@ -118,11 +123,18 @@ ActivationDims Qwen3Model::activation_dims() const {
   d.tp = tp_;
   d.sequence_parallel = sp_;
   d.last_stage = last_;
+  d.recompute = recompute_;
   return d;
 }
 
+size_t Qwen3Model::saved_activation_bytes() const {
+  size_t b = 0;
+  for (auto& a : slots_) b += a.bytes();
+  return b;
+}
+
 size_t Qwen3Model::workspace_bytes() const {
-  size_t b = scratch_.bytes();
+  size_t b = scratch_.bytes() + work_.bytes();
   for (auto& a : slots_) b += a.bytes();
   return b;
 }

@@ -126,7 +126,9 @@ int64_t Qwen3Model::hidden_rows(const StageBatch& b) const { return sp_ ? b.T / 
 
 double Qwen3Model::forward(int slot, const StageBatch& b, const float* in_hidden, float grad_scale, bool training) {
   StageActivations& a = slot_acts(slot);
-  a.reserve(activation_dims(), b.T);
+  const ActivationDims dims = activation_dims();
+  a.reserve(dims, b.T);
+  work_.reserve(dims, b.T);
   const int64_t T = b.T, Tl = hidden_rows(b), H = cfg_.hidden_size;
   if (first_) {
     embed_tokens_.forward(b.ids.data(), T, a.x0, scratch_);
@@ -138,7 +140,21 @@ double Qwen3Model::forward(int slot, const StageBatch& b, const float* in_hidden
   const parallel::LoraDropout drop = lora_dropout_for(b, training, slot);
   const parallel::LoraDropoutScope drop_scope(drop.p > 0 ? &drop : nullptr);
   for (size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i].forward(x, b, a.layers[i], scratch_);
+    if (dims.recomputed(i)) {
+      // Full recompute: the layer runs in the stage's work buffers, writing only its output
+      // into the slot; backward runs it again.
+      DecoderLayerActivations& w = work_.layer;
+      float* own_out = w.out;
+      w.out = a.layers[i].out;
+      layers_[i].forward(x, b, w, scratch_);
+      w.out = own_out;
+    } else {
+      if (recompute_ == Recompute::Selective) {  // core attention output in the shared buffers
+        a.layers[i].attn.ctx = work_.layer.attn.ctx;
+        a.layers[i].attn.lse = work_.layer.attn.lse;
+      }
+      layers_[i].forward(x, b, a.layers[i], scratch_);
+    }
     x = a.layers[i].out;
   }
   if (cfg_.is_moe()) moe_router_losses(b, a, training);
@@ -240,8 +256,9 @@ const float* Qwen3Model::output_hidden(int slot) {
 
 const float* Qwen3Model::backward(int slot, const StageBatch& b, const float* d_out) {
   check(static_cast<size_t>(slot) < slots_.size(), "Qwen3Model::backward: slot " + std::to_string(slot) + " has no forward");
-  const StageActivations& a = slots_[static_cast<size_t>(slot)];
+  StageActivations& a = slots_[static_cast<size_t>(slot)];
   a.check_holds(b.T, slot);
+  const ActivationDims dims = activation_dims();
   const int64_t T = b.T, Tl = hidden_rows(b), H = cfg_.hidden_size;
   float* bufs[2] = {scratch_.get("stage.dA", {Tl, H}).f32(), scratch_.get("stage.dB", {Tl, H}).f32()};
   int cur = 0;
@@ -257,7 +274,17 @@ const float* Qwen3Model::backward(int slot, const StageBatch& b, const float* d_
   const parallel::LoraDropoutScope drop_scope(drop.p > 0 ? &drop : nullptr);
   for (size_t i = layers_.size(); i-- > 0;) {
     const float* x = i == 0 ? a.x0 : a.layers[i - 1].out;
-    layers_[i].backward(x, dcur, bufs[cur], b, a.layers[i], scratch_);
+    if (dims.recomputed(i)) {  // Full: the layer forward again from its saved input
+      layers_[i].forward(x, b, work_.layer, scratch_);
+      layers_[i].backward(x, dcur, bufs[cur], b, work_.layer, scratch_);
+    } else {
+      if (recompute_ == Recompute::Selective) {  // the core attention again from the saved q, k, v
+        a.layers[i].attn.ctx = work_.layer.attn.ctx;
+        a.layers[i].attn.lse = work_.layer.attn.lse;
+        layers_[i].self_attn.recompute_core(b, a.layers[i].attn);
+      }
+      layers_[i].backward(x, dcur, bufs[cur], b, a.layers[i], scratch_);
+    }
     dcur = bufs[cur];
     cur ^= 1;
   }

@@ -49,6 +49,8 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
   ModelConfig cfg = load_model_config((fs::path(model_dir_) / "config.json").string());
   Qwen3ModelOptions mo;
   mo.layers_per_stage = opts_.layers_per_stage;
+  mo.pipeline_split = opts_.pipeline_split;
+  mo.recompute_granularity = opts_.recompute_granularity;
   mo.lm_head_chunk_tokens = opts_.lm_head_chunk_tokens;
   mo.moe_aux_loss_type = opts_.moe_aux_loss_type;
   mo.moe_aux_loss_coeff = opts_.moe_aux_loss_coeff

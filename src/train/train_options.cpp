@@ -11,6 +11,11 @@ void validate(const MegatronModelOptions& o) {
                o.micro_batch_size);
   check_option(o.lm_head_chunk_tokens >= 1, s, "lm_head_chunk_tokens", ">= 1", o.lm_head_chunk_tokens);
   for (int64_t n : o.layers_per_stage) check_option(n >= 1, s, "layers_per_stage", "a list of counts >= 1", n);
+  check_option(o.pipeline_split == "balanced" || o.pipeline_split == "even", s, "pipeline_split",
+               "\"balanced\" (equal FLOPs per stage) or \"even\"", o.pipeline_split);
+  check_option(o.recompute_granularity == "full" || o.recompute_granularity == "selective" ||
+                   o.recompute_granularity == "none",
+               s, "recompute_granularity", "\"full\", \"selective\" or \"none\"", o.recompute_granularity);
   check_option(o.on_nonfinite == "error" || o.on_nonfinite == "skip", s, "on_nonfinite", "\"error\" or \"skip\"",
                o.on_nonfinite);
   check_option(o.cp_comm_type == "p2p" || o.cp_comm_type == "a2a", s, "cp_comm_type",

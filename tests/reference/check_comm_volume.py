@@ -22,6 +22,7 @@ usage: check_comm_volume.py --build BUILD --mpirun MPIRUN --np N [--tp T] [--pp 
 import argparse
 import collections
 import glob
+import itertools
 import json
 import math
 import os
@@ -93,12 +94,37 @@ def groups(t, d, p):
     return coord, g
 
 
-def expected(t, d, p, sp, distopt):
+def stage_layers(p, split):
+    """Decoder layers per pipeline stage. even: Megatron-core's default (the first layers % p
+    stages take one more). balanced: twinkle's default, written here by brute force over every
+    composition (parallel/pipeline_split.h uses dynamic programming): minimise the largest stage
+    cost, a layer costing its forward matmul FLOPs per token and the last stage also the lm head's
+    2 * vocab * hidden; ties go to the smaller sum of squared stage costs, then to the composition
+    with the larger counts first."""
+    c = CFG
+    n = c["layers"]
+    if split == "even":
+        return [n // p + (1 if s < n % p else 0) for s in range(p)]
+    h, D, I = c["hidden"], c["head_dim"], c["inter"]
+    q, kv = c["heads"] * D, c["kv_heads"] * D
+    layer = 2 * h * (q + 2 * kv) + 2 * q * h + 6 * h * I
+    head = 2 * c["vocab"] * h
+    best = None
+    for cuts in itertools.combinations(range(1, n), p - 1):
+        counts = [b - a for a, b in zip((0,) + cuts, cuts + (n,))]
+        costs = [k * layer + (head if s == p - 1 else 0) for s, k in enumerate(counts)]
+        key = (max(costs), sum(x * x for x in costs), [-k for k in counts])
+        if best is None or key < best[0]:
+            best = (key, counts)
+    return best[1]
+
+
+def expected(t, d, p, sp, distopt, split="balanced"):
     """{rank: {(rank set, MPI call): bytes}} for one step, from Megatron's formulas."""
     c = CFG
     h, D, I = c["hidden"], c["head_dim"], c["inter"]
     q, kv = c["heads"] * D, c["kv_heads"] * D
-    L = c["layers"] // p
+    layers = stage_layers(p, split)
     Vp = math.ceil(c["vocab"] / (VOCAB_DIVISIBLE_BY * t)) * VOCAB_DIVISIBLE_BY * t
     Vl = Vp // t
     lengths = row_lengths(ROWS)
@@ -107,6 +133,7 @@ def expected(t, d, p, sp, distopt):
     for r, (ti, di, pi) in coord.items():
         e = collections.Counter()
         first, last = pi == 0, pi == p - 1
+        L = layers[pi]
 
         def add(group, call, nbytes):
             if len(g[group][r]) > 1 and nbytes:
@@ -215,6 +242,7 @@ def main():
     ap.add_argument("--dp", type=int, default=1)
     ap.add_argument("--sp", action="store_true")
     ap.add_argument("--no-distopt", action="store_true")
+    ap.add_argument("--split", default="balanced", choices=["balanced", "even"])
     a = ap.parse_args()
     assert a.np == a.tp * a.pp * a.dp
     lib = os.path.abspath(os.path.join(a.build, "tests", "libtwinkle_mpi_count.so"))
@@ -222,7 +250,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="twinkle-mpicount-")
     try:
         flags = ["--tp", str(a.tp), "--pp", str(a.pp), "--dp", str(a.dp), "--rows", str(ROWS), "--mbs", str(MBS),
-                 "--steps", "1", "--config", "tiny", "--no-baseline"]
+                 "--steps", "1", "--config", "tiny", "--no-baseline", "--split", a.split]
         if a.sp:
             flags.append("--sp")
         if a.no_distopt:
@@ -240,7 +268,7 @@ def main():
         if len(files) != a.np:
             print(f"FAILED: {len(files)} count files for {a.np} ranks (is the PMPI library preloaded?)")
             return 1
-        want = expected(a.tp, a.dp, a.pp, a.sp, not a.no_distopt)
+        want = expected(a.tp, a.dp, a.pp, a.sp, not a.no_distopt, a.split)
         _, g = groups(a.tp, a.dp, a.pp)
         names = {}
         for name, per in g.items():

@@ -67,6 +67,9 @@ int train_main(int argc, char** argv) {
   double moe_z_coeff = 0.0;
   std::string dump_grads;
   std::string kernels = "fused";
+  std::string pipeline_split = "balanced";
+  std::string recompute = "full";
+  std::vector<int64_t> layers_per_stage;
   bool sp = false, dist_opt = true, shuffle = false, packing = false, skip_bad = false, no_save = false;
   bool drop_last = false, ignore_empty_think = false;
   // LoRA (model/lora_config.h; PEFT's LoraConfig): on when --lora-r > 0 or --adapter is given.
@@ -103,6 +106,12 @@ int train_main(int argc, char** argv) {
   app.add_option("--tp", tp, "tensor-parallel size");
   app.add_option("--pp", pp, "pipeline-parallel size");
   app.add_option("--dp", dp, "data-parallel size (0 = world / (tp*pp*cp))");
+  app.add_option("--pipeline-split", pipeline_split,
+                 "balanced (stages of equal matmul FLOPs, lm head on the last; default) | even (Megatron's default)");
+  app.add_option("--recompute-granularity", recompute,
+                 "activation recompute: full (every layer from its input; Twinkle's default) | selective (core attention) | none");
+  app.add_option("--layers-per-stage", layers_per_stage, "decoder layers of each pipeline stage (overrides --pipeline-split)")
+      ->delimiter(',');
   app.add_option("--cp", cp, "context-parallel size (every sequence split over cp ranks, load-balanced)");
   app.add_option("--cp-comm-type", cp_comm_type, "p2p (ring attention) | a2a (Ulysses; heads divisible by cp*tp)");
   app.add_option("--ep", ep, "expert-parallel size (Qwen3-MoE)");
@@ -194,6 +203,9 @@ int train_main(int argc, char** argv) {
   mo.moe_z_loss_coeff = moe_z_coeff;
   mo.cp_comm_type = cp_comm_type;
   mo.kernels = kernels;
+  mo.pipeline_split = pipeline_split;
+  mo.recompute_granularity = recompute;
+  mo.layers_per_stage = layers_per_stage;
   twinkle::validate(mo);
   const bool use_lora = lora.r > 0 || !adapter_dir.empty();
   if (lora.r > 0) twinkle::validate(lora);

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "twinkle/core/tensor.h"
@@ -87,6 +88,19 @@ struct DecoderLayerActivations {
   float* out = nullptr;       ///< [Tl, H] layer output (the next layer's input)
 };
 
+/// Activation recompute (Megatron's recompute_granularity; Twinkle's MegatronModel option):
+/// None keeps every buffer below per micro-batch slot; Selective drops the core attention's
+/// output and log-sum-exp (attn.ctx, attn.lse: Megatron's recompute_modules "core_attn") and
+/// runs the attention again in backward from the saved q, k, v; Full keeps only each dense
+/// layer's output (the next layer's input, Megatron's uniform method with one layer per chunk)
+/// and runs the whole layer forward again in backward, collectives included. Sparse MoE layers
+/// keep all their buffers under Full (not recomputed yet). Every mode gives bit-identical
+/// results: the recomputation runs the same kernels on the same inputs.
+enum class Recompute { None, Selective, Full };
+
+/// Parses "none" | "selective" | "full"; throws twinkle::Error naming recompute_granularity.
+Recompute parse_recompute(const std::string& name);
+
 /// Sizes that fix the buffers of a stage.
 struct ActivationDims {
   int64_t hidden = 0, q_width = 0, kv_width = 0, q_heads = 0, kv_heads = 0, intermediate = 0;
@@ -95,6 +109,32 @@ struct ActivationDims {
   int tp = 1;
   bool sequence_parallel = false;
   bool last_stage = false;      ///< holds the final norm and its saved gradient
+  Recompute recompute = Recompute::None;
+  /// Whether stage layer i keeps only its output (Full recompute of a dense layer).
+  bool recomputed(size_t i) const {
+    return recompute == Recompute::Full && !(i < moe_layer.size() && moe_layer[i]);
+  }
+};
+
+/// Floats StageActivations::reserve allocates for a micro-batch of T tokens (its capacity
+/// T + T/4 + 16 tokens, 64-byte aligned buffers; MoE blocks' vectors not included). For
+/// `twinkle plan` (train/plan.h).
+int64_t stage_activation_floats(const ActivationDims& d, int64_t T);
+/// Floats RecomputeBuffers::reserve allocates for T tokens (0 under Recompute::None).
+int64_t recompute_buffer_floats(const ActivationDims& d, int64_t T);
+
+/// The buffers a recomputed layer runs in, one set per stage (not per slot): under Full a
+/// whole dense layer's (its `out` too, so recomputing never touches the slot's saved output),
+/// under Selective the core attention's ctx and lse. Empty under None.
+struct RecomputeBuffers {
+  DecoderLayerActivations layer;
+  /// Points the fields at buffers for T tokens (grows with headroom like StageActivations).
+  void reserve(const ActivationDims& d, int64_t T);
+  size_t bytes() const { return storage_.defined() ? storage_.nbytes() : 0; }
+
+ private:
+  Tensor storage_;
+  int64_t capacity_ = 0;
 };
 
 /// Router statistics of one micro-batch over this stage's MoE layers (real tokens only),

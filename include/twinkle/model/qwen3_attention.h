@@ -36,6 +36,11 @@ class Qwen3Attention {
   const float* backward(const float* dy_local, const StageBatch& b, const AttentionActivations& a,
                         Workspace& scratch) const;
 
+  /// Selective recompute (Megatron's recompute_modules "core_attn"): runs the core attention
+  /// again from the saved a.q, a.k, a.v into a.ctx and a.lse (the flash kernel, or the cp
+  /// ring / Ulysses with the same communication). Bit-identical to what forward wrote.
+  void recompute_core(const StageBatch& b, AttentionActivations& a) const;
+
   parallel::ColumnParallelLinear qkv_proj;  ///< parts q_proj, k_proj, v_proj
   parallel::RowParallelLinear o_proj;
   RMSNorm q_norm, k_norm;                   ///< per head, over head_dim

@@ -52,8 +52,17 @@
 namespace twinkle {
 
 struct Qwen3ModelOptions {
-  /// Decoder layers per pipeline stage (size pp, summing to num_hidden_layers); empty = even split.
+  /// Decoder layers per pipeline stage (size pp, summing to num_hidden_layers); empty = the
+  /// split `pipeline_split` names.
   std::vector<int64_t> layers_per_stage;
+  /// Split without layers_per_stage (parallel/pipeline_split.h): "balanced" (default; stages of
+  /// equal matmul FLOPs, the lm head counted on the last stage: model/qwen3_flops.h) or "even"
+  /// (Megatron-core's default).
+  std::string pipeline_split = "balanced";
+  /// Activation recompute (qwen3_activations.h Recompute; Megatron's recompute_granularity):
+  /// "none" (default here; MegatronModel defaults to Twinkle's "full"), "selective" (core
+  /// attention), "full" (every dense layer from its input). Results are bit-identical.
+  std::string recompute_granularity = "none";
   /// Tokens per chunk of the fused lm-head + cross-entropy (bounds the [chunk, vocab/tp] logits buffer).
   int64_t lm_head_chunk_tokens = 1024;
   /// Qwen3-MoE router losses (issue 10; parallel/expert_layout.h check_moe_loss_options):
@@ -192,11 +201,15 @@ class Qwen3Model {
   void set_global_micro_batches(int64_t n) { global_mbs_ = n > 0 ? n : 1; }
   /// Router statistics of slot `slot`'s last forward over this stage's MoE layers.
   const MoeStageStats& moe_stats(int slot) const;
+  /// The activation recompute mode (options().recompute_granularity parsed).
+  Recompute recompute() const { return recompute_; }
+  /// Bytes of the saved activations of every micro-batch slot (what recompute shrinks).
+  size_t saved_activation_bytes() const;
   /// The activations slot `slot` holds (its last forward; read-only, e.g. the routing a
   /// benchmark checks its all-to-all volume against). Throws twinkle::Error for a slot
   /// without a forward.
   const StageActivations& slot_activations(int slot) const;
-  /// Bytes held by activation / scratch workspaces.
+  /// Bytes held by activation / scratch workspaces (saved activations, recompute buffers, scratch).
   size_t workspace_bytes() const;
 
   /// The kernels every compute op of this stage calls (see twinkle/model/kernelize.h to swap them).
@@ -241,6 +254,8 @@ class Qwen3Model {
   RMSNorm norm_;                                       // last stage
   parallel::VocabParallelLMHead lm_head_;              // last stage
   std::vector<StageActivations> slots_;                // saved activations per micro-batch slot
+  Recompute recompute_ = Recompute::None;
+  RecomputeBuffers work_;                              // where recomputed layers run (one per stage)
   Workspace scratch_;                                  // scratch only: nothing in it outlives a call
   int64_t global_mbs_ = 1;                             // micro-batches of the step (MoE losses)
 };

@@ -29,7 +29,17 @@ struct MegatronModelOptions {
   int64_t micro_batch_size = 0;      ///< rows per micro-batch (>= 0); 0 = Twinkle's min(2, local rows)
   bool load_weights = true;          ///< load safetensors when the model dir has them
   uint64_t seed = 0;                 ///< init seed when there are no weights; 0 = twinkle::global_seed()
-  std::vector<int64_t> layers_per_stage;  ///< custom pipeline split (empty = even)
+  std::vector<int64_t> layers_per_stage;  ///< custom pipeline split (empty = pipeline_split)
+  /// Pipeline split without layers_per_stage: "balanced" (default: stages of equal matmul FLOPs
+  /// with the lm head on the last one, Megatron's account_for_loss_in_pipeline_split by cost)
+  /// or "even" (Megatron-core's default). `--pipeline-split`.
+  std::string pipeline_split = "balanced";
+  /// Activation recompute, Megatron's recompute_granularity (model/qwen3_activations.h
+  /// Recompute): "full" (default, as Twinkle's MegatronModel constructor: every dense layer
+  /// recomputed from its input in backward, uniform, one layer per chunk), "selective" (core
+  /// attention only) or "none". Results are bit-identical; only memory and time change.
+  /// `--recompute-granularity`.
+  std::string recompute_granularity = "full";
   bool packing = false;              ///< padding-free micro-batches (one packed sequence each)
   int64_t lm_head_chunk_tokens = 1024;  ///< tokens per lm-head / cross-entropy chunk (>= 1)
   /// What a step whose loss or global grad norm is NaN / inf does (failure class B26):
@@ -57,7 +67,8 @@ struct MegatronModelOptions {
 /// The one place the model/training options are checked (the MegatronModel constructor,
 /// `twinkle train` and the recipes). Throws twinkle::Error naming the field:
 /// micro_batch_size < 0, lm_head_chunk_tokens < 1, a layers_per_stage entry < 1,
-/// on_nonfinite not "error" or "skip", kernels not "fused" or "reference", cp_comm_type not
+/// on_nonfinite not "error" or "skip", pipeline_split not "balanced" or "even",
+/// recompute_granularity not "full", "selective" or "none", kernels not "fused" or "reference", cp_comm_type not
 /// "p2p" or "a2a".
 void validate(const MegatronModelOptions& opts);
 

@@ -31,11 +31,13 @@ class MegatronModel:
                  load_weights=True, recompute_granularity='full', recompute_method='uniform', recompute_num_layers=1,
                  recompute_modules=None, **kwargs):
         """model_id: a Hugging Face Qwen3 directory or hub id. Twinkle's keywords are accepted:
-        mixed_precision ('bf16', 'fp16', 'no') and the recompute_* settings do not change the
-        result on the CPU backend (it computes in fp32 and saves in the config's dtype);
+        mixed_precision ('bf16', 'fp16', 'no') does not change the result on the CPU backend (it
+        computes in fp32 and saves in the config's dtype); recompute_granularity ('full' default,
+        'selective', None) selects activation recompute (bit-identical results, less memory;
+        recompute_method / recompute_num_layers / recompute_modules: only uniform, 1, core_attn);
         config / ddp_config (mcore objects) are not supported. Other keywords are twinkle's
         MegatronModelOptions: micro_batch_size (0 = Twinkle's min(2, local rows)), seed,
-        layers_per_stage, packing, lm_head_chunk_tokens, on_nonfinite ('error' | 'skip').
+        layers_per_stage, pipeline_split ('balanced' | 'even'), packing, lm_head_chunk_tokens, on_nonfinite ('error' | 'skip').
         Collective over the world. ValueError / TypeError for bad options; RuntimeError
         when the model does not fit the mesh or cannot be loaded."""
         if config is not None or ddp_config is not None:
@@ -52,6 +54,7 @@ class MegatronModel:
             raise ValueError('MegatronModel: device_mesh must be the mesh given to twinkle.initialize')
         opts = dict(kwargs)
         opts['load_weights'] = bool(load_weights)
+        opts['recompute_granularity'] = recompute_granularity or 'none'  # Twinkle's None = no recompute
         os.environ.setdefault('TOKENIZERS_PARALLELISM', 'true')
         self.model_id = model_id
         self.mixed_precision = mixed_precision

@@ -19,6 +19,7 @@
 
 #include "twinkle/core/error.h"
 #include "twinkle/io/safetensors.h"
+#include "twinkle/model/qwen3_flops.h"
 #include "twinkle/model/qwen3_model.h"
 
 using namespace twinkle;
@@ -414,4 +415,47 @@ TEST(PipelineSplit, EvenCustomAndErrors) {
   EXPECT_THROW(parallel::split_layers(7, 2, {3, 3}), Error);  // sums to 6
   EXPECT_THROW(parallel::split_layers(7, 2, {7, 0}), Error);  // an empty stage
   EXPECT_THROW(parallel::split_layers(7, 2, {7}), Error);     // one count for two stages
+}
+
+// The model's default split is the balanced one over model/qwen3_flops.h costs; "even" and a
+// custom layers_per_stage override it.
+TEST(PipelineSplit, ModelDefaultIsBalancedOverFlops) {
+  ModelConfig c = tiny(true, false);
+  c.num_hidden_layers = 4;
+  c.vocab_size = 4096;  // lm head 2*4096*H per token: heavier than one layer
+  const int64_t layer = qwen3_layer_matmul_flops(c, 0), head = qwen3_head_matmul_flops(c);
+  ASSERT_GT(head, layer);
+  Qwen3Model m(c, rank_state(1, 2, false, 0, 0));
+  EXPECT_EQ(m.layer_split().count, (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(m.num_local_layers(), 3);
+  Qwen3ModelOptions even;
+  even.pipeline_split = "even";
+  EXPECT_EQ(Qwen3Model(c, rank_state(1, 2, false, 0, 1), even).layer_split().count, (std::vector<int64_t>{2, 2}));
+  Qwen3ModelOptions custom;
+  custom.layers_per_stage = {1, 3};
+  EXPECT_EQ(Qwen3Model(c, rank_state(1, 2, false, 0, 0), custom).layer_split().count, (std::vector<int64_t>{1, 3}));
+  Qwen3ModelOptions bad;
+  bad.pipeline_split = "uniform";
+  EXPECT_THROW(Qwen3Model(c, rank_state(1, 2, false, 0, 0), bad), Error);
+}
+
+// Hand-computed per-token forward matmul FLOPs of the real configs (config.json of Qwen3-0.6B and
+// Qwen3-30B-A3B).
+TEST(PipelineSplit, Qwen3FlopsOfRealConfigs) {
+  ModelConfig c;
+  c.model_type = "qwen3";
+  c.hidden_size = 1024; c.num_attention_heads = 16; c.num_key_value_heads = 8; c.head_dim = 128;
+  c.intermediate_size = 3072; c.vocab_size = 151936; c.num_hidden_layers = 28;
+  // 2*1024*(2048+2*1024) + 2*2048*1024 + 6*1024*3072
+  EXPECT_EQ(qwen3_layer_matmul_flops(c, 0), 31'457'280);
+  EXPECT_EQ(qwen3_head_matmul_flops(c), 311'164'928);
+  EXPECT_DOUBLE_EQ(qwen3_attention_flops(c, 512), 4.0 * 2048 * 512);
+  ModelConfig m;
+  m.model_type = "qwen3_moe";
+  m.hidden_size = 2048; m.num_attention_heads = 32; m.num_key_value_heads = 4; m.head_dim = 128;
+  m.num_experts = 128; m.num_experts_per_tok = 8; m.moe_intermediate_size = 768; m.intermediate_size = 6144;
+  m.num_hidden_layers = 48; m.vocab_size = 151936;
+  // attention 2*2048*(4096+1024) + 2*4096*2048, router 2*2048*128, experts 2*8*3*2048*768
+  EXPECT_EQ(qwen3_layer_matmul_flops(m, 0), 37'748'736 + 524'288 + 75'497'472);
+  EXPECT_EQ(qwen3_stage_costs(m).layer.size(), 48u);
 }

@@ -1,0 +1,79 @@
+// twinkle/train/plan.h — what a layout costs each rank before launching it (`twinkle plan`).
+//
+// Per pipeline stage (every tp / cp / dp / ep rank of a stage holds the same amount), in bytes:
+//  * parameters — this rank's fp32 shards in the flat ParamStore, exactly as Qwen3Model lays them
+//    out (Megatron's sharding: q/k/v/gate/up by output rows, o/down by input columns, embedding
+//    and lm head by vocab padded to 128·tp, experts over ep; each tensor 16-element aligned, the
+//    buffer padded to 64·dp·cp);
+//  * gradients — the same size (the fp32 flat gradient buffer; Megatron's grad_reduce_in_fp32);
+//  * optimizer state — AdamW's exp_avg and exp_avg_sq (fp32) for this rank's ZeRO-1 shard
+//    (1/(dp·cp) of the dense buffer and 1/(tp·cp·dp/ep) of the expert region with the
+//    distributed optimizer), plus one bucket shard of scratch;
+//  * activations — the saved activations of the micro-batches in flight on the stage (1F1B:
+//    min(pp - stage, micro-batches) slots, model/qwen3_activations.h layout incl. its 25 %
+//    headroom, MoE blocks' routed buffers), the recompute buffers and the pipeline receive buffers;
+//  * workspace — the largest scratch buffers of one layer's backward and of the fused lm head +
+//    cross entropy ([chunk, vocab/tp] logits), with core/workspace.h's 25 % headroom;
+//  * runtime — the process itself (code, MPI, OpenMP, oneDNN), a measured constant.
+// The peak is their sum (all of them are live during the last backward). FLOPs per step count
+// forward + backward matmuls and attention (model/qwen3_flops.h; x3 the forward) plus the
+// recomputed forward.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "twinkle/io/model_config.h"
+
+namespace twinkle {
+
+struct PlanOptions {
+  int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1;
+  bool sequence_parallel = false;
+  std::string recompute_granularity = "full";  ///< as MegatronModelOptions
+  std::string pipeline_split = "balanced";
+  std::vector<int64_t> layers_per_stage;
+  int64_t micro_batch_size = 1;   ///< rows per micro-batch
+  int64_t seq_length = 2048;      ///< tokens per row (padded)
+  int64_t global_batch_size = 0;  ///< rows per step; 0 = micro_batch_size * dp (one micro-batch per replica)
+  bool use_distributed_optimizer = true;
+  int64_t lm_head_chunk_tokens = 1024;
+  /// LoRA rank on every linear layer but the lm head (Twinkle's recipes: r 8, all-linear); 0 =
+  /// full training. With an adapter the base weights are frozen: no gradient buffer, and the
+  /// gradients and optimizer state are the adapter's (parallel/lora.h sharding).
+  int64_t lora_rank = 0;
+  int64_t bucket_bytes = 4 << 20;
+  /// Bytes of the process itself; the default was measured on the development machine
+  /// (bench/README.md "twinkle plan").
+  int64_t runtime_bytes = 48ll << 20;
+};
+
+struct StagePlan {
+  int stage = 0;
+  int64_t layers = 0;
+  int64_t param_numel = 0;  ///< elements of this rank's flat parameter buffer
+  int64_t adapter_numel = 0;  ///< elements of this rank's LoRA adapter buffer (0 without one)
+  int64_t slots = 0;        ///< micro-batches whose activations are held at once
+  double params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0, runtime = 0;  ///< bytes
+  double peak = 0;                                                                            ///< bytes
+  double model_flops = 0;     ///< per rank per step (forward + backward)
+  double executed_flops = 0;  ///< model_flops + the recomputed forward
+  /// The largest of the items above, by name ("parameters", "gradients", ...).
+  std::string biggest() const;
+};
+
+struct Plan {
+  std::vector<StagePlan> stages;  ///< one per pipeline stage
+  int64_t micro_batches = 0;      ///< per data-parallel replica
+  double job_model_flops = 0;     ///< the whole job, per step
+  /// The stage with the largest peak.
+  const StagePlan& worst() const;
+};
+
+/// Plans `cfg` on the layout. Throws twinkle::Error for a layout the model refuses (heads, kv
+/// heads, intermediate or experts not divisible; pp > layers; a bad split or recompute name;
+/// global batch not divisible by micro_batch_size * dp; seq_length not divisible by cp·2 or by
+/// tp under sequence parallelism).
+Plan plan_layout(const ModelConfig& cfg, const PlanOptions& o);
+
+}  // namespace twinkle

@@ -1,0 +1,194 @@
+// `twinkle plan`: per-rank memory and FLOPs of a layout (see twinkle/train/plan.h).
+#include "twinkle/train/plan.h"
+
+#include <algorithm>
+
+#include "twinkle/core/error.h"
+#include "twinkle/model/qwen3_activations.h"
+#include "twinkle/model/qwen3_flops.h"
+#include "twinkle/parallel/pipeline_split.h"
+
+namespace twinkle {
+
+namespace {
+int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
+double ws(int64_t n) { return static_cast<double>(n + n / 4 + 16) * 4.0; }  // Workspace::get headroom
+}  // namespace
+
+std::string StagePlan::biggest() const {
+  const std::pair<const char*, double> items[] = {{"parameters", params},   {"gradients", grads},
+                                                  {"optimizer state", optimizer}, {"activations", activations},
+                                                  {"workspace", workspace}, {"runtime", runtime}};
+  auto it = std::max_element(std::begin(items), std::end(items),
+                             [](const auto& a, const auto& b) { return a.second < b.second; });
+  return it->first;
+}
+
+const StagePlan& Plan::worst() const {
+  return *std::max_element(stages.begin(), stages.end(),
+                           [](const StagePlan& a, const StagePlan& b) { return a.peak < b.peak; });
+}
+
+Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
+  const int t = o.tp, p = o.pp, d = o.dp, cp = o.cp, ep = o.ep;
+  auto need = [](bool ok, const std::string& m) {
+    if (!ok) throw Error("twinkle plan: " + m);
+  };
+  need(t >= 1 && p >= 1 && d >= 1 && cp >= 1 && ep >= 1, "--tp, --pp, --dp, --cp, --ep must be >= 1");
+  need(o.micro_batch_size >= 1 && o.seq_length >= 1, "--micro-batch-size and --seq-length must be >= 1");
+  need(c.num_attention_heads % t == 0, "num_attention_heads " + std::to_string(c.num_attention_heads) +
+                                           " is not divisible by tp " + std::to_string(t));
+  need(c.num_key_value_heads % t == 0, "num_key_value_heads " + std::to_string(c.num_key_value_heads) +
+                                           " is not divisible by tp " + std::to_string(t));
+  need(c.intermediate_size % t == 0, "intermediate_size is not divisible by tp " + std::to_string(t));
+  need(!c.is_moe() || c.num_experts % ep == 0, "num_experts is not divisible by ep " + std::to_string(ep));
+  const bool sp = o.sequence_parallel && t > 1;
+  need(o.seq_length % (cp > 1 ? 2 * cp : 1) == 0, "--seq-length must divide by 2·cp");
+  const int64_t gbs = o.global_batch_size > 0 ? o.global_batch_size : o.micro_batch_size * d;
+  need(gbs % (o.micro_batch_size * d) == 0, "the global batch " + std::to_string(gbs) +
+                                                " is not divisible by micro-batch size x dp");
+  const int64_t m = gbs / (o.micro_batch_size * d);
+  const Recompute rc = parse_recompute(o.recompute_granularity);
+  const parallel::LayerSplit split =
+      !o.layers_per_stage.empty() || !parallel::is_balanced_split_mode(o.pipeline_split)
+          ? parallel::split_layers(c.num_hidden_layers, p, o.layers_per_stage)
+          : parallel::balanced_split(qwen3_stage_costs(c), p);
+
+  const int64_t H = c.hidden_size, D = c.head_dim;
+  const int64_t nq = c.num_attention_heads / t * D, nkv = c.num_key_value_heads / t * D, I = c.intermediate_size / t;
+  const int64_t hq = c.num_attention_heads / t;
+  const int64_t mdiv = 128 * t, Vp = (c.vocab_size + mdiv - 1) / mdiv * mdiv, Vl = Vp / t;
+  const int64_t T = o.micro_batch_size * o.seq_length / cp;  // tokens of a micro-batch on a rank
+  const int64_t Tl = sp ? (T + t - 1) / t : T;
+  const int64_t E = c.num_experts, K = c.num_experts_per_tok, Im = c.moe_intermediate_size;
+
+  Plan plan;
+  plan.micro_batches = m;
+  const double tokens_global = static_cast<double>(gbs * o.seq_length);
+  for (int s = 0; s < p; ++s) {
+    StagePlan st;
+    st.stage = s;
+    const int64_t l0 = split.first[static_cast<size_t>(s)], nl = split.count[static_cast<size_t>(s)];
+    st.layers = nl;
+    const bool first = s == 0, last = s == p - 1;
+    // parameters: the flat buffer, tensor by tensor in table order
+    int64_t n = 0, na = 0, ne = 0;  // dense, adapter, expert elements
+    auto add = [&](int64_t k) { n += align16(k); };
+    const int64_t r = o.lora_rank;
+    // LoRA pair of a column-parallel (A [r, in] replicated, B [out/t, r]) or row-parallel
+    // (A [r, in/t], B [out, r] replicated) part; local sizes are passed
+    auto lora = [&](int64_t a_numel, int64_t b_numel) {
+      if (r > 0) na += align16(a_numel) + align16(b_numel);
+    };
+    if (first) add(Vl * H);
+    bool any_moe = false;
+    for (int64_t l = l0; l < l0 + nl; ++l) {
+      add(H);  // input_layernorm
+      add(nq * H), add(nkv * H), add(nkv * H);
+      if (c.attention_bias) add(nq), add(nkv), add(nkv);
+      add(H * nq);
+      lora(r * H, nq * r), lora(r * H, nkv * r), lora(r * H, nkv * r), lora(r * nq, H * r);
+      if (c.attention_bias) add(H);
+      add(D), add(D);  // q_norm, k_norm
+      add(H);          // post_attention_layernorm
+      if (c.is_moe() && c.is_moe_layer(l)) {
+        any_moe = true;
+        add(E * H);
+        for (int64_t e = 0; e < E / ep; ++e) {
+          ne += align16(Im * H) * 2 + align16(H * Im);
+          lora(r * H, Im * r), lora(r * H, Im * r), lora(r * Im, H * r);
+        }
+      } else {
+        add(I * H), add(I * H), add(H * I);
+        lora(r * H, I * r), lora(r * H, I * r), lora(r * I, H * r);
+      }
+    }
+    if (last) {
+      add(H);
+      if (!c.tie_word_embeddings || p > 1) add(Vl * H);
+    }
+    const int64_t align = 64 * d * cp;
+    n = (n + align - 1) / align * align;
+    // experts: their own region, ZeRO-sharded over expert-dp = tp·cp·dp / ep (Megatron, etp 1)
+    const int64_t edp = std::max<int64_t>(1, static_cast<int64_t>(t) * cp * d / ep);
+    if (ne > 0) ne = (ne + 64 * edp - 1) / (64 * edp) * (64 * edp);
+    if (na > 0) na = (na + align - 1) / align * align;
+    st.param_numel = n;
+    st.adapter_numel = na;
+    st.params = 4.0 * static_cast<double>(n + ne + na);
+    const int64_t trained = r > 0 ? na : n;  // a frozen base drops its gradient buffer
+    const int64_t trained_experts = r > 0 ? 0 : ne;
+    st.grads = 4.0 * static_cast<double>(trained + trained_experts);
+    const int64_t shards = d * cp;
+    const bool sharded = o.use_distributed_optimizer && shards > 1;
+    const int64_t be =
+        std::min<int64_t>(std::max<int64_t>(o.bucket_bytes / 4 / (16 * shards), 1) * 16 * shards, trained);
+    st.optimizer = 2.0 * 4.0 * static_cast<double>(sharded ? trained / shards : trained) +
+                   2.0 * 4.0 * static_cast<double>(o.use_distributed_optimizer ? trained_experts / edp : trained_experts) +
+                   (shards > 1 && o.use_distributed_optimizer ? 4.0 * static_cast<double>(be / shards) : 0.0);
+    // activations of the micro-batches in flight
+    ActivationDims dims;
+    dims.hidden = H;
+    dims.q_heads = hq;
+    dims.kv_heads = c.num_key_value_heads / t;
+    dims.q_width = nq;
+    dims.kv_width = nkv;
+    dims.intermediate = I;
+    dims.layers = nl;
+    for (int64_t l = l0; l < l0 + nl; ++l) dims.moe_layer.push_back(c.is_moe() && c.is_moe_layer(l));
+    dims.tp = t;
+    dims.sequence_parallel = sp;
+    dims.last_stage = last;
+    dims.recompute = rc;
+    st.slots = std::min<int64_t>(p - s, m);
+    double act = 4.0 * static_cast<double>(stage_activation_floats(dims, T));
+    if (any_moe) {  // MoeActivations vectors per MoE layer (R = T*k routed rows)
+      const int64_t R = T * K;
+      for (int64_t l = l0; l < l0 + nl; ++l)
+        if (c.is_moe() && c.is_moe_layer(l))
+          act += 4.0 * static_cast<double>(3 * T * E + T + 2 * T * K + 2 * R + R * H * 2 + 3 * R * Im) +
+                 8.0 * static_cast<double>(3 * E);
+    }
+    st.activations = act * static_cast<double>(st.slots) + 4.0 * static_cast<double>(recompute_buffer_floats(dims, T));
+    if (!first) st.activations += ws(Tl * H) / 1.25;  // pipeline receive buffers (exact size)
+    if (!last) st.activations += ws(Tl * H) / 1.25;
+    // workspace: one layer's backward scratch + the stage's own buffers
+    double w = 2 * ws(Tl * H) + ws(T * H);  // stage.dA, stage.dB; tp.dx_full (layers' and the head's)
+    if (nl > 0) {
+      w += ws(Tl * H);                                 // layer.dh
+      w += 2 * ws(T * nq) + 2 * ws(T * nkv);           // attn.dctx, dq, dk, dv
+      w += ws(T * I) + ws(2 * T * I);                  // mlp.dact, gate|up gradient
+      w += ws(T * H);                                  // tp.y_full
+      if (sp) w += 3 * ws(Tl * H) + ws(T * H);         // tp.y_local, tp.dx_local, tp.dy_full
+    }
+    if (first && t > 1) w += ws(T * H);                // tp.emb_full
+    if (last) {
+      const int64_t chunk = std::min(o.lm_head_chunk_tokens, T);
+      if (t == 1)  // the fused linear_cross_entropy kernel: its own [chunk, vocab] logits, lse in scratch
+        w += 4.0 * static_cast<double>(chunk * c.vocab_size + chunk) + ws(T);
+      else         // head.logits, lse, rmax/tgt/rscale
+        w += ws(chunk * Vl) + 4 * ws(chunk);
+    }
+    st.workspace = w;
+    st.runtime = static_cast<double>(o.runtime_bytes);
+    st.peak = st.params + st.grads + st.optimizer + st.activations + st.workspace + st.runtime;
+    // FLOPs: this stage's share of the replica's tokens, split over tp and cp
+    double per_token = 0, recompute_fwd = 0;
+    const double attn = qwen3_attention_flops(c, static_cast<double>(o.seq_length));
+    for (int64_t l = l0; l < l0 + nl; ++l) {
+      const double layer = static_cast<double>(qwen3_layer_matmul_flops(c, l)) + attn;
+      per_token += 3.0 * layer;
+      if (rc == Recompute::Full && !(c.is_moe() && c.is_moe_layer(l))) recompute_fwd += layer;
+      if (rc == Recompute::Selective) recompute_fwd += attn;
+    }
+    if (last) per_token += 3.0 * static_cast<double>(qwen3_head_matmul_flops(c));
+    const double rank_tokens = tokens_global / static_cast<double>(d) / static_cast<double>(t * cp);
+    st.model_flops = per_token * rank_tokens;
+    st.executed_flops = (per_token + recompute_fwd) * rank_tokens;
+    plan.job_model_flops += per_token * tokens_global;
+    plan.stages.push_back(st);
+  }
+  return plan;
+}
+
+}  // namespace twinkle

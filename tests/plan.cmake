@@ -1,0 +1,14 @@
+# `twinkle plan` (issue 14): the planned per-rank peak within 15 % of the measured peak RSS of the
+# bench configs (train_bench a, b; b with full recompute) and of a 4-rank pp2 dp2 layout
+# (tests/reference/check_plan.py); a layout above --memory-per-rank fails naming its biggest item.
+add_test(NAME plan_vs_measured_rss
+         COMMAND ${TWINKLE_CHECK_RUN} "check_plan: 7 cases within 15 %"
+                 /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_plan.py --build ${CMAKE_BINARY_DIR}
+                 --mpirun ${MPIEXEC_EXECUTABLE})
+set_tests_properties(plan_vs_measured_rss PROPERTIES TIMEOUT 600 PROCESSORS 2)
+add_test(NAME plan_memory_per_rank_exceeded
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/dist/expect_fail.sh 30
+                 "does not fit --memory-per-rank 0.01 GiB: stage 0 needs [0-9.]+ GiB; its biggest item is optimizer state"
+                 ${CMAKE_BINARY_DIR}/bin/twinkle plan --model ${CMAKE_SOURCE_DIR}/models/qwen3-tiny --micro-batch-size 1
+                 --seq-length 64 --memory-per-rank 0.01)
+set_tests_properties(plan_memory_per_rank_exceeded PROPERTIES TIMEOUT 60)

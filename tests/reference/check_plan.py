@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""`twinkle plan` against the measured peak RSS (issue 14): for each case, run the planner, then
+the real thing, and require the planned per-rank peak to be within 15 % of the measured peak RSS
+of every rank over the training steps (VmHWM reset after the model is built: the plan is the
+training step's memory, not the transient buffers of the seeded init).
+
+Cases: bench/train_bench configs a and b (one process; a with recompute none, b with none and
+full) and a pipelined tensor-parallel layout of bench/layout_bench (tp2 pp2, "small" config,
+fixed 512-token rows, full recompute) under mpirun. The model configs are written here from the
+figures of bench/train_bench.cpp and bench/layout_bench.cpp, not read from twinkle.
+
+Usage: check_plan.py --build BUILD_DIR [--mpirun MPIRUN] [--only a|b|layout]
+Prints "check_plan: N cases within 15 %" and exits 0, else names each miss and exits 1."""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+TOL = 0.15
+BASE = dict(model_type="qwen3", rope_theta=1e6, rms_norm_eps=1e-6, attention_bias=False)
+CONFIGS = {
+    "a": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, head_dim=32,
+              intermediate_size=768, vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=4096),
+    "b": dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=8, head_dim=64,
+              intermediate_size=2816, vocab_size=32000, tie_word_embeddings=True, max_position_embeddings=4096),
+    "small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, head_dim=32,
+                  intermediate_size=768, vocab_size=32000, tie_word_embeddings=True, max_position_embeddings=1024),
+}
+LAYOUT = "--tp 1 --pp 2 --dp 2"  # layout_bench and plan flags of the multi-rank case
+BENCH = {"a": (4, 512), "b": (2, 512)}  # train_bench: rows, tokens per row (one micro-batch)
+
+
+def write_config(tmp, name):
+    d = os.path.join(tmp, name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(dict(BASE, **CONFIGS[name]), f)
+    return d
+
+
+def plan(build, model, flags):
+    cmd = [os.path.join(build, "bin", "twinkle"), "plan", "--model", model, "--json"] + flags
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def compare(name, planned, measured, misses):
+    err = planned / measured - 1
+    ok = abs(err) <= TOL
+    print(f"{name}: planned {planned / 2**20:.1f} MiB, measured {measured / 2**20:.1f} MiB ({err:+.1%})"
+          f"{'' if ok else '  <-- MISS'}")
+    if not ok:
+        misses.append(name)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    misses, n = [], 0
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    with tempfile.TemporaryDirectory(prefix="twinkle-plan-") as tmp:
+        for cfg, rc in (("a", "none"), ("b", "none"), ("b", "full")):
+            if a.only and a.only != cfg:
+                continue
+            rows, seq = BENCH[cfg]
+            p = plan(a.build, write_config(tmp, cfg),
+                     ["--micro-batch-size", str(rows), "--seq-length", str(seq), "--recompute", rc])
+            r = subprocess.run([os.path.join(a.build, "bench", "train_bench"), "--config", cfg, "--threads", "1",
+                                "--steps", "1", "--warmup", "1", "--recompute", rc],
+                               check=True, stdout=subprocess.PIPE, text=True, env=env)
+            m = json.loads(r.stdout.strip().splitlines()[-1])
+            compare(f"train_bench {cfg} recompute {rc}", p["peak_bytes"], m["step_peak_rss_bytes"], misses)
+            n += 1
+        if not a.only or a.only == "layout":
+            lay = LAYOUT.split()
+            p = plan(a.build, write_config(tmp, "small"),
+                     lay + ["--micro-batch-size", "1", "--seq-length", "512", "--global-batch-size", "8",
+                            "--recompute", "full"])
+            cmd = [a.mpirun, "-np", "4", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "--mca",
+                   "mpi_yield_when_idle", "1", "-x", "OMP_NUM_THREADS=1", "-x", "MALLOC_MMAP_MAX_=0", "-x",
+                   "MALLOC_TRIM_THRESHOLD_=68719476736",  # what twinkle-run sets for every job
+                   os.path.join(a.build, "bench", "layout_bench")] + lay + ["--config", "small", "--rows", "8", "--mbs", "1", "--seq", "512", "--steps", "1", "--no-baseline", "--recompute", "full"]
+            out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
+            ranks = re.findall(r"rank (\d+) \(tp (\d+) pp (\d+) dp \d+[^)]*\).*step peak RSS ([0-9.]+) MiB", out)
+            if len(ranks) != 4:
+                print(out)
+                print("FAILED: expected 4 rank lines from layout_bench")
+                return 1
+            for rank, tp, pp, rss in ranks:
+                planned = p["stages"][int(pp)]["peak"]
+                compare(f"layout_bench small {LAYOUT} rank {rank} (stage {pp})", planned, float(rss) * 2**20, misses)
+                n += 1
+    if misses:
+        print(f"check_plan: {len(misses)} of {n} cases outside 15 %: {', '.join(misses)}")
+        return 1
+    print(f"check_plan: {n} cases within 15 %")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

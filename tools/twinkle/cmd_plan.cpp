@@ -1,0 +1,109 @@
+// `twinkle plan` — per-rank memory and FLOPs of a layout before launching it (train/plan.h).
+//
+//   twinkle plan --model DIR --tp 2 --pp 2 --dp 2 [--cp 1] [--ep 1] [--sequence-parallel]
+//                [--recompute full|selective|none] --micro-batch-size 1 --seq-length 4096
+//                [--global-batch-size N] [--lora-r R] [--memory-per-rank GiB] [--json]
+//
+// Prints one row per pipeline stage (every tp / cp / dp rank of a stage holds the same): GiB of
+// parameters, gradients, optimizer state, activations, workspace, runtime and the peak, and the
+// TFLOPs the rank computes per step; the last line is the per-rank peak. With --memory-per-rank,
+// a stage above it is reported with its biggest item and the exit code is 1.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "twinkle/data/hub.h"
+#include "twinkle/io/model_config.h"
+#include "twinkle/train/plan.h"
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+int cmd_plan(int argc, char** argv) {
+  CLI::App app{"Per-rank memory and FLOPs of a parallel layout, before launching it", "twinkle plan"};
+  std::string model;
+  twinkle::PlanOptions o;
+  double limit_gib = 0;
+  bool json = false;
+  app.add_option("--model", model, "model directory or hub id (config.json)")->required();
+  app.add_option("--tp", o.tp, "tensor-parallel size");
+  app.add_option("--pp", o.pp, "pipeline-parallel size");
+  app.add_option("--dp", o.dp, "data-parallel size");
+  app.add_option("--cp", o.cp, "context-parallel size");
+  app.add_option("--ep", o.ep, "expert-parallel size (Qwen3-MoE)");
+  app.add_flag("--sequence-parallel", o.sequence_parallel, "sequence parallelism in the tp regions");
+  app.add_option("--recompute,--recompute-granularity", o.recompute_granularity,
+                 "full (default, as MegatronModel) | selective | none");
+  app.add_option("--pipeline-split", o.pipeline_split, "balanced (default) | even");
+  app.add_option("--layers-per-stage", o.layers_per_stage, "decoder layers per stage (overrides --pipeline-split)")
+      ->delimiter(',');
+  app.add_option("--micro-batch-size", o.micro_batch_size, "rows per micro-batch")->required();
+  app.add_option("--seq-length", o.seq_length, "tokens per row")->required();
+  app.add_option("--global-batch-size", o.global_batch_size, "rows per step (default: micro-batch size x dp)");
+  app.add_option("--use-distributed-optimizer", o.use_distributed_optimizer, "ZeRO-1 sharding over dp·cp (default true)");
+  app.add_option("--lora-r", o.lora_rank, "LoRA rank on all linear layers (the recipes: 8); 0 = full training");
+  app.add_option("--memory-per-rank", limit_gib, "GiB a rank may use: a stage above it fails the plan (exit 1)");
+  app.add_flag("--json", json, "one JSON object instead of the table");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  const std::string dir = twinkle::resolve_model_dir(model);
+  const twinkle::ModelConfig cfg = twinkle::load_model_config((std::filesystem::path(dir) / "config.json").string());
+  const twinkle::Plan plan = twinkle::plan_layout(cfg, o);
+  const auto& worst = plan.worst();
+  if (json) {
+    nlohmann::json j;
+    j["micro_batches"] = plan.micro_batches;
+    j["job_model_flops_per_step"] = plan.job_model_flops;
+    j["peak_bytes"] = worst.peak;
+    for (const auto& s : plan.stages)
+      j["stages"].push_back({{"stage", s.stage},         {"layers", s.layers},       {"slots", s.slots},
+                             {"params", s.params},       {"grads", s.grads},         {"optimizer", s.optimizer},
+                             {"activations", s.activations}, {"workspace", s.workspace}, {"runtime", s.runtime},
+                             {"peak", s.peak},           {"model_flops", s.model_flops},
+                             {"executed_flops", s.executed_flops}, {"biggest", s.biggest()}});
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%s: tp %d pp %d dp %d cp %d ep %d%s%s, recompute %s, micro-batch %lld x %lld tokens, %lld micro-batches "
+                "per replica; %d ranks\n",
+                dir.c_str(), o.tp, o.pp, o.dp, o.cp, o.ep, o.sequence_parallel ? " sp" : "",
+                o.lora_rank > 0 ? (", LoRA r " + std::to_string(o.lora_rank)).c_str() : "",
+                o.recompute_granularity.c_str(), static_cast<long long>(o.micro_batch_size),
+                static_cast<long long>(o.seq_length), static_cast<long long>(plan.micro_batches),
+                o.tp * o.pp * o.dp * o.cp);
+    std::printf("%-6s %-7s %-6s %11s %11s %11s %11s %11s %9s %10s %14s\n", "stage", "layers", "slots", "params GiB",
+                "grads GiB", "optim GiB", "activ GiB", "work GiB", "rt GiB", "peak GiB", "TFLOP/step");
+    for (const auto& s : plan.stages)
+      std::printf("%-6d %-7lld %-6lld %11.3f %11.3f %11.3f %11.3f %11.3f %9.3f %10.3f %14.3f\n", s.stage,
+                  static_cast<long long>(s.layers), static_cast<long long>(s.slots), s.params / kGiB, s.grads / kGiB,
+                  s.optimizer / kGiB, s.activations / kGiB, s.workspace / kGiB, s.runtime / kGiB, s.peak / kGiB,
+                  s.executed_flops / 1e12);
+    std::printf("job: %.3f TFLOP per step (model FLOPs, forward + backward)\n", plan.job_model_flops / 1e12);
+    std::printf("per-rank peak: %.3f GiB (stage %d)\n", worst.peak / kGiB, worst.stage);
+  }
+  if (limit_gib > 0 && worst.peak > limit_gib * kGiB) {
+    const double big = worst.biggest() == "parameters"        ? worst.params
+                       : worst.biggest() == "gradients"       ? worst.grads
+                       : worst.biggest() == "optimizer state" ? worst.optimizer
+                       : worst.biggest() == "activations"     ? worst.activations
+                       : worst.biggest() == "workspace"       ? worst.workspace
+                                                              : worst.runtime;
+    std::fprintf(stderr,
+                 "twinkle plan: the layout does not fit --memory-per-rank %.2f GiB: stage %d needs %.3f GiB; its "
+                 "biggest item is %s (%.3f GiB)\n",
+                 limit_gib, worst.stage, worst.peak / kGiB, worst.biggest().c_str(), big / kGiB);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+TWINKLE_REGISTER_COMMAND("plan", "per-rank memory and FLOPs of a layout, before launching it", cmd_plan);
