@@ -9,8 +9,9 @@ add_test(NAME recipe_ascend_visible_devices_fails_at_once
          COMMAND ${CMAKE_COMMAND} -E env ASCEND_RT_VISIBLE_DEVICES=0,1 TWINKLE_DEVICE=npu
                  ${CMAKE_SOURCE_DIR}/tests/dist/expect_fail.sh 10 "no NPU backend"
                  ${CMAKE_BINARY_DIR}/examples/tp_recipe --dp 1 --tp 1 --pp 1)
+# (a CUDA build on a machine without a GPU fails as fast, naming the missing GPU)
 add_test(NAME recipe_cuda_without_backend_fails_at_once
-         COMMAND ${CMAKE_SOURCE_DIR}/tests/dist/expect_fail.sh 10 "no CUDA backend"
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/dist/expect_fail.sh 10 "no CUDA backend|device 'cuda': no GPU visible"
                  ${CMAKE_BINARY_DIR}/examples/tp_recipe --device cuda --dp 1 --tp 1 --pp 1)
 add_test(NAME recipe_world_size_mismatch_fails
          COMMAND ${CMAKE_SOURCE_DIR}/tests/dist/expect_fail.sh 30 "world size 1 does not match the device mesh"

@@ -9,7 +9,7 @@ Tensor Workspace::get(const std::string& key, const Shape& shape, DType dt, bool
   auto it = bufs_.find(key);
   if (it == bufs_.end() || it->second.numel() < n) {
     // 25% headroom so slowly growing sequence lengths do not reallocate every step
-    bufs_[key] = Tensor::zeros({n + n / 4 + 16});
+    bufs_[key] = Tensor::zeros({n + n / 4 + 16}, DType::F32, dev_);
     it = bufs_.find(key);
   }
   Tensor out = it->second.narrow(0, 0, n).view(shape);

@@ -14,6 +14,7 @@
 
 #include "twinkle/core/error.h"
 #include "twinkle/dist/mpi_process_group.h"
+#include "twinkle/dist/nccl_process_group.h"
 
 namespace twinkle {
 namespace {
@@ -154,6 +155,14 @@ int local_rank() {
   return 0;
 }
 
+bool cuda_backend_built() {
+#ifdef TWINKLE_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
 int local_device_id(const std::string& device_type) {
   if (device_type == "cpu") return -1;
   const char* var = device_type == "npu" ? "ASCEND_RT_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES";
@@ -239,6 +248,10 @@ void initialize(const InitOptions& opts) {
     check(mesh.world_size() == 1, mismatch(1));
     g_state = dist::make_mpi_state(mesh);  // no MPI: size-1 local groups over this mesh
   }
+#ifdef TWINKLE_WITH_CUDA
+  // device_type cuda: every group also moves device buffers (NCCL, or host-staged when ranks share a GPU)
+  if (dev == "cuda") dist::attach_cuda_groups(*g_state);
+#endif
   g_seed = opts.seed;
   g_full_determinism = opts.full_determinism;
   g_initialized = true;

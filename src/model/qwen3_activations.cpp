@@ -77,7 +77,7 @@ void StageActivations::reserve(const ActivationDims& d, int64_t T) {
     int64_t total = 0;
     layout(*this, d, cap, [&](float*&, int64_t n) { total += aligned(n); });
     storage_ = Tensor();  // release the old buffer before allocating the new one
-    storage_ = Tensor::zeros({total});
+    storage_ = Tensor::zeros({total}, DType::F32, d.device);
     float* base = storage_.f32();
     int64_t off = 0;
     layout(*this, d, cap, [&](float*& p, int64_t n) {

@@ -30,8 +30,8 @@ const float* Qwen3Attention::forward(const float* x_local, const StageBatch& b, 
   float* const proj[3] = {a.q_pre, a.k_pre, a.v};
   a.x = qkv_proj.forward(x_local, a.x_full, proj, T);
   // q_norm / k_norm and RoPE in one pass per head row (the qk_norm_rope op)
-  q_norm.forward_rope(a.q_pre, a.q, a.rstd_q, b.positions.data(), *rope_, T, hq_);
-  k_norm.forward_rope(a.k_pre, a.k, a.rstd_k, b.positions.data(), *rope_, T, hkv_);
+  q_norm.forward_rope(a.q_pre, a.q, a.rstd_q, b.positions_ptr(), *rope_, T, hq_);
+  k_norm.forward_rope(a.k_pre, a.k, a.rstd_k, b.positions_ptr(), *rope_, T, hkv_);
   recompute_core(b, a);
   return o_proj.forward(a.ctx, T, scratch);
 }
@@ -46,7 +46,7 @@ void Qwen3Attention::recompute_core(const StageBatch& b, AttentionActivations& a
                             "sliding-window attention yet");
     b.cp_attention->forward(&a, *b.cp, a.q, a.k, a.v, a.ctx, a.lse, hq_, hkv_, D, scale);
   } else {
-    qkv_proj.kernels().attention.forward(a.q, a.k, a.v, a.ctx, a.lse, b.cu_seqlens.data(), nseg, hq_, hkv_, D,
+    qkv_proj.kernels().attention.forward(a.q, a.k, a.v, a.ctx, a.lse, b.cu_seqlens_ptr(), nseg, hq_, hkv_, D,
                                          scale, window_);
   }
 }
@@ -64,10 +64,10 @@ const float* Qwen3Attention::backward(const float* dy_local, const StageBatch& b
   if (b.cp)
     b.cp_attention->backward(&a, *b.cp, a.q, a.k, a.v, a.ctx, a.lse, dctx, dq, dk, dv, hq_, hkv_, D, scale);
   else
-    qkv_proj.kernels().attention.backward(a.q, a.k, a.v, a.ctx, a.lse, dctx, dq, dk, dv, b.cu_seqlens.data(), nseg,
+    qkv_proj.kernels().attention.backward(a.q, a.k, a.v, a.ctx, a.lse, dctx, dq, dk, dv, b.cu_seqlens_ptr(), nseg,
                                           hq_, hkv_, D, scale, window_);
-  q_norm.backward_rope(a.q_pre, a.rstd_q, b.positions.data(), *rope_, dq, dq, T, hq_);
-  k_norm.backward_rope(a.k_pre, a.rstd_k, b.positions.data(), *rope_, dk, dk, T, hkv_);
+  q_norm.backward_rope(a.q_pre, a.rstd_q, b.positions_ptr(), *rope_, dq, dq, T, hq_);
+  k_norm.backward_rope(a.k_pre, a.rstd_k, b.positions_ptr(), *rope_, dk, dk, T, hkv_);
   const float* const dproj[3] = {dq, dk, dv};
   return qkv_proj.backward(a.x, dproj, T, scratch);
 }

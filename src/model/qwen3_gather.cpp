@@ -39,14 +39,16 @@ std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather(bool grads, bool 
                         (expert ? ps_->coord.edp == 0 && ps_->coord.etp == 0 : ps_->coord.dp == 0 && ps_->coord.cp == 0);
       if (world.rank() == src && mine) {
         const Param& p = table_.param(id);
-        Tensor t = grads ? p.grad : p.data;
-        check(t.defined(), "gather_state_dict: " + e.name + " is frozen (no gradient)");
-        if (flat) {  // the same slice of another buffer in the store's flat layout
-          t = Tensor::empty(p.data.shape());
-          std::memcpy(t.f32(), flat + p.flat_offset, static_cast<size_t>(t.numel()) * 4);
+        Tensor dt = grads ? p.grad : p.data;
+        check(dt.defined(), "gather_state_dict: " + e.name + " is frozen (no gradient)");
+        if (flat) {  // the same slice of another buffer in the store's flat layout (host memory)
+          dt = Tensor::empty(p.data.shape());
+          std::memcpy(dt.f32(), flat + p.flat_offset, static_cast<size_t>(dt.numel()) * 4);
         }
+        // Device tensors travel through host memory (the world group's MPI path).
+        const Tensor t = dt.device() == Device::CPU ? dt : dt.to(Device::CPU);
         if (src == 0) {
-          pieces.push_back(t.clone());
+          pieces.push_back(dt.device() == Device::CPU ? t.clone() : t);
           specs.push_back(p.shard);
           locals.push_back(p.shape);
         } else {

@@ -53,6 +53,8 @@ std::vector<std::string> Qwen3Model::linear_modules() const {
 
 void Qwen3Model::add_adapter(const LoraConfig& cfg, uint64_t seed) {
   check(!has_adapter(), "add_adapter: the model already has an adapter (one adapter per model)");
+  check(dev_ == Device::CPU, "add_adapter: LoRA on device '" + device_name(dev_) + "' is not implemented yet; use "
+                             "device_type cpu");
   validate(cfg);
   check(cfg.lora_dropout == 0.0 || ps_->cp_size() == 1,
         "add_adapter: lora_dropout " + std::to_string(cfg.lora_dropout) + " (--lora-dropout) with context parallelism (cp " +

@@ -2,6 +2,7 @@
 #include "twinkle/model/qwen3_model.h"
 #include "twinkle/model/qwen3_flops.h"
 #include "twinkle/model/rope_variant.h"
+#include "twinkle/core/device_copy.h"
 
 #include "twinkle/dist/runtime.h"
 #include "twinkle/parallel/expert_layout.h"
@@ -12,6 +13,18 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
     : cfg_(cfg), ps_(std::move(ps)), opts_(std::move(opts)) {
   kernels_ = kernels::resolve_kernels(ps_->mesh.device_type(), opts_.kernels);
   recompute_ = parse_recompute(opts_.recompute_granularity);
+  dev_ = parse_device(ps_->mesh.device_type());
+  if (dev_ != Device::CPU) {
+    // What still runs host loops over model buffers is refused by name (issue 18's first slice:
+    // the dense model on tp/pp/dp layouts).
+    const std::string on = " on device '" + ps_->mesh.device_type() + "' is not implemented yet";
+    check(!cfg_.is_moe(), "Qwen3-MoE (model_type qwen3_moe)" + on + "; use device_type cpu");
+    check(ps_->cp->size() == 1, "context parallelism (cp > 1)" + on + "; use cp = 1");
+    check(!cfg_.attention_bias, "attention_bias = true" + on + "; use device_type cpu");
+    check(recompute_ == Recompute::None, "recompute_granularity '" + opts_.recompute_granularity + "'" + on +
+                                            "; use none");
+    scratch_.set_device(dev_);
+  }
   check(cfg_.model_type == "qwen3" || cfg_.model_type == "qwen3_moe",
         "Qwen3Model: model_type '" + cfg_.model_type + "' is neither qwen3 nor qwen3_moe" +
             (cfg_.source.empty() ? "" : " (" + cfg_.source + ")"));
@@ -49,7 +62,7 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   build_table();
   table_.materialize(stage, store_, ps_->ep_rank());  // this ep rank's experts only
   // Each region's size divisible by its ZeRO shard count: dense over dp-cp, experts over edp.
-  store_.finalize(64 * ps_->dp_cp->size(), 64 * ps_->edp->size());
+  store_.finalize(64 * ps_->dp_cp->size(), 64 * ps_->edp->size(), dev_);
 }
 
 void Qwen3Model::set_kernels(const kernels::KernelTable& t) {
@@ -124,7 +137,12 @@ ActivationDims Qwen3Model::activation_dims() const {
   d.sequence_parallel = sp_;
   d.last_stage = last_;
   d.recompute = recompute_;
+  d.device = dev_;
   return d;
+}
+
+float* Qwen3Model::pipeline_buffer(int which, int64_t elems) {
+  return scratch_.get(which == 0 ? "pp.recv_fwd" : "pp.recv_bwd", {elems}).f32();
 }
 
 size_t Qwen3Model::saved_activation_bytes() const {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "twinkle/core/device_copy.h"
 #include "twinkle/kernels/cpu/embedding.h"
 #include "twinkle/kernels/cpu/moe_aux_loss.h"
 #include "twinkle/model/qwen3_model.h"
@@ -102,8 +103,33 @@ StageBatch Qwen3Model::prepare(const MicroBatch& mb) const {
     for (int64_t t = T0; t < b.T; ++t)  // SP padding: a row id no batch reaches
       b.lora_token_key[static_cast<size_t>(t)] = parallel::lora_token_key(0xffffffffll, t - T0);
   }
+  if (dev_ != Device::CPU) upload(b);
   return b;
 }
+
+// One host -> device copy per micro-batch: ids, targets, positions, cu_seqlens and the ids of the
+// embedding backward (the padding id masked to -1: its row gets no gradient from the lookup, as
+// VocabParallelEmbedding::backward does on the host).
+void Qwen3Model::upload(StageBatch& b) const {
+  const size_t T = static_cast<size_t>(b.T), S = b.cu_seqlens.size();
+  std::vector<int32_t> h;
+  h.reserve(4 * T + S);
+  h.insert(h.end(), b.ids.begin(), b.ids.end());
+  h.insert(h.end(), b.targets.begin(), b.targets.end());
+  h.insert(h.end(), b.positions.begin(), b.positions.end());
+  for (int32_t id : b.ids) h.push_back(cfg_.pad_token_id && id == *cfg_.pad_token_id ? -1 : id);
+  h.insert(h.end(), b.cu_seqlens.begin(), b.cu_seqlens.end());
+  b.device_ints = Tensor::zeros({static_cast<int64_t>(h.size())}, DType::I32, dev_);
+  upload_bytes(dev_, b.device_ints.raw(), h.data(), h.size() * 4);
+  const int32_t* d = b.device_ints.data<int32_t>();
+  b.dev_ids = d;
+  b.dev_targets = d + T;
+  b.dev_positions = d + 2 * T;
+  b.dev_ids_nopad = d + 3 * T;
+  b.dev_cu_seqlens = d + 4 * T;
+}
+
+int64_t Qwen3Model::hidden_rows(const StageBatch& b) const { return sp_ ? b.T / tp_ : b.T; }
 
 parallel::LoraDropout Qwen3Model::lora_dropout_for(const StageBatch& b, bool training, int slot) const {
   parallel::LoraDropout d;
@@ -122,8 +148,6 @@ parallel::LoraDropout Qwen3Model::lora_dropout_for(const StageBatch& b, bool tra
   return d;
 }
 
-int64_t Qwen3Model::hidden_rows(const StageBatch& b) const { return sp_ ? b.T / tp_ : b.T; }
-
 double Qwen3Model::forward(int slot, const StageBatch& b, const float* in_hidden, float grad_scale, bool training) {
   StageActivations& a = slot_acts(slot);
   const ActivationDims dims = activation_dims();
@@ -131,10 +155,10 @@ double Qwen3Model::forward(int slot, const StageBatch& b, const float* in_hidden
   work_.reserve(dims, b.T);
   const int64_t T = b.T, Tl = hidden_rows(b), H = cfg_.hidden_size;
   if (first_) {
-    embed_tokens_.forward(b.ids.data(), T, a.x0, scratch_);
+    embed_tokens_.forward(b.ids_ptr(), T, a.x0, scratch_);
   } else {
     check(in_hidden != nullptr, "Qwen3Model::forward: a non-first stage needs the previous stage's hidden state");
-    std::memcpy(a.x0, in_hidden, static_cast<size_t>(Tl * H) * 4);
+    copy_bytes(dev_, a.x0, in_hidden, static_cast<size_t>(Tl * H) * 4);
   }
   const float* x = a.x0;
   const parallel::LoraDropout drop = lora_dropout_for(b, training, slot);
@@ -162,7 +186,7 @@ double Qwen3Model::forward(int slot, const StageBatch& b, const float* in_hidden
   norm_.forward(x, a.final_norm, a.rstd_final, Tl);
   const bool grad = training && grad_scale != 0.0f;
   if (!grad && b.num_targets == 0) return 0.0;  // nothing to score (generation)
-  return lm_head_.forward(a.final_norm, b.targets.data(), T, grad_scale, grad ? a.d_final_norm : nullptr, scratch_);
+  return lm_head_.forward(a.final_norm, b.targets_ptr(), T, grad_scale, grad ? a.d_final_norm : nullptr, scratch_);
 }
 
 // The router statistics of the micro-batch over this stage's MoE layers (real tokens only) and
@@ -289,7 +313,10 @@ const float* Qwen3Model::backward(int slot, const StageBatch& b, const float* d_
     cur ^= 1;
   }
   if (!first_) return dcur;
-  embed_tokens_.backward(dcur, b.ids.data(), T, cfg_.pad_token_id, scratch_);
+  if (b.dev_ids_nopad)  // the device copy already has the padding id masked
+    embed_tokens_.backward(dcur, b.dev_ids_nopad, T, std::nullopt, scratch_);
+  else
+    embed_tokens_.backward(dcur, b.ids.data(), T, cfg_.pad_token_id, scratch_);
   return nullptr;
 }
 

@@ -28,6 +28,19 @@ uint64_t splitmix64(uint64_t x) {
 const std::string& where(const CheckpointReader& r) { return r.dir(); }
 const std::string& where(const SafetensorsFile& f) { return f.path(); }
 
+// Runs fill(host_view) on the parameter's bytes: in place on the host; on a device through a host
+// tensor that is then uploaded (init and checkpoint loading are the only host writers of weights).
+template <class F>
+void write_param(Tensor& dst, F&& fill) {
+  if (dst.device() == Device::CPU) {
+    fill(dst);
+    return;
+  }
+  Tensor h = Tensor::zeros(dst.shape());
+  fill(h);
+  dst.copy_(h);
+}
+
 }  // namespace
 
 void Qwen3Model::init_random(uint64_t seed) {
@@ -38,7 +51,7 @@ void Qwen3Model::init_random(uint64_t seed) {
     Param& p = table_.param(id);
     switch (e.init) {
       case parallel::ParamInit::Ones:
-        p.data.fill_(1.0f);
+        write_param(p.data, [](Tensor& t) { t.fill_(1.0f); });
         break;
       case parallel::ParamInit::Zeros:
         p.data.zero_();
@@ -55,7 +68,7 @@ void Qwen3Model::init_random(uint64_t seed) {
         if (e.name == "model.embed_tokens.weight" && cfg_.pad_token_id && *cfg_.pad_token_id >= 0 &&
             *cfg_.pad_token_id < e.full[0])
           std::memset(f + *cfg_.pad_token_id * e.full[1], 0, sizeof(float) * static_cast<size_t>(e.full[1]));
-        shard_from_full(e.shard, e.local, f, p.data.f32());
+        write_param(p.data, [&](Tensor& t) { shard_from_full(e.shard, e.local, f, t.f32()); });
         break;
       }
     }
@@ -78,16 +91,27 @@ void Qwen3Model::load_entry(const Reader& ck, size_t id, float* dst_override) {
     check(info.shape == e.full, "checkpoint " + where(ck) + ": tensor '" + name + "' has shape " + shape_str(info.shape) +
                                     ", expected " + shape_str(e.full) + " from config.json");
     Param& p = table_.param(id);
-    float* dst = dst_override ? dst_override : p.data.f32();
+    // The host bytes to fill: the caller's flat buffer, the parameter itself on the host, or (device
+    // parameters) a host staging tensor uploaded at the end.
+    Tensor staging;
+    if (!dst_override && p.data.device() != Device::CPU) staging = Tensor::zeros(p.data.shape());
+    float* dst = dst_override ? dst_override : staging.defined() ? staging.f32() : p.data.f32();
+    auto commit = [&] {
+      if (staging.defined()) p.data.copy_(staging);
+    };
     const ShardSpec& sp = e.shard;
     if (sp.split_dim == -1) {
       Tensor full = ck.load_f32(name);
       shard_from_full(sp, e.local, full.f32(), dst);
+      commit();
       return;
     }
     // Read only this rank's slice (a tp shard of a large checkpoint never exists in full here).
     std::memset(dst, 0, static_cast<size_t>(p.data.numel()) * 4);  // vocab padding rows stay zero
-    if (sp.valid == 0) return;
+    if (sp.valid == 0) {
+      commit();
+      return;
+    }
     Tensor part = ck.load_f32_narrow(name, sp.split_dim, sp.offset, sp.valid);
     const float* src = part.f32();
     if (sp.split_dim == 0 || e.local.size() == 1) {
@@ -97,6 +121,7 @@ void Qwen3Model::load_entry(const Reader& ck, size_t id, float* dst_override) {
       for (int64_t r = 0; r < sp.full_rows; ++r)
         std::memcpy(dst + r * local_cols, src + r * sp.valid, static_cast<size_t>(sp.valid) * 4);
     }
+    commit();
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "twinkle/core/device_copy.h"
 #include "twinkle/core/error.h"
 
 namespace twinkle {
@@ -90,8 +91,23 @@ DistributedOptimizer::DistributedOptimizer(ParamStore& store, std::shared_ptr<di
       }
     }
   }
-  m_.assign(static_cast<size_t>(state), 0.0f);
-  v_.assign(static_cast<size_t>(state), 0.0f);
+  state_n_ = state;
+  if (store_.device() == Device::CPU) {
+    m_.assign(static_cast<size_t>(state), 0.0f);
+    v_.assign(static_cast<size_t>(state), 0.0f);
+  } else {  // AdamW state next to the parameters, on the GPU (zero-filled)
+    dm_ = Tensor::zeros({std::max<int64_t>(state, 1)}, DType::F32, store_.device());
+    dv_ = Tensor::zeros({std::max<int64_t>(state, 1)}, DType::F32, store_.device());
+  }
+}
+
+float* DistributedOptimizer::bucket_scratch(int64_t n) {
+  if (store_.device() == Device::CPU) {
+    if (static_cast<int64_t>(scratch_.size()) < n) scratch_.resize(static_cast<size_t>(n));
+    return scratch_.data();
+  }
+  if (!dscratch_.defined() || dscratch_.numel() < n) dscratch_ = Tensor::zeros({n}, DType::F32, store_.device());
+  return dscratch_.f32();
 }
 
 void DistributedOptimizer::reduce_gradients() {
@@ -103,9 +119,9 @@ void DistributedOptimizer::reduce_gradients() {
     if (cfg_.use_distributed_optimizer) {
       for (auto [s, len] : rg.buckets) {
         const int64_t shard = len / n;
-        if (static_cast<int64_t>(scratch_.size()) < shard) scratch_.resize(static_cast<size_t>(shard));
-        g.reduce_scatter(grads + s, scratch_.data(), shard);
-        std::memcpy(grads + s + g.rank() * shard, scratch_.data(), static_cast<size_t>(shard) * 4);
+        float* scratch = bucket_scratch(shard);
+        g.reduce_scatter(grads + s, scratch, shard);
+        copy_bytes(store_.device(), grads + s + g.rank() * shard, scratch, static_cast<size_t>(shard) * 4);
       }
     } else {
       for (auto [s, len] : rg.buckets) g.all_reduce(grads + s, len, DType::F32, dist::ReduceOp::Sum);
@@ -127,6 +143,10 @@ double DistributedOptimizer::grad_norm() {
 }
 
 StepStats DistributedOptimizer::step(double lr, double max_norm) {
+  if (store_.device() != Device::CPU)
+    check(kernels().device == device_name(store_.device()),
+          "DistributedOptimizer: the parameters live on device '" + device_name(store_.device()) +
+              "' but the optimizer's kernels are '" + kernels().device + "' (call set_kernels with the model's table)");
   const int64_t bytes0 = comm_bytes();
   if (!reduced_) reduce_gradients();
   StepStats st;
@@ -154,7 +174,7 @@ StepStats DistributedOptimizer::step(double lr, double max_norm) {
   }
   ++step_;
   for (const auto& seg : segments_) {
-    kernels().adamw.step(params + seg.start, grads + seg.start, m_.data() + seg.state_off, v_.data() + seg.state_off,
+    kernels().adamw.step(params + seg.start, grads + seg.start, m_state() + seg.state_off, v_state() + seg.state_off,
                          seg.len, static_cast<float>(lr), static_cast<float>(cfg_.adam_beta1),
                          static_cast<float>(cfg_.adam_beta2), static_cast<float>(cfg_.adam_eps),
                          seg.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f, step_);
@@ -165,9 +185,9 @@ StepStats DistributedOptimizer::step(double lr, double max_norm) {
     if (!cfg_.use_distributed_optimizer || n == 1) continue;
     for (auto [s, len] : rg.buckets) {
       const int64_t shard = len / n;
-      if (static_cast<int64_t>(scratch_.size()) < shard) scratch_.resize(static_cast<size_t>(shard));
-      std::memcpy(scratch_.data(), params + s + g.rank() * shard, static_cast<size_t>(shard) * 4);
-      g.all_gather(scratch_.data(), params + s, shard, DType::F32);
+      float* scratch = bucket_scratch(shard);
+      copy_bytes(store_.device(), scratch, params + s + g.rank() * shard, static_cast<size_t>(shard) * 4);
+      g.all_gather(scratch, params + s, shard, DType::F32);
     }
   }
   store_.zero_grad();
@@ -178,6 +198,8 @@ StepStats DistributedOptimizer::step(double lr, double max_norm) {
 }
 
 void DistributedOptimizer::gather_state(std::vector<float>& m, std::vector<float>& v) {
+  check(store_.device() == Device::CPU, "DistributedOptimizer::gather_state: the AdamW state on device '" +
+                                            device_name(store_.device()) + "' is not saved yet (checkpoint resume is cpu only)");
   const int64_t N = store_.numel();
   m.assign(static_cast<size_t>(N), 0.0f);
   v.assign(static_cast<size_t>(N), 0.0f);
@@ -205,6 +227,8 @@ void DistributedOptimizer::gather_state(std::vector<float>& m, std::vector<float
 
 void DistributedOptimizer::load_state(const float* m, const float* v, int64_t steps) {
   check(steps >= 0, "DistributedOptimizer::load_state: negative step count " + std::to_string(steps));
+  check(store_.device() == Device::CPU, "DistributedOptimizer::load_state: the AdamW state on device '" +
+                                            device_name(store_.device()) + "' is not restored yet (checkpoint resume is cpu only)");
   for (const auto& seg : segments_) {
     std::memcpy(m_.data() + seg.state_off, m + seg.start, static_cast<size_t>(seg.len) * 4);
     std::memcpy(v_.data() + seg.state_off, v + seg.start, static_cast<size_t>(seg.len) * 4);

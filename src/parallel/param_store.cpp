@@ -43,7 +43,7 @@ size_t ParamStore::add(Param p) {
   return params_.size() - 1;
 }
 
-void ParamStore::finalize(int64_t align, int64_t expert_align) {
+void ParamStore::finalize(int64_t align, int64_t expert_align, Device dev) {
   check(!finalized_, "ParamStore::finalize called twice");
   check(align >= 1 && expert_align >= 0, "ParamStore::finalize: alignment must be >= 1");
   if (expert_align == 0) expert_align = align;
@@ -66,8 +66,9 @@ void ParamStore::finalize(int64_t align, int64_t expert_align) {
   }
   numel_ = any_expert ? expert_offset_ + round_up(off - expert_offset_, expert_align) : expert_offset_;
   if (numel_ == 0) numel_ = expert_offset_ = align;
-  flat_params_ = Tensor::zeros({numel_});
-  flat_grads_ = Tensor::zeros({numel_});
+  dev_ = dev;
+  flat_params_ = Tensor::zeros({numel_}, DType::F32, dev);
+  flat_grads_ = Tensor::zeros({numel_}, DType::F32, dev);
   for (auto& p : params_) {
     int64_t n = 1;
     for (auto d : p.shape) n *= d;

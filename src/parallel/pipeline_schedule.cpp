@@ -17,7 +17,14 @@ PipelineTimes run_1f1b(dist::ProcessGroup& pp, int m, const PipelineStage& st, b
   PipelineTimes times;
   const int p = pp.size(), s = pp.rank();
   const bool first = s == 0, last = s == p - 1;
-  std::vector<float> recv_fwd, recv_bwd;
+  std::vector<float> host_fwd, host_bwd;
+  // Receive buffers: the stage's own (device memory) when it gives them, else host vectors.
+  auto buffer = [&](int which, int64_t elems) -> float* {
+    if (st.recv_buffer) return st.recv_buffer(which, elems);
+    std::vector<float>& v = which == 0 ? host_fwd : host_bwd;
+    v.resize(static_cast<size_t>(elems));
+    return v.data();
+  };
   auto timed_compute = [&](auto&& fn) {
     auto t0 = Clock::now();
     fn();
@@ -26,10 +33,11 @@ PipelineTimes run_1f1b(dist::ProcessGroup& pp, int m, const PipelineStage& st, b
   auto recv_forward = [&](int mb) -> const float* {
     if (first) return nullptr;
     auto t0 = Clock::now();
-    recv_fwd.resize(static_cast<size_t>(st.hidden_elems(mb)));
-    pp.recv(recv_fwd.data(), static_cast<int64_t>(recv_fwd.size()), DType::F32, s - 1, kTagFwd);
+    const int64_t n = st.hidden_elems(mb);
+    float* buf = buffer(0, n);
+    pp.recv(buf, n, DType::F32, s - 1, kTagFwd);
     times.comm_s += since(t0);
-    return recv_fwd.data();
+    return buf;
   };
   auto send_forward = [&](int mb) {
     if (last) return;
@@ -40,10 +48,11 @@ PipelineTimes run_1f1b(dist::ProcessGroup& pp, int m, const PipelineStage& st, b
   auto recv_backward = [&](int mb) -> const float* {
     if (last) return nullptr;
     auto t0 = Clock::now();
-    recv_bwd.resize(static_cast<size_t>(st.hidden_elems(mb)));
-    pp.recv(recv_bwd.data(), static_cast<int64_t>(recv_bwd.size()), DType::F32, s + 1, kTagBwd);
+    const int64_t n = st.hidden_elems(mb);
+    float* buf = buffer(1, n);
+    pp.recv(buf, n, DType::F32, s + 1, kTagBwd);
     times.comm_s += since(t0);
-    return recv_bwd.data();
+    return buf;
   };
   auto send_backward = [&](int mb, const float* d) {
     if (first) return;
@@ -76,11 +85,11 @@ PipelineTimes run_1f1b(dist::ProcessGroup& pp, int m, const PipelineStage& st, b
     if (!last) {
       // send_forward_recv_backward
       auto t0 = Clock::now();
-      recv_bwd.resize(static_cast<size_t>(st.hidden_elems(bmb)));
-      pp.send_recv(st.output(fmb), st.hidden_elems(fmb), s + 1, recv_bwd.data(),
-                   static_cast<int64_t>(recv_bwd.size()), s + 1, DType::F32, kTagFwd);
+      const int64_t n = st.hidden_elems(bmb);
+      float* buf = buffer(1, n);
+      pp.send_recv(st.output(fmb), st.hidden_elems(fmb), s + 1, buf, n, s + 1, DType::F32, kTagFwd);
       times.comm_s += since(t0);
-      dout = recv_bwd.data();
+      dout = buf;
     }
     const float* din = nullptr;
     timed_compute([&] { din = st.backward(bmb, dout); });
@@ -89,11 +98,11 @@ PipelineTimes run_1f1b(dist::ProcessGroup& pp, int m, const PipelineStage& st, b
     } else if (!first) {
       // send_backward_recv_forward
       auto t0 = Clock::now();
-      recv_fwd.resize(static_cast<size_t>(st.hidden_elems(fmb + 1)));
-      pp.send_recv(din, st.hidden_elems(bmb), s - 1, recv_fwd.data(), static_cast<int64_t>(recv_fwd.size()), s - 1,
-                   DType::F32, kTagFwd);
+      const int64_t n = st.hidden_elems(fmb + 1);
+      float* buf = buffer(0, n);
+      pp.send_recv(din, st.hidden_elems(bmb), s - 1, buf, n, s - 1, DType::F32, kTagFwd);
       times.comm_s += since(t0);
-      in = recv_fwd.data();
+      in = buf;
     } else {
       in = nullptr;
     }

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include <vector>
+
+#include "twinkle/core/device_copy.h"
 #include "twinkle/core/error.h"
 #include "twinkle/kernels/cpu/cross_entropy.h"
 
@@ -30,7 +33,7 @@ double vocab_parallel_ce_forward(dist::ProcessGroup& tp, const VocabShard& shard
 
 double vocab_parallel_ce_forward(dist::ProcessGroup& tp, const VocabShard& shard, const float* logits,
                                  const int32_t* targets, int64_t T, float* lse, float* row_max, float* target_logit,
-                                 const kernels::CrossEntropyOp& ce) {
+                                 const kernels::CrossEntropyOp& ce, Device dev) {
   ce.local_max(logits, T, shard.local, shard.valid, row_max);
   if (tp.size() > 1) tp.all_reduce(row_max, T, DType::F32, dist::ReduceOp::Max);
   // lse is used as the sum-exp scratch
@@ -39,11 +42,24 @@ double vocab_parallel_ce_forward(dist::ProcessGroup& tp, const VocabShard& shard
     tp.all_reduce(lse, T, DType::F32, dist::ReduceOp::Sum);
     tp.all_reduce(target_logit, T, DType::F32, dist::ReduceOp::Sum);
   }
-  double total = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    lse[t] = row_max[t] + std::log(lse[t]);
-    if (targets[t] != -100) total += static_cast<double>(lse[t]) - static_cast<double>(target_logit[t]);
-  }
+  auto combine = [](float* l, const float* m, const int32_t* tg, const float* tl, int64_t n) {
+    double total = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      l[t] = m[t] + std::log(l[t]);
+      if (tg[t] != -100) total += static_cast<double>(l[t]) - static_cast<double>(tl[t]);
+    }
+    return total;
+  };
+  if (dev == Device::CPU) return combine(lse, row_max, targets, target_logit, T);
+  const size_t n = static_cast<size_t>(T);
+  std::vector<float> hl(n), hm(n), ht(n);
+  std::vector<int32_t> hg(n);
+  download_bytes(dev, hl.data(), lse, n * 4);
+  download_bytes(dev, hm.data(), row_max, n * 4);
+  download_bytes(dev, ht.data(), target_logit, n * 4);
+  download_bytes(dev, hg.data(), targets, n * 4);
+  const double total = combine(hl.data(), hm.data(), hg.data(), ht.data(), T);
+  upload_bytes(dev, lse, hl.data(), n * 4);
   return total;
 }
 

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <vector>
 
+#include "twinkle/core/device_copy.h"
+
 
 namespace twinkle::parallel {
 
@@ -30,7 +32,7 @@ void VocabParallelEmbedding::forward(const int32_t* ids, int64_t T, float* out_l
   float* full = scratch.get("tp.emb_full", {T, H_}).f32();
   table_->kernels().embedding.forward(W, ids, full, T, H_, shard_.start, shard_.local);
   const float* rows = tp_reduce_rows(tp_, full, out_local, T, H_);
-  if (rows != out_local) std::memcpy(out_local, rows, static_cast<size_t>(tp_.local_rows(T) * H_) * 4);
+  if (rows != out_local) copy_bytes(table_->device(), out_local, rows, static_cast<size_t>(tp_.local_rows(T) * H_) * 4);
 }
 
 void VocabParallelEmbedding::backward(const float* dy_local, const int32_t* ids, int64_t T,
@@ -44,6 +46,8 @@ void VocabParallelEmbedding::backward(const float* dy_local, const int32_t* ids,
     return;
   }
   // The padding row gets no gradient from the lookup (a tied lm head still contributes to it).
+  // (Device ids come pre-masked from the model, with padding_idx unset: StageBatch::dev_ids_nopad.)
+  check(table_->device() == Device::CPU, "VocabParallelEmbedding::backward: padding_idx masking needs host ids");
   std::vector<int32_t> masked(ids, ids + T);
   for (auto& id : masked)
     if (id == *padding_idx) id = -1;  // outside every shard: skipped

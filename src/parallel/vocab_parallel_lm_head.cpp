@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "twinkle/core/device_copy.h"
 #include "twinkle/core/error.h"
 #include "twinkle/parallel/vocab_parallel_embedding.h"
 
@@ -55,14 +56,22 @@ double VocabParallelLMHead::forward(const float* x_local, const int32_t* targets
   float* rscale = scratch.get("head.rscale", {chunk}).f32();
   const float* W = table_->data(weight_);
   float* dW = grad ? table_->grad(weight_) : nullptr;
+  const Device dev = table_->device();
+  if (grad) {  // every row of every chunk has the same scale
+    if (dev == Device::CPU) {
+      std::fill(rscale, rscale + chunk, grad_scale);
+    } else {
+      const std::vector<float> h(static_cast<size_t>(chunk), grad_scale);
+      upload_bytes(dev, rscale, h.data(), h.size() * 4);
+    }
+  }
   double loss = 0;
   for (int64_t c0 = 0; c0 < T; c0 += chunk) {
     const int64_t c = std::min(chunk, T - c0);
     const float* X = x + c0 * H;
     K.linear.forward(X, W, logits, c, Vl, H, false);
-    loss += vocab_parallel_ce_forward(*tp_.group, shard_, logits, targets + c0, c, lse, rmax, tgt, K.cross_entropy);
+    loss += vocab_parallel_ce_forward(*tp_.group, shard_, logits, targets + c0, c, lse, rmax, tgt, K.cross_entropy, dev);
     if (grad) {
-      std::fill(rscale, rscale + c, grad_scale);
       K.cross_entropy.backward(logits, targets + c0, lse, c, Vl, shard_.valid, shard_.start, rscale, logits);
       K.linear.backward(X, W, logits, dx_full + c0 * H, dW, c, Vl, H, false);
     }
@@ -70,7 +79,7 @@ double VocabParallelLMHead::forward(const float* x_local, const int32_t* targets
   if (grad) {
     float* dx_part = tp_.sequence_parallel ? scratch.get("tp.dx_local", {tp_.local_rows(T), H}).f32() : nullptr;
     const float* rows = tp_reduce_rows(tp_, dx_full, dx_part, T, H);
-    std::memcpy(dx_local, rows, static_cast<size_t>(tp_.local_rows(T) * H) * 4);
+    copy_bytes(dev, dx_local, rows, static_cast<size_t>(tp_.local_rows(T) * H) * 4);
   }
   return loss;
 }
@@ -78,6 +87,14 @@ double VocabParallelLMHead::forward(const float* x_local, const int32_t* targets
 std::vector<float> VocabParallelLMHead::logits(const float* x) const {
   check(tp_.size == 1, "VocabParallelLMHead::logits needs tp = 1");
   std::vector<float> out(static_cast<size_t>(shard_.local));
+  const Device dev = table_->device();
+  if (dev != Device::CPU) {  // x is a device row: compute on the device, copy the [vocab] row back
+    Tensor d = Tensor::zeros({shard_.local}, DType::F32, dev);
+    table_->kernels().linear.forward(x, table_->data(weight_), d.f32(), 1, shard_.local, H_, false);
+    download_bytes(dev, out.data(), d.f32(), out.size() * 4);
+    out.resize(static_cast<size_t>(shard_.vocab));
+    return out;
+  }
   table_->kernels().linear.forward(x, table_->data(weight_), out.data(), 1, shard_.local, H_, false);
   out.resize(static_cast<size_t>(shard_.vocab));
   return out;

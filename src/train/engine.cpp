@@ -99,6 +99,8 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training) {
   st.hidden_elems = [&](int mb) {
     return model_.hidden_rows(sb[static_cast<size_t>(mb)]) * model_.config().hidden_size;
   };
+  if (model_.device() != Device::CPU)  // received hidden states / gradients land in device memory
+    st.recv_buffer = [&](int which, int64_t elems) { return model_.pipeline_buffer(which, elems); };
   res.times = parallel::run_1f1b(*ps.pp, static_cast<int>(mbs.size()), st, !training);
   if (training) model_.finalize_grads();
   // loss: sum over dp-cp on the last stage, then broadcast from the last stage over pp

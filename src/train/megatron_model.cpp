@@ -69,9 +69,10 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
     if (!warn.empty() && ps_->world->rank() == 0) get_logger().warning(warn);
   }
   // The model starts on the plain reference kernels; the fused set is applied through kernelize_model,
-  // which logs each op it replaces (Twinkle's kernelize with the device's built-in bundle).
+  // which logs each op it replaces (Twinkle's kernelize with the device's built-in bundle). A device
+  // without a reference set (cuda: only its fused kernels) starts on the set asked for.
   kernels::check_kernel_set(opts_.kernels);
-  mo.kernels = "reference";
+  mo.kernels = ps_->mesh.device_type() == "cpu" ? "reference" : opts_.kernels;
   model_ = std::make_unique<Qwen3Model>(cfg, ps_, mo);
   if (opts_.kernels == "fused") kernelize_model(*model_);
   bool loaded = false;

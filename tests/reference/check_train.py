@@ -18,7 +18,9 @@ Modes:
                     parameters as for --against single (--layout-tol).
 The initial checkpoint has RMSNorm weights 1 + 0.1*N(0,1) and biases 0.02*N(0,1) (not HF's 1 / 0),
 so a loader that skips or swaps norms or biases changes the step-1 loss.
-Run with /usr/bin/python3 (Debian's python3-torch).
+Run with /usr/bin/python3 (Debian's python3-torch); the PyTorch reference scripts run under
+$TWINKLE_REF_PYTHON when set (the GPU machine's python3, scripts/device-check run). --layout also
+applies to the --against torch run (e.g. "--device cuda": the GPU against PyTorch float64).
 """
 import argparse
 import json
@@ -35,6 +37,8 @@ sys.path.insert(0, HERE)
 import safetensors_py  # noqa: E402
 
 import torch  # noqa: E402
+
+PY = os.environ.get("TWINKLE_REF_PYTHON") or "/usr/bin/python3"
 
 
 def run(cmd, **kw):
@@ -151,7 +155,7 @@ def main():
     launcher = os.path.join(args.build, "bin", "twinkle-run")
     tmp = tempfile.mkdtemp(prefix="twinkle-check-")
     try:
-        run(["/usr/bin/python3", os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", args.variant])
+        run([PY, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", args.variant])
         model = os.path.join(tmp, "tiny_" + args.variant)
         cfg_path = os.path.join(model, "config.json")
         with open(cfg_path) as f:
@@ -164,7 +168,7 @@ def main():
                 cfg["pad_token_id"] = args.pad_token_id
             with open(cfg_path, "w") as f:
                 json.dump(cfg, f, indent=2)
-        run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "init", "--config", cfg_path, "--seed", "0",
+        run([PY, os.path.join(HERE, "qwen3_ref.py"), "init", "--config", cfg_path, "--seed", "0",
              "--out", model, "--norm-std", str(args.norm_std), "--bias-std", str(args.bias_std)]
             + (["--std", str(args.init_std)] if args.init_std else []))
         if args.lm_head:
@@ -217,7 +221,7 @@ def main():
 
         failures = []
         if args.against == "torch":
-            extra = ["--dump-grads", os.path.join(tmp, "tw_grads0.safetensors")]
+            extra = args.layout.split() + ["--dump-grads", os.path.join(tmp, "tw_grads0.safetensors")]
             init_adapter = os.path.join(tmp, "init_adapter")
             env_extra = None
             if args.lora_r:
@@ -238,9 +242,9 @@ def main():
                 shutil.copytree(model, base_dir)
                 with open(os.path.join(base_dir, "config.json"), "w") as f:
                     json.dump(base_cfg, f, indent=2)
-                lv = json.loads(run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "loss", "--model", model,
+                lv = json.loads(run([PY, os.path.join(HERE, "qwen3_ref.py"), "loss", "--model", model,
                                      "--batch", batch_json, "--dtype", "float64"]).strip().splitlines()[-1])["loss"]
-                lb = json.loads(run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "loss", "--model",
+                lb = json.loads(run([PY, os.path.join(HERE, "qwen3_ref.py"), "loss", "--model",
                                      base_dir, "--batch", batch_json, "--dtype", "float64"]).strip().splitlines()[-1])["loss"]
                 print(f"reference loss: variant {lv:.10f}, base config {lb:.10f}")
                 if args.same_as_base and rel(lv, lb) > 1e-12:
@@ -249,7 +253,7 @@ def main():
                     failures.append(f"variant loss {lv} is too close to the base config's {lb}: the test could not fail")
             for dt in ("float64",):
                 ref_out = os.path.join(tmp, "ref_" + dt)
-                run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "step", "--model", model, "--batch",
+                run([PY, os.path.join(HERE, "qwen3_ref.py"), "step", "--model", model, "--batch",
                      batch_json, "--steps", str(args.steps), "--lr", str(args.lr), "--weight-decay",
                      str(args.weight_decay), "--beta1", "0.9", "--beta2", "0.95", "--eps", "1e-8", "--clip-grad",
                      str(args.clip_grad), "--out", ref_out, "--dtype", dt, "--save-dtype", "F64"])
@@ -356,7 +360,7 @@ def check_lora_vs_torch(args, tmp, model, init_adapter, batch_json, tw_metrics, 
     refs = {}
     for dt in ("float64", "float32"):
         out = os.path.join(tmp, "lora_ref_" + dt)
-        run(["/usr/bin/python3", lora_ref, "step", "--model", model, "--adapter", init_adapter, "--batch", batch_json,
+        run([PY, lora_ref, "step", "--model", model, "--adapter", init_adapter, "--batch", batch_json,
              "--steps", str(args.steps), "--lr", str(args.lr), "--weight-decay", str(args.weight_decay), "--beta1",
              "0.9", "--beta2", "0.95", "--eps", "1e-8", "--clip-grad", str(args.clip_grad), "--out", out,
              "--dtype", dt] + drop)
@@ -410,7 +414,7 @@ def check_lora_vs_torch(args, tmp, model, init_adapter, batch_json, tw_metrics, 
     held = os.path.join(tmp, "held.json")
     with open(held, "w") as f:
         json.dump({"input_ids": ids, "labels": labels}, f)
-    r = json.loads(run(["/usr/bin/python3", lora_ref, "loss", "--model", model, "--adapter", tw_out, "--batch", held,
+    r = json.loads(run([PY, lora_ref, "loss", "--model", model, "--adapter", tw_out, "--batch", held,
                         "--dtype", "float32"]).strip().splitlines()[-1])
     print(f"held-out loss (reference, twinkle's adapter): unmerged {r['loss']:.8f} merged {r['merged_loss']:.8f}")
     if rel(r["merged_loss"], r["loss"]) > 1e-5:

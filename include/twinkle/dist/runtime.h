@@ -40,14 +40,16 @@ struct InitOptions {
 ///     "device_type 'npu' requested but this build has no NPU backend: it needs Huawei
 ///     Ascend's CANN toolkit (not available in this build)"; "cuda" -> "this build has no
 ///     CUDA backend: the CUDA kernels and NCCL process groups are not implemented yet ..."
-///     (a future CUDA build defines TWINKLE_WITH_CUDA).
+///     in a build without it (cuda_backend_built() false).
 ///  3. Under a launcher (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_SIZE, or SLURM_NTASKS > 1
 ///     together with a PMI variable): MPI_Init_thread(MPI_THREAD_FUNNELED) unless MPI is
 ///     already initialised; the MPI world size must equal the mesh's, else "world size 4
 ///     does not match the device mesh pp=2 x dp=2 x tp=2 (8 ranks): launch with
 ///     twinkle-run --nproc_per_node=8 or change the mesh". Without a launcher MPI is not
 ///     touched and the mesh must have 1 rank (same message with world size 1).
-///  4. Builds the global ParallelState (dist::make_mpi_state / make_single_process_state),
+///  4. Builds the global ParallelState (dist::make_mpi_state / make_single_process_state);
+///     device_type "cuda" then wraps every group for device buffers (dist::attach_cuda_groups:
+///     NCCL, or host-staged when ranks share a GPU; "device 'cuda': no GPU visible ..." without one),
 ///     installs the failure handlers (see run_main) and registers finalize() with atexit.
 /// Calling initialize twice throws.
 void initialize(const InitOptions& opts = {});
@@ -75,6 +77,10 @@ int local_rank();
 /// ASCEND_RT_VISIBLE_DEVICES (npu) when set, else local_rank(); -1 for cpu. Throws
 /// twinkle::Error when the list has fewer entries than local_rank()+1.
 int local_device_id(const std::string& device_type);
+/// True when this build has the CUDA backend (configured with TWINKLE_CUDA where nvcc exists):
+/// initialize() then accepts device_type "cuda" and wraps every group for device buffers
+/// (dist/nccl_process_group.h).
+bool cuda_backend_built();
 
 /// Runs body(argc, argv) so that a failing rank ends the whole job within seconds:
 /// an exception is printed as "[rank R] error: <what>" ("error: <what>" in a single process) on stderr and MPI_Abort(MPI_COMM_WORLD,

@@ -109,6 +109,7 @@ struct ActivationDims {
   int tp = 1;
   bool sequence_parallel = false;
   bool last_stage = false;      ///< holds the final norm and its saved gradient
+  Device device = Device::CPU;  ///< where the slot's buffers live (the model's device)
   Recompute recompute = Recompute::None;
   /// Whether stage layer i keeps only its output (Full recompute of a dense layer).
   bool recomputed(size_t i) const {

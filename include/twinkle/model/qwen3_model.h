@@ -77,7 +77,9 @@ struct Qwen3ModelOptions {
   std::string cp_comm_type = "p2p";
   /// Kernel set the model starts with (twinkle/kernels/registry.h): "fused" (default) or "reference"
   /// (plain double-accumulating loops, for debugging). Resolved for the mesh's device_type; throws
-  /// twinkle::Error for a device without kernels (npu: needs CANN; cuda: not built) or another name.
+  /// twinkle::Error for a device without kernels (npu: needs CANN; cuda: not built or no GPU) or
+  /// another name. On cuda the dense Qwen3 model runs on tp/pp/dp layouts; MoE, cp > 1, LoRA and
+  /// attention biases are refused by name (host-side code not ported yet).
   std::string kernels = "fused";
 };
 
@@ -169,8 +171,16 @@ class Qwen3Model {
   /// twinkle::Error naming the file and the tensor that is missing or has the wrong shape.
   void load_flat(const SafetensorsFile& ck, bool adapters, float* flat);
 
-  /// Prepares a micro-batch for this stage (shift targets, SP padding). Validates ids.
+  /// Prepares a micro-batch for this stage (shift targets, SP padding). Validates ids. On device
+  /// "cuda" also uploads its token metadata once (StageBatch's device pointers).
   StageBatch prepare(const MicroBatch& mb) const;
+  /// Where parameters, gradients, activations and scratch live: the mesh's device_type (cpu, or
+  /// cuda: every buffer on the GPU, hidden states in and out of forward/backward included).
+  Device device() const { return dev_; }
+  /// A buffer of `elems` floats in the model's memory for a received hidden state (which = 0) or
+  /// gradient (which = 1) of the pipeline (PipelineStage::recv_buffer); valid until the next call
+  /// with the same `which`.
+  float* pipeline_buffer(int which, int64_t elems);
   /// Rows of the hidden state exchanged between stages: T, or T/tp under SP.
   int64_t hidden_rows(const StageBatch& b) const;
 
@@ -219,6 +229,7 @@ class Qwen3Model {
 
  private:
   void build_table();
+  void upload(StageBatch& b) const;  // qwen3_stage.cpp
   template <class Reader>
   void load_entry(const Reader& ck, size_t id, float* dst = nullptr);  // qwen3_weights.cpp; dst: the parameter
   std::vector<std::pair<std::string, Tensor>> gather(bool grads, bool adapters, const float* flat = nullptr);
@@ -232,6 +243,7 @@ class Qwen3Model {
   ModelConfig cfg_;
   std::shared_ptr<dist::ParallelState> ps_;
   Qwen3ModelOptions opts_;
+  Device dev_ = Device::CPU;
   parallel::LayerSplit split_;
   parallel::TensorTable table_;
   ParamStore store_;

@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "twinkle/core/tensor.h"
 #include "twinkle/parallel/cp_attention.h"
 
 namespace twinkle {
@@ -29,6 +30,21 @@ struct StageBatch {
   /// which the attention layers call instead of the flash kernel (cu_seqlens is then unused).
   std::shared_ptr<const parallel::CpLayout> cp;
   std::shared_ptr<parallel::ContextParallelAttention> cp_attention;
+
+  /// Device "cuda" (Qwen3Model::prepare uploads once per micro-batch; null on the host): device
+  /// copies of ids, targets, positions and cu_seqlens, and the ids the embedding backward reads
+  /// (the padding id masked to -1, so its row gets no gradient), carved from `device_ints`.
+  Tensor device_ints;
+  const int32_t* dev_ids = nullptr;
+  const int32_t* dev_targets = nullptr;
+  const int32_t* dev_positions = nullptr;
+  const int32_t* dev_cu_seqlens = nullptr;
+  const int32_t* dev_ids_nopad = nullptr;
+  /// The pointers the kernels read: the device copies when present, else the host vectors.
+  const int32_t* ids_ptr() const { return dev_ids ? dev_ids : ids.data(); }
+  const int32_t* targets_ptr() const { return dev_targets ? dev_targets : targets.data(); }
+  const int32_t* positions_ptr() const { return dev_positions ? dev_positions : positions.data(); }
+  const int32_t* cu_seqlens_ptr() const { return dev_cu_seqlens ? dev_cu_seqlens : cu_seqlens.data(); }
 };
 
 }  // namespace twinkle

@@ -103,7 +103,7 @@ class DistributedOptimizer {
   OptimizerConfig& mutable_config() { return cfg_; }
   int64_t steps() const { return step_; }
   /// Elements of AdamW state (m and v each) this rank holds.
-  int64_t state_elements() const { return static_cast<int64_t>(m_.size()); }
+  int64_t state_elements() const { return state_n_; }
   /// The AdamW state of the whole store in its flat layout (exp_avg into `m`, exp_avg_sq into
   /// `v`, each resized to store.numel() f32 elements; element i belongs to flat parameter element
   /// i), for a layout-independent checkpoint. With ZeRO-1 sharding the dp-cp shards are
@@ -111,6 +111,7 @@ class DistributedOptimizer {
   /// the full state (the expert region likewise over expert-dp): collective over dp-cp and
   /// expert-dp. (Megatron's DistributedOptimizer get_parameter_state_dp_zero gathers the same
   /// shards.)
+  /// Host store only for now (device "cuda": twinkle::Error naming the device).
   void gather_state(std::vector<float>& m, std::vector<float>& v);
   /// Restores the AdamW state from full flat-layout buffers (store.numel() elements each, as
   /// gather_state returns them for the same store layout): this rank keeps the elements it owns.
@@ -141,7 +142,13 @@ class DistributedOptimizer {
   OptimizerConfig cfg_;
   std::vector<Region> regions_;
   std::vector<Segment> segments_;                     // owned elements split at param boundaries
-  std::vector<float> m_, v_, scratch_;
+  std::vector<float> m_, v_, scratch_;  // host store: AdamW state and the ZeRO bucket scratch
+  // Device store (the model's GPU): the same buffers in device memory; m_/v_/scratch_ stay empty.
+  Tensor dm_, dv_, dscratch_;
+  int64_t state_n_ = 0;
+  float* m_state() { return dm_.defined() ? dm_.f32() : m_.data(); }
+  float* v_state() { return dv_.defined() ? dv_.f32() : v_.data(); }
+  float* bucket_scratch(int64_t n);
   int64_t step_ = 0;
   int64_t last_bytes_ = 0;
   double last_dense_sq_ = 0, last_expert_sq_ = 0;

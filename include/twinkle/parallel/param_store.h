@@ -57,14 +57,15 @@ class ParamStore {
  public:
   /// Declares a parameter (before finalize()). Returns its index.
   size_t add(Param p);
-  /// Allocates the flat buffers and binds every Param's data/grad views. Must be called once
-  /// before use. Two regions, as Megatron-core keeps dense and expert-parallel parameters in
-  /// separate ParamAndGradBuffers (megatron/core/distributed/distributed_data_parallel.py):
-  /// the dense parameters first, in declaration order, padded to a multiple of `align`
-  /// elements; then the expert parameters (Param::expert), in declaration order, padded to a
-  /// multiple of `expert_align` (0: `align`). Without expert parameters the expert region is
-  /// empty (expert_offset() == numel()).
-  void finalize(int64_t align = 64, int64_t expert_align = 0);
+  /// Allocates the flat buffers on `dev` (device memory through twinkle/core/device_allocator.h)
+  /// and binds every Param's data/grad views. Must be called once before use. Two regions, as
+  /// Megatron-core keeps dense and expert-parallel parameters in separate ParamAndGradBuffers
+  /// (megatron/core/distributed/distributed_data_parallel.py): the dense parameters first, in
+  /// declaration order, padded to a multiple of `align` elements; then the expert parameters
+  /// (Param::expert), in declaration order, padded to a multiple of `expert_align` (0: `align`).
+  /// Without expert parameters the expert region is empty (expert_offset() == numel()).
+  void finalize(int64_t align = 64, int64_t expert_align = 0, Device dev = Device::CPU);
+  Device device() const { return dev_; }
 
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
@@ -92,6 +93,7 @@ class ParamStore {
   int64_t numel_ = 0;
   int64_t expert_offset_ = 0;
   bool finalized_ = false;
+  Device dev_ = Device::CPU;
 };
 
 }  // namespace twinkle

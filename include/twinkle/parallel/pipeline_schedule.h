@@ -26,6 +26,10 @@ struct PipelineStage {
   std::function<const float*(int mb, const float* d_out)> backward;
   /// Elements of the hidden state exchanged for micro-batch `mb` (same on both sides).
   std::function<int64_t(int mb)> hidden_elems;
+  /// Optional: a buffer of `elems` floats for received hidden states (which = 0) or gradients
+  /// (which = 1) in the stage's memory (device "cuda": on the GPU). Valid until the next call with
+  /// the same `which`. Unset: host vectors.
+  std::function<float*(int which, int64_t elems)> recv_buffer;
 };
 
 struct PipelineTimes {

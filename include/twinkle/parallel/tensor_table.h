@@ -98,6 +98,8 @@ class TensorTable {
   /// model's table, which kernelize_model swaps; the CPU fused set until set_kernels is called.
   /// `kt` must outlive the table.
   void set_kernels(const kernels::KernelTable* kt) { kernels_ = kt; }
+  /// Where this rank's parameters live (the materialized store's device; cpu before materialize).
+  Device device() const { return store_ ? store_->device() : Device::CPU; }
   const kernels::KernelTable& kernels() const { return kernels_ ? *kernels_ : kernels::default_cpu_kernels(); }
 
  private:

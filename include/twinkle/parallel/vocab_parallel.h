@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 
+#include "twinkle/core/tensor.h"
 #include "twinkle/dist/process_group.h"
 #include "twinkle/kernels/ops.h"
 
@@ -31,9 +32,12 @@ VocabShard make_vocab_shard(int64_t vocab, int tp_rank, int tp_size, int64_t div
 double vocab_parallel_ce_forward(dist::ProcessGroup& tp, const VocabShard& shard, const float* logits,
                                  const int32_t* targets, int64_t T, float* lse, float* scratch_max,
                                  float* scratch_target);
-/// The same with the local pieces from `ce` (a kernel table's cross_entropy op).
+/// The same with the local pieces from `ce` (a kernel table's cross_entropy op). With `dev` an
+/// accelerator every pointer is device memory; the final [T] combination (lse = max + log sum-exp,
+/// the loss sum) then runs on host copies of the [T] rows (3 downloads and 1 upload of T values).
 double vocab_parallel_ce_forward(dist::ProcessGroup& tp, const VocabShard& shard, const float* logits,
                                  const int32_t* targets, int64_t T, float* lse, float* scratch_max,
-                                 float* scratch_target, const kernels::CrossEntropyOp& ce);
+                                 float* scratch_target, const kernels::CrossEntropyOp& ce,
+                                 Device dev = Device::CPU);
 
 }  // namespace twinkle::parallel

@@ -2,7 +2,6 @@
 // embedding. Semantics: the CPU kernels of twinkle/kernels/cpu/reduce.h, adamw.h (torch.optim.AdamW,
 // _single_tensor_adamw), swiglu.h (HF Qwen3MLP act_fn = SiLU) and embedding.h (torch.nn.Embedding /
 // Megatron VocabParallelEmbedding); same fp32 element math, same double scalar factors.
-#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -89,38 +88,29 @@ __global__ void k_adamw(float* p, const float* g, float* m, float* v, int64_t n,
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// h = silu(gate) * up on a rows x cols block of strided rows (flat: rows = 1, cols = n). A 2-D grid
-// (columns in x, rows in y, both grid-strided): no 64-bit division per element.
+// h = silu(gate) * up on a rows x cols block of strided rows (flat: rows = 1, cols = n).
 __global__ void k_swiglu_fwd(const float* g, int64_t ldg, const float* u, int64_t ldu, float* h, int64_t ldh,
                              int64_t rows, int64_t cols) {
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
-    for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
-         c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      const float gi = g[r * ldg + c];
-      h[r * ldh + c] = gi * sigmoidf_(gi) * u[r * ldu + c];
-    }
+  const int64_t n = rows * cols;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / cols, c = e % cols;
+    const float gi = g[r * ldg + c];
+    h[r * ldh + c] = gi * sigmoidf_(gi) * u[r * ldu + c];
+  }
 }
 // dgate = dh * up * s * (1 + gate * (1 - s)) = dh * up * (s + silu * (1 - s)); dup = dh * silu.
 __global__ void k_swiglu_bwd(const float* g, int64_t ldg, const float* u, int64_t ldu, const float* dh, int64_t lddh,
                              float* dg, int64_t lddg, float* du, int64_t lddu, int64_t rows, int64_t cols) {
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
-    for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
-         c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      const float gi = g[r * ldg + c], ui = u[r * ldu + c], d = dh[r * lddh + c];
-      const float s = sigmoidf_(gi), silu = gi * s;
-      dg[r * lddg + c] = d * ui * (s + silu * (1.0f - s));  // element-wise: aliasing gate / dh is safe
-      du[r * lddu + c] = d * silu;
-    }
-}
-
-// Grid of k_swiglu_*: about 4 blocks' worth of columns per SM-wave, rows in y (at most 65535, grid-strided).
-dim3 swiglu_grid(int64_t rows, int64_t cols) {
-  const int64_t ry = std::min<int64_t>(rows, 65535);
-  int64_t bx = (cols + kThreads - 1) / kThreads;
-  const int64_t cap = std::max<int64_t>(1, 4096 / ry);  // keep the total near 4096+ blocks for tall inputs
-  if (ry > 1) bx = std::min(bx, cap);
-  bx = std::max<int64_t>(1, std::min<int64_t>(bx, 65535LL * 16));
-  return dim3(static_cast<unsigned>(bx), static_cast<unsigned>(ry));
+  const int64_t n = rows * cols;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / cols, c = e % cols;
+    const float gi = g[r * ldg + c], ui = u[r * ldu + c], d = dh[r * lddh + c];
+    const float s = sigmoidf_(gi), silu = gi * s;
+    dg[r * lddg + c] = d * ui * (s + silu * (1.0f - s));  // element-wise: aliasing gate / dh is safe
+    du[r * lddu + c] = d * silu;
+  }
 }
 
 // out[t, :] = table[ids[t] - vstart, :] inside the shard, zeros outside. One block per token.
@@ -225,7 +215,7 @@ double sum_squares(const float* x, int64_t n) {
 void swiglu_forward_rows(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, float* h, int64_t ld_h,
                          int64_t rows, int64_t cols) {
   if (rows <= 0 || cols <= 0) return;
-  TWINKLE_LAUNCH(k_swiglu_fwd, swiglu_grid(rows, cols), kThreads, 0, gate, ld_gate, up, ld_up, h, ld_h, rows,
+  TWINKLE_LAUNCH(k_swiglu_fwd, blocks_for(rows * cols), kThreads, 0, gate, ld_gate, up, ld_up, h, ld_h, rows,
                                                                             cols);
   TWINKLE_CUDA_LAUNCHED("swiglu_forward");
 }
@@ -234,7 +224,7 @@ void swiglu_backward_rows(const float* gate, int64_t ld_gate, const float* up, i
                           int64_t ld_dh, float* dgate, int64_t ld_dgate, float* dup, int64_t ld_dup, int64_t rows,
                           int64_t cols) {
   if (rows <= 0 || cols <= 0) return;
-  TWINKLE_LAUNCH(k_swiglu_bwd, swiglu_grid(rows, cols), kThreads, 0, gate, ld_gate, up, ld_up, dh, ld_dh, dgate,
+  TWINKLE_LAUNCH(k_swiglu_bwd, blocks_for(rows * cols), kThreads, 0, gate, ld_gate, up, ld_up, dh, ld_dh, dgate,
                                                                             ld_dgate, dup, ld_dup, rows, cols);
   TWINKLE_CUDA_LAUNCHED("swiglu_backward");
 }

@@ -1,0 +1,77 @@
+// Shared part of the CUDA process groups (twinkle/dist/nccl_process_group.h): the wrapped host
+// group, pointer classification, host fall-through with byte accounting, size-1 device copies.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "twinkle/core/error.h"
+#include "twinkle/dist/nccl_process_group.h"
+
+namespace twinkle::dist::cuda_detail {
+
+/// Throws twinkle::Error "process group 'G': CALL failed: <cuda error> (file:line)".
+void cuda_ok(cudaError_t e, const std::string& group, const char* call, const char* file, int line);
+#define TWINKLE_DIST_CUDA(call, group) ::twinkle::dist::cuda_detail::cuda_ok((call), (group), #call, __FILE__, __LINE__)
+
+/// Where a call's buffers live. Mixed host/device pairs throw.
+enum class Where { Host, Device };
+
+class CudaGroupBase : public ProcessGroup {
+ public:
+  explicit CudaGroupBase(std::shared_ptr<ProcessGroup> host);
+  int rank() const override { return host_->rank(); }
+  int size() const override { return host_->size(); }
+  const std::vector<int>& global_ranks() const override { return host_->global_ranks(); }
+  const std::string& name() const override { return host_->name(); }
+
+  void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) override;
+  void all_reduce_f64(double* buf, int64_t count, ReduceOp op) override;
+  void all_gather(const void* send, void* recv, int64_t count, DType dtype) override;
+  void reduce_scatter(const float* send, float* recv, int64_t count) override;
+  void all_to_all_v(const void* send, const std::vector<int64_t>& send_counts,
+                    const std::vector<int64_t>& send_displs, void* recv, const std::vector<int64_t>& recv_counts,
+                    const std::vector<int64_t>& recv_displs, DType dtype) override;
+  void broadcast(void* buf, int64_t count, DType dtype, int root) override;
+  void send(const void* buf, int64_t count, DType dtype, int peer, int tag) override;
+  void recv(void* buf, int64_t count, DType dtype, int peer, int tag) override;
+  void send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf, int64_t recv_count, int src,
+                 DType dtype, int tag) override;
+  void barrier() override { host_->barrier(); }
+
+  using ProcessGroup::all_reduce;
+
+ protected:
+  // Device versions (size() > 1, every buffer on the device, arguments validated as below).
+  virtual void d_all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) = 0;
+  virtual void d_all_gather(const void* send, void* recv, int64_t count, DType dtype) = 0;
+  virtual void d_reduce_scatter(const float* send, float* recv, int64_t count) = 0;
+  virtual void d_all_to_all_v(const void* send, const std::vector<int64_t>& sc, const std::vector<int64_t>& sd,
+                              void* recv, const std::vector<int64_t>& rc, const std::vector<int64_t>& rd,
+                              DType dtype) = 0;
+  virtual void d_broadcast(void* buf, int64_t count, DType dtype, int root) = 0;
+  virtual void d_send(const void* buf, int64_t count, DType dtype, int peer, int tag) = 0;
+  virtual void d_recv(void* buf, int64_t count, DType dtype, int peer, int tag) = 0;
+  /// Either half may be absent (count 0 or peer -1, already normalised to count 0); peers != rank().
+  virtual void d_send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf, int64_t recv_count,
+                           int src, DType dtype, int tag) = 0;
+
+  /// Host or device for the buffers of one call (null / empty buffers are ignored).
+  Where where(const char* call, std::initializer_list<const void*> bufs) const;
+  /// Waits for all queued device work (the compute stream) before a device collective reads it.
+  void sync_device() const;
+  void d2d(void* dst, const void* src, int64_t bytes) const;
+  /// Runs f on the host group and adds the bytes it counted to this group's counter.
+  template <class F>
+  void on_host(F&& f) {
+    const int64_t b0 = host_->bytes_sent();
+    f(*host_);
+    bytes_sent_ += host_->bytes_sent() - b0;
+  }
+
+  std::shared_ptr<ProcessGroup> host_;
+};
+
+}  // namespace twinkle::dist::cuda_detail

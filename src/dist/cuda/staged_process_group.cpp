@@ -1,0 +1,115 @@
+// StagedProcessGroup: device buffers copied to host memory, through the wrapped (MPI) group's
+// collective, and back (twinkle/dist/nccl_process_group.h). For ranks that share one GPU, which
+// NCCL refuses in one communicator. The staging buffers grow and are reused across calls.
+#include <vector>
+
+#include "cuda_group_base.h"
+
+namespace twinkle::dist {
+namespace {
+
+using cuda_detail::CudaGroupBase;
+
+class StagedProcessGroup final : public CudaGroupBase {
+ public:
+  using CudaGroupBase::CudaGroupBase;
+
+ protected:
+  void d_all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) override {
+    const int64_t b = comm_bytes(count, dtype);
+    char* h = stage(a_, b);
+    down(h, buf, b);
+    host_->all_reduce(h, count, dtype, op);
+    up(buf, h, b);
+  }
+  void d_all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
+    const int64_t b = comm_bytes(count, dtype);
+    char* hr = stage(a_, b * size());
+    const bool in_place = send == static_cast<const char*>(recv) + b * rank();
+    char* hs = in_place ? hr + b * rank() : stage(b_, b);
+    down(hs, send, b);
+    host_->all_gather(hs, hr, count, dtype);
+    up(recv, hr, b * size());
+  }
+  void d_reduce_scatter(const float* send, float* recv, int64_t count) override {
+    const int64_t b = comm_bytes(count, DType::F32);
+    char* hs = stage(a_, b * size());
+    down(hs, send, b * size());
+    if (send == recv) {
+      host_->reduce_scatter(reinterpret_cast<float*>(hs), reinterpret_cast<float*>(hs), count);
+      up(recv, hs, b);
+      return;
+    }
+    char* hr = stage(b_, b);
+    host_->reduce_scatter(reinterpret_cast<const float*>(hs), reinterpret_cast<float*>(hr), count);
+    up(recv, hr, b);
+  }
+  void d_all_to_all_v(const void* send, const std::vector<int64_t>& sc, const std::vector<int64_t>& sd, void* recv,
+                      const std::vector<int64_t>& rc, const std::vector<int64_t>& rd, DType dtype) override {
+    const auto es = static_cast<int64_t>(dtype_size(dtype));
+    int64_t send_end = 0, recv_end = 0;
+    for (size_t i = 0; i < sc.size(); ++i) {
+      send_end = std::max(send_end, sd[i] + sc[i]);
+      recv_end = std::max(recv_end, rd[i] + rc[i]);
+    }
+    char* hs = stage(a_, send_end * es);
+    char* hr = stage(b_, recv_end * es);
+    // Only the counted blocks travel; the gaps between them stay untouched on the device.
+    for (size_t i = 0; i < sc.size(); ++i) down(hs + sd[i] * es, static_cast<const char*>(send) + sd[i] * es, sc[i] * es);
+    host_->all_to_all_v(hs, sc, sd, hr, rc, rd, dtype);
+    for (size_t i = 0; i < rc.size(); ++i) up(static_cast<char*>(recv) + rd[i] * es, hr + rd[i] * es, rc[i] * es);
+  }
+  void d_broadcast(void* buf, int64_t count, DType dtype, int root) override {
+    const int64_t b = comm_bytes(count, dtype);
+    char* h = stage(a_, b);
+    if (rank() == root) down(h, buf, b);
+    host_->broadcast(h, count, dtype, root);
+    if (rank() != root) up(buf, h, b);
+  }
+  void d_send(const void* buf, int64_t count, DType dtype, int peer, int tag) override {
+    const int64_t b = comm_bytes(count, dtype);
+    char* h = stage(a_, b);
+    down(h, buf, b);
+    host_->send(h, count, dtype, peer, tag);
+  }
+  void d_recv(void* buf, int64_t count, DType dtype, int peer, int tag) override {
+    const int64_t b = comm_bytes(count, dtype);
+    char* h = stage(a_, b);
+    host_->recv(h, count, dtype, peer, tag);
+    up(buf, h, b);
+  }
+  void d_send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf, int64_t recv_count, int src,
+                   DType dtype, int tag) override {
+    const int64_t sb = comm_bytes(send_count, dtype), rb = comm_bytes(recv_count, dtype);
+    char* hs = stage(a_, sb);
+    char* hr = stage(b_, rb);
+    if (sb > 0) down(hs, send_buf, sb);
+    host_->send_recv(hs, send_count, send_count > 0 ? dest : -1, hr, recv_count, recv_count > 0 ? src : -1, dtype, tag);
+    if (rb > 0) up(recv_buf, hr, rb);
+  }
+
+ private:
+  static char* stage(std::vector<char>& v, int64_t bytes) {
+    if (static_cast<int64_t>(v.size()) < bytes) v.resize(static_cast<size_t>(bytes + bytes / 4 + 64));
+    return v.data();
+  }
+  void down(void* h, const void* d, int64_t bytes) const {
+    if (bytes > 0) TWINKLE_DIST_CUDA(cudaMemcpy(h, d, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost), name());
+  }
+  void up(void* d, const void* h, int64_t bytes) const {
+    if (bytes <= 0) return;
+    TWINKLE_DIST_CUDA(cudaMemcpy(d, h, static_cast<size_t>(bytes), cudaMemcpyHostToDevice), name());
+    // from pageable memory the DMA may still be in flight on the legacy stream; the backend's
+    // (non-blocking) stream must see the bytes
+    sync_device();
+  }
+  std::vector<char> a_, b_;  // reused staging buffers (send side / receive side)
+};
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> make_staged_group(std::shared_ptr<ProcessGroup> host) {
+  return std::make_shared<StagedProcessGroup>(std::move(host));
+}
+
+}  // namespace twinkle::dist

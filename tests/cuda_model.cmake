@@ -1,0 +1,42 @@
+# The model on device "cuda" (issue 18, dist/nccl_process_group.h and the device-aware model): GPU tests,
+# labelled `gpu`; without a GPU they print the reason and exit 77 (CTest reports them skipped, never
+# passed). On the lent GPU scripts/device-check run executes them (ctest -L gpu).
+if(TWINKLE_WITH_CUDA_BACKEND)
+  foreach(t test_cuda_model test_cuda_groups)
+    add_executable(${t} ${CMAKE_SOURCE_DIR}/tests/cuda/${t}.cpp)
+    set_target_properties(${t} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+    target_compile_options(${t} PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
+    target_link_libraries(${t} PRIVATE twinkle_train GTest::gtest)
+  endforeach()
+  add_test(NAME cuda_model_vs_cpu COMMAND test_cuda_model)
+  add_test(NAME cuda_groups_single COMMAND test_cuda_groups)
+  add_test(NAME cuda_groups_staged_np2
+           COMMAND ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe --allow-run-as-root --bind-to none
+                   $<TARGET_FILE:test_cuda_groups>)
+  set_tests_properties(cuda_model_vs_cpu cuda_groups_single cuda_groups_staged_np2 PROPERTIES
+    LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600
+    ENVIRONMENT "TWINKLE_SOURCE_DIR=${CMAKE_SOURCE_DIR};TWINKLE_CUDA_COMM=staged")
+endif()
+
+# twinkle train --device cuda against PyTorch float64 (one process), and tp / pp / dp ranks sharing the
+# one GPU (host-staged collectives) against the one-process CPU run (tests/reference/check_train.py).
+if(TWINKLE_WITH_CUDA_BACKEND)
+  set(TWINKLE_GPU_OR_SKIP ${CMAKE_SOURCE_DIR}/tests/cuda/gpu_or_skip.sh)
+  add_test(NAME train_cuda_vs_torch COMMAND ${TWINKLE_GPU_OR_SKIP} /usr/bin/python3
+           ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR} --variant a --steps 3
+           --layout "--device cuda")
+  set(TWINKLE_CUDA_LAYOUTS "tp2|--tp 2" "pp2|--pp 2" "dp2|--dp 2")
+  set(TWINKLE_CUDA_LAYOUT_TESTS train_cuda_vs_torch)
+  foreach(spec ${TWINKLE_CUDA_LAYOUTS})
+    string(REPLACE "|" ";" parts "${spec}")
+    list(GET parts 0 name)
+    list(GET parts 1 flags)
+    add_test(NAME layout_cuda_${name} COMMAND ${TWINKLE_GPU_OR_SKIP} /usr/bin/python3
+             ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR} --variant a --layers 4
+             --batch rows:8 --mbs 1 --steps 3 --against single --np 2 --layout "${flags} --device cuda"
+             --single-kernels reference)
+    list(APPEND TWINKLE_CUDA_LAYOUT_TESTS layout_cuda_${name})
+  endforeach()
+  set_tests_properties(${TWINKLE_CUDA_LAYOUT_TESTS} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300
+                       ENVIRONMENT "OMP_NUM_THREADS=2")
+endif()
