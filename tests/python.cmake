@@ -9,4 +9,20 @@ if(TARGET twinkle_python)
            COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_recipe.py
                    --build ${CMAKE_BINARY_DIR} --rows 32)
   set_tests_properties(python_tp_recipe_equals_cpp_recipe PROPERTIES TIMEOUT 600 PROCESSORS 2)
+  add_test(NAME python_tp_moe_equals_cpp_moe_recipe
+           COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_recipe.py
+                   --build ${CMAKE_BINARY_DIR} --recipe moe --rows 16 --steps 3)
+  set_tests_properties(python_tp_moe_equals_cpp_moe_recipe PROPERTIES TIMEOUT 600 PROCESSORS 2)
+  # add_adapter_to_model (PEFT's LoraConfig) equals `twinkle train --lora-*` on tp2 x dp2
+  add_test(NAME python_lora_equals_cli_lora
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "check_python_lora: 0 mismatches"
+                   ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_lora.py
+                   --build ${CMAKE_BINARY_DIR} --rows 24)
+  set_tests_properties(python_lora_equals_cli_lora PROPERTIES TIMEOUT 600 PROCESSORS 2)
+  # the CMake install component pip / scikit-build-core installs (pyproject.toml)
+  add_test(NAME python_install_component
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "python install component OK: [0-9]+ modules and the extension"
+                   ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_install.py
+                   --build ${CMAKE_BINARY_DIR} --cmake ${CMAKE_COMMAND})
+  set_tests_properties(python_install_component PROPERTIES TIMEOUT 120)
 endif()

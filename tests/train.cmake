@@ -111,3 +111,33 @@ endforeach()
 add_test(NAME layout_cp2_packed COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant b
          --layers 2 --batch rows:8 --mbs 4 --packing --steps 3 --against single --np 2 --layout "--cp 2")
 set_tests_properties(layout_cp2_packed PROPERTIES TIMEOUT 300 PROCESSORS 2)
+
+# cp = 4 (issue 11): 4 ranks, dense, ring and Ulysses, equal to one process; Ulysses at cp 4 needs
+# kv heads divisible by 4 (MHA variant). Sliding-window layers under CP (Qwen3 use_sliding_window,
+# every layer windowed, window 5 < the 2*cp chunks of 40..64-token rows): the windowed single-process
+# run is checked against PyTorch by train_vs_torch_config_swa_*, and these layouts must equal it.
+# name | ranks | variant | layout flags | config json (shape:JSON = before the init) | batch
+set(TWINKLE_CP_MORE
+  "cp4_p2p_tied|4|a|--cp 4||rows:8"
+  "cp4_a2a_mha_untied|4|b|--cp 4 --cp-comm-type a2a|shape:{\"num_key_value_heads\": 4}|rows:8"
+  "cp2_p2p_swa|2|a|--cp 2|{\"use_sliding_window\": true, \"sliding_window\": 5, \"max_window_layers\": 0}|rows:6:40:64"
+  "cp2_a2a_swa|2|b|--cp 2 --cp-comm-type a2a|{\"use_sliding_window\": true, \"sliding_window\": 5, \"max_window_layers\": 0}|rows:6:40:64"
+  "cp4_p2p_swa_window_spans_ranks|4|b|--cp 4|{\"use_sliding_window\": true, \"sliding_window\": 21, \"max_window_layers\": 0}|rows:6:40:64")
+foreach(spec ${TWINKLE_CP_MORE})
+  string(REPLACE "|" ";" parts "${spec}")
+  list(GET parts 0 name)
+  list(GET parts 1 np)
+  list(GET parts 2 variant)
+  list(GET parts 3 flags)
+  list(GET parts 4 cfgjson)
+  list(GET parts 5 batch)
+  set(cfg_args "")
+  if(cfgjson MATCHES "^shape:(.*)$")  # shape fields change the weights' shapes: set before the init
+    set(cfg_args --shape-json "${CMAKE_MATCH_1}")
+  elseif(NOT cfgjson STREQUAL "")
+    set(cfg_args --config-json "${cfgjson}")
+  endif()
+  add_test(NAME layout_${name} COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant ${variant}
+           --layers 2 --batch ${batch} --mbs 2 --steps 3 --against single --np ${np} --layout "${flags}" ${cfg_args})
+  set_tests_properties(layout_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
+endforeach()

@@ -28,3 +28,15 @@ add_test(NAME train_save_failure_reaches_every_rank
                  ${CMAKE_BINARY_DIR}/tests)
 set_tests_properties(train_save_failure_reaches_every_rank PROPERTIES TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1"
                      FAIL_REGULAR_EXPRESSION "CHECK FAILED")
+# MFU uses the global mean sequence length on every rank, also on a dp rank without a row this
+# step (a short last batch); before, that rank kept the previous step's local mean.
+add_executable(mpi_mfu_empty_rank ${CMAKE_SOURCE_DIR}/tests/dist/mpi_mfu_empty_rank.cpp)
+set_target_properties(mpi_mfu_empty_rank PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+target_compile_options(mpi_mfu_empty_rank PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
+target_link_libraries(mpi_mfu_empty_rank PRIVATE twinkle)
+add_test(NAME train_mfu_global_mean_length_on_empty_rank
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "mfu OK: 3 steps, global mean length on every rank"
+                 ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none --mca mpi_yield_when_idle 1
+                 -np 2 ${CMAKE_BINARY_DIR}/tests/mpi_mfu_empty_rank ${CMAKE_SOURCE_DIR}/models/qwen3-tiny)
+set_tests_properties(train_mfu_global_mean_length_on_empty_rank PROPERTIES TIMEOUT 120
+                     ENVIRONMENT "OMP_NUM_THREADS=1;TWINKLE_PEAK_GFLOPS=1" FAIL_REGULAR_EXPRESSION "CHECK FAILED")

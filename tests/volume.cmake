@@ -47,3 +47,16 @@ foreach(spec "tp2_dp2_ep2|4|--tp 2 --dp 2 --ep 2 --rows 4 --mbs 2" "pp2_dp2_ep2|
                    --check-volume --no-baseline)
   set_tests_properties(comm_volume_moe_${name} PROPERTIES TIMEOUT 120 PROCESSORS 2 ENVIRONMENT "OMP_NUM_THREADS=1")
 endforeach()
+
+# The counting library itself: every call kind (non-blocking collectives, point-to-point variants,
+# persistent requests, a one-sided Put flagged as uncounted) against bytes written by hand.
+add_executable(mpi_count_selftest ${CMAKE_SOURCE_DIR}/tests/dist/mpi_count_selftest.cpp)
+set_target_properties(mpi_count_selftest PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+target_compile_options(mpi_count_selftest PRIVATE ${TWINKLE_WARN})
+target_link_libraries(mpi_count_selftest PRIVATE MPI::MPI_CXX)
+add_dependencies(mpi_count_selftest twinkle_mpi_count)
+add_test(NAME comm_volume_counter_counts_every_call_kind
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "check_mpi_count: [0-9]+ call kinds on 2 ranks, 0 mismatches"
+                 /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/dist/check_mpi_count.py --build ${CMAKE_BINARY_DIR}
+                 --mpirun ${MPIEXEC_EXECUTABLE})
+set_tests_properties(comm_volume_counter_counts_every_call_kind PROPERTIES TIMEOUT 120)

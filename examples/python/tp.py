@@ -2,8 +2,9 @@
 # its GPU twin cookbook/megatron/tp.py; call sequence in /work/shared/spec/twinkle-behaviour.md §0)
 # as a Python script on twinkle's C++ core. Differences from the seed: device_type='cpu', the
 # default model is the embedded models/qwen3-tiny (TWINKLE_MODEL overrides it), the LoRA adapter
-# line is commented out (LoRA, issue #10, is not in twinkle yet: full-parameter training, as the
-# seed's comment allows), and rank 0 writes metrics.jsonl next to the final checkpoint.
+# line is commented out (full-parameter training, as the seed's comment allows, like
+# examples/tp_recipe.cpp, which this script is checked against; uncomment it for the seed's adapter:
+# add_adapter_to_model is implemented), and rank 0 writes metrics.jsonl next to the final checkpoint.
 #
 #   build/bin/twinkle-run --nproc_per_node=8 examples/python/tp.py      (make demo RECIPE=python)
 #
@@ -41,7 +42,7 @@ def train():
 
     model = MegatronModel(model_id=MODEL_ID)
     lora_config = LoraConfig(r=8, lora_alpha=32, target_modules='all-linear')  # noqa: F841
-    # LoRA is not in twinkle yet (issue #10): full-parameter training
+    # full-parameter training as examples/tp_recipe.cpp; uncomment for the seed's LoRA adapter
     # model.add_adapter_to_model('default', lora_config)
     model.set_optimizer(optimizer_cls='default', lr=1e-4)
     model.set_lr_scheduler(scheduler_cls='default', lr_warmup_steps=2, lr_decay_steps=len(dataloader))

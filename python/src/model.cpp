@@ -36,8 +36,12 @@ twinkle::MegatronModelOptions model_options(const py::dict& kw) {
     else if (k == "on_nonfinite") o.on_nonfinite = v.cast<std::string>();
     else if (k == "kernels") o.kernels = v.cast<std::string>();
     else if (k == "cp_comm_type") o.cp_comm_type = v.cast<std::string>();
-    else unknown_kw("MegatronModel", k, "micro_batch_size, load_weights, seed, layers_per_stage, pipeline_split, recompute_granularity, packing, "
-                    "lm_head_chunk_tokens, on_nonfinite, kernels, cp_comm_type");
+    else if (k == "moe_aux_loss_type") o.moe_aux_loss_type = v.cast<std::string>();
+    else if (k == "moe_aux_loss_coeff") o.moe_aux_loss_coeff = v.is_none() ? std::nullopt : std::optional<double>(v.cast<double>());
+    else if (k == "moe_z_loss_coeff") o.moe_z_loss_coeff = v.cast<double>();
+    else unknown_kw("MegatronModel", k, "micro_batch_size, load_weights, seed, layers_per_stage, pipeline_split, "
+                    "recompute_granularity, packing, lm_head_chunk_tokens, on_nonfinite, kernels, cp_comm_type, "
+                    "moe_aux_loss_type, moe_aux_loss_coeff, moe_z_loss_coeff");
   }
   return o;
 }
@@ -77,6 +81,24 @@ twinkle::LRSchedulerConfig scheduler_config(const py::dict& kw) {
   return c;
 }
 
+// LoRA options from python/twinkle/model (PEFT's LoraConfig already mapped to
+// twinkle::LoraConfig's fields there).
+twinkle::LoraConfig lora_config(const py::dict& kw) {
+  twinkle::LoraConfig c;
+  for (auto item : kw) {
+    const std::string k = py::str(item.first);
+    const py::handle v = item.second;
+    if (k == "r") c.r = v.cast<int64_t>();
+    else if (k == "lora_alpha") c.lora_alpha = v.cast<double>();
+    else if (k == "target_modules") c.target_modules = v.cast<std::string>();
+    else if (k == "lora_dropout") c.lora_dropout = v.cast<double>();
+    else if (k == "use_rslora") c.use_rslora = v.cast<bool>();
+    else if (k == "init_lora_weights") c.init_lora_weights = v.cast<std::string>();
+    else unknown_kw("add_adapter_to_model", k, "r, lora_alpha, target_modules, lora_dropout, use_rslora, init_lora_weights");
+  }
+  return c;
+}
+
 py::dict metrics_dict(const MegatronModel::StepMetrics& m) {
   py::dict d;
   d["step"] = m.step;
@@ -91,6 +113,13 @@ py::dict metrics_dict(const MegatronModel::StepMetrics& m) {
   d["has_loss"] = m.has_loss;
   d["skipped"] = m.skipped;
   d["skipped_steps"] = m.skipped_steps;
+  if (m.moe) {  // Qwen3-MoE: the router losses and the expert load (engine.h StepResult)
+    d["lm_loss"] = m.lm_loss;
+    d["aux_loss"] = m.aux_loss;
+    d["z_loss"] = m.z_loss;
+    d["expert_load_max"] = m.expert_load_max;
+    d["expert_load_min"] = m.expert_load_min;
+  }
   return d;
 }
 
@@ -113,6 +142,26 @@ void bind_model(py::module_& m) {
              return p;
            }),
            py::arg("model_id"), py::arg("options"))
+      .def("add_adapter_to_model",
+           [](MegatronModel& self, const std::string& name, py::dict kw) {
+             // every failure here is about the arguments (config, targets, name, a second adapter)
+             arg_check([&] {
+               const twinkle::LoraConfig c = lora_config(kw);
+               twinkle::validate(c);
+               self.add_adapter_to_model(name, c);
+             });
+           })
+      .def("load_adapter",
+           [](MegatronModel& self, const std::string& dir, const std::string& name) {
+             {
+               HeavyCall h("load_adapter");
+               self.load_adapter(dir, name);
+             }
+             check_signals();
+           })
+      .def("linear_modules", [](MegatronModel& self) { return self.model().linear_modules(); })
+      .def_property_readonly("has_adapter", &MegatronModel::has_adapter)
+      .def_property_readonly("adapter_name", &MegatronModel::adapter_name)
       .def("set_optimizer",
            [](MegatronModel& self, const std::string& name, py::dict kw) {
              twinkle::OptimizerConfig c;
@@ -180,13 +229,14 @@ void bind_model(py::module_& m) {
       .def("last_metrics", [](const MegatronModel& self) { return metrics_dict(self.last_metrics()); })
       .def("get_train_configs", &MegatronModel::get_train_configs)
       .def("save",
-           [](MegatronModel& self, const std::string& name, const std::string& output_dir, bool save_optimizer,
-              int64_t consumed_train_samples) {
+           [](MegatronModel& self, const std::string& name, const std::string& output_dir, bool merge_lora,
+              bool save_optimizer, int64_t consumed_train_samples) {
              std::string dir;
              {
                HeavyCall h("save");
                twinkle::SaveOptions o;
                o.output_dir = output_dir;
+               o.merge_lora = merge_lora;
                o.save_optimizer = save_optimizer;
                o.consumed_train_samples = consumed_train_samples;
                dir = self.save(name, o);
@@ -194,7 +244,7 @@ void bind_model(py::module_& m) {
              check_signals();
              return dir;
            },
-           py::arg("name"), py::arg("output_dir"), py::arg("save_optimizer") = false,
+           py::arg("name"), py::arg("output_dir"), py::arg("merge_lora") = false, py::arg("save_optimizer") = false,
            py::arg("consumed_train_samples") = -1)
       .def("resume_from_checkpoint",
            [](MegatronModel& self, const std::string& dir, bool resume_only_model) {

@@ -37,27 +37,75 @@ std::string lower(std::string s) {
   return s;
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+// Byte length of the whitespace character at s[0] as Python's re `\s` on a str matches it
+// (str.isspace(): U+0009-000D, U+001C-001F, U+0020, U+0085, U+00A0, U+1680, U+2000-200A,
+// U+2028, U+2029, U+202F, U+205F, U+3000), 0 when s does not start with one. The text is
+// valid UTF-8 (the tokenizer rejects anything else before labels are built).
+size_t py_space_len(std::string_view s) {
+  if (s.empty()) return 0;
+  const auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned c0 = b(0);
+  if ((c0 >= 0x09 && c0 <= 0x0D) || (c0 >= 0x1C && c0 <= 0x20)) return 1;
+  if (c0 == 0xC2 && s.size() >= 2 && (b(1) == 0x85 || b(1) == 0xA0)) return 2;
+  if (s.size() < 3) return 0;
+  const unsigned cp = ((c0 & 0x0Fu) << 12) | ((b(1) & 0x3Fu) << 6) | (b(2) & 0x3Fu);
+  if ((c0 & 0xF0u) != 0xE0u) return 0;
+  const bool ws = cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+                  cp == 0x205F || cp == 0x3000;
+  return ws ? 3 : 0;
+}
 
-// Length of the match of ms-swift's ignore_empty_think regex ^<think>\s*</think>\s* at
-// text[pos] (0 when it does not match).
+size_t skip_py_spaces(std::string_view s, size_t i) {
+  while (i < s.size()) {
+    const size_t n = py_space_len(s.substr(i));
+    if (n == 0) break;
+    i += n;
+  }
+  return i;
+}
+
+// Length of the match of ms-swift's ignore_empty_think regex ^<think>\s*</think>\s*
+// (swift/loss_scale/config/ignore_empty_think.json, Python re on a str: `\s` is Unicode
+// whitespace, `*` greedy) at text[pos]; 0 when it does not match.
 size_t empty_think_prefix(std::string_view text, size_t pos) {
   std::string_view s = text.substr(pos);
   if (!starts_with(s, "<think>")) return 0;
-  size_t i = 7;
-  while (i < s.size() && is_space(s[i])) ++i;
+  const size_t i = skip_py_spaces(s, 7);
   if (!starts_with(s.substr(i), "</think>")) return 0;
-  i += 8;
-  while (i < s.size() && is_space(s[i])) ++i;
-  return i;
+  return skip_py_spaces(s, i + 8);
 }
 
 std::string row_prefix(const std::string& row_name) { return row_name.empty() ? "row" : "row " + row_name; }
 
+struct Span {
+  size_t begin, end;  // byte range of an assistant turn's text (trained unless masked below)
+  size_t masked_end;  // ignore_empty_think: the regex match is [begin, masked_end); = begin if none
+};
+
 struct Rendered {
   std::string text;
-  std::vector<std::pair<size_t, size_t>> spans;  // byte ranges of trained text, in order
+  std::vector<Span> spans;  // in order
 };
+
+// Where the untrained empty think block of a turn ends in token terms: the largest byte
+// position p <= sp.masked_end at a character boundary where the turn's ids split into the ids
+// of [begin, p) and [p, end) (every token of the first part lies inside the regex match). The
+// ids stay those of the whole conversation (failure class B17); a token holding both matched
+// whitespace and the content (" Hello" after "</think>\n\n") is the content's and trained.
+// ms-swift tokenizes the matched text and the rest apart instead, which changes the ids.
+size_t masked_boundary(const Tokenizer& tok, std::string_view text, const Span& sp) {
+  if (sp.masked_end == sp.begin) return sp.begin;
+  const std::string_view turn = text.substr(sp.begin, sp.end - sp.begin);
+  const std::vector<int32_t> whole = tok.encode(turn);
+  for (size_t p = sp.masked_end - sp.begin; p > 0; --p) {
+    if (p < turn.size() && (static_cast<unsigned char>(turn[p]) & 0xC0u) == 0x80u) continue;  // inside a character
+    std::vector<int32_t> split = tok.encode(turn.substr(0, p));
+    const std::vector<int32_t> rest = tok.encode(turn.substr(p));
+    split.insert(split.end(), rest.begin(), rest.end());
+    if (split == whole) return sp.begin + p;
+  }
+  return sp.begin;
+}
 
 }  // namespace
 
@@ -143,7 +191,7 @@ Rendered Template::Impl::render(const std::vector<Message>& in, bool add_generat
         o += content;
       }
       o += "<|im_end|>\n";
-      out.spans.emplace_back(span_begin + (opts.ignore_empty_think ? empty_think_prefix(o, span_begin) : 0), o.size());
+      out.spans.push_back({span_begin, o.size(), span_begin + (opts.ignore_empty_think ? empty_think_prefix(o, span_begin) : 0)});
     } else if (x.role == "tool") {
       if (first || m[i - 1].role != "tool") o += "<|im_start|>user";
       o += "\n<tool_response>\n";
@@ -212,10 +260,12 @@ std::vector<EncodedRow> Template::encode(const std::vector<Message>& messages, c
     if (trained) labels.insert(labels.end(), p.begin(), p.end());
     else labels.insert(labels.end(), p.size(), kIgnoreIndex);
   };
-  for (auto [b, e] : r.spans) {
-    piece(pos, b, false);
-    piece(b, e, true);
-    pos = e;
+  for (const Span& sp : r.spans) {
+    piece(pos, sp.begin, false);
+    const size_t mid = masked_boundary(I.tok, r.text, sp);
+    piece(sp.begin, mid, false);
+    piece(mid, sp.end, true);
+    pos = sp.end;
   }
   piece(pos, r.text.size(), false);
   if (ids != full) {
@@ -225,7 +275,7 @@ std::vector<EncodedRow> Template::encode(const std::vector<Message>& messages, c
     size_t turn = 0, acc = 0;
     std::string where = "an assistant turn";
     for (size_t t = 0; t < r.spans.size(); ++t) {
-      acc = I.tok.encode(std::string_view(r.text).substr(0, r.spans[t].first)).size();
+      acc = I.tok.encode(std::string_view(r.text).substr(0, r.spans[t].begin)).size();
       turn = t;
       if (acc >= k) break;
     }

@@ -41,10 +41,8 @@ void Qwen3Attention::recompute_core(const StageBatch& b, AttentionActivations& a
   const int64_t nseg = static_cast<int64_t>(b.cu_seqlens.size()) - 1;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   if (b.cp) {  // context parallelism: ring or Ulysses over the cp group (state keyed by this record)
-    check(window_ == 0, "layer " + std::to_string(layer_) + " has a sliding window of " + std::to_string(window_) +
-                            " (config.json use_sliding_window); context parallelism (cp > 1) does not implement "
-                            "sliding-window attention yet");
-    b.cp_attention->forward(&a, *b.cp, a.q, a.k, a.v, a.ctx, a.lse, hq_, hkv_, D, scale);
+    b.cp_attention->forward(&a, *b.cp, a.q, a.k, a.v, a.ctx, a.lse, hq_, hkv_, D, scale, window_,
+                            &qkv_proj.kernels().attention);
   } else {
     qkv_proj.kernels().attention.forward(a.q, a.k, a.v, a.ctx, a.lse, b.cu_seqlens_ptr(), nseg, hq_, hkv_, D,
                                          scale, window_);
@@ -62,7 +60,8 @@ const float* Qwen3Attention::backward(const float* dy_local, const StageBatch& b
   float* dv = scratch.get("attn.dv", {T, nkv}).f32();
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   if (b.cp)
-    b.cp_attention->backward(&a, *b.cp, a.q, a.k, a.v, a.ctx, a.lse, dctx, dq, dk, dv, hq_, hkv_, D, scale);
+    b.cp_attention->backward(&a, *b.cp, a.q, a.k, a.v, a.ctx, a.lse, dctx, dq, dk, dv, hq_, hkv_, D, scale, window_,
+                             &qkv_proj.kernels().attention);
   else
     qkv_proj.kernels().attention.backward(a.q, a.k, a.v, a.ctx, a.lse, dctx, dq, dk, dv, b.cu_seqlens_ptr(), nseg,
                                           hq_, hkv_, D, scale, window_);

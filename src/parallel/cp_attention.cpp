@@ -21,22 +21,24 @@ UlyssesAttention& ContextParallelAttention::ulysses(const void* key) {
 }
 
 void ContextParallelAttention::forward(const void* key, const CpLayout& lay, const float* q, const float* k, const float* v,
-                                       float* out, float* lse, int64_t Hq, int64_t Hkv, int64_t D, float scale) {
+                                       float* out, float* lse, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                                       int64_t window, const kernels::AttentionOp* attn) {
   if (type_ == CpCommType::P2P) {
     check(lse != nullptr, "ContextParallelAttention::forward: p2p needs an lse buffer");
-    ring_.forward(lay, q, k, v, out, lse, Hq, Hkv, D, scale);
+    ring_.forward(lay, q, k, v, out, lse, Hq, Hkv, D, scale, window);
   } else {
-    ulysses(key).forward(lay, q, k, v, out, Hq, Hkv, D, scale);
+    ulysses(key).forward(lay, q, k, v, out, Hq, Hkv, D, scale, window, attn);
   }
 }
 
 void ContextParallelAttention::backward(const void* key, const CpLayout& lay, const float* q, const float* k, const float* v,
                                         const float* out, const float* lse, const float* dout, float* dq, float* dk,
-                                        float* dv, int64_t Hq, int64_t Hkv, int64_t D, float scale) {
+                                        float* dv, int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window,
+                                        const kernels::AttentionOp* attn) {
   if (type_ == CpCommType::P2P)
-    ring_.backward(lay, q, k, v, out, lse, dout, dq, dk, dv, Hq, Hkv, D, scale);
+    ring_.backward(lay, q, k, v, out, lse, dout, dq, dk, dv, Hq, Hkv, D, scale, window);
   else
-    ulysses(key).backward(lay, dout, dq, dk, dv, Hq, Hkv, D, scale);
+    ulysses(key).backward(lay, dout, dq, dk, dv, Hq, Hkv, D, scale, window, attn);
 }
 
 }  // namespace twinkle::parallel

@@ -64,14 +64,14 @@ int64_t RingAttention::backward_bytes(int cp, int64_t T, int64_t Hkv, int64_t D)
 }
 
 void RingAttention::forward(const CpLayout& lay, const float* q, const float* k, const float* v, float* out,
-                            float* lse, int64_t Hq, int64_t Hkv, int64_t D, float scale) {
+                            float* lse, int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window) {
   check_layout(lay, *cp_, "RingAttention::forward");
   const int cp = lay.cp, r = lay.rank;
   const int64_t T = lay.T, half = T / 2, nkv = T * Hkv * D;
   const int32_t* qs = lay.seg[static_cast<size_t>(r)].data();
   const int32_t* qp = lay.gidx[static_cast<size_t>(r)].data();
   // step 0: the diagonal block, straight into out / lse
-  kc::attention_block_forward(q, qs, qp, T, k, v, qs, qp, T, out, lse, Hq, Hkv, D, scale);
+  kc::attention_block_forward(q, qs, qp, T, k, v, qs, qp, T, out, lse, Hq, Hkv, D, scale, window);
   if (cp == 1) return;
   cur_.resize(static_cast<size_t>(2 * nkv));
   next_.resize(static_cast<size_t>(2 * nkv));
@@ -90,11 +90,11 @@ void RingAttention::forward(const CpLayout& lay, const float* q, const float* k,
     const int32_t* kp = lay.gidx[static_cast<size_t>(j)].data();
     if (j < r) {  // all q vs the first half of j's K/V
       kc::attention_block_forward(q, qs, qp, T, kj, vj, ks, kp, half, part_out_.data(), part_lse_.data(), Hq, Hkv,
-                                  D, scale);
+                                  D, scale, window);
       kc::attention_lse_merge(out, lse, part_out_.data(), part_lse_.data(), T, Hq, D);
     } else {  // the second half of q vs all of j's K/V
       kc::attention_block_forward(q + half * Hq * D, qs + half, qp + half, T - half, kj, vj, ks, kp, T,
-                                  part_out_.data(), part_lse_.data(), Hq, Hkv, D, scale);
+                                  part_out_.data(), part_lse_.data(), Hq, Hkv, D, scale, window);
       kc::attention_lse_merge(out + half * Hq * D, lse + half * Hq, part_out_.data(), part_lse_.data(), T - half, Hq,
                               D);
     }
@@ -103,7 +103,7 @@ void RingAttention::forward(const CpLayout& lay, const float* q, const float* k,
 
 void RingAttention::backward(const CpLayout& lay, const float* q, const float* k, const float* v, const float* out,
                              const float* lse, const float* dout, float* dq, float* dk, float* dv, int64_t Hq,
-                             int64_t Hkv, int64_t D, float scale) {
+                             int64_t Hkv, int64_t D, float scale, int64_t window) {
   check_layout(lay, *cp_, "RingAttention::backward");
   const int cp = lay.cp, r = lay.rank;
   const int64_t T = lay.T, half = T / 2, nkv = T * Hkv * D;
@@ -116,7 +116,7 @@ void RingAttention::backward(const CpLayout& lay, const float* q, const float* k
     std::fill(dk, dk + nkv, 0.0f);
     std::fill(dv, dv + nkv, 0.0f);
     kc::attention_block_backward(q, qs, qp, T, k, v, qs, qp, T, lse, delta_.data(), dout, dq, dk, dv, Hq, Hkv, D,
-                                 scale);
+                                 scale, window);
     return;
   }
   // travelling buffer: [k | v | dk | dv] of the block's owner
@@ -139,14 +139,14 @@ void RingAttention::backward(const CpLayout& lay, const float* q, const float* k
     const int32_t* kp = lay.gidx[static_cast<size_t>(j)].data();
     if (j == r)
       kc::attention_block_backward(q, qs, qp, T, kj, vj, ks, kp, T, lse, delta_.data(), dout, dq, dkj, dvj, Hq, Hkv,
-                                   D, scale);
+                                   D, scale, window);
     else if (j < r)
       kc::attention_block_backward(q, qs, qp, T, kj, vj, ks, kp, half, lse, delta_.data(), dout, dq, dkj, dvj, Hq,
-                                   Hkv, D, scale);
+                                   Hkv, D, scale, window);
     else
       kc::attention_block_backward(q + half * Hq * D, qs + half, qp + half, T - half, kj, vj, ks, kp, T,
                                    lse + half * Hq, delta_.data() + half * Hq, dout + half * Hq * D,
-                                   dq + half * Hq * D, dkj, dvj, Hq, Hkv, D, scale);
+                                   dq + half * Hq * D, dkj, dvj, Hq, Hkv, D, scale, window);
   }
   // the block held now belongs to rank r+1: one last hop of its dK/dV brings every block home
   next_.resize(static_cast<size_t>(2 * nkv));

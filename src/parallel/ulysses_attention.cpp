@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "twinkle/core/error.h"
 #include "twinkle/kernels/cpu/attention.h"
@@ -75,12 +76,14 @@ void UlyssesAttention::to_seq(const CpLayout& lay, const float* g, float* x, int
 }
 
 void UlyssesAttention::forward(const CpLayout& lay, const float* q, const float* k, const float* v, float* out,
-                               int64_t Hq, int64_t Hkv, int64_t D, float scale) {
+                               int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window,
+                               const kernels::AttentionOp* attn) {
   check(lay.cp == cp_->size() && lay.rank == cp_->rank(),
         "UlyssesAttention::forward: layout of cp rank " + std::to_string(lay.rank) + " of " + std::to_string(lay.cp) +
             " used on rank " + std::to_string(cp_->rank()) + " of the " + std::to_string(cp_->size()) +
             "-rank cp group '" + cp_->name() + "'");
   check_heads(Hq * tp_, Hkv * tp_, lay.cp, tp_);
+  saved_.valid = false;  // until this forward completes
   const int cp = lay.cp;
   const int64_t Tg = lay.T * cp, Hql = Hq / cp, Hkl = Hkv / cp;
   gq_.resize(static_cast<size_t>(Tg * Hql * D));
@@ -92,26 +95,64 @@ void UlyssesAttention::forward(const CpLayout& lay, const float* q, const float*
   to_heads(lay, k, gk_.data(), Hkv, D);
   to_heads(lay, v, gv_.data(), Hkv, D);
   const int64_t nseg = static_cast<int64_t>(lay.global_cu_seqlens.size()) - 1;
-  kc::flash_attention_forward(gq_.data(), gk_.data(), gv_.data(), gout_.data(), glse_.data(),
-                              lay.global_cu_seqlens.data(), nseg, Hql, Hkl, D, scale);
+  if (attn)
+    attn->forward(gq_.data(), gk_.data(), gv_.data(), gout_.data(), glse_.data(), lay.global_cu_seqlens.data(), nseg,
+                  Hql, Hkl, D, scale, window);
+  else
+    kc::flash_attention_forward(gq_.data(), gk_.data(), gv_.data(), gout_.data(), glse_.data(),
+                                lay.global_cu_seqlens.data(), nseg, Hql, Hkl, D, scale, window);
   to_seq(lay, gout_.data(), out, Hq, D);
+  // what the backward must match (assign reuses the capacity of the last micro-batch)
+  saved_.valid = true;
+  saved_.T = lay.T;
+  saved_.Hq = Hq;
+  saved_.Hkv = Hkv;
+  saved_.D = D;
+  saved_.scale = scale;
+  saved_.window = window;
+  saved_.attn = attn;
+  saved_.cu_seqlens.assign(lay.global_cu_seqlens.begin(), lay.global_cu_seqlens.end());
+  saved_.gidx.resize(lay.gidx.size());
+  for (size_t j = 0; j < lay.gidx.size(); ++j) saved_.gidx[j].assign(lay.gidx[j].begin(), lay.gidx[j].end());
 }
 
 void UlyssesAttention::backward(const CpLayout& lay, const float* dout, float* dq, float* dk, float* dv, int64_t Hq,
-                                int64_t Hkv, int64_t D, float scale) {
+                                int64_t Hkv, int64_t D, float scale, int64_t window,
+                                const kernels::AttentionOp* attn) {
+  // The saved head-sharded q/k/v/out/lse must be those of this micro-batch: same layout (segments
+  // and token order, not only the sizes), heads, head_dim and scale, and not consumed by a backward
+  // already. Every rank of the cp group holds the same state, so all of them throw together.
+  std::string why;
+  if (!saved_.valid) why = "no forward since the last backward";
+  else if (saved_.T != lay.T || saved_.Hq != Hq || saved_.Hkv != Hkv || saved_.D != D)
+    why = "the forward had T " + std::to_string(saved_.T) + ", heads " + std::to_string(saved_.Hq) + "/" +
+          std::to_string(saved_.Hkv) + ", head_dim " + std::to_string(saved_.D) + "; the backward T " +
+          std::to_string(lay.T) + ", heads " + std::to_string(Hq) + "/" + std::to_string(Hkv) + ", head_dim " +
+          std::to_string(D);
+  else if (saved_.cu_seqlens != lay.global_cu_seqlens || saved_.gidx != lay.gidx)
+    why = "the forward's micro-batch had other segments or another token order (same sizes)";
+  else if (saved_.scale != scale)
+    why = "the forward's softmax scale differs";
+  else if (saved_.window != window || saved_.attn != attn)
+    why = "the forward's sliding window or attention op differs";
+  check(why.empty(), "UlyssesAttention::backward: no matching forward on cp rank " + std::to_string(cp_->rank()) +
+                         " (" + why + ")");
+  saved_.valid = false;
   const int cp = lay.cp;
-  const int64_t Tg = lay.T * cp, Hql = Hq / cp, Hkl = Hkv / cp;
-  check(gout_.size() == static_cast<size_t>(Tg * Hql * D) && gk_.size() == static_cast<size_t>(Tg * Hkl * D),
-        "UlyssesAttention::backward: no matching forward (token or head counts differ)");
+  const int64_t Hql = Hq / cp, Hkl = Hkv / cp;
   gdo_.resize(gout_.size());
   gdq_.resize(gq_.size());
   gdk_.resize(gk_.size());
   gdv_.resize(gv_.size());
   to_heads(lay, dout, gdo_.data(), Hq, D);
   const int64_t nseg = static_cast<int64_t>(lay.global_cu_seqlens.size()) - 1;
-  kc::flash_attention_backward(gq_.data(), gk_.data(), gv_.data(), gout_.data(), glse_.data(), gdo_.data(),
-                               gdq_.data(), gdk_.data(), gdv_.data(), lay.global_cu_seqlens.data(), nseg, Hql, Hkl, D,
-                               scale);
+  if (attn)
+    attn->backward(gq_.data(), gk_.data(), gv_.data(), gout_.data(), glse_.data(), gdo_.data(), gdq_.data(),
+                   gdk_.data(), gdv_.data(), lay.global_cu_seqlens.data(), nseg, Hql, Hkl, D, scale, window);
+  else
+    kc::flash_attention_backward(gq_.data(), gk_.data(), gv_.data(), gout_.data(), glse_.data(), gdo_.data(),
+                                 gdq_.data(), gdk_.data(), gdv_.data(), lay.global_cu_seqlens.data(), nseg, Hql, Hkl,
+                                 D, scale, window);
   to_seq(lay, gdq_.data(), dq, Hq, D);
   to_seq(lay, gdk_.data(), dk, Hkv, D);
   to_seq(lay, gdv_.data(), dv, Hkv, D);

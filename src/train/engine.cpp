@@ -51,14 +51,21 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training) {
   const std::vector<MicroBatch>& mbs = *src;
   std::vector<StageBatch> sb;
   sb.reserve(mbs.size());
-  int64_t counts[2] = {0, 0};  // labelled tokens, tokens
+  int64_t counts[4] = {0, 0, 0, 0};  // labelled tokens, tokens, sequences, their real tokens
   for (size_t i = 0; i < mbs.size(); ++i) {
-    sb.push_back(model_.prepare(mbs[i]));
+    const MicroBatch& mb = mbs[i];
+    sb.push_back(model_.prepare(mb));
     counts[0] += sb.back().num_targets;
-    // every cp rank holds a share of the same rows: count them once (on cp rank 0)
-    if (ps.cp_rank() == 0 && i < real_mbs) counts[1] += static_cast<int64_t>(mbs[i].input_ids.size());
+    // every cp rank holds a share of the same rows: count them once (on cp rank 0); fillers hold none
+    if (ps.cp_rank() == 0 && i < real_mbs) {
+      counts[1] += static_cast<int64_t>(mb.input_ids.size());
+      counts[2] += static_cast<int64_t>(mb.cu_seqlens.size()) - 1;
+      counts[3] += mb.attention_mask.empty()
+                       ? static_cast<int64_t>(mb.input_ids.size())
+                       : static_cast<int64_t>(std::count(mb.attention_mask.begin(), mb.attention_mask.end(), 1));
+    }
   }
-  if (ps.dp_cp->size() > 1) ps.dp_cp->all_reduce(counts, 2, DType::I64, dist::ReduceOp::Sum);
+  if (ps.dp_cp->size() > 1) ps.dp_cp->all_reduce(counts, 4, DType::I64, dist::ReduceOp::Sum);
   const bool moe = model_.is_moe();
   const int64_t E = moe ? model_.config().num_experts : 0;
   // Per micro-batch router statistics of this stage: prob_sum[E], counts[E], N, aux_per_layer, z.
@@ -73,6 +80,8 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training) {
   StepResult res;
   res.label_tokens = counts[0];
   res.tokens = counts[1];
+  res.sequences = counts[2];
+  res.sequence_tokens = counts[3];
   const float grad_scale = counts[0] > 0 ? 1.0f / static_cast<float>(counts[0]) : 0.0f;
   const int p = ps.pp_size(), s = ps.pp_rank();
   double loss_sum = 0;

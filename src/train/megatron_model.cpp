@@ -167,9 +167,6 @@ std::vector<MicroBatch> MegatronModel::split(const std::vector<EncodedRow>& rows
 
 double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows) {
   auto t0 = Clock::now();
-  double len = 0;
-  for (const auto& r : rows) len += static_cast<double>(r.input_ids.size());
-  if (!rows.empty()) mean_seq_ = len / static_cast<double>(rows.size());  // a rank without rows keeps the last
   int64_t row0 = 0;
   if (model_->has_adapter() && model_->adapter_config().lora_dropout > 0) {
     // LoRA dropout masks are keyed by each token's row in the global batch: this replica's
@@ -263,7 +260,11 @@ StepStats MegatronModel::clip_grad_and_step(std::optional<double> max_grad_norm)
   last_.expert_grad_norm = st.expert_grad_norm;
   last_.step_time_s = fb_time_s_;
   last_.tokens_per_s = fb_time_s_ > 0 ? static_cast<double>(last_fb_.tokens) / fb_time_s_ : 0;
-  const double fl = flops_per_token(mean_seq_) * static_cast<double>(last_fb_.tokens);
+  // the global mean sequence length (every rank the same, also one without a row this step)
+  const double mean_seq = last_fb_.sequences > 0 ? static_cast<double>(last_fb_.sequence_tokens) /
+                                                       static_cast<double>(last_fb_.sequences)
+                                                 : 0.0;
+  const double fl = flops_per_token(mean_seq) * static_cast<double>(last_fb_.tokens);
   last_.mfu = (peak_flops_ > 0 && fb_time_s_ > 0) ? fl / fb_time_s_ / peak_flops_ : 0;
   fb_time_s_ = 0;
   ++steps_since_metric_;

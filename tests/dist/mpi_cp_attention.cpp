@@ -19,6 +19,7 @@
 #include "twinkle/dist/runtime.h"
 #include "twinkle/kernels/cpu/attention.h"
 #include "twinkle/kernels/cpu/attention_block.h"
+#include "twinkle/kernels/ops.h"
 #include "twinkle/parallel/cp_attention.h"
 #include "twinkle/parallel/cp_split.h"
 #include "twinkle/parallel/ring_attention.h"
@@ -35,6 +36,7 @@ struct Case {
   std::vector<int32_t> seg_lens;
   bool per_row;
   int64_t Hq, Hkv, D;
+  int64_t window = 0;  // sliding window (0 = causal)
 };
 
 std::vector<float> randu(size_t n, uint64_t seed) {
@@ -119,6 +121,40 @@ Mb make_mb(const std::vector<int32_t>& lens, int cp, int r, int64_t Hq, int64_t 
   return m;
 }
 
+// A registry `attention` op that counts its calls and runs the CPU flash kernel (kernels/ops.h).
+int g_op_fwd = 0, g_op_bwd = 0;
+void counting_fwd(const float* q, const float* k, const float* v, float* out, float* lse, const int32_t* cu,
+                  int64_t n, int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window) {
+  ++g_op_fwd;
+  kc::flash_attention_forward(q, k, v, out, lse, cu, n, Hq, Hkv, D, scale, window);
+}
+void counting_bwd(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                  const float* dout, float* dq, float* dk, float* dv, const int32_t* cu, int64_t n, int64_t Hq,
+                  int64_t Hkv, int64_t D, float scale, int64_t window) {
+  ++g_op_bwd;
+  kc::flash_attention_backward(q, k, v, out, lse, dout, dq, dk, dv, cu, n, Hq, Hkv, D, scale, window);
+}
+
+// Ulysses runs the attention op it is given (the model passes its KernelTable's), with the window.
+void run_registry_op(std::shared_ptr<dist::ProcessGroup> cpg) {
+  const int cp = cpg->size(), r = cpg->rank();
+  const int64_t Hq = 8, Hkv = 4, D = 16;
+  const float scale = 0.25f;
+  if (Hq % cp || Hkv % cp) return;
+  Mb m = make_mb({150, 77, 200}, cp, r, Hq, Hkv, D, scale, 51);
+  const kernels::AttentionOp op{counting_fwd, counting_bwd};
+  ContextParallelAttention att(cpg, CpCommType::A2A, Hq, Hkv, 1);
+  std::vector<float> o(m.lq.size()), dq(m.lq.size()), dk(m.lk.size()), dv(m.lv.size());
+  att.forward(&m, m.lay, m.lq.data(), m.lk.data(), m.lv.data(), o.data(), nullptr, Hq, Hkv, D, scale, 0, &op);
+  att.backward(&m, m.lay, m.lq.data(), m.lk.data(), m.lv.data(), o.data(), nullptr, m.ldo.data(), dq.data(), dk.data(),
+               dv.data(), Hq, Hkv, D, scale, 0, &op);
+  MPI_CHECK(g_op_fwd == 1 && g_op_bwd == 1, "a2a with a registry op: forward/backward calls " << g_op_fwd << "/" << g_op_bwd);
+  const auto& gi = m.sh.global_index;
+  const double e = std::max({rel_err(o, m.ro, gi, Hq * D), rel_err(dq, m.rdq, gi, Hq * D),
+                             rel_err(dk, m.rdk, gi, Hkv * D), rel_err(dv, m.rdv, gi, Hkv * D)});
+  MPI_CHECK(e < 4e-6, "a2a with a registry op vs cp1 kernel: max rel err " << e);
+}
+
 // ContextParallelAttention with two micro-batches in flight (1F1B order: F0 F1 B0 B1), both algorithms.
 void run_slots(std::shared_ptr<dist::ProcessGroup> cpg) {
   const int cp = cpg->size(), r = cpg->rank();
@@ -178,10 +214,11 @@ void run_case(const Case& c, dist::ProcessGroup& cpg) {
              v = randu(static_cast<size_t>(Tg * Hkv * D), 3), dout = randu(static_cast<size_t>(Tg * Hq * D), 4);
   std::vector<float> ro(q.size()), rl(static_cast<size_t>(Tg * Hq)), rdq(q.size()), rdk(k.size()), rdv(v.size());
   const int64_t nseg = static_cast<int64_t>(sh.global_cu_seqlens.size()) - 1;
+  const int64_t W = c.window;
   kc::flash_attention_forward(q.data(), k.data(), v.data(), ro.data(), rl.data(), sh.global_cu_seqlens.data(), nseg,
-                              Hq, Hkv, D, scale);
+                              Hq, Hkv, D, scale, W);
   kc::flash_attention_backward(q.data(), k.data(), v.data(), ro.data(), rl.data(), dout.data(), rdq.data(),
-                               rdk.data(), rdv.data(), sh.global_cu_seqlens.data(), nseg, Hq, Hkv, D, scale);
+                               rdk.data(), rdv.data(), sh.global_cu_seqlens.data(), nseg, Hq, Hkv, D, scale, W);
 
   const auto& gi = sh.global_index;
   const auto lq = take(q, gi, Hq * D), lk = take(k, gi, Hkv * D), lv = take(v, gi, Hkv * D),
@@ -193,10 +230,10 @@ void run_case(const Case& c, dist::ProcessGroup& cpg) {
     RingAttention ring(std::shared_ptr<dist::ProcessGroup>(&cpg, [](dist::ProcessGroup*) {}));
     std::vector<float> o(lq.size()), l(static_cast<size_t>(T * Hq)), dq(lq.size()), dk(lk.size()), dv(lv.size());
     cpg.reset_bytes_sent();
-    ring.forward(lay, lq.data(), lk.data(), lv.data(), o.data(), l.data(), Hq, Hkv, D, scale);
+    ring.forward(lay, lq.data(), lk.data(), lv.data(), o.data(), l.data(), Hq, Hkv, D, scale, W);
     const int64_t fb = cpg.bytes_sent();
     ring.backward(lay, lq.data(), lk.data(), lv.data(), o.data(), l.data(), ldo.data(), dq.data(), dk.data(),
-                  dv.data(), Hq, Hkv, D, scale);
+                  dv.data(), Hq, Hkv, D, scale, W);
     const int64_t bb = cpg.bytes_sent() - fb;
     const double eo = rel_err(o, ro, gi, Hq * D), el = rel_err(l, rl, gi, Hq), edq = rel_err(dq, rdq, gi, Hq * D),
                  edk = rel_err(dk, rdk, gi, Hkv * D), edv = rel_err(dv, rdv, gi, Hkv * D);
@@ -213,13 +250,18 @@ void run_case(const Case& c, dist::ProcessGroup& cpg) {
     // negative control: the diagonal block with LOCAL indices as positions (what a CP implementation
     // that forgot the load-balanced order would compute) must differ from the global answer on
     // every rank when cp > 1 — so the equality above really tests the global causal rule.
-    if (cp > 1) {
+    if (cp > 1 && W == 0) {
       std::vector<int32_t> local(static_cast<size_t>(T));
       for (int64_t i = 0; i < T; ++i) local[static_cast<size_t>(i)] = static_cast<int32_t>(i);
       std::vector<float> wo(o.size()), wl(l.size());
       kc::attention_block_forward(lq.data(), sh.segment.data(), local.data(), T, lk.data(), lv.data(),
                                   sh.segment.data(), local.data(), T, wo.data(), wl.data(), Hq, Hkv, D, scale);
       MPI_CHECK(rel_err(wo, ro, gi, Hq * D) > 1e-2, tag << "local-index control unexpectedly matches");
+    }
+    if (W > 0) {  // control: the same ring without the window must differ (so the window is applied)
+      std::vector<float> wo(o.size()), wl(l.size());
+      ring.forward(lay, lq.data(), lk.data(), lv.data(), wo.data(), wl.data(), Hq, Hkv, D, scale, 0);
+      MPI_CHECK(rel_err(wo, ro, gi, Hq * D) > 1e-3, tag << "the ring without the window matches the windowed reference");
     }
     if (r == 0)
       std::cout << tag << "ring max rel err out " << eo << " lse " << el << " dq " << edq << " dk " << edk << " dv "
@@ -230,9 +272,9 @@ void run_case(const Case& c, dist::ProcessGroup& cpg) {
     UlyssesAttention uly(std::shared_ptr<dist::ProcessGroup>(&cpg, [](dist::ProcessGroup*) {}));
     std::vector<float> o(lq.size()), dq(lq.size()), dk(lk.size()), dv(lv.size());
     cpg.reset_bytes_sent();
-    uly.forward(lay, lq.data(), lk.data(), lv.data(), o.data(), Hq, Hkv, D, scale);
+    uly.forward(lay, lq.data(), lk.data(), lv.data(), o.data(), Hq, Hkv, D, scale, W);
     const int64_t fb = cpg.bytes_sent();
-    uly.backward(lay, ldo.data(), dq.data(), dk.data(), dv.data(), Hq, Hkv, D, scale);
+    uly.backward(lay, ldo.data(), dq.data(), dk.data(), dv.data(), Hq, Hkv, D, scale, W);
     const int64_t bb = cpg.bytes_sent() - fb;
     const double eo = rel_err(o, ro, gi, Hq * D), edq = rel_err(dq, rdq, gi, Hq * D),
                  edk = rel_err(dk, rdk, gi, Hkv * D), edv = rel_err(dv, rdv, gi, Hkv * D);
@@ -264,9 +306,53 @@ int body(int, char**) {
       {"packed 150,77,200 gqa4", {150, 77, 200}, false, 8, 2, 32},
       {"packed 150,77,200 per row gqa4", {150, 77, 200}, true, 8, 2, 32},
       {"rows 97,64 mha", {97, 64}, false, 4, 4, 8},
+      // sliding windows (Qwen3 use_sliding_window): smaller than a chunk, spanning several chunks and
+      // ranks, of 2 (the diagonal and one more); the cp = 1 reference is the flash kernel with that window
+      {"window 5 packed 150,77,200", {150, 77, 200}, false, 8, 4, 16, 5},
+      {"window 40 packed per row 150,77,200 gqa4", {150, 77, 200}, true, 8, 2, 32, 40},
+      {"window 70 odd row 137", {137}, false, 8, 4, 16, 70},
+      {"window 2 rows 97,64", {97, 64}, false, 4, 4, 8, 2},
   };
   for (const Case& c : cases) run_case(c, cpg);
   run_slots(st.cp);
+  run_registry_op(st.cp);
+
+  // Ulysses stale slot: a backward must match its forward's layout in full, not only in size. The
+  // packed rows {5,13,1,20} and {20,1,13,5} pad to the same token count (same T on every rank, same
+  // buffer sizes) but have other segments; a second backward of one forward has nothing to use.
+  {
+    const int64_t Hq = 8, Hkv = 4, D = 16;
+    const float scale = 0.25f;
+    Mb a = make_mb({5, 13, 1, 20}, world, cpg.rank(), Hq, Hkv, D, scale, 31),
+       b = make_mb({20, 1, 13, 5}, world, cpg.rank(), Hq, Hkv, D, scale, 41);
+    MPI_CHECK(a.lay.T == b.lay.T && a.lay.global_cu_seqlens != b.lay.global_cu_seqlens,
+              "stale-slot case: the two micro-batches must have the same size and other segments");
+    if (Hq % world == 0 && Hkv % world == 0) {
+      UlyssesAttention uly(std::shared_ptr<dist::ProcessGroup>(&cpg, [](dist::ProcessGroup*) {}));
+      std::vector<float> o(a.lq.size()), dq(a.lq.size()), dk(a.lk.size()), dv(a.lv.size());
+      auto backward_error = [&](const Mb& m, float sc) {
+        try {
+          uly.backward(m.lay, m.ldo.data(), dq.data(), dk.data(), dv.data(), Hq, Hkv, D, sc);
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      };
+      uly.forward(a.lay, a.lq.data(), a.lk.data(), a.lv.data(), o.data(), Hq, Hkv, D, scale);
+      const std::string other = backward_error(b, scale);
+      MPI_CHECK(other.find("no matching forward") != std::string::npos &&
+                    other.find("other segments") != std::string::npos,
+                "a2a backward of another micro-batch of the same size must throw, got '" << other << "'");
+      const std::string sc = backward_error(a, 0.5f);
+      MPI_CHECK(sc.find("softmax scale") != std::string::npos, "a2a backward with another scale: '" << sc << "'");
+      const std::string ok = backward_error(a, scale);
+      MPI_CHECK(ok.empty(), "a2a backward of its own forward threw '" << ok << "'");
+      MPI_CHECK(rel_err(dq, a.rdq, a.sh.global_index, Hq * D) < 4e-6, "a2a backward after refused ones: dq differs");
+      const std::string twice = backward_error(a, scale);
+      MPI_CHECK(twice.find("no forward since the last backward") != std::string::npos,
+                "a second a2a backward of one forward must throw, got '" << twice << "'");
+    }
+  }
 
   // Ulysses head check: clear error before any communication
   if (world > 1) {

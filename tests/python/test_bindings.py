@@ -465,8 +465,6 @@ class MegatronModelTest(unittest.TestCase):
         for call in (m.forward, m.calculate_loss, m.backward):
             with self.assertRaises(NotImplementedError):
                 call()
-        with self.assertRaisesRegex(NotImplementedError, 'LoRA'):
-            m.add_adapter_to_model('default', LoraConfig(r=8, lora_alpha=32, target_modules='all-linear'))
         with self.assertRaisesRegex(TypeError, 'unknown field'):
             m.add_adapter_to_model('default', {'rank': 8})
         with self.assertRaisesRegex(TypeError, 'unexpected keyword'):
@@ -527,6 +525,96 @@ class MegatronModelTest(unittest.TestCase):
             MegatronModel(MODEL, use_flash=True)
         with self.assertRaisesRegex(RuntimeError, 'nonexistent_model'):
             MegatronModel('/nonexistent_model')
+
+
+class LoraAdapterTest(unittest.TestCase):
+    """add_adapter_to_model over the C++ LoRA (PEFT's field names); the numerics against
+    `twinkle train --lora-*` are tests/reference/check_python_lora.py (CTest python_lora_equals_cli_lora)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.ds = encoded_dataset(rows=4)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def adapter_of(self, model, name):
+        d = model.save(name, output_dir=self.tmp.name)
+        with open(os.path.join(d, 'adapter_config.json')) as f:
+            cfg = json.load(f)
+        return d, cfg
+
+    def test_bad_configs(self):
+        m = MegatronModel(MODEL)
+        for bad, msg in ((dict(use_dora=True), 'use_dora'), (dict(bias='all'), 'bias'),
+                         (dict(init_lora_weights='pissa'), 'init_lora_weights'),
+                         (dict(modules_to_save=['lm_head']), 'modules_to_save'),
+                         (dict(rank_pattern={'q_proj': 4}), 'rank_pattern'),
+                         (dict(lora_alpha=-1), "lora option 'lora_alpha'"),
+                         (dict(lora_dropout=0.1), 'lora_dropout'),
+                         (dict(target_modules=['qproj']), "'qproj' matches no linear module"),
+                         (dict(target_modules='.*attn'), 'matches no linear module'),
+                         (dict(target_modules=[]), 'non-empty list')):
+            with self.assertRaisesRegex(ValueError, msg):
+                m.add_adapter_to_model('default', LoraConfig(**bad))
+        with self.assertRaisesRegex(TypeError, 'unexpected keyword'):
+            m.add_adapter_to_model('default', LoraConfig(), gradient_checkpointing=True)
+        with self.assertRaisesRegex(TypeError, 'expected a LoraConfig'):
+            m.add_adapter_to_model('default', 8)
+        with self.assertRaisesRegex(RuntimeError, 'adapter_config.json'):
+            m.add_adapter_to_model('default', self.tmp.name)  # not an adapter directory
+        self.assertFalse(m.has_adapter)  # nothing above added one
+
+    def test_targets_follow_peft(self):
+        # None: PEFT's default for Qwen3 (q_proj, v_proj); a str: a regular expression in full
+        m = MegatronModel(MODEL)
+        m.add_adapter_to_model('default', LoraConfig())
+        self.assertTrue(m.has_adapter)
+        _, cfg = self.adapter_of(m, 'default_targets')
+        self.assertEqual(sorted(cfg['target_modules']), ['q_proj', 'v_proj'])
+        self.assertEqual((cfg['r'], cfg['lora_alpha']), (8, 8))
+        with self.assertRaisesRegex(ValueError, 'already has adapter'):
+            m.add_adapter_to_model('second', LoraConfig())
+        m2 = MegatronModel(MODEL)
+        m2.add_adapter_to_model('default', {'r': 2, 'lora_alpha': 6, 'use_rslora': True,
+                                             'target_modules': r'model\.layers\.1\.mlp\.(up|down)_proj'})
+        d, cfg = self.adapter_of(m2, 'regex_targets')
+        self.assertEqual((cfg['r'], cfg['lora_alpha'], cfg['use_rslora']), (2, 6, True))
+        sys.path.insert(0, os.path.join(ROOT, 'tests', 'reference'))
+        import safetensors_py
+        keys = sorted(safetensors_py.load(os.path.join(d, 'adapter_model.safetensors')))
+        self.assertEqual(keys, sorted(f'base_model.model.model.layers.1.mlp.{p}.lora_{ab}.weight'
+                                      for p in ('up_proj', 'down_proj') for ab in 'AB'))
+
+    def test_train_save_reload(self):
+        # a peft.LoraConfig-like object is accepted; init False makes the adapter change the loss
+        from types import SimpleNamespace
+        peft_like = SimpleNamespace(r=4, lora_alpha=16, target_modules=['q_proj', 'down_proj'],
+                                    init_lora_weights=False, lora_dropout=0.0)
+        m = MegatronModel(MODEL)
+        batch = [self.ds[0], self.ds[1]]
+        base = m.forward_only(inputs=batch).loss
+        m.add_adapter_to_model('default', peft_like)
+        with_adapter = m.forward_only(inputs=batch).loss
+        self.assertNotEqual(with_adapter, base)
+        m.set_optimizer(lr=1e-3)
+        m.forward_backward(inputs=batch)
+        self.assertGreater(m.clip_grad_and_step()['grad_norm'], 0)
+        trained = m.forward_only(inputs=batch).loss
+        self.assertLess(trained, with_adapter)
+        d, cfg = self.adapter_of(m, 'trained')
+        self.assertEqual(sorted(cfg['target_modules']), ['down_proj', 'q_proj'])
+        self.assertFalse(os.path.exists(os.path.join(d, 'model.safetensors')))
+        merged = m.save('merged', output_dir=self.tmp.name, merge_lora=True)
+        self.assertTrue(os.path.exists(os.path.join(merged, 'model.safetensors')))
+        # the adapter directory loads back (str config_or_dir) and gives the same loss
+        fresh = MegatronModel(MODEL)
+        fresh.add_adapter_to_model('default', d)
+        self.assertEqual(fresh.forward_only(inputs=batch).loss, trained)
+        full = MegatronModel(merged)
+        self.assertAlmostEqual(full.forward_only(inputs=batch).loss, trained, delta=1e-5 * trained)
 
 
 class CtrlCTest(unittest.TestCase):

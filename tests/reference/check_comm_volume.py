@@ -223,8 +223,10 @@ def expected(t, d, p, sp, distopt, split="balanced"):
             else:
                 add("dp", "Allreduce", n * F32)  # DDP: all-reduce of the grad buffer
             # loss sum and label-token count of the step (2 fp64), then the global token count
-            # (1 fp64) that scales the per-token loss gradient
-            add("dp", "Allreduce", 3 * F64)
+            # (1 fp64) that scales the per-token loss gradient; twinkle adds the step's sequences and
+            # their real tokens (2 int64) to that count, for MFU's global mean sequence length
+            # (Megatron's MFU uses the fixed --seq-length and sends nothing for it)
+            add("dp", "Allreduce", 3 * F64 + 2 * 8)
         # grad norm: the squared norm (fp64) summed over every rank (Megatron: model-parallel
         # group, plus data-parallel with the distributed optimizer)
         add("world", "Allreduce", F64)

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Acceptance check of the Python package (issue 15): examples/python/tp.py on 8 ranks
 (dp=2, tp=2, pp=2, launched by twinkle-run) against the C++ recipe examples/tp_recipe on the
-same data and seed (one epoch of --data-rows rows, global batch 8):
+same data and seed (one epoch of --data-rows rows, global batch 8); with --recipe moe
+examples/python/tp_moe.py against examples/moe_recipe (Qwen3-MoE, dp2 tp2 pp2 ep2, global batch 2,
+--steps steps; the aux loss too):
 
 1. every step's loss, grad norm and lr in metrics.jsonl agree within 1e-6 relative, and the loss
    the Python script logs per step (Twinkle's metric dict, '%.4f') is the C++ loss formatted;
@@ -45,7 +47,11 @@ def rel(a, b):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--build', required=True)
-    ap.add_argument('--rows', type=int, default=32, help='data_slice = range(rows); steps = rows / 8')
+    ap.add_argument('--rows', type=int, default=32, help='data_slice = range(rows); steps = rows / global batch')
+    ap.add_argument('--recipe', choices=['tp', 'moe'], default='tp',
+                    help='tp: examples/python/tp.py vs examples/tp_recipe (global batch 8); moe: '
+                         'examples/python/tp_moe.py vs examples/moe_recipe (global batch 2, --steps of them)')
+    ap.add_argument('--steps', type=int, default=3, help='moe: optimizer steps of both runs')
     args = ap.parse_args()
     launcher = os.path.join(args.build, 'bin', 'twinkle-run')
     tmp = tempfile.mkdtemp(prefix='twinkle-python-recipe-')
@@ -53,12 +59,17 @@ def main():
     failures = []
     try:
         cpp_dir, py_dir = os.path.join(tmp, 'cpp'), os.path.join(tmp, 'py')
-        run([launcher, '--nproc_per_node=8', os.path.join(args.build, 'examples', 'tp_recipe'), '--data-rows',
-             str(args.rows), '--output-dir', cpp_dir], env)
+        moe = args.recipe == 'moe'
+        cpp_prog, py_prog = ('moe_recipe', 'tp_moe.py') if moe else ('tp_recipe', 'tp.py')
+        extra = ['--max-steps', str(args.steps)] if moe else []
+        run([launcher, '--nproc_per_node=8', os.path.join(args.build, 'examples', cpp_prog), '--data-rows',
+             str(args.rows), '--output-dir', cpp_dir] + extra, env)
         py_env = dict(env, TWINKLE_DATA_ROWS=str(args.rows), TWINKLE_OUTPUT_DIR=py_dir)
-        out = run([launcher, '--nproc_per_node=8', os.path.join(ROOT, 'examples', 'python', 'tp.py')], py_env)
+        if moe:
+            py_env['TWINKLE_MAX_STEPS'] = str(args.steps)
+        out = run([launcher, '--nproc_per_node=8', os.path.join(ROOT, 'examples', 'python', py_prog)], py_env)
         mc, mp = metrics(os.path.join(cpp_dir, 'metrics.jsonl')), metrics(os.path.join(py_dir, 'metrics.jsonl'))
-        steps = (args.rows + 7) // 8
+        steps = args.steps if moe else (args.rows + 7) // 8
         if len(mc) != steps or len(mp) != steps:
             failures.append(f'expected {steps} metrics lines, got {len(mc)} (C++) and {len(mp)} (Python)')
         logged = {}
@@ -67,7 +78,7 @@ def main():
         for i, (a, b) in enumerate(zip(mp, mc)):
             print(f"step {b['step']}: loss python {a['loss']:.10f} c++ {b['loss']:.10f} | grad_norm "
                   f"{a['grad_norm']:.10f} {b['grad_norm']:.10f} | lr {a['lr']:.6e} {b['lr']:.6e}")
-            for k in ('loss', 'grad_norm', 'lr'):
+            for k in ('loss', 'grad_norm', 'lr') + (('aux_loss',) if moe else ()):
                 if rel(a[k], b[k]) > 1e-6 and not (a[k] == 0 and b[k] == 0):
                     failures.append(f"step {b['step']}: {k} {a[k]} (Python) vs {b[k]} (C++)")
             shown = logged.get(i, {}).get('loss')

@@ -131,6 +131,8 @@ def main():
     ap.add_argument("--lora-init", default="false", help="false: B random too, so step-0 gradients of A are not 0")
     ap.add_argument("--config-json", default=None,
                     help="JSON object merged into config.json (RoPE variants, sliding-window fields, ...)")
+    ap.add_argument("--shape-json", default=None,
+                    help="JSON merged into config.json BEFORE the weights are initialised (head counts, sizes)")
     ap.add_argument("--base-json", default=None,
                     help="JSON merged into the BASE config the variant is compared with (e.g. the same rope_theta)")
     ap.add_argument("--same-as-base", action="store_true",
@@ -160,7 +162,9 @@ def main():
         cfg_path = os.path.join(model, "config.json")
         with open(cfg_path) as f:
             cfg = json.load(f)
-        if args.layers or args.pad_token_id is not None:
+        if args.layers or args.pad_token_id is not None or args.shape_json:
+            if args.shape_json:  # shape fields: merged before the weights are initialised
+                cfg.update(json.loads(args.shape_json))
             if args.layers:
                 cfg["num_hidden_layers"] = args.layers
                 cfg["max_window_layers"] = args.layers

@@ -9,8 +9,9 @@ Writes OUT_DIR/convs.jsonl  — {"messages": [...]} rows (deterministic: hand-wr
            text             render(add_generation_prompt=False)                (enable_thinking=True)
            text_gen         render(add_generation_prompt=True)                 (enable_thinking=True)
            text_gen_nothink render(add_generation_prompt=True, enable_thinking=False)
-           pieces_iet       the same with ms-swift's ignore_empty_think regex applied to each trained
-                            piece (its leading empty think block untrained)
+           iet_ranges       [[start, end], ...] code-point ranges of text matched by ms-swift's
+                            ignore_empty_think regex at the start of each trained piece (Python re
+                            on a str: Unicode \s); tokens wholly inside one are untrained
            pieces           [[substring, trained], ...] covering text: each assistant turn is trained
                             from the end of its "<|im_start|>assistant\\n" header through its
                             "<|im_end|>\\n" (found by searching the rendered text, independently of
@@ -143,6 +144,14 @@ def fixed_convs():
         {"messages": [u("q"), a("a</think>b", reasoning_content="")]},
         {"messages": [u("q"), a("x<think>y</think>\n\nz", reasoning_content=None)]},
         {"messages": [u("q"), a("<think>\n\nr\n\n</think>\n\n\na"), u("q2"), a("<think>s</think>b")]},
+        # ignore_empty_think: the regex's trailing \s* ends inside the token " Hello" / " 1" (content
+        # starting with spaces), Unicode \s (U+3000, U+00A0, U+2003 in two byte-level tokens)
+        {"messages": [u("q"), a(" Hello")]},
+        {"messages": [u("q"), a("   three spaces")]},
+        {"messages": [u("q"), a(" 1"), u("q2"), a(" two", reasoning_content="")]},
+        {"messages": [u("q"), a("\u3000\u4f60\u597d")]},
+        {"messages": [u("q"), a("\u00a0\u3000\n\n\u4f60\u597d", reasoning_content=" \u2003")]},
+        {"messages": [u("q"), a("\t\x1c tab and file separator")]},
         # an earlier assistant turn starting with newlines: "assistant\n" + "\n\n..." is one
         # pre-token, so no label boundary exists there (twinkle must reject the row)
         {"messages": [u("q1"), a("\n\nfirst answer"), u("q2"), a("second")]},
@@ -179,16 +188,13 @@ def pieces_of(text, n_assistant):
 EMPTY_THINK = re.compile(r"^<think>\s*</think>\s*")
 
 
-def ignore_empty_think(pieces):
-    out = []
+def ignore_empty_think_ranges(pieces):
+    out, pos = [], 0
     for text, trained in pieces:
         m = EMPTY_THINK.match(text) if trained else None
-        if m:
-            out.append([m.group(0), False])
-            if m.end() < len(text):
-                out.append([text[m.end():], True])
-        else:
-            out.append([text, trained])
+        if m and m.end() > 0:
+            out.append([pos, pos + m.end()])
+        pos += len(text)
     return out
 
 
@@ -235,7 +241,7 @@ def main():
                 "text_gen": render(tmpl, msgs, True, True),
                 "text_gen_nothink": render(tmpl, msgs, True, False),
                 "pieces": pieces_of(text, n_asst),
-                "pieces_iet": ignore_empty_think(pieces_of(text, n_asst)),
+                "iet_ranges": ignore_empty_think_ranges(pieces_of(text, n_asst)),
             }, ensure_ascii=False) + "\n")
 
 

@@ -9,7 +9,10 @@
 //     labels      piece ids for trained pieces, -100 for the others (pieces tokenized one by one)
 //     consistent  the concatenated piece ids equal encode(text) (else labels are undefined and
 //                 twinkle must reject the row)
-//     labels_iet, consistent_iet  the same for pieces_iet (ms-swift's ignore_empty_think)
+//     labels_iet  labels with -100 on every token whose character offsets lie wholly inside one
+//                 of iet_ranges (ms-swift's ignore_empty_think match; the ids stay encode(text))
+//     iet_straddles  how many iet_ranges end strictly inside a token (the case where the match's
+//                 whitespace and the content's first characters form one token)
 //     prompt_ids  encode(text_gen); prompt_ids_nothink encode(text_gen_nothink)
 "use strict";
 const fs = require("fs");
@@ -37,7 +40,8 @@ async function main() {
     .map((l) => JSON.parse(l));
   const out = [];
   for (const r of rows) {
-    const ids = await enc(r.text);
+    const e = await tok.encode(r.text, null, { addSpecialTokens: false });
+    const ids = e.getIds();
     const pieceIds = [];
     const labels = [];
     for (const [text, trained] of r.pieces) {
@@ -48,24 +52,21 @@ async function main() {
       }
     }
     const consistent = pieceIds.length === ids.length && pieceIds.every((x, k) => x === ids[k]);
-    // the same for pieces_iet (ignore_empty_think)
-    const ietIds = [];
-    const labelsIet = [];
-    for (const [text, trained] of r.pieces_iet || []) {
-      const p = await enc(text);
-      for (const id of p) {
-        ietIds.push(id);
-        labelsIet.push(trained ? id : -100);
-      }
-    }
-    const consistentIet = ietIds.length === ids.length && ietIds.every((x, k) => x === ids[k]);
+    // ignore_empty_think: tokens wholly inside a matched range are untrained (Rust offsets are
+    // code points, as Python's str indices in iet_ranges)
+    const offsets = e.getOffsets();
+    const ranges = r.iet_ranges || [];
+    const labelsIet = !consistent ? [] : labels.map((l, k) =>
+      ranges.some(([a, b]) => a <= offsets[k][0] && offsets[k][1] <= b) ? -100 : l);
+    let ietStraddles = 0;
+    for (const [, b] of ranges) if (offsets.some(([s, t]) => s < b && b < t)) ietStraddles += 1;
     out.push(
       JSON.stringify({
         input_ids: ids,
         labels,
         consistent,
         labels_iet: labelsIet,
-        consistent_iet: consistentIet,
+        iet_straddles: ietStraddles,
         prompt_ids: await enc(r.text_gen),
         prompt_ids_nothink: await enc(r.text_gen_nothink),
       })

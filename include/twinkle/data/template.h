@@ -68,12 +68,15 @@ struct TemplateOptions {
   std::string default_system;       ///< added when the first message is a user message (if non-empty)
   /// ms-swift's `--loss_scale ignore_empty_think` (swift/loss_scale/config/
   /// ignore_empty_think.json): an assistant turn whose rendered text starts with an empty
-  /// reasoning block (regex ^<think>\s*</think>\s*, the "<think>\n\n</think>\n\n" the
-  /// Qwen3 template inserts into turns without reasoning) gets -100 labels on that block;
-  /// the rest of the turn stays labelled. Off by default (Twinkle labels every assistant
-  /// token). The new label boundary obeys the same rule as the others: when the block's
-  /// trailing whitespace and the content's leading spaces form one token, encode() throws
-  /// naming the row (ms-swift would tokenize the two pieces apart and change the ids).
+  /// reasoning block (regex ^<think>\s*</think>\s* with Python's semantics on a str: `\s`
+  /// is any Unicode whitespace of str.isspace(), e.g. U+3000, `*` greedy; the
+  /// "<think>\n\n</think>\n\n" the Qwen3 template inserts into turns without reasoning)
+  /// gets -100 labels on the tokens lying wholly inside the match; the rest of the turn stays
+  /// labelled. Off by default (Twinkle labels every assistant token). The ids stay those of the
+  /// whole conversation (failure class B17): when the match's trailing whitespace and the
+  /// content's first characters form one token (content " Hello": tokens "\n\n", " Hello"),
+  /// that token is the content's and stays labelled (ms-swift would tokenize the two pieces
+  /// apart, " " and "Hello", and change the ids). Never throws for this boundary.
   bool ignore_empty_think = false;
 };
 

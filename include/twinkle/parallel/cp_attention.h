@@ -30,14 +30,18 @@ class ContextParallelAttention {
   CpCommType type() const { return type_; }
   /// out [T, Hq, D] of this rank's tokens (Hq, Hkv: heads of this tp rank). lse [T, Hq] is written
   /// for p2p (the ring's merged log-sum-exp) and ignored for a2a (may be nullptr there; Ulysses keeps
-  /// the head-sharded lse of `key` itself).
+  /// the head-sharded lse of `key` itself). window: the layer's sliding window (0 = none), both
+  /// algorithms. attn: the layer's registry `attention` op, which a2a runs on the head-sharded
+  /// global sequence (nullptr = the CPU flash kernel); p2p runs the block kernel
+  /// (kernels/cpu/attention_block.h), which has no registry op.
   void forward(const void* key, const CpLayout& lay, const float* q, const float* k, const float* v, float* out,
-               float* lse, int64_t Hq, int64_t Hkv, int64_t D, float scale);
+               float* lse, int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window = 0,
+               const kernels::AttentionOp* attn = nullptr);
   /// dq [T, Hq, D], dk and dv [T, Hkv, D] (overwritten) for the forward of `key`. p2p reads q, k,
   /// v, out, lse; a2a only dout (its saved head-sharded tensors of `key`).
   void backward(const void* key, const CpLayout& lay, const float* q, const float* k, const float* v, const float* out,
                 const float* lse, const float* dout, float* dq, float* dk, float* dv, int64_t Hq, int64_t Hkv,
-                int64_t D, float scale);
+                int64_t D, float scale, int64_t window = 0, const kernels::AttentionOp* attn = nullptr);
 
  private:
   UlyssesAttention& ulysses(const void* key);

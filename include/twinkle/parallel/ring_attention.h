@@ -22,7 +22,10 @@
 // (none when cp = 1).
 //
 // Segments (packed sequences, cu_seqlens) never attend to each other. GQA: query head h uses kv
-// head h / (Hq/Hkv).
+// head h / (Hq/Hkv). Sliding window (window > 0, a Qwen3 layer with use_sliding_window): a query
+// sees only the `window` keys of its segment up to itself (flash_attention_forward's rule), applied
+// by the block kernel on the global indices; the ring schedule is unchanged (blocks that fall out
+// of every window cost a skipped tile scan, not a kernel call's worth of work).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -57,15 +60,16 @@ class RingAttention {
  public:
   /// `cp` is the context-parallel group (size 1: a single diagonal block, no communication).
   explicit RingAttention(std::shared_ptr<dist::ProcessGroup> cp);
-  /// out [T, Hq, D] and lse [T, Hq] (natural log) of this rank's queries. Throws twinkle::Error when
-  /// the layout's cp/rank differ from the group's or Hq % Hkv != 0.
+  /// out [T, Hq, D] and lse [T, Hq] (natural log) of this rank's queries; window 0 = causal, > 0 =
+  /// sliding window. Throws twinkle::Error when the layout's cp/rank differ from the group's,
+  /// Hq % Hkv != 0 or window < 0.
   void forward(const CpLayout& lay, const float* q, const float* k, const float* v, float* out, float* lse,
-               int64_t Hq, int64_t Hkv, int64_t D, float scale);
+               int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window = 0);
   /// Given the forward's inputs, out, lse and dout [T, Hq, D]: writes dq [T, Hq, D], dk and dv
   /// [T, Hkv, D] (overwritten) of this rank's tokens.
   void backward(const CpLayout& lay, const float* q, const float* k, const float* v, const float* out,
                 const float* lse, const float* dout, float* dq, float* dk, float* dv, int64_t Hq, int64_t Hkv,
-                int64_t D, float scale);
+                int64_t D, float scale, int64_t window = 0);
   /// Analytic bytes one rank sends in forward / backward (see the file comment).
   static int64_t forward_bytes(int cp, int64_t T, int64_t Hkv, int64_t D);
   static int64_t backward_bytes(int cp, int64_t T, int64_t Hkv, int64_t D);

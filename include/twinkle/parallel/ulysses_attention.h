@@ -13,12 +13,15 @@
 //
 // Segments never attend to each other (the flash kernel runs on the global cu_seqlens); GQA as
 // HF repeat_kv (rank c's q heads [c*Hq/cp, ...) use its kv heads [c*Hkv/cp, ...), the same groups).
+// The attention itself is the kernel registry's `attention` op the caller passes (the model's
+// KernelTable: the fused or reference CPU flash kernel, or a kernelized one), with its sliding window.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "twinkle/dist/process_group.h"
+#include "twinkle/kernels/ops.h"
 #include "twinkle/parallel/ring_attention.h"
 
 namespace twinkle::parallel {
@@ -30,12 +33,17 @@ class UlyssesAttention {
   /// `tp` is the tensor-parallel size, used in error messages only (heads here are per tp rank).
   UlyssesAttention(std::shared_ptr<dist::ProcessGroup> cp, int tp = 1);
   /// Throws twinkle::Error when Hq or Hkv (per tp rank) is not divisible by cp, naming the global
-  /// head counts, cp and tp.
+  /// head counts, cp and tp. `attn`: the attention op that runs on the head-sharded global sequence
+  /// (nullptr = the CPU flash kernel, kernels/cpu/attention.h); window as its window argument.
   void forward(const CpLayout& lay, const float* q, const float* k, const float* v, float* out, int64_t Hq,
-               int64_t Hkv, int64_t D, float scale);
-  /// Backward of the last forward: dq [T, Hq, D], dk and dv [T, Hkv, D] (overwritten).
+               int64_t Hkv, int64_t D, float scale, int64_t window = 0, const kernels::AttentionOp* attn = nullptr);
+  /// Backward of the last forward: dq [T, Hq, D], dk and dv [T, Hkv, D] (overwritten). Throws
+  /// twinkle::Error (before any communication, on every rank of the group alike) unless the last
+  /// forward had the same layout (segments and token order, compared in full, not only the sizes),
+  /// heads, head_dim, scale, window and attention op, and no backward consumed it yet: a stale slot (a backward for
+  /// another micro-batch of the same size) would otherwise silently use the wrong activations.
   void backward(const CpLayout& lay, const float* dout, float* dq, float* dk, float* dv, int64_t Hq, int64_t Hkv,
-                int64_t D, float scale);
+                int64_t D, float scale, int64_t window = 0, const kernels::AttentionOp* attn = nullptr);
   static int64_t forward_bytes(int cp, int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
   static int64_t backward_bytes(int cp, int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
   /// Throws the divisibility error (also called by forward): for option validation before training.
@@ -49,6 +57,14 @@ class UlyssesAttention {
   std::shared_ptr<dist::ProcessGroup> cp_;
   int tp_;
   std::vector<float> gq_, gk_, gv_, gout_, glse_, gdo_, gdq_, gdk_, gdv_, send_, recv_;
+  struct Saved {  // the forward the buffers above hold
+    bool valid = false;
+    int64_t T = 0, Hq = 0, Hkv = 0, D = 0, window = 0;
+    float scale = 0;
+    const kernels::AttentionOp* attn = nullptr;
+    std::vector<int32_t> cu_seqlens;
+    std::vector<std::vector<int32_t>> gidx;
+  } saved_;
 };
 
 }  // namespace twinkle::parallel

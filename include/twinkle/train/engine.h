@@ -22,6 +22,8 @@ struct StepResult {
   double loss = 0;               ///< the objective: lm_loss (+ MoE router-loss terms, see below)
   int64_t label_tokens = 0;      ///< global labelled tokens
   int64_t tokens = 0;            ///< global tokens processed (padding included)
+  int64_t sequences = 0;         ///< global sequences (rows of padded micro-batches, segments of packed ones)
+  int64_t sequence_tokens = 0;   ///< their real tokens (padding excluded); / sequences = the mean length MFU uses
   parallel::PipelineTimes times; ///< this rank's compute / communication split
   // Qwen3-MoE (moe true): loss = lm_loss + aux_coeff * aux_loss + z_coeff * z_loss, where
   // aux_loss / z_loss are means over the global batch's micro-batches of the per-micro-batch

@@ -167,7 +167,10 @@ class MegatronModel {
   /// Metrics of the last step(s): loss, grad_norm, learning rate, iters, total time elapse,
   /// speed (iters/s), tokens_per_s, mfu. Values as Twinkle formats them (strings).
   std::map<std::string, std::string> calculate_metric(bool is_training = true);
-  /// Numeric metrics of the last step (for JSONL logs).
+  /// Numeric metrics of the last step (for JSONL logs). Every rank holds the same values
+  /// except step_time_s / tokens_per_s / mfu (this rank's clock): mfu = flops_per_token(S) *
+  /// tokens / step_time_s / peak_flops(), S the global batch's mean sequence length (real
+  /// tokens / sequences over all dp ranks, the same on a rank without a row this step).
   struct StepMetrics {
     int64_t step = 0;
     double loss = 0, grad_norm = 0, lr = 0, tokens_per_s = 0, mfu = 0, step_time_s = 0;
@@ -269,7 +272,6 @@ class MegatronModel {
   int64_t last_eval_label_tokens_ = 0;
   std::chrono::steady_clock::time_point t_start_, t_last_metric_, t_fb_start_;
   double fb_time_s_ = 0;
-  double mean_seq_ = 0;
   int64_t steps_since_metric_ = 0;
 };
 

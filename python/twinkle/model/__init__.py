@@ -1,5 +1,6 @@
 """twinkle.model.MegatronModel (Twinkle's src/twinkle/model/megatron/megatron.py) over
-twinkle::MegatronModel: dense Qwen3 with TP + SP + 1F1B PP + DP (ZeRO-1) on the global mesh.
+twinkle::MegatronModel: Qwen3 with TP + SP + 1F1B PP + DP (ZeRO-1) + CP on the global mesh, full
+parameters or a LoRA adapter (add_adapter_to_model).
 
 Differences from upstream Twinkle, on purpose (as the C++ API): clip_grad_and_step honours
 max_grad_norm (None = the optimizer's clip_grad, 1.0: Twinkle's effective behaviour), gradients
@@ -25,6 +26,49 @@ _MIXED_PRECISION = ('bf16', 'fp16', 'no')
 _RECOMPUTE = ('full', 'selective', None)
 
 
+# PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for the model types twinkle trains
+_PEFT_DEFAULT_TARGETS = ['q_proj', 'v_proj']
+# LoraConfig fields twinkle does not implement: (field, the value that means "not used")
+_LORA_UNSUPPORTED = (('exclude_modules', None), ('bias', 'none'), ('fan_in_fan_out', False), ('use_dora', False),
+                     ('modules_to_save', None), ('layers_to_transform', None), ('layers_pattern', None),
+                     ('rank_pattern', {}), ('alpha_pattern', {}), ('inference_mode', False))
+
+
+def _lora_options(cfg, linear_modules):
+    """PEFT's LoraConfig -> the keyword dict of twinkle::LoraConfig (python/src/model.cpp)."""
+    for name, unused in _LORA_UNSUPPORTED:
+        value = getattr(cfg, name)
+        if value != unused and not (unused is None and value in ([], ())):
+            raise ValueError(f'LoraConfig.{name}={value!r} is not supported by twinkle (supported: r, lora_alpha, '
+                             'lora_dropout, target_modules, use_rslora, init_lora_weights)')
+    init = cfg.init_lora_weights
+    if init is True or init is False:
+        init = 'true' if init else 'false'
+    elif init != 'gaussian':
+        raise ValueError(f'LoraConfig.init_lora_weights={init!r} is not supported by twinkle (True, False or '
+                         "'gaussian')")
+    t = cfg.target_modules
+    if t is None:
+        targets = ','.join(_PEFT_DEFAULT_TARGETS)
+    elif isinstance(t, str):
+        if t == 'all-linear':
+            targets = t
+        else:  # PEFT: a str is a regular expression that must match a module name in full
+            import re
+            hit = [m for m in linear_modules if re.fullmatch(t, m)]
+            if not hit:
+                raise ValueError(f'LoraConfig.target_modules={t!r} (a regular expression, as in PEFT) matches no '
+                                 f'linear module, e.g. {linear_modules[0] if linear_modules else "-"}')
+            targets = ','.join(hit)
+    else:
+        entries = list(t)
+        if not entries or not all(isinstance(x, str) and x and ',' not in x for x in entries):
+            raise ValueError(f'LoraConfig.target_modules must be a non-empty list of module names, got {t!r}')
+        targets = ','.join(entries)
+    return dict(r=int(cfg.r), lora_alpha=float(cfg.lora_alpha), target_modules=targets,
+                lora_dropout=float(cfg.lora_dropout), use_rslora=bool(cfg.use_rslora), init_lora_weights=init)
+
+
 class MegatronModel:
 
     def __init__(self, model_id, config=None, ddp_config=None, device_mesh=None, mixed_precision='bf16',
@@ -37,7 +81,12 @@ class MegatronModel:
         recompute_method / recompute_num_layers / recompute_modules: only uniform, 1, core_attn);
         config / ddp_config (mcore objects) are not supported. Other keywords are twinkle's
         MegatronModelOptions: micro_batch_size (0 = Twinkle's min(2, local rows)), seed,
-        layers_per_stage, pipeline_split ('balanced' | 'even'), packing, lm_head_chunk_tokens, on_nonfinite ('error' | 'skip').
+        layers_per_stage, pipeline_split ('balanced' | 'even'), packing, lm_head_chunk_tokens,
+        on_nonfinite ('error' | 'skip'), kernels, cp_comm_type ('p2p' | 'a2a'), and for Qwen3-MoE
+        moe_aux_loss_type (default 'per_layer': Megatron's per-layer load-balancing loss, what
+        Twinkle's Megatron backend trains with; 'global' = transformers'), moe_aux_loss_coeff
+        (None = config.json's router_aux_loss_coef when output_router_logits, else 0, as the C++
+        API), moe_z_loss_coeff (0).
         Collective over the world. ValueError / TypeError for bad options; RuntimeError
         when the model does not fit the mesh or cannot be loaded."""
         if config is not None or ddp_config is not None:
@@ -54,6 +103,7 @@ class MegatronModel:
             raise ValueError('MegatronModel: device_mesh must be the mesh given to twinkle.initialize')
         opts = dict(kwargs)
         opts['load_weights'] = bool(load_weights)
+        opts.setdefault('moe_aux_loss_type', 'per_layer')  # Twinkle's Megatron backend (mcore's aux loss)
         opts['recompute_granularity'] = recompute_granularity or 'none'  # Twinkle's None = no recompute
         os.environ.setdefault('TOKENIZERS_PARALLELISM', 'true')
         self.model_id = model_id
@@ -64,14 +114,36 @@ class MegatronModel:
 
     # adapters ---------------------------------------------------------------------------------
     def add_adapter_to_model(self, adapter_name, config_or_dir, **kwargs):
-        """Checks the LoraConfig (this package's, a peft LoraConfig or a dict), then raises
-        NotImplementedError: LoRA (issue #10) is not in twinkle yet; comment the call out for
-        full-parameter training, as the seed's recipes say."""
-        if not isinstance(config_or_dir, str):
-            LoraConfig.from_any(config_or_dir)
-        raise NotImplementedError(
-            f"add_adapter_to_model('{adapter_name}', ...): LoRA adapters are not implemented in twinkle yet "
-            '(issue #10); remove the call to train all parameters')
+        """Adds LoRA adapter `adapter_name` (one per model) to twinkle's C++ LoRA
+        (model/lora_config.h: PEFT's y = W x + scaling B A x, sharded over tp as Megatron's
+        LoRA layers); afterwards only the adapter trains and save() writes PEFT's layout
+        (adapter_config.json, adapter_model.safetensors) unless merge_lora=True.
+
+        config_or_dir: a LoraConfig (this package's, with PEFT's field names and defaults), a
+        peft.LoraConfig, a dict of those fields, or a PEFT adapter directory (str: its config
+        and weights are loaded). Fields as PEFT reads them: r, lora_alpha (scaling
+        lora_alpha / r, / sqrt(r) with use_rslora), lora_dropout (0 only in twinkle for now),
+        init_lora_weights (True: A kaiming-uniform, B zeros; 'gaussian'; False: B random too),
+        target_modules: 'all-linear' (every linear layer but the lm head), a list of module
+        names or suffixes ('q_proj', 'self_attn.o_proj'), a str other than 'all-linear' as a
+        regular expression matched in full against the module names (PEFT's rule), or None
+        (PEFT's default for Qwen3: ['q_proj', 'v_proj']). Fields twinkle does not implement
+        (use_dora, bias other than 'none', fan_in_fan_out, exclude_modules, modules_to_save,
+        layers_to_transform, layers_pattern, rank_pattern, alpha_pattern, inference_mode,
+        other init_lora_weights) raise ValueError naming the field when set; task_type is
+        informative. ValueError also for a bad value (the C++ text), a target that matches no
+        module, or a second adapter; TypeError for an unknown field or keyword."""
+        if kwargs:
+            raise TypeError(f'add_adapter_to_model() got unexpected keyword arguments {sorted(kwargs)}')
+        if isinstance(config_or_dir, (str, os.PathLike)):
+            self._m.load_adapter(os.fspath(config_or_dir), str(adapter_name))
+            return
+        cfg = LoraConfig.from_any(config_or_dir)
+        self._m.add_adapter_to_model(str(adapter_name), _lora_options(cfg, self._m.linear_modules()))
+
+    @property
+    def has_adapter(self):
+        return self._m.has_adapter
 
     # optimizer / scheduler --------------------------------------------------------------------
     def set_optimizer(self, optimizer_cls='default', adapter_name=None, **kwargs):
@@ -148,7 +220,8 @@ class MegatronModel:
     # checkpoints ------------------------------------------------------------------------------
     def save(self, name=None, output_dir=None, interval=1, save_optimizer=False, merge_lora=False, **kwargs):
         """Hugging Face checkpoint (config.json, safetensors, tokenizer files) in
-        (output_dir or 'output') / (name or 'checkpoint-step-<cur_step>'), written by rank 0;
+        (output_dir or 'output') / (name or 'checkpoint-step-<cur_step>'), written by rank 0
+        (with an adapter: PEFT's adapter directory, or the merged full checkpoint with merge_lora);
         skipped (None) unless cur_step % interval == 0. Returns the directory. Collective.
         save_optimizer=True also writes the training state resume_from_checkpoint reads
         (trainer_state.json, iter_<step:07d>/: fp32 weights, AdamW moments, scheduler and step;
@@ -161,8 +234,8 @@ class MegatronModel:
             raise TypeError(f'save() got unexpected keyword arguments {sorted(kwargs)}')
         if self.cur_step % interval != 0:
             return None
-        return self._m.save(name or f'checkpoint-step-{self.cur_step}', output_dir or 'output', bool(save_optimizer),
-                            int(consumed))
+        return self._m.save(name or f'checkpoint-step-{self.cur_step}', output_dir or 'output', bool(merge_lora),
+                            bool(save_optimizer), int(consumed))
 
     def resume_from_checkpoint(self, checkpoint_dir, resume_only_model=False):
         """Twinkle's resume_from_checkpoint: loads a checkpoint written with save_optimizer=True

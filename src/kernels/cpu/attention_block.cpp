@@ -53,9 +53,13 @@ std::vector<TileMeta> tile_meta(const int32_t* seg, const int32_t* pos, int64_t 
 
 enum class Vis { None, Partial, Full };
 
-Vis visibility(const TileMeta& q, const TileMeta& k) {
+// window > 0: a pair is visible only when pos_q - pos_k < window (sliding window).
+Vis visibility(const TileMeta& q, const TileMeta& k, int64_t window) {
   if (k.smax < q.smin || k.smin > q.smax || k.pmin > q.pmax) return Vis::None;
-  if (q.smin == q.smax && k.smin == k.smax && q.smin == k.smin && k.pmax <= q.pmin) return Vis::Full;
+  if (window > 0 && static_cast<int64_t>(q.pmin) - k.pmax >= window) return Vis::None;  // every key too old
+  if (q.smin == q.smax && k.smin == k.smax && q.smin == k.smin && k.pmax <= q.pmin &&
+      (window == 0 || static_cast<int64_t>(q.pmax) - k.pmin < window))
+    return Vis::Full;
   return Vis::Partial;
 }
 
@@ -182,7 +186,7 @@ void tile_nn(int64_t M, int64_t K, int64_t D, const float* A, int64_t rsa, int64
 // where a pair is invisible (or past Tk).
 void scores(const float* q, int64_t Hq, int64_t h, int64_t i0, int64_t mq, const float* kt_head, int64_t ldk,
             int64_t k0, int64_t nk, int64_t D, float scale, Vis vis, const int32_t* q_seg, const int32_t* q_pos,
-            const int32_t* k_seg, const int32_t* k_pos, float* S) {
+            const int32_t* k_seg, const int32_t* k_pos, int64_t window, float* S) {
   tile_nt(q + (i0 * Hq + h) * D, Hq * D, mq, kt_head + k0, ldk, D, S);
   for (int64_t i = 0; i < mq; ++i) {
     float* s = S + i * kBK;
@@ -192,7 +196,8 @@ void scores(const float* q, int64_t Hq, int64_t h, int64_t i0, int64_t mq, const
     if (vis == Vis::Partial) {
       const int32_t qs = q_seg[i0 + i], qp = q_pos[i0 + i];
       for (int64_t j = 0; j < nk; ++j)
-        if (k_seg[k0 + j] != qs || k_pos[k0 + j] > qp) s[j] = kNegInf;
+        if (k_seg[k0 + j] != qs || k_pos[k0 + j] > qp || (window > 0 && qp - static_cast<int64_t>(k_pos[k0 + j]) >= window))
+          s[j] = kNegInf;
     }
   }
 }
@@ -201,8 +206,9 @@ void scores(const float* q, int64_t Hq, int64_t h, int64_t i0, int64_t mq, const
 
 void attention_block_forward(const float* q, const int32_t* q_seg, const int32_t* q_pos, int64_t Tq, const float* k,
                              const float* v, const int32_t* k_seg, const int32_t* k_pos, int64_t Tk, float* out,
-                             float* lse, int64_t Hq, int64_t Hkv, int64_t D, float scale) {
+                             float* lse, int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window) {
   validate("attention_block_forward", Tq, Tk, Hq, Hkv, D);
+  check(window >= 0, "attention_block_forward: window must be >= 0, got " + std::to_string(window));
   if (Tq == 0) return;
   if (Tk == 0) {
     std::fill(out, out + Tq * Hq * D, 0.0f);
@@ -232,10 +238,10 @@ void attention_block_forward(const float* q, const int32_t* q_seg, const int32_t
       }
       std::fill(acc, acc + mq * D, 0.0f);
       for (int64_t kb = 0; kb < nkt; ++kb) {
-        const Vis vis = visibility(qm[static_cast<size_t>(qt)], km[static_cast<size_t>(kb)]);
+        const Vis vis = visibility(qm[static_cast<size_t>(qt)], km[static_cast<size_t>(kb)], window);
         if (vis == Vis::None) continue;
         const int64_t k0 = kb * kBK, nk = std::min(kBK, Tk - k0);
-        scores(q, Hq, h, i0, mq, kt + hk * D * ldk, ldk, k0, nk, D, scale, vis, q_seg, q_pos, k_seg, k_pos, S);
+        scores(q, Hq, h, i0, mq, kt + hk * D * ldk, ldk, k0, nk, D, scale, vis, q_seg, q_pos, k_seg, k_pos, window, S);
         for (int64_t i = 0; i < mq; ++i) {
           float* s = S + i * kBK;
           float mx = kNegInf;
@@ -316,8 +322,9 @@ void attention_softmax_delta(const float* out, const float* dout, float* delta, 
 void attention_block_backward(const float* q, const int32_t* q_seg, const int32_t* q_pos, int64_t Tq, const float* k,
                               const float* v, const int32_t* k_seg, const int32_t* k_pos, int64_t Tk, const float* lse,
                               const float* delta, const float* dout, float* dq, float* dk, float* dv, int64_t Hq,
-                              int64_t Hkv, int64_t D, float scale) {
+                              int64_t Hkv, int64_t D, float scale, int64_t window) {
   validate("attention_block_backward", Tq, Tk, Hq, Hkv, D);
+  check(window >= 0, "attention_block_backward: window must be >= 0, got " + std::to_string(window));
   if (Tq == 0 || Tk == 0) return;
   const int64_t g = Hq / Hkv;
   const int64_t ldk = (Tk + kBK - 1) / kBK * kBK;
@@ -333,7 +340,7 @@ void attention_block_backward(const float* q, const int32_t* q_seg, const int32_
   // P and dS of one tile pair (dS written over dP).
   auto tile_p_ds = [&](int64_t h, int64_t hk, int64_t i0, int64_t mq, int64_t k0, int64_t nk, Vis vis, float* P,
                        float* dS) {
-    scores(q, Hq, h, i0, mq, kt + hk * D * ldk, ldk, k0, nk, D, scale, vis, q_seg, q_pos, k_seg, k_pos, P);
+    scores(q, Hq, h, i0, mq, kt + hk * D * ldk, ldk, k0, nk, D, scale, vis, q_seg, q_pos, k_seg, k_pos, window, P);
     tile_nt(dout + (i0 * Hq + h) * D, Hq * D, mq, vt + hk * D * ldk + k0, ldk, D, dS);
     for (int64_t i = 0; i < mq; ++i) {
       const float L = lse[(i0 + i) * Hq + h], dl = delta[(i0 + i) * Hq + h];
@@ -371,7 +378,7 @@ void attention_block_backward(const float* q, const int32_t* q_seg, const int32_
         bool any = false;
         for (int64_t h = hk * g; h < (hk + 1) * g; ++h)
           for (int64_t qt = 0; qt < nqt; ++qt) {
-            const Vis vis = visibility(qm[static_cast<size_t>(qt)], km[static_cast<size_t>(kb)]);
+            const Vis vis = visibility(qm[static_cast<size_t>(qt)], km[static_cast<size_t>(kb)], window);
             if (vis == Vis::None) continue;
             any = true;
             const int64_t i0 = qt * kBQ, mq = std::min(kBQ, Tq - i0);
@@ -409,7 +416,7 @@ void attention_block_backward(const float* q, const int32_t* q_seg, const int32_
       std::fill(acc, acc + mq * D, 0.0f);
       bool any = false;
       for (int64_t kb = 0; kb < nkt; ++kb) {
-        const Vis vis = visibility(qm[static_cast<size_t>(qt)], km[static_cast<size_t>(kb)]);
+        const Vis vis = visibility(qm[static_cast<size_t>(qt)], km[static_cast<size_t>(kb)], window);
         if (vis == Vis::None) continue;
         any = true;
         const int64_t k0 = kb * kBK, nk = std::min(kBK, Tk - k0);
@@ -439,7 +446,7 @@ void attention_block_backward(const float* q, const int32_t* q_seg, const int32_
       bool any = false;
       for (int64_t h = hk * g; h < (hk + 1) * g; ++h)
         for (int64_t qt = 0; qt < nqt; ++qt) {
-          const Vis vis = visibility(qm[static_cast<size_t>(qt)], km[static_cast<size_t>(kb)]);
+          const Vis vis = visibility(qm[static_cast<size_t>(qt)], km[static_cast<size_t>(kb)], window);
           if (vis == Vis::None) continue;
           any = true;
           const int64_t i0 = qt * kBQ, mq = std::min(kBQ, Tq - i0);

@@ -122,6 +122,47 @@ TEST(Template, EncodePromptAppendsAssistantHeader) {
   EXPECT_EQ(Ids(q.end() - think.size(), q.end()), think);
 }
 
+// ms-swift's ignore_empty_think (regex ^<think>\s*</think>\s*, Python str semantics): tokens
+// wholly inside the match get -100, ids stay the whole conversation's. Expected ids from the HF
+// Rust tokenizer (@anush008/tokenizers) on the jinja2 render; the full comparison is
+// template_check.py --ignore-empty-think.
+TEST(Template, IgnoreEmptyThinkMasksWholeTokensOfTheMatch) {
+  TemplateOptions o;
+  o.model_id = model_dir();
+  o.ignore_empty_think = true;
+  const Template t("qwen3", o, tok());
+  const Ids prompt = {151644, 872, 198, 13048, 151645, 198, 151644, 77091, 198};  // user Hi, assistant header
+  const auto expect = [&](const std::string& content, const Ids& turn, size_t masked) {
+    const auto rows = t.encode({U("Hi"), A(content)});
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0].input_ids, cat({prompt, turn})) << content;
+    Ids labels(prompt.size() + masked, kIgnoreIndex);
+    labels.insert(labels.end(), turn.begin() + static_cast<std::ptrdiff_t>(masked), turn.end());
+    EXPECT_EQ(rows[0].labels, labels) << content;
+  };
+  // <think> \n\n </think> \n\n masked; Hello <|im_end|> \n trained
+  expect("Hello", {151667, 271, 151668, 271, 9707, 151645, 198}, 4);
+  // content starting with a space: the regex's trailing \s* eats the space, but " Hello" is one
+  // token holding content: it stays trained (this threw "label boundary ... inside a token")
+  expect(" Hello", {151667, 271, 151668, 271, 21927, 151645, 198}, 4);
+  // U+3000 (ideographic space) is \s for Python's re: its own token, wholly inside the match
+  expect("\u3000\u4f60\u597d", {151667, 271, 151668, 271, 22441, 108386, 151645, 198}, 5);
+  // reasoning " U+2003" (em space, 2 byte-level tokens) and content "U+00A0 U+3000 \n\n 你好": all of
+  // the whitespace is \s, so everything up to 你好 is masked (ASCII-only \s would match nothing)
+  const auto rows = t.encode({U("Hi"), AR("\u00a0\u3000\n\n\u4f60\u597d", " \u2003")});
+  ASSERT_EQ(rows.size(), 1u);
+  const Ids turn = tok().encode("<think>\n \u2003\n</think>\n\n\u00a0\u3000\n\n\u4f60\u597d<|im_end|>\n");
+  EXPECT_EQ(rows[0].input_ids, cat({prompt, turn}));
+  ASSERT_GE(turn.size(), 3u);
+  EXPECT_EQ(Ids(turn.end() - 3, turn.end()), (Ids{108386, 151645, 198}));
+  Ids labels(prompt.size() + turn.size() - 3, kIgnoreIndex);
+  labels.insert(labels.end(), {108386, 151645, 198});
+  EXPECT_EQ(rows[0].labels, labels);
+  // off: the whole turn is trained
+  const auto plain = make().encode({U("Hi"), A(" Hello")})[0];
+  EXPECT_EQ(Ids(plain.labels.end() - 7, plain.labels.end()), (Ids{151667, 271, 151668, 271, 21927, 151645, 198}));
+}
+
 TEST(Template, TruncationStrategies) {
   const std::vector<Message> conv = {U("Tell me a story."), A("Once upon a time there was a tokenizer that counted.")};
   const EncodedRow full = make().encode(conv)[0];

@@ -7,7 +7,10 @@
 // global token axis (the padded micro-batch; CpShard::segment / global_index). Query i sees key j iff
 //   seg_q[i] == seg_k[j]  and  pos_k[j] <= pos_q[i]
 // — the block-diagonal causal mask of packed sequences (cu_seqlens) expressed with global indices,
-// never the local ones. Tiles whose coordinates rule out every pair are skipped, tiles where every
+// never the local ones. With a sliding window (window > 0) also pos_q[i] - pos_k[j] < window: the
+// `window` keys up to and including the query, as flash_attention_forward's window (transformers
+// masking_utils sliding_window_overlay) — positions of one segment are consecutive on the axis, so
+// the difference of global positions is the difference of positions inside the segment. Tiles whose coordinates rule out every pair are skipped, tiles where every
 // pair is visible skip the mask.
 //
 // Math (FlashAttention-2, Dao 2023; ring attention merge: Liu et al. 2023, "Ring Attention with
@@ -26,11 +29,12 @@
 
 namespace twinkle::kernels::cpu {
 
-/// Forward of one block: writes out [Tq, Hq, D] and lse [Tq, Hq] (overwritten). Throws
-/// twinkle::Error if Hq % Hkv != 0 or a size is negative / a head size <= 0.
+/// Forward of one block: writes out [Tq, Hq, D] and lse [Tq, Hq] (overwritten). window: 0 = plain
+/// causal, > 0 = sliding window (see above). Throws twinkle::Error if Hq % Hkv != 0, a size is
+/// negative / a head size <= 0, or window < 0.
 void attention_block_forward(const float* q, const int32_t* q_seg, const int32_t* q_pos, int64_t Tq, const float* k,
                              const float* v, const int32_t* k_seg, const int32_t* k_pos, int64_t Tk, float* out,
-                             float* lse, int64_t Hq, int64_t Hkv, int64_t D, float scale);
+                             float* lse, int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window = 0);
 
 /// Merges a partial result (out_b, lse_b) into (out, lse), all [T, H(, D)]:
 ///   lse' = log(exp(lse) + exp(lse_b)),  out' = out * exp(lse - lse') + out_b * exp(lse_b - lse')
@@ -48,6 +52,6 @@ void attention_softmax_delta(const float* out, const float* dout, float* delta, 
 void attention_block_backward(const float* q, const int32_t* q_seg, const int32_t* q_pos, int64_t Tq, const float* k,
                               const float* v, const int32_t* k_seg, const int32_t* k_pos, int64_t Tk, const float* lse,
                               const float* delta, const float* dout, float* dq, float* dk, float* dv, int64_t Hq,
-                              int64_t Hkv, int64_t D, float scale);
+                              int64_t Hkv, int64_t D, float scale, int64_t window = 0);
 
 }  // namespace twinkle::kernels::cpu
