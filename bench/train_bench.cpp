@@ -7,6 +7,9 @@
 //   build/bench/train_bench --config a --threads 2 [--steps 3 --warmup 1] [--kernels fused|reference]
 //                           [--recompute none|selective|full]
 // scripts/bench-train runs both engines side by side and prints the ratios.
+// --lora R trains a LoRA adapter (r = R, alpha = 2R, all-linear; Qwen3Model::add_adapter) instead
+// of the full model: the base keeps no gradient buffer and the optimizer sees only the adapter;
+// scripts/bench-lora runs full and LoRA side by side (bench/README.md "LoRA vs full").
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -48,6 +51,7 @@ int main(int argc, char** argv) {
   int threads = 1, steps = 3, warmup = 1;
   bool untied = false;
   std::string kernels = "fused", recompute = "none";
+  int64_t lora_r = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() { return std::string(i + 1 < argc ? argv[++i] : ""); };
@@ -57,9 +61,10 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") warmup = std::stoi(next());
     else if (a == "--untied") untied = true;
     else if (a == "--kernels") kernels = next();
+    else if (a == "--lora") lora_r = std::stoll(next());
     else if (a == "--recompute") recompute = next();
     else {
-      std::fprintf(stderr, "usage: train_bench [--config a|b|s|m] [--threads N] [--steps K] [--warmup W] [--untied] [--kernels fused|reference] [--recompute none|selective|full]\n");
+      std::fprintf(stderr, "usage: train_bench [--config a|b|s|m] [--threads N] [--steps K] [--warmup W] [--untied] [--kernels fused|reference] [--recompute none|selective|full] [--lora R]\n");
       return 2;
     }
   }
@@ -94,13 +99,14 @@ int main(int argc, char** argv) {
   mopt.recompute_granularity = recompute;
   Qwen3Model model(c, ps, mopt);
   model.init_random(0);
+  if (lora_r > 0) model.add_adapter({.r = lora_r, .lora_alpha = 2.0 * static_cast<double>(lora_r)}, 0);
   Engine eng(model);
   OptimizerConfig oc;
   oc.lr = 1e-4;
   oc.adam_beta2 = 0.95;
   oc.weight_decay = 0.1;
   oc.clip_grad = 1.0;
-  DistributedOptimizer opt(model.store(), ps, oc);
+  DistributedOptimizer opt(model.trainable_store(), ps, oc);
   opt.set_kernels(model.kernels());
   std::mt19937_64 g(1);
   std::vector<EncodedRow> rows(static_cast<size_t>(B));
@@ -150,11 +156,14 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"engine\": \"twinkle\", \"config\": \"%s\", \"threads\": %d, \"batch\": %lld, \"seq\": %lld, "
       "\"tied\": %s, \"kernels\": \"%s\", \"recompute\": \"%s\", \"saved_activation_bytes\": %zu, \"step_s\": %.4f, \"tokens_per_s\": %.1f, \"gflops\": %.1f, \"flops_per_step\": %.0f, "
-      "\"minor_faults_per_step\": %ld, \"cpu_s_per_step\": %.4f, \"peak_rss_bytes\": %ld, \"step_peak_rss_bytes\": %ld, \"loss\": [",
+      "\"minor_faults_per_step\": %ld, \"cpu_s_per_step\": %.4f, \"peak_rss_bytes\": %ld, \"step_peak_rss_bytes\": %ld, \"lora_r\": %lld, "
+      "\"trainable_params\": %lld, \"optimizer_state_bytes\": %lld, \"loss\": [",
       config.c_str(), threads, static_cast<long long>(B), static_cast<long long>(S), untied ? "false" : "true", kernels.c_str(),
       recompute.c_str(), model.saved_activation_bytes(), step_s,
       Bd * Sd / step_s, flops / step_s / 1e9, flops, (r1.ru_minflt - r0.ru_minflt) / steps, cpu_s,
-      r1.ru_maxrss * 1024L, step_peak_rss_bytes());
+      r1.ru_maxrss * 1024L, step_peak_rss_bytes(), static_cast<long long>(lora_r),
+      static_cast<long long>(model.trainable_store().numel()),
+      static_cast<long long>(2 * 4 * opt.state_elements()));  // AdamW m and v, fp32
   for (size_t i = 0; i < losses.size(); ++i) std::printf("%s%.5f", i ? ", " : "", losses[i]);
   std::printf("]}\n");
   return 0;

@@ -4,6 +4,12 @@
 //   twinkle-run --nproc_per_node=8 build/examples/tp_recipe [--model DIR|ms://Qwen/Qwen3-0.6B]
 //               [--device cpu] [--max-steps N] [--output-dir output/tp_recipe]
 //               [--save-interval N] [--resume output/tp_recipe]
+//               [--lora [--lora-r 8 --lora-alpha 32 --lora-targets all-linear]]
+//
+// --lora is the seed recipe's commented line switched on: before the optimizer,
+//   model.add_adapter_to_model("default", LoraConfig{.r = 8, .lora_alpha = 32, .target_modules = "all-linear"})
+// (Twinkle: model.add_adapter_to_model('default', LoraConfig(r=8, lora_alpha=32, target_modules='all-linear'))),
+// so only the adapter trains and the save writes a PEFT adapter directory.
 //
 // Model id and device type also come from TWINKLE_MODEL / TWINKLE_DEVICE. Defaults: the
 // embedded models/qwen3-tiny, device cpu, the shipped self-cognition data (or
@@ -45,6 +51,8 @@ int recipe(int argc, char** argv) {
   std::string resume;
   double lr = 1e-4;
   int dp = 2, tp = 2, pp = 2;
+  bool use_lora = false;
+  LoraConfig lora{.r = 8, .lora_alpha = 32, .target_modules = "all-linear"};
   CLI::App app{"Dense Qwen3 recipe: dp=2, tp=2, pp=2 (8 processes)", "tp_recipe"};
   app.option_defaults()->always_capture_default();  // --help shows every default
   app.add_option("--model", model_id, "model directory or hub id (default: models/qwen3-tiny)");
@@ -62,6 +70,10 @@ int recipe(int argc, char** argv) {
   app.add_option("--dp", dp, "data-parallel size (the recipe: 2)");
   app.add_option("--tp", tp, "tensor-parallel size (the recipe: 2)");
   app.add_option("--pp", pp, "pipeline-parallel size (the recipe: 2)");
+  app.add_flag("--lora", use_lora, "train a LoRA adapter (add_adapter_to_model) instead of the full model");
+  app.add_option("--lora-r", lora.r, "LoRA rank (with --lora)");
+  app.add_option("--lora-alpha", lora.lora_alpha, "LoRA alpha: scaling alpha / r (with --lora)");
+  app.add_option("--lora-targets", lora.target_modules, "all-linear or comma-separated module names (with --lora)");
   app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
       ->check(CLI::IsMember({"fused", "reference"}));
   try {
@@ -77,6 +89,7 @@ int recipe(int argc, char** argv) {
   validate(OptimizerConfig{.lr = lr});
   validate(TemplateOptions{.model_id = model_id, .max_length = max_length});
   validate(DataLoaderOptions{.batch_size = batch_size, .dp_rank = 0, .dp_size = dp});
+  if (use_lora) validate(lora);
 
   // 1. mesh and runtime
   DeviceMesh mesh = DeviceMesh::from_sizes({.dp = dp, .tp = tp, .pp = pp, .device_type = device});
@@ -93,6 +106,7 @@ int recipe(int argc, char** argv) {
 
   // 3. model, optimizer, schedule
   MegatronModel model(model_id, {.kernels = kernels});  // fused: kernelize_model logs each op it replaces
+  if (use_lora) model.add_adapter_to_model("default", lora);  // only the adapter trains from here on
   model.set_optimizer("default", {.lr = lr});
   const int64_t steps = resolve_max_steps(max_steps, loader.size());  // 0 = one epoch
   model.set_lr_scheduler("default", {.lr_warmup_steps = 2, .lr_decay_steps = std::max<int64_t>(steps, 3)});
@@ -145,9 +159,10 @@ int recipe(int argc, char** argv) {
   if (rank0) {
     char buf[512];
     std::snprintf(buf, sizeof buf,
-                  "summary: %lld steps, loss %.4f -> %.4f, mean %.0f tokens/s, checkpoint %s (config.json, "
-                  "safetensors, tokenizer files), metrics %s",
+                  "summary: %lld steps, loss %.4f -> %.4f, mean %.0f tokens/s, %s %s, metrics %s",
                   static_cast<long long>(step), first_loss, last_loss, tok_s_sum / std::max<int64_t>(1, step),
+                  use_lora ? "PEFT adapter (adapter_config.json, adapter_model.safetensors)"
+                           : "checkpoint (config.json, safetensors, tokenizer files)",
                   dir.c_str(), (out / "metrics.jsonl").string().c_str());
     log.info(buf);
   }

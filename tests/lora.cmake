@@ -4,29 +4,65 @@
 #  - one process vs PyTorch float64: loss and grad norm every step, step-0 adapter gradients,
 #    the adapter after AdamW steps (at least as close to float64 as PyTorch float32), the saved
 #    adapter_config.json, merged vs unmerged held-out loss; with and without rslora, subsets;
-#  - every layout vs the single-process LoRA run.
+#  - every layout vs the single-process LoRA run (with lora_dropout 0.1 but on tp2).
 set(TWINKLE_PY /usr/bin/python3)
 set(CHECK_TRAIN ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py)
 set(LORA_FLAGS --lora-r 4 --lora-alpha 8)
 
 add_test(NAME lora_vs_torch_untied_bias COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant b --steps 4 ${LORA_FLAGS})
 add_test(NAME lora_vs_torch_rslora_tied_gqa COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant a --steps 4 ${LORA_FLAGS} --lora-rslora)
+# lora_dropout 0.1: twinkle's masks (test hook TWINKLE_TEST_LORA_DROPOUT_DUMP) fed to the PyTorch
+# reference, which applies PEFT's dropout(x) before A with them; mask statistics checked too.
+add_test(NAME lora_vs_torch_dropout COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant b --steps 3 ${LORA_FLAGS} --lora-dropout 0.1)
 add_test(NAME lora_vs_torch_targets_kaiming_init COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant b --steps 3 --lora-r 8 --lora-alpha 32 --lora-targets q_proj,v_proj,down_proj --lora-init true)
 
-# name | ranks | variant | flags
+# name | ranks | variant | flags [| extra LoRA flags: with dropout the masks are keyed by global row,
+# position and feature, so every layout must equal one process exactly as without]
 set(TWINKLE_LORA_LAYOUTS
   "tp2|2|b|--tp 2"
-  "tp2_sp|2|a|--tp 2 --sequence-parallel"
-  "pp2|2|a|--pp 2"
-  "dp2_zero1|2|b|--dp 2"
-  "tp2_pp2_dp2|8|b|--tp 2 --pp 2 --dp 2 --sequence-parallel")
+  "tp2_sp|2|a|--tp 2 --sequence-parallel|--lora-dropout 0.1"
+  "pp2|2|a|--pp 2|--lora-dropout 0.1"
+  "dp2_zero1|2|b|--dp 2|--lora-dropout 0.1"
+  "tp2_pp2_dp2|8|b|--tp 2 --pp 2 --dp 2 --sequence-parallel|--lora-dropout 0.1")
 foreach(spec ${TWINKLE_LORA_LAYOUTS})
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)
   list(GET parts 1 np)
   list(GET parts 2 variant)
   list(GET parts 3 flags)
+  set(extra "")
+  list(LENGTH parts nparts)
+  if(nparts GREATER 4)
+    list(GET parts 4 extra)
+    separate_arguments(extra)
+  endif()
   add_test(NAME lora_layout_${name} COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant ${variant}
-           --layers 4 --batch rows:8 --mbs 1 --steps 3 --against single --np ${np} --layout "${flags}" ${LORA_FLAGS})
+           --layers 4 --batch rows:8 --mbs 1 --steps 3 --against single --np ${np} --layout "${flags}" ${LORA_FLAGS} ${extra})
   set_tests_properties(lora_layout_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
 endforeach()
+
+# `twinkle export --merge` / `generate --adapter` / `eval --adapter`: the merged HF directory and the
+# unmerged adapter give the same held-out loss as PyTorch float64 with PEFT's formulas (1e-5 rel), in
+# twinkle and in the reference; greedy generation equals the reference's with the adapter attached.
+add_test(NAME lora_export_merge_generate
+         COMMAND ${TWINKLE_PY} ${CMAKE_SOURCE_DIR}/tests/reference/check_lora_export.py --build ${CMAKE_BINARY_DIR}
+                 --tokenizer-dir ${CMAKE_SOURCE_DIR}/models/qwen3-tiny)
+
+# Qwen3-MoE (tests/reference/check_train_moe.py --lora-r: lora_ref.py on qwen3_moe_ref.py): LoRA on
+# attention + the router "gate" (experts are refused by name, tests/unit/train/test_lora.cpp) with the
+# aux and z losses vs PyTorch float64, and pp2 x dp2 vs one process.
+set(CHECK_TRAIN_MOE ${CMAKE_SOURCE_DIR}/tests/reference/check_train_moe.py)
+add_test(NAME lora_moe_vs_torch_attention_router COMMAND ${TWINKLE_PY} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR}
+         --lora-r 4 --aux-coef 0.01 --z-coef 0.001 --steps 3)
+add_test(NAME lora_moe_layout_dp2_pp2 COMMAND ${TWINKLE_PY} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR}
+         --lora-r 4 --aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4 --steps 3
+         --np 4 --layout "--dp 2 --pp 2")
+set_tests_properties(lora_moe_layout_dp2_pp2 PROPERTIES TIMEOUT 300 PROCESSORS 2)
+# expert parallelism: the adapter (attention + router) is dense, reduced over dp like the base's dense
+# weights; ep2 over dp, and tp2 + ep2 with attention-only targets (the router's LoRA needs tp = 1).
+add_test(NAME lora_moe_layout_ep2 COMMAND ${TWINKLE_PY} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR}
+         --lora-r 4 --aux-coef 0.01 --z-coef 0.001 --batch rows:8 --steps 3 --np 2 --layout "--ep 2")
+add_test(NAME lora_moe_layout_tp2_ep2_attention COMMAND ${TWINKLE_PY} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR}
+         --lora-r 4 --lora-targets q_proj,k_proj,v_proj,o_proj --aux-coef 0.01 --aux-type per_layer --batch rows:8
+         --steps 3 --np 2 --layout "--tp 2 --ep 2")
+set_tests_properties(lora_moe_layout_ep2 lora_moe_layout_tp2_ep2_attention PROPERTIES TIMEOUT 300 PROCESSORS 2)

@@ -20,6 +20,11 @@ add_test(NAME cli_train_heads_not_divisible_by_tp
          COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_bad_layouts.py --build ${CMAKE_BINARY_DIR})
 add_test(NAME train_rank_killed_mid_step_ends_job COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_kill_rank.py --build ${CMAKE_BINARY_DIR})
 set_tests_properties(train_rank_killed_mid_step_ends_job PROPERTIES TIMEOUT 180 PROCESSORS 2)
+# tp_recipe --lora (add_adapter_to_model r 8 / alpha 32 / all-linear): 8 ranks = 1 rank every step; the
+# saved PEFT adapter on the base gives twinkle's held-out loss in the PyTorch reference (lora_ref.py).
+add_test(NAME recipe_lora_8ranks_equals_single_and_loads_in_torch
+         COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_recipe.py --build ${CMAKE_BINARY_DIR} --steps 3 --lora)
+set_tests_properties(recipe_lora_8ranks_equals_single_and_loads_in_torch PROPERTIES TIMEOUT 600 PROCESSORS 2)
 
 # The Qwen3-MoE recipe (examples/moe_recipe.cpp, issue 10): dp2 tp2 pp2 ep2 on 8 ranks == one
 # process per step (loss, grad norm and its expert part, aux loss, expert load), and its

@@ -40,6 +40,7 @@ MicroBatch collate_padded(const std::vector<EncodedRow>& rows, int32_t pad_id) {
     }
   }
   for (int64_t b = 0; b <= mb.batch; ++b) mb.cu_seqlens.push_back(static_cast<int32_t>(b * mb.seq));
+  for (int64_t b = 0; b < mb.batch; ++b) mb.segment_row.push_back(b);
   return mb;
 }
 
@@ -59,6 +60,7 @@ MicroBatch collate_packed(const std::vector<EncodedRow>& rows) {
       mb.position_ids.push_back(static_cast<int32_t>(t));
     }
     mb.cu_seqlens.push_back(static_cast<int32_t>(mb.input_ids.size()));
+    mb.segment_row.push_back(static_cast<int64_t>(b));
   }
   mb.seq = static_cast<int64_t>(mb.input_ids.size());
   check(mb.seq > 0, "collate_packed: all rows are empty");

@@ -37,9 +37,16 @@ std::vector<std::string> Qwen3Model::linear_modules() const {
   std::vector<std::string> out;
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    for (const char* m : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                          "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"})
+    for (const char* m : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"})
       out.push_back(p + m);
+    if (cfg_.is_moe_layer(l)) {  // transformers 4's Qwen3MoeSparseMoeBlock: gate, experts.{e}.{gate,up,down}_proj
+      out.push_back(p + "mlp.gate");
+      for (int64_t e = 0; e < cfg_.num_experts; ++e)
+        for (const char* m : {"gate_proj", "up_proj", "down_proj"})
+          out.push_back(p + "mlp.experts." + std::to_string(e) + "." + m);
+    } else {
+      for (const char* m : {"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) out.push_back(p + m);
+    }
   }
   return out;
 }
@@ -49,9 +56,27 @@ void Qwen3Model::add_adapter(const LoraConfig& cfg, uint64_t seed) {
   check(dev_ == Device::CPU, "add_adapter: LoRA on device '" + device_name(dev_) + "' is not implemented yet; use "
                              "device_type cpu");
   validate(cfg);
-  check(cfg.lora_dropout == 0.0, "add_adapter: lora_dropout " + std::to_string(cfg.lora_dropout) +
-                                     " is not supported yet (issue 12); use 0, the NPU recipes' value");
-  lora_targets_ = resolve_lora_targets(cfg, linear_modules());
+  check(cfg.lora_dropout == 0.0 || ps_->cp_size() == 1,
+        "add_adapter: lora_dropout " + std::to_string(cfg.lora_dropout) + " (--lora-dropout) with context parallelism (cp " +
+            std::to_string(ps_->cp_size()) + ") is not supported; use --lora-dropout 0 or cp 1");
+  lora_seed_ = seed;
+  if (cfg_.is_moe()) {
+    const int etp = ps_->mesh.etp_size();
+    check(etp == 1, "add_adapter: LoRA with expert tensor parallelism (etp " + std::to_string(etp) +
+                        ") is not supported (as in Megatron-Bridge); use --etp 1");
+  }
+  std::vector<std::string> targets_list = resolve_lora_targets(cfg, linear_modules());
+  for (const auto& m : targets_list) {
+    check(m.find(".mlp.experts.") == std::string::npos,
+          "add_adapter: LoRA target '" + m + "' (a Qwen3-MoE expert projection" +
+              (lora_target_list(cfg) == std::vector<std::string>{"all-linear"} ? ", part of all-linear" : "") +
+              ") is not supported yet: the experts run as grouped GEMMs without LoRA; target attention and the "
+              "router instead, e.g. --lora-targets q_proj,k_proj,v_proj,o_proj,gate (plus mlp.gate_proj,"
+              "mlp.up_proj,mlp.down_proj for the dense mlp_only_layers)");
+    check(!ends_with(m, ".mlp.gate") || ps_->tp_size() == 1,
+          "add_adapter: LoRA on the router '" + m + "' needs tp = 1");
+  }
+  lora_targets_ = std::move(targets_list);
   lora_ = cfg;
   const std::set<std::string> targets(lora_targets_.begin(), lora_targets_.end());
   const parallel::TensorParallel tp = tp_group();
@@ -74,14 +99,22 @@ void Qwen3Model::add_adapter(const LoraConfig& cfg, uint64_t seed) {
       const parallel::LoraPair k = add("self_attn.k_proj", H, kv_out, LoraBase::Column);
       const parallel::LoraPair v = add("self_attn.v_proj", H, kv_out, LoraBase::Column);
       const parallel::LoraPair o = add("self_attn.o_proj", q_out, H, LoraBase::Row);
-      const parallel::LoraPair g = add("mlp.gate_proj", H, I, LoraBase::Column);
-      const parallel::LoraPair u = add("mlp.up_proj", H, I, LoraBase::Column);
-      const parallel::LoraPair d = add("mlp.down_proj", I, H, LoraBase::Row);
       if (layer) {
         layer->self_attn.qkv_proj.set_lora(0, q);
         layer->self_attn.qkv_proj.set_lora(1, k);
         layer->self_attn.qkv_proj.set_lora(2, v);
         layer->self_attn.o_proj.set_lora(o);
+      }
+      if (cfg_.is_moe_layer(l)) {
+        // The router (replicated; tp = 1 checked above): a column-style pair with no split.
+        const parallel::LoraPair gate = add("mlp.gate", H, cfg_.num_experts, LoraBase::Column);
+        if (layer) layer->moe.set_router_lora(gate);
+        continue;
+      }
+      const parallel::LoraPair g = add("mlp.gate_proj", H, I, LoraBase::Column);
+      const parallel::LoraPair u = add("mlp.up_proj", H, I, LoraBase::Column);
+      const parallel::LoraPair d = add("mlp.down_proj", I, H, LoraBase::Row);
+      if (layer) {
         layer->mlp.gate_up_proj.set_lora(0, g);
         layer->mlp.gate_up_proj.set_lora(1, u);
         layer->mlp.down_proj.set_lora(d);

@@ -116,6 +116,7 @@ const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActi
   a.z_scale = 0.0;
   // Router: fp32 logits, softmax over all experts, top-k (moe_router.h).
   kt.linear.forward(x, w.router, a.logits.data(), T, E_, H_, false);
+  if (router_lora_.active()) parallel::lora_column_forward(*table_, router_lora_, x, a.logits.data(), T, H_, E_);
   k::moe_router_forward(a.logits.data(), a.probs.data(), a.topk_idx.data(), a.topk_w.data(), T, E_, k_,
                         norm_topk_prob_);
   float* out = scratch.get("moe.out", {T, H_}).f32();
@@ -183,6 +184,7 @@ const float* Qwen3MoeBlock::backward(const float* dout, const StageBatch& b, con
   k::moe_router_backward(a.probs.data(), a.topk_idx.data(), a.topk_w.data(), dtopk_w, dprobs, dz, dlogits, T, E_, k_,
                          norm_topk_prob_);
   kt.linear.backward(a.x, w.router, dlogits, dx, w.drouter, T, E_, H_, /*accumulate_dx=*/true);
+  if (router_lora_.active()) parallel::lora_column_backward(*table_, router_lora_, a.x, dlogits, dx, T, H_, E_);
   return dx;
 }
 

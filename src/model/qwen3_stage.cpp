@@ -1,5 +1,6 @@
 // Qwen3Model: one pipeline stage's forward/backward (embedding, layers, final norm, fused lm head + loss).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -7,6 +8,7 @@
 #include "twinkle/kernels/cpu/embedding.h"
 #include "twinkle/kernels/cpu/moe_aux_loss.h"
 #include "twinkle/model/qwen3_model.h"
+#include "twinkle/parallel/lora_dropout.h"
 #include "twinkle/parallel/tp_comm.h"
 
 namespace twinkle {
@@ -87,6 +89,20 @@ StageBatch Qwen3Model::prepare(const MicroBatch& mb) const {
     b.T += pad;
     b.cu_seqlens.push_back(static_cast<int32_t>(b.T));
   }
+  if (lora_.lora_dropout > 0 && has_adapter()) {
+    // Token identities for the dropout masks (parallel/lora_dropout.h): global row, position.
+    check(mb.segment_row.empty() || mb.segment_row.size() + 1 == mb.cu_seqlens.size(),
+          "micro-batch: segment_row has " + std::to_string(mb.segment_row.size()) + " entries for " +
+              std::to_string(mb.cu_seqlens.size() - 1) + " segments");
+    b.lora_token_key.assign(static_cast<size_t>(b.T), 0);
+    for (size_t s = 0; s + 1 < mb.cu_seqlens.size(); ++s) {
+      const int64_t row = mb.segment_row.empty() ? static_cast<int64_t>(s) : mb.segment_row[s];
+      for (int32_t t = mb.cu_seqlens[s]; t < mb.cu_seqlens[s + 1]; ++t)
+        b.lora_token_key[static_cast<size_t>(t)] = parallel::lora_token_key(row, t - mb.cu_seqlens[s]);
+    }
+    for (int64_t t = T0; t < b.T; ++t)  // SP padding: a row id no batch reaches
+      b.lora_token_key[static_cast<size_t>(t)] = parallel::lora_token_key(0xffffffffll, t - T0);
+  }
   if (dev_ != Device::CPU) upload(b);
   return b;
 }
@@ -115,6 +131,23 @@ void Qwen3Model::upload(StageBatch& b) const {
 
 int64_t Qwen3Model::hidden_rows(const StageBatch& b) const { return sp_ ? b.T / tp_ : b.T; }
 
+parallel::LoraDropout Qwen3Model::lora_dropout_for(const StageBatch& b, bool training, int slot) const {
+  parallel::LoraDropout d;
+  if (!training || !(lora_.lora_dropout > 0) || !has_adapter()) return d;
+  check(static_cast<int64_t>(b.lora_token_key.size()) == b.T,
+        "LoRA dropout: the micro-batch was prepared before the adapter was added");
+  d.p = static_cast<float>(lora_.lora_dropout);
+  d.seed = parallel::lora_dropout_seed(lora_seed_, lora_step_);
+  d.token_key = b.lora_token_key.data();
+  d.T = b.T;
+  static const char* dump = std::getenv("TWINKLE_TEST_LORA_DROPOUT_DUMP");  // test hook (lora_dropout.h)
+  if (dump != nullptr && *dump != '\0') {
+    d.dump_dir = dump;
+    d.dump_tag = std::to_string(lora_step_) + "." + std::to_string(slot);
+  }
+  return d;
+}
+
 double Qwen3Model::forward(int slot, const StageBatch& b, const float* in_hidden, float grad_scale, bool training) {
   StageActivations& a = slot_acts(slot);
   const ActivationDims dims = activation_dims();
@@ -128,6 +161,8 @@ double Qwen3Model::forward(int slot, const StageBatch& b, const float* in_hidden
     copy_bytes(dev_, a.x0, in_hidden, static_cast<size_t>(Tl * H) * 4);
   }
   const float* x = a.x0;
+  const parallel::LoraDropout drop = lora_dropout_for(b, training, slot);
+  const parallel::LoraDropoutScope drop_scope(drop.p > 0 ? &drop : nullptr);
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (dims.recomputed(i)) {
       // Full recompute: the layer runs in the stage's work buffers, writing only its output
@@ -259,6 +294,8 @@ const float* Qwen3Model::backward(int slot, const StageBatch& b, const float* d_
     cur ^= 1;
   }
   check(dcur != nullptr, "Qwen3Model::backward: a non-last stage needs the next stage's gradient");
+  const parallel::LoraDropout drop = lora_dropout_for(b, /*training=*/true, slot);  // the forward's masks
+  const parallel::LoraDropoutScope drop_scope(drop.p > 0 ? &drop : nullptr);
   for (size_t i = layers_.size(); i-- > 0;) {
     const float* x = i == 0 ? a.x0 : a.layers[i - 1].out;
     if (dims.recomputed(i)) {  // Full: the layer forward again from its saved input

@@ -152,7 +152,7 @@ DistributedOptimizer& MegatronModel::optimizer() {
   return *optim_;
 }
 
-std::vector<MicroBatch> MegatronModel::split(const std::vector<EncodedRow>& rows) const {
+std::vector<MicroBatch> MegatronModel::split(const std::vector<EncodedRow>& rows, int64_t row0) const {
   std::vector<MicroBatch> out;
   if (rows.empty()) return out;  // a rank without a row of a short last batch (B27)
   int64_t mbs = opts_.micro_batch_size > 0 ? opts_.micro_batch_size : std::min<int64_t>(2, rows.size());
@@ -160,13 +160,26 @@ std::vector<MicroBatch> MegatronModel::split(const std::vector<EncodedRow>& rows
     std::vector<EncodedRow> part(rows.begin() + static_cast<std::ptrdiff_t>(i),
                                  rows.begin() + static_cast<std::ptrdiff_t>(std::min(rows.size(), i + mbs)));
     out.push_back(opts_.packing ? collate_packed(part) : collate_padded(part, pad_id_));
+    for (int64_t& r : out.back().segment_row) r += row0 + static_cast<int64_t>(i);
   }
   return out;
 }
 
 double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows) {
   auto t0 = Clock::now();
-  last_fb_ = engine_->forward_backward(split(rows));
+  int64_t row0 = 0;
+  if (model_->has_adapter() && model_->adapter_config().lora_dropout > 0) {
+    // LoRA dropout masks are keyed by each token's row in the global batch: this replica's
+    // block starts after the rows of the replicas before it (the DataLoader's contiguous
+    // blocks in dp rank order; cp = 1 here, so dp-cp is the dp group).
+    auto& dp = *ps_->dp_cp;
+    std::vector<int64_t> counts(static_cast<size_t>(dp.size()), 0);
+    const int64_t mine = static_cast<int64_t>(rows.size());
+    if (dp.size() > 1) dp.all_gather(&mine, counts.data(), 1, DType::I64);
+    for (int r = 0; r < dp.rank(); ++r) row0 += counts[static_cast<size_t>(r)];
+    model_->set_lora_dropout_step(cur_step_);
+  }
+  last_fb_ = engine_->forward_backward(split(rows, row0));
   fb_time_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
   ++cur_step_;
   if (last_fb_.label_tokens == 0)

@@ -10,6 +10,11 @@ examples/moe_cp_recipe.cpp, tp=2 pp=2 cp=2 ep=2 with ring attention):
    from its ep rank) loads in the independent PyTorch reference (tests/reference/qwen3_ref.py,
    qwen3_moe_ref.py) and gives the same loss on a held-out batch as twinkle's own evaluation of
    it (1e-5 relative).
+With --lora (tp_recipe --lora: add_adapter_to_model, r 8, alpha 32, all-linear) the recipe trains
+a LoRA adapter from a base with weights (the reference's seeded init of models/qwen3-tiny): 1. as
+above; 2. the saved PEFT adapter directory, applied to that base by tests/reference/lora_ref.py
+(PEFT's key names and formulas), gives the held-out loss `twinkle eval --adapter` gives (1e-5
+relative), and differs from the base's.
 Run with /usr/bin/python3; needs the Qwen3 tokenizer files placed by scripts/setup.
 """
 import argparse
@@ -47,8 +52,10 @@ def main():
     ap.add_argument("--build", required=True)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--recipe", choices=["tp_recipe", "moe_recipe", "moe_cp_recipe"], default="tp_recipe")
+    ap.add_argument("--lora", action="store_true", help="tp_recipe --lora: train and check a LoRA adapter")
     args = ap.parse_args()
     moe = args.recipe != "tp_recipe"
+    tiny = os.path.join(HERE, "..", "..", "models", "qwen3-tiny")  # the recipe's default model (no weights)
     recipe = os.path.join(args.build, "examples", args.recipe)
     launcher = os.path.join(args.build, "bin", "twinkle-run")
     twinkle = os.path.join(args.build, "bin", "twinkle")
@@ -60,6 +67,13 @@ def main():
         if moe:  # the aux loss is a per-micro-batch value: the same micro-batches on both layouts
             common += ["--micro-batch-size", "1"]
         single = ["--dp", "1", "--tp", "1", "--pp", "1"] + (["--cp", "1", "--ep", "1"] if moe else [])
+        base = None
+        if args.lora:  # a base with weights (the reference's seeded init of the tiny config) both sides read
+            base = os.path.join(tmp, "base")
+            shutil.copytree(tiny, base)
+            run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "init", "--config",
+                 os.path.join(base, "config.json"), "--seed", "4", "--out", base])
+            common += ["--model", base, "--lora", "--lr", "5e-3"]
         run([launcher, "--nproc_per_node=8", recipe, "--output-dir", os.path.join(tmp, "r8")] + common, env=env)
         run([recipe] + single + ["--output-dir", os.path.join(tmp, "r1")] + common, env=env)
         m8 = metrics(os.path.join(tmp, "r8", "metrics.jsonl"))
@@ -74,9 +88,12 @@ def main():
                 if rel(a[k], b[k]) > 1e-5 and not (a[k] == 0 and b[k] == 0):
                     failures.append(f"step {a['step']}: {k} {a[k]} (8 ranks) vs {b[k]} (1 rank)")
         ck = os.path.join(tmp, "r8")
-        for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        want = ("adapter_config.json", "adapter_model.safetensors") if args.lora else ("model.safetensors",)
+        for f in want + ("config.json", "tokenizer.json", "tokenizer_config.json"):
             if not os.path.exists(os.path.join(ck, f)):
                 failures.append(f"checkpoint lacks {f}")
+        if args.lora and os.path.exists(os.path.join(ck, "model.safetensors")):
+            failures.append("a LoRA recipe saved model.safetensors (the base weights), not only the adapter")
         # held-out batch: random ids (not the training text), labels on the second half
         with open(os.path.join(ck, "config.json")) as f:
             vocab = json.load(f)["vocab_size"]
@@ -94,12 +111,24 @@ def main():
         batch = os.path.join(tmp, "heldout.json")
         with open(batch, "w") as f:
             json.dump({"input_ids": ids, "labels": labels}, f)
-        tw = json.loads(run([twinkle, "eval", "--model", ck, "--dataset", rows, "--batch-size", "4"], env=env)
-                        .strip().splitlines()[-1])
-        ref_py = "qwen3_moe_ref.py" if moe else "qwen3_ref.py"
-        ref = json.loads(run(["/usr/bin/python3", os.path.join(HERE, ref_py), "loss", "--model", ck,
-                              "--batch", batch]).strip().splitlines()[-1])
+        if args.lora:
+            tw = json.loads(run([twinkle, "eval", "--model", base, "--adapter", ck, "--dataset", rows, "--batch-size",
+                                 "4"], env=env).strip().splitlines()[-1])
+            ref = json.loads(run(["/usr/bin/python3", os.path.join(HERE, "lora_ref.py"), "loss", "--model", base,
+                                  "--adapter", ck, "--batch", batch, "--dtype", "float32"]).strip().splitlines()[-1])
+        else:
+            tw = json.loads(run([twinkle, "eval", "--model", ck, "--dataset", rows, "--batch-size", "4"], env=env)
+                            .strip().splitlines()[-1])
+            ref_py = "qwen3_moe_ref.py" if moe else "qwen3_ref.py"
+            ref = json.loads(run(["/usr/bin/python3", os.path.join(HERE, ref_py), "loss", "--model", ck,
+                                  "--batch", batch]).strip().splitlines()[-1])
         print(f"held-out loss: twinkle {tw['loss']:.8f} torch {ref['loss']:.8f}")
+        if args.lora:  # the trained adapter must matter, else the check above could not fail
+            b = json.loads(run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "loss", "--model", base,
+                                "--batch", batch]).strip().splitlines()[-1])["loss"]
+            print(f"held-out loss of the base model without the adapter: {b:.8f}")
+            if rel(b, ref["loss"]) < 1e-4:
+                failures.append(f"the adapter barely changes the held-out loss ({b} vs {ref['loss']})")
         if rel(tw["loss"], ref["loss"]) > 1e-5:
             failures.append(f"held-out loss {tw['loss']} (twinkle) vs {ref['loss']} (PyTorch reference)")
         # (the MoE recipe's first steps are warm-up at lr 0 and 5e-5: make demo RECIPE=moe shows its fall)

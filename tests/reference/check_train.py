@@ -126,6 +126,8 @@ def main():
     ap.add_argument("--lora-alpha", type=float, default=32)
     ap.add_argument("--lora-targets", default="all-linear")
     ap.add_argument("--lora-rslora", action="store_true")
+    ap.add_argument("--lora-dropout", type=float, default=0.0,
+                    help="lora_dropout p; vs torch the masks twinkle drew are fed to the reference (one micro-batch)")
     ap.add_argument("--lora-init", default="false", help="false: B random too, so step-0 gradients of A are not 0")
     ap.add_argument("--config-json", default=None,
                     help="JSON object merged into config.json (RoPE variants, sliding-window fields, ...)")
@@ -195,6 +197,8 @@ def main():
         common = ["--model", model, "--dataset", rows_path, "--batch-size", str(len(ids)), "--max-steps",
                   str(args.steps), "--lr", str(args.lr), "--weight-decay", str(args.weight_decay), "--clip-grad",
                   str(args.clip_grad), "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--adam-eps", "1e-8"]
+        if args.lora_dropout and args.against == "torch":
+            args.mbs = len(ids)  # one micro-batch per step: the reference's batch layout is twinkle's
         if args.mbs:
             common += ["--micro-batch-size", str(args.mbs)]
         if args.packing:
@@ -202,14 +206,16 @@ def main():
         if args.lora_r:
             common += ["--lora-r", str(args.lora_r), "--lora-alpha", str(args.lora_alpha), "--lora-targets",
                        args.lora_targets, "--lora-init", args.lora_init] + (["--lora-rslora"] if args.lora_rslora else [])
+            if args.lora_dropout:
+                common += ["--lora-dropout", str(args.lora_dropout)]
 
-        def twinkle_run(tag, np_, extra):
+        def twinkle_run(tag, np_, extra, env_extra=None):
             out = os.path.join(tmp, "out_" + tag)
             metrics = os.path.join(tmp, f"metrics_{tag}.jsonl")
             cmd = [twinkle, "train"] + common + ["--output-dir", out, "--metrics-file", metrics] + extra
             if np_ > 1:
                 cmd = [launcher, f"--nproc_per_node={np_}"] + cmd
-            env = dict(os.environ, OMP_NUM_THREADS="1")
+            env = dict(os.environ, OMP_NUM_THREADS="1", **(env_extra or {}))
             out_text = run(cmd, env=env)
             import re
             for pat in args.expect_log:
@@ -221,9 +227,13 @@ def main():
         if args.against == "torch":
             extra = args.layout.split() + ["--dump-grads", os.path.join(tmp, "tw_grads0.safetensors")]
             init_adapter = os.path.join(tmp, "init_adapter")
+            env_extra = None
             if args.lora_r:
                 extra += ["--save-init-adapter", init_adapter]
-            tw_metrics, _, tw_out = twinkle_run("single", 1, extra)
+                if args.lora_dropout:  # twinkle's test hook writes every dropout mask it draws
+                    os.makedirs(os.path.join(tmp, "masks"))
+                    env_extra = {"TWINKLE_TEST_LORA_DROPOUT_DUMP": os.path.join(tmp, "masks")}
+            tw_metrics, _, tw_out = twinkle_run("single", 1, extra, env_extra)
             batch_json = os.path.join(tmp, "batch.json")
             with open(batch_json, "w") as f:
                 json.dump({"input_ids": ids, "labels": labels}, f)
@@ -347,13 +357,17 @@ def check_lora_vs_torch(args, tmp, model, init_adapter, batch_json, tw_metrics, 
         failures.append(f"adapter_config.json: {acfg}")
     if os.path.exists(os.path.join(tw_out, "model.safetensors")):
         failures.append("a LoRA save wrote model.safetensors (the base weights) instead of only the adapter")
+    drop = []
+    if args.lora_dropout:
+        failures += check_dropout_masks(args, os.path.join(tmp, "masks"))
+        drop = ["--dropout", str(args.lora_dropout), "--dropout-masks", os.path.join(tmp, "masks")]
     refs = {}
     for dt in ("float64", "float32"):
         out = os.path.join(tmp, "lora_ref_" + dt)
         run([PY, lora_ref, "step", "--model", model, "--adapter", init_adapter, "--batch", batch_json,
              "--steps", str(args.steps), "--lr", str(args.lr), "--weight-decay", str(args.weight_decay), "--beta1",
              "0.9", "--beta2", "0.95", "--eps", "1e-8", "--clip-grad", str(args.clip_grad), "--out", out,
-             "--dtype", dt])
+             "--dtype", dt] + drop)
         refs[dt] = out
     with open(os.path.join(refs["float64"], "metrics.json")) as f:
         ref = json.load(f)
@@ -385,6 +399,17 @@ def check_lora_vs_torch(args, tmp, model, init_adapter, batch_json, tw_metrics, 
         # a visible difference of that element (see compare_params): PyTorch's float32 run is
         # sometimes luckier, so the bound is the larger of 2 x its error and the full-training
         # rule's 1e-5 of the tensor's scale. A wrong scaling, gradient or decay moves every element.
+        # Why not "e_tw <= e_32" (issue 12's wording), measured 2026-11-30 (lora_vs_torch_untied_bias):
+        # PyTorch float32 here is the reference's own algorithm (naive attention, one micro-batch,
+        # the same op order as the float64 run) rounded to float32, while twinkle computes the same
+        # function with other float32 algorithms (flash attention's online softmax, the chunked fused
+        # lm head + cross entropy, oneDNN's GEMM order, micro-batches of 2 summed). Its step-0 adapter
+        # gradients are 1.8-2.1x further from float64 (rms) than PyTorch float32's, and AdamW turns
+        # that into 8x (rms) / 35x (max, 4.3e-6 vs 1.1e-7 on layers.0.mlp.gate_proj.lora_B) after 4
+        # steps on the elements whose gradient is near eps; with --lora-init true and 3 targets twinkle
+        # is the closer one (0.3-0.5x). So the float32 error of a different algorithm is not bounded
+        # by PyTorch's; the test keeps max(2 x PyTorch float32's error, 1e-5 of the tensor's scale),
+        # besides the per-step loss / grad-norm and step-0 gradient checks above.
         if e_tw > max(2 * e_32, args.param_tol * max(scale, 0.02)):
             failures.append(f"adapter after {args.steps} steps: {k} max err vs f64 {e_tw:.3e} > 2 x torch-f32's "
                             f"{e_32:.3e} and > {args.param_tol:g} x {scale:.3e}")
@@ -398,6 +423,33 @@ def check_lora_vs_torch(args, tmp, model, init_adapter, batch_json, tw_metrics, 
     print(f"held-out loss (reference, twinkle's adapter): unmerged {r['loss']:.8f} merged {r['merged_loss']:.8f}")
     if rel(r["merged_loss"], r["loss"]) > 1e-5:
         failures.append(f"reference merged loss {r['merged_loss']} vs unmerged {r['loss']}")
+    return failures
+
+
+def check_dropout_masks(args, d):
+    """The masks twinkle drew: one per (step, targeted module), kept fraction 1 - p (within 5 sigma
+    overall), different between modules and between steps (PEFT: one nn.Dropout per module,
+    fresh masks every forward)."""
+    failures = []
+    files = sorted(f for f in os.listdir(d) if f.endswith(".mask"))
+    steps = sorted({int(f.split(".")[0]) for f in files})
+    if steps != list(range(args.steps)):
+        failures.append(f"dropout masks for steps {steps}, expected 0..{args.steps - 1}")
+    masks = {f: open(os.path.join(d, f), "rb").read() for f in files}
+    n = sum(len(m) for m in masks.values())
+    kept = sum(m.count(1) for m in masks.values())
+    p = args.lora_dropout
+    sigma = math.sqrt(p * (1 - p) / max(n, 1))
+    print(f"dropout masks: {len(files)} files, {n} elements, kept {kept / max(n, 1):.5f} (expected {1 - p:.5f} "
+          f"+- {5 * sigma:.5f})")
+    if abs(kept / max(n, 1) - (1 - p)) > 5 * sigma:
+        failures.append(f"dropout masks keep {kept / n:.5f} of the elements, expected {1 - p}")
+    step0 = [masks[f] for f in files if f.startswith("0.")]
+    if len(set(step0)) != len(step0):
+        failures.append("two modules drew the same dropout mask in step 0")
+    for f in files:
+        if f.startswith("0.") and args.steps > 1 and masks.get("1." + f[2:]) == masks[f]:
+            failures.append(f"module {f[4:-5]} drew the same dropout mask in steps 0 and 1")
     return failures
 
 

@@ -11,7 +11,8 @@ adapter_model.safetensors with keys "base_model.model.<module>.lora_A.weight" /
 "...lora_B.weight". Every key must land on a targeted module and every targeted module needs
 both keys, so a renamed key or a wrong target fails.
 
-  step:  train only the adapter (base frozen) with torch.optim.AdamW (adapters are 2-D:
+  step:  train only the adapter (base frozen; --dropout p --dropout-masks DIR: lora_dropout with
+         the masks twinkle drew, see DROPOUT) with torch.optim.AdamW (adapters are 2-D:
          decayed) and clip_grad_norm_ over the adapter; writes metrics.json (loss, grad_norm),
          grads_step0.safetensors and final.safetensors (adapter tensors, HF names without
          PEFT's prefix).
@@ -35,16 +36,40 @@ import torch.nn as nn  # noqa: E402
 PREFIX = "base_model.model."
 
 
+# lora_dropout (PEFT: result += lora_B(lora_A(dropout(x))) * scaling, nn.Dropout on the LoRA input
+# only, training only, kept elements scaled by 1/(1-p)) with masks fed from files instead of drawn:
+# DROPOUT = {"p": p, "dir": d, "step": i} makes module m read d/<i>.0.<m>.mask (uint8 [tokens, in],
+# 1 = kept; twinkle's test hook TWINKLE_TEST_LORA_DROPOUT_DUMP writes them), so the reference applies
+# exactly twinkle's masks and checks everything else about the dropout.
+DROPOUT = None
+
+
+def dropout_mask(name, shape, dtype):
+    path = os.path.join(DROPOUT["dir"], f"{DROPOUT['step']}.0.{name}.mask")
+    with open(path, "rb") as f:
+        m = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+    n = 1
+    for d in shape:
+        n *= d
+    if m.numel() != n:
+        raise SystemExit(f"{path}: {m.numel()} mask elements, the reference's input {tuple(shape)} has {n}")
+    return m.reshape(shape).to(dtype)
+
+
 class LoraLinear(nn.Module):
-    def __init__(self, base, A, B, scaling):
+    def __init__(self, base, A, B, scaling, name=""):
         super().__init__()
         self.base = base
         self.lora_A = nn.Parameter(A)
         self.lora_B = nn.Parameter(B)
         self.scaling = scaling
+        self.name = name
 
     def forward(self, x):
-        return self.base(x) + (x @ self.lora_A.t()) @ self.lora_B.t() * self.scaling
+        xa = x
+        if DROPOUT is not None and self.training:
+            xa = x * dropout_mask(self.name, x.shape, x.dtype) / (1.0 - DROPOUT["p"])
+        return self.base(x) + (xa @ self.lora_A.t()) @ self.lora_B.t() * self.scaling
 
 
 def targeted(name, targets):
@@ -78,7 +103,7 @@ def attach(model, adapter_dir, dtype):
         used.update([ka, kb])
         parent_name, child = name.rsplit(".", 1)
         parent = model.get_submodule(parent_name)
-        lin = LoraLinear(mod, A.clone(), B.clone(), scaling)
+        lin = LoraLinear(mod, A.clone(), B.clone(), scaling, name)
         setattr(parent, child, lin)
         wrapped[name] = lin
     extra = sorted(set(tensors) - used)
@@ -108,19 +133,43 @@ def merge(model, wrapped):
             setattr(model.get_submodule(parent_name), child, lin.base)
 
 
+def is_moe(model_dir):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        return json.load(f).get("model_type") == "qwen3_moe"
+
+
 def cmd_step(a):
+    global DROPOUT
     dtype = qwen3_ref._DTYPES[a.dtype]
-    model = qwen3_ref.load_model(a.model, dtype)
+    moe = is_moe(a.model)
+    if moe:  # Qwen3-MoE (tests/reference/qwen3_moe_ref.py): router / expert modules are nn.Linear too
+        import qwen3_moe_ref
+        model = qwen3_moe_ref.load_model(a.model, dtype)
+        steps = qwen3_moe_ref.load_steps(a.batch)
+    else:
+        model = qwen3_ref.load_model(a.model, dtype)
+        steps = qwen3_ref.load_batches(a.batch)
     wrapped, _ = attach(model, a.adapter, dtype)
-    steps = qwen3_ref.load_batches(a.batch)
     params = [p for lin in wrapped.values() for p in (lin.lora_A, lin.lora_B)]
     opt = torch.optim.AdamW([{"params": params, "weight_decay": a.weight_decay}], lr=a.lr, betas=(a.beta1, a.beta2),
                             eps=a.eps)
     os.makedirs(a.out, exist_ok=True)
     metrics = {"loss": [], "grad_norm": []}
+    if a.dropout > 0:
+        if not a.dropout_masks:
+            raise SystemExit("--dropout needs --dropout-masks (the masks twinkle drew)")
+        model.train()
     for i in range(a.steps):
+        if a.dropout > 0:
+            DROPOUT = {"p": a.dropout, "dir": a.dropout_masks, "step": i}
         opt.zero_grad(set_to_none=True)
-        loss, _ = qwen3_ref.train_step(model, steps[i % len(steps)])
+        if moe:  # lm loss + the router losses, as qwen3_moe_ref.py step
+            r = qwen3_moe_ref.step_losses(model, steps[i % len(steps)], a.aux_coef, a.aux_type, a.z_coef)
+            loss = r["loss"]
+            for k in ("lm_loss", "aux_loss", "z_loss"):
+                metrics.setdefault(k, []).append(r[k])
+        else:
+            loss, _ = qwen3_ref.train_step(model, steps[i % len(steps)])
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
@@ -167,6 +216,11 @@ def main():
             p.add_argument("--beta2", type=float, default=0.999)
             p.add_argument("--eps", type=float, default=1e-8)
             p.add_argument("--clip-grad", type=float, default=1.0)
+            p.add_argument("--dropout", type=float, default=0.0, help="lora_dropout p (training only)")
+            p.add_argument("--dropout-masks", default="", help="directory of twinkle's dumped dropout masks")
+            p.add_argument("--aux-coef", type=float, default=0.0, help="Qwen3-MoE: router aux-loss coefficient")
+            p.add_argument("--aux-type", choices=["global", "per_layer"], default="global")
+            p.add_argument("--z-coef", type=float, default=0.0)
             p.add_argument("--out", required=True)
     a = ap.parse_args()
     {"step": cmd_step, "loss": cmd_loss}[a.cmd](a)

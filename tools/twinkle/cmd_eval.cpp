@@ -1,6 +1,7 @@
 // `twinkle eval`: the global per-token loss of a dataset (forward only), as one JSON line.
 //
 //   twinkle eval --model DIR --dataset rows.jsonl [--batch-size 8] [--template qwen3 ...]
+//   twinkle eval --model BASE --adapter LORA_DIR --dataset rows.jsonl   (PEFT adapter, unmerged)
 //
 // Pre-tokenized rows ({"input_ids", "labels"}) or message rows through the chat template,
 // exactly as `twinkle train` reads them. Prints {"loss": x, "label_tokens": n, "rows": r}
@@ -28,9 +29,10 @@ int eval_main(int argc, char** argv) {
   std::string kernels = "fused";
   CLI::App app{"Loss of a dataset under a model (forward only)", "twinkle eval"};
   app.option_defaults()->always_capture_default();
-  std::string model, dataset, templ = "Template";
+  std::string model, adapter, dataset, templ = "Template";
   int64_t batch_size = 8, max_length = 8192;
   app.add_option("--model", model, "model directory or hub id")->required();
+  app.add_option("--adapter", adapter, "PEFT LoRA adapter directory to apply to the model (default: none)");
   app.add_option("--dataset", dataset, "JSONL/JSON/CSV file or hub id")->required();
   app.add_option("--batch-size", batch_size, "rows per forward pass");
   app.add_option("--template", templ, "chat template for message rows");
@@ -57,6 +59,7 @@ int eval_main(int argc, char** argv) {
   }
   const std::vector<twinkle::EncodedRow>& rows = ds.encoded();
   twinkle::MegatronModel m(model, {.micro_batch_size = batch_size, .kernels = kernels});
+  if (!adapter.empty()) m.load_adapter(adapter);
   double loss_sum = 0;
   int64_t tokens = 0;
   for (size_t i = 0; i < rows.size(); i += static_cast<size_t>(batch_size)) {

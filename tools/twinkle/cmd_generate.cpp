@@ -1,12 +1,14 @@
 // `twinkle generate`: greedy decoding through the chat template (single process).
 //
 //   twinkle generate --model output/tp_recipe --prompt "你是谁？" [--max-new-tokens 64]
+//   twinkle generate --model BASE --adapter output/lora --prompt "你是谁？"
 //
 // The prompt is rendered as [system?, user] with add_generation_prompt (Qwen3 template,
 // enable_thinking as in training) and decoded greedily until any EOS id the model declares
 // (generation_config.json's eos_token_id, else config.json's, int or list: transformers'
 // generate) or the token limit. No KV cache: each token re-runs the forward (fine for small
-// models). --ids prints {"prompt_ids": [...], "generated_ids": [...]} instead of the text.
+// models). --adapter loads a PEFT LoRA adapter directory onto the base (unmerged: y = W x +
+// scaling B A x, PEFT's Linear.forward in eval mode, no dropout). --ids prints {"prompt_ids": [...], "generated_ids": [...]} instead of the text.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -26,10 +28,11 @@ namespace {
 int generate_main(int argc, char** argv) {
   std::string kernels = "fused";
   CLI::App app{"Greedy generation with the chat template", "twinkle generate"};
-  std::string model, prompt, system = "You are a helpful assistant.";
+  std::string model, adapter, prompt, system = "You are a helpful assistant.";
   int64_t max_new = 64;
   bool raw = false, print_ids = false;
   app.add_option("--model", model, "model directory or hub id")->required();
+  app.add_option("--adapter", adapter, "PEFT LoRA adapter directory to apply to the model (default: none)");
   app.add_option("--prompt", prompt, "user message")->required();
   app.add_option("--system", system, "system message (empty: none)");
   app.add_option("--max-new-tokens", max_new, "at most this many new tokens");
@@ -51,6 +54,7 @@ int generate_main(int argc, char** argv) {
   twinkle::MegatronModelOptions mo;
   mo.kernels = kernels;
   twinkle::MegatronModel m(model, mo);
+  if (!adapter.empty()) m.load_adapter(adapter);
   auto& qm = m.model();
   const auto& tok = tmpl.tokenizer();
   const std::vector<int64_t> stops = twinkle::load_eos_token_ids(m.model_dir(), qm.config());

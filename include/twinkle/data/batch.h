@@ -38,6 +38,11 @@ struct MicroBatch {
   /// [batch*seq] 1 for a real token, 0 for right padding (HF attention_mask); empty = all
   /// real. Only statistics over real tokens read it (the MoE load-balancing loss and load).
   std::vector<uint8_t> attention_mask;
+  /// [n_segments] the row each segment holds: its index in the collated list (collate_padded /
+  /// collate_packed, which skips empty rows), which MegatronModel offsets to the row's index in
+  /// the step's global batch (the identity LoRA dropout masks are keyed by,
+  /// parallel/lora_dropout.h). Empty = segment s holds row s.
+  std::vector<int64_t> segment_row;
   int64_t tokens() const { return batch * seq; }
   /// Number of labelled positions after the one-token shift (the loss denominator).
   int64_t num_label_tokens() const;

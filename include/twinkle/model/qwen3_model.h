@@ -41,6 +41,7 @@
 #include "twinkle/model/qwen3_decoder_layer.h"
 #include "twinkle/model/rms_norm.h"
 #include "twinkle/model/stage_batch.h"
+#include "twinkle/parallel/lora_dropout.h"
 #include "twinkle/parallel/param_store.h"
 #include "twinkle/parallel/pipeline_split.h"
 #include "twinkle/parallel/tensor_table.h"
@@ -127,7 +128,9 @@ class Qwen3Model {
   std::vector<std::pair<std::string, Tensor>> gather_state_dict(bool grads = false);
 
   /// HF module names of every linear layer but the lm head (all stages, model order):
-  /// model.layers.{i}.self_attn.{q,k,v,o}_proj, model.layers.{i}.mlp.{gate,up,down}_proj.
+  /// model.layers.{i}.self_attn.{q,k,v,o}_proj, then model.layers.{i}.mlp.{gate,up,down}_proj
+  /// (dense layer) or, in a Qwen3-MoE layer, model.layers.{i}.mlp.gate (the router) and
+  /// model.layers.{i}.mlp.experts.{e}.{gate,up,down}_proj (transformers 4's module names, PEFT's keys).
   std::vector<std::string> linear_modules() const;
   /// Adds one LoRA adapter (PEFT semantics, parallel/lora.h sharding) to the modules `cfg`
   /// targets (resolve_lora_targets), on every stage's table and this stage's layers. The
@@ -135,10 +138,17 @@ class Qwen3Model {
   /// live in a separate ParamStore (trainable_store()); the base store drops its gradient
   /// buffer (frozen: no weight gradient is computed, the optimizer never sees it). Init per
   /// cfg.init_lora_weights, each full tensor drawn from a generator seeded by (seed, name)
-  /// then sliced, so every layout starts from the same adapter. Throws twinkle::Error on an
-  /// invalid config (validate), an unknown target, a second adapter, or lora_dropout > 0
-  /// (not implemented yet).
+  /// then sliced, so every layout starts from the same adapter. lora_dropout > 0: training
+  /// forwards apply PEFT's dropout to the LoRA input with masks keyed by (seed, step, module,
+  /// token identity, feature) (parallel/lora_dropout.h), so every layout draws the same masks.
+  /// Qwen3-MoE: attention, the dense mlp_only_layers and the router ("gate", column-style pair,
+  /// tp = 1) take adapters; an expert target (also via all-linear) and etp > 1 are errors naming them.
+  /// Throws twinkle::Error on an invalid config (validate), an unknown target, a second
+  /// adapter, or lora_dropout > 0 with context parallelism (cp > 1: not supported).
   void add_adapter(const LoraConfig& cfg, uint64_t seed);
+  /// The step the LoRA dropout masks of the next forwards / backwards belong to (MegatronModel
+  /// sets it before each forward_backward; 0-based count of earlier forward_backward calls).
+  void set_lora_dropout_step(int64_t step) { lora_step_ = step; }
   bool has_adapter() const { return table_.has_adapters(); }
   const LoraConfig& adapter_config() const { return lora_; }
   /// The targeted module names of the adapter (empty without one).
@@ -226,6 +236,8 @@ class Qwen3Model {
   StageActivations& slot_acts(int slot);
   parallel::TensorParallel tp_group() const;
   ActivationDims activation_dims() const;
+  // The LoRA dropout of a forward / backward of `b` (p = 0: none; qwen3_stage.cpp).
+  parallel::LoraDropout lora_dropout_for(const StageBatch& b, bool training, int slot) const;
   void moe_router_losses(const StageBatch& b, StageActivations& a, bool training);
 
   ModelConfig cfg_;
@@ -237,6 +249,8 @@ class Qwen3Model {
   ParamStore store_;
   ParamStore adapter_store_;           // LoRA tensors (add_adapter)
   LoraConfig lora_;
+  uint64_t lora_seed_ = 0;             // the adapter's seed (init and dropout masks)
+  int64_t lora_step_ = 0;              // set_lora_dropout_step
   std::vector<std::string> lora_targets_;
   parallel::VocabShard vocab_;
   int64_t layer0_ = 0, nlayers_ = 0;

@@ -42,6 +42,7 @@
 #include "twinkle/io/model_config.h"
 #include "twinkle/model/qwen3_activations.h"
 #include "twinkle/model/stage_batch.h"
+#include "twinkle/parallel/lora.h"
 #include "twinkle/parallel/tensor_table.h"
 #include "twinkle/parallel/tp_comm.h"
 
@@ -64,6 +65,9 @@ class Qwen3MoeBlock {
   /// gradients set in `a`) and returns d(x) [Tl, H] in `scratch`. Collective over ep when ep > 1.
   const float* backward(const float* dy, const StageBatch& b, const MoeActivations& a, Workspace& scratch) const;
 
+  /// LoRA on the router (PEFT target "gate": logits += scaling (x A^T) B^T, parallel/lora.h,
+  /// A [r, H] and B [E, r] replicated — the router is, and the model refuses it with tp > 1).
+  void set_router_lora(const parallel::LoraPair& p) { router_lora_ = p; }
   int64_t num_experts() const { return E_; }
   int64_t num_local_experts() const { return El_; }
   int64_t top_k() const { return k_; }
@@ -96,6 +100,7 @@ class Qwen3MoeBlock {
   int64_t H_ = 0, E_ = 0, El_ = 0, first_ = 0, k_ = 0, I_ = 0;
   bool norm_topk_prob_ = false;
   size_t gate_ = parallel::kNoParam;
+  parallel::LoraPair router_lora_;  // inactive unless the router is a LoRA target
   std::vector<size_t> experts_[3];  // entry ids per projection (gate, up, down), by global expert
 };
 

@@ -20,6 +20,10 @@ struct StageBatch {
   int64_t num_targets = 0;            ///< targets != -100
   std::vector<uint8_t> token_mask;    ///< [T] 1 = real token, 0 = right padding or SP padding
   int64_t num_real = 0;               ///< tokens with token_mask 1
+  /// [T] each token's identity in the step's global batch, parallel::lora_token_key(row of
+  /// MicroBatch::segment_row, position in the segment); SP padding gets keys no row has. Set
+  /// only when the model's adapter has lora_dropout > 0 (the dropout masks are keyed by it).
+  std::vector<uint64_t> lora_token_key;
   /// Context parallelism (cp > 1; null otherwise): the tokens above are this cp rank's
   /// load-balanced share (parallel/cp_split.h: ids, shifted targets and GLOBAL positions),
   /// `cp` the layout the attention needs and `cp_attention` the model's ring / Ulysses entry,

@@ -13,7 +13,9 @@
 //    the base's all-reduce / reduce-scatter, so base and LoRA are reduced together:
 //    y = reduce(x_s W_s^T + scaling x_s A_s^T B^T) + b. B's gradient is tp-partial.
 // The [T, r] intermediate x A^T is recomputed in backward (r is small), so a LoRA layer
-// saves no activation. LoRA entries are adapter entries of the TensorTable (adapter = true):
+// saves no activation. lora_dropout (parallel/lora_dropout.h): while a LoraDropoutScope is
+// active, x is replaced by dropout(x) = x * mask / (1 - p) on the LoRA path only (A's input),
+// the mask regenerated in backward (d(x) of the LoRA path is masked and scaled the same way). LoRA entries are adapter entries of the TensorTable (adapter = true):
 // they live in the model's adapter ParamStore, the only one the optimizer sees.
 #pragma once
 #include <cstdint>
@@ -28,6 +30,8 @@ struct LoraPair {
   size_t a = kNoParam, b = kNoParam;  ///< table entries of lora_A / lora_B (kNoParam: no adapter)
   int64_t r = 0;
   float scaling = 0;
+  uint64_t key = 0;      ///< lora_module_key(module): the dropout mask's module identity
+  int64_t feature0 = 0;  ///< global index of this rank's first input feature (row-parallel: rank * in/tp)
   bool active() const { return r > 0; }
 };
 

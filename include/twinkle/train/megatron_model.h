@@ -244,7 +244,8 @@ class MegatronModel {
   double flops_per_token(double seq_len) const;
 
  private:
-  std::vector<MicroBatch> split(const std::vector<EncodedRow>& rows) const;
+  // Micro-batches of `rows`; segment_row offset by row0 (the block's first global row).
+  std::vector<MicroBatch> split(const std::vector<EncodedRow>& rows, int64_t row0 = 0) const;
   // megatron_resume.cpp: the optimizer part of save (collective gather, rank-0 write) and resume.
   struct TrainingStateTensors {
     std::vector<std::pair<std::string, Tensor>> master, exp_avg, exp_avg_sq;
