@@ -553,7 +553,7 @@ class LoraAdapterTest(unittest.TestCase):
                          (dict(modules_to_save=['lm_head']), 'modules_to_save'),
                          (dict(rank_pattern={'q_proj': 4}), 'rank_pattern'),
                          (dict(lora_alpha=-1), "lora option 'lora_alpha'"),
-                         (dict(lora_dropout=0.1), 'lora_dropout'),
+                         (dict(lora_dropout=1.0), 'lora_dropout'),
                          (dict(target_modules=['qproj']), "'qproj' matches no linear module"),
                          (dict(target_modules='.*attn'), 'matches no linear module'),
                          (dict(target_modules=[]), 'non-empty list')):
@@ -566,6 +566,15 @@ class LoraAdapterTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, 'adapter_config.json'):
             m.add_adapter_to_model('default', self.tmp.name)  # not an adapter directory
         self.assertFalse(m.has_adapter)  # nothing above added one
+
+    def test_dropout_is_accepted_and_saved(self):
+        # lora_dropout is implemented (PEFT: dropout on the adapter input, training only); it reaches the
+        # C++ config and PEFT's adapter_config.json
+        m = MegatronModel(MODEL)
+        m.add_adapter_to_model('default', LoraConfig(lora_dropout=0.1))
+        self.assertTrue(m.has_adapter)
+        _, cfg = self.adapter_of(m, 'dropout')
+        self.assertAlmostEqual(cfg['lora_dropout'], 0.1)
 
     def test_targets_follow_peft(self):
         # None: PEFT's default for Qwen3 (q_proj, v_proj); a str: a regular expression in full
