@@ -14,6 +14,16 @@ gtest_discover_tests(torch_ref_moe DISCOVERY_TIMEOUT 60
                      PROPERTIES FIXTURES_REQUIRED moe_kernels_ref
                                 ENVIRONMENT "MOE_KERNELS_REF_DIR=${TWINKLE_MOE_REF_DIR};TWINKLE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
 
+# The MoE block itself with fixed router logits (router weight [I|0], hand-chosen logits with
+# ties): combine weights, selection, output and gradients vs PyTorch, norm_topk_prob on and off.
+add_executable(moe_block_fixed_router ${CMAKE_SOURCE_DIR}/tests/unit/model/test_moe_block_fixed_router.cpp)
+set_target_properties(moe_block_fixed_router PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+target_compile_options(moe_block_fixed_router PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
+target_link_libraries(moe_block_fixed_router PRIVATE twinkle_model nlohmann_json::nlohmann_json GTest::gtest)
+gtest_discover_tests(moe_block_fixed_router DISCOVERY_TIMEOUT 60
+                     PROPERTIES FIXTURES_REQUIRED moe_kernels_ref
+                                ENVIRONMENT "MOE_KERNELS_REF_DIR=${TWINKLE_MOE_REF_DIR};TWINKLE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+
 # The reference Qwen3-MoE against independent formulations (dense expert sum, padding removal,
 # balanced-load values).
 add_test(NAME moe_reference_selftest
