@@ -80,7 +80,7 @@ def experts_case(root, name, T, H, I, E, k, norm, empty_expert):
 
 
 def block_fixed_router_case(root, name, norm):
-    """The whole sparse block, router included (tests/unit/model/test_moe_block_fixed_router.cpp):
+    """The whole sparse block, router included (tests/unit/model/torch_ref_moe_block.cpp):
     gate.weight = [I_E | 0] so router_logits[t] = x[t, :E] exactly, with the logits chosen by
     hand: ties inside the top-k, at its boundary (torch.topk keeps the lower index), all equal,
     a dominant expert. transformers' Qwen3MoeSparseMoeBlock semantics through the gate (no
