@@ -31,7 +31,7 @@ CASES = [
 # Qwen3-MoE cases on the embedded models/qwen3-moe-tiny (8 experts, moe_intermediate_size 64).
 MOE_CASES = [
     # expert tensor parallelism splits moe_intermediate_size over etp (issue 10)
-    (3, ["--dp", "3", "--etp", "3"], "moe_intermediate_size = 64 is not divisible by etp = 3"),
+    (3, ["--dp", "3", "--etp", "3", "--batch-size", "3"], "moe_intermediate_size = 64 is not divisible by etp = 3"),
     # LoRA with etp > 1 stays refused, as in Megatron-Bridge
     (2, ["--dp", "2", "--etp", "2", "--lora-r", "4", "--lora-targets", "q_proj,gate"],
      "LoRA with expert tensor parallelism (etp 2) is not supported"),
