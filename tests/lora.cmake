@@ -4,7 +4,8 @@
 #  - one process vs PyTorch float64: loss and grad norm every step, step-0 adapter gradients,
 #    the adapter after AdamW steps (at least as close to float64 as PyTorch float32), the saved
 #    adapter_config.json, merged vs unmerged held-out loss; with and without rslora, subsets;
-#  - every layout vs the single-process LoRA run (with lora_dropout 0.1 but on tp2).
+#  - every layout vs the single-process LoRA run (with lora_dropout 0.1 but on tp2; under cp the
+#    masks' token keys follow the tokens through the load-balanced split).
 set(TWINKLE_PY /usr/bin/python3)
 set(CHECK_TRAIN ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py)
 set(LORA_FLAGS --lora-r 4 --lora-alpha 8)
@@ -23,6 +24,8 @@ set(TWINKLE_LORA_LAYOUTS
   "tp2_sp|2|a|--tp 2 --sequence-parallel|--lora-dropout 0.1"
   "pp2|2|a|--pp 2|--lora-dropout 0.1"
   "dp2_zero1|2|b|--dp 2|--lora-dropout 0.1"
+  "cp2_p2p|2|b|--cp 2|--lora-dropout 0.1"
+  "tp2_cp2_sp|4|b|--tp 2 --cp 2 --sequence-parallel|--lora-dropout 0.1"
   "tp2_pp2_dp2|8|b|--tp 2 --pp 2 --dp 2 --sequence-parallel|--lora-dropout 0.1")
 foreach(spec ${TWINKLE_LORA_LAYOUTS})
   string(REPLACE "|" ";" parts "${spec}")
@@ -76,6 +79,16 @@ foreach(spec ${TWINKLE_LORA_MOE_LAYOUTS})
            --steps 3 --np ${np} --layout "${flags}")
   set_tests_properties(lora_moe_layout_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
 endforeach()
+# lora_dropout on attention and the router with tp2 (the router's pair runs on each tp rank's SP
+# shard, its masks keyed by those tokens' global identities) and with cp2 (keys through the cp split)
+add_test(NAME lora_moe_layout_tp2_ep2_router_dropout COMMAND ${TWINKLE_PY} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR}
+         --lora-r 4 --lora-targets q_proj,k_proj,v_proj,o_proj,gate --lora-dropout 0.1 --aux-coef 0.01 --aux-type per_layer
+         --layers 4 --batch rows:8 --mbs 1 --steps 3 --np 2 --layout "--tp 2 --ep 2")
+add_test(NAME lora_moe_layout_cp2_ep2_router_dropout COMMAND ${TWINKLE_PY} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR}
+         --lora-r 4 --lora-targets q_proj,k_proj,v_proj,o_proj,gate --lora-dropout 0.1 --aux-coef 0.01 --aux-type per_layer
+         --layers 4 --batch rows:8 --mbs 1 --steps 3 --np 2 --layout "--cp 2 --ep 2")
+set_tests_properties(lora_moe_layout_tp2_ep2_router_dropout lora_moe_layout_cp2_ep2_router_dropout PROPERTIES
+                     TIMEOUT 300 PROCESSORS 2)
 # PEFT directory of a MoE adapter trained on ep2 (every expert's pair gathered, targets spelled out
 # so PEFT leaves the router alone), read back by the reference and by `twinkle eval --adapter`, and
 # `twinkle export --merge` (tests/reference/check_lora_export.py --moe).

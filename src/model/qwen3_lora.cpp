@@ -56,9 +56,6 @@ void Qwen3Model::add_adapter(const LoraConfig& cfg, uint64_t seed) {
   check(dev_ == Device::CPU, "add_adapter: LoRA on device '" + device_name(dev_) + "' is not implemented yet; use "
                              "device_type cpu");
   validate(cfg);
-  check(cfg.lora_dropout == 0.0 || ps_->cp_size() == 1,
-        "add_adapter: lora_dropout " + std::to_string(cfg.lora_dropout) + " (--lora-dropout) with context parallelism (cp " +
-            std::to_string(ps_->cp_size()) + ") is not supported; use --lora-dropout 0 or cp 1");
   lora_seed_ = seed;
   if (cfg_.is_moe()) {
     const int etp = ps_->mesh.etp_size();

@@ -69,6 +69,22 @@ StageBatch Qwen3Model::prepare(const MicroBatch& mb) const {
       b.token_mask.assign(sm.ids.begin(), sm.ids.end());
       for (uint8_t v : b.token_mask) b.num_real += v;
     }
+    if (lora_.lora_dropout > 0 && has_adapter()) {
+      // The dropout masks' token identities of this rank's share: the micro-batch's keys sent
+      // through the same split as the tokens (token index + 1 carried in place of the ids; a cp
+      // pad token reads 0 and gets a key of a row no batch reaches — nothing reads its output).
+      const std::vector<uint64_t> full = lora_token_keys(mb);
+      MicroBatch m = mb;
+      for (size_t i = 0; i < m.input_ids.size(); ++i) m.input_ids[i] = static_cast<int32_t>(i + 1);
+      const parallel::CpShard sk = parallel::cp_split_micro_batch(m, ps_->cp_size(), ps_->cp_rank(), tp_, sp_);
+      check(static_cast<int64_t>(sk.ids.size()) == b.T, "LoRA dropout: the cp split of the token keys disagrees");
+      b.lora_token_key.resize(static_cast<size_t>(b.T));
+      for (int64_t j = 0; j < b.T; ++j) {
+        const int32_t id = sk.ids[static_cast<size_t>(j)];
+        b.lora_token_key[static_cast<size_t>(j)] =
+            id > 0 ? full[static_cast<size_t>(id - 1)] : parallel::lora_token_key(0xffffffffll, j);
+      }
+    }
     return b;
   }
   check(mb.attention_mask.empty() || mb.attention_mask.size() == mb.input_ids.size(),
@@ -90,21 +106,27 @@ StageBatch Qwen3Model::prepare(const MicroBatch& mb) const {
     b.cu_seqlens.push_back(static_cast<int32_t>(b.T));
   }
   if (lora_.lora_dropout > 0 && has_adapter()) {
-    // Token identities for the dropout masks (parallel/lora_dropout.h): global row, position.
-    check(mb.segment_row.empty() || mb.segment_row.size() + 1 == mb.cu_seqlens.size(),
-          "micro-batch: segment_row has " + std::to_string(mb.segment_row.size()) + " entries for " +
-              std::to_string(mb.cu_seqlens.size() - 1) + " segments");
-    b.lora_token_key.assign(static_cast<size_t>(b.T), 0);
-    for (size_t s = 0; s + 1 < mb.cu_seqlens.size(); ++s) {
-      const int64_t row = mb.segment_row.empty() ? static_cast<int64_t>(s) : mb.segment_row[s];
-      for (int32_t t = mb.cu_seqlens[s]; t < mb.cu_seqlens[s + 1]; ++t)
-        b.lora_token_key[static_cast<size_t>(t)] = parallel::lora_token_key(row, t - mb.cu_seqlens[s]);
-    }
+    b.lora_token_key = lora_token_keys(mb);
+    b.lora_token_key.resize(static_cast<size_t>(b.T));
     for (int64_t t = T0; t < b.T; ++t)  // SP padding: a row id no batch reaches
       b.lora_token_key[static_cast<size_t>(t)] = parallel::lora_token_key(0xffffffffll, t - T0);
   }
   if (dev_ != Device::CPU) upload(b);
   return b;
+}
+
+std::vector<uint64_t> Qwen3Model::lora_token_keys(const MicroBatch& mb) const {
+  // Token identities for the dropout masks (parallel/lora_dropout.h): global row, position.
+  check(mb.segment_row.empty() || mb.segment_row.size() + 1 == mb.cu_seqlens.size(),
+        "micro-batch: segment_row has " + std::to_string(mb.segment_row.size()) + " entries for " +
+            std::to_string(mb.cu_seqlens.size() - 1) + " segments");
+  std::vector<uint64_t> k(mb.input_ids.size(), 0);
+  for (size_t s = 0; s + 1 < mb.cu_seqlens.size(); ++s) {
+    const int64_t row = mb.segment_row.empty() ? static_cast<int64_t>(s) : mb.segment_row[s];
+    for (int32_t t = mb.cu_seqlens[s]; t < mb.cu_seqlens[s + 1]; ++t)
+      k[static_cast<size_t>(t)] = parallel::lora_token_key(row, t - mb.cu_seqlens[s]);
+  }
+  return k;
 }
 
 // One host -> device copy per micro-batch: ids, targets, positions, cu_seqlens and the ids of the

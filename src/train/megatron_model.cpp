@@ -179,8 +179,8 @@ double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows) {
   if (model_->has_adapter() && model_->adapter_config().lora_dropout > 0) {
     // LoRA dropout masks are keyed by each token's row in the global batch: this replica's
     // block starts after the rows of the replicas before it (the DataLoader's contiguous
-    // blocks in dp rank order; cp = 1 here, so dp-cp is the dp group).
-    auto& dp = *ps_->dp_cp;
+    // blocks in dp rank order; the cp ranks of a replica share its rows, so over dp, not dp-cp).
+    auto& dp = *ps_->dp;
     std::vector<int64_t> counts(static_cast<size_t>(dp.size()), 0);
     const int64_t mine = static_cast<int64_t>(rows.size());
     if (dp.size() > 1) dp.all_gather(&mine, counts.data(), 1, DType::I64);

@@ -23,9 +23,6 @@ CASES = [
      "cp_comm_type a2a (Ulysses) needs num_attention_heads (4) and num_key_value_heads (2) divisible by cp*tp = 4*1 = 4"),
     (1, ["--cp-comm-type", "ring"], "cp_comm_type"),
     (2, ["--cp", "4"], "world size 2 does not match the device mesh"),
-    # LoRA dropout masks are keyed by token identity, which the cp split does not carry (issue 12)
-    (2, ["--cp", "2", "--lora-r", "4", "--lora-dropout", "0.1"],
-     "lora_dropout 0.100000 (--lora-dropout) with context parallelism (cp 2) is not supported"),
 ]
 
 # Qwen3-MoE cases on the embedded models/qwen3-moe-tiny (8 experts, moe_intermediate_size 64).

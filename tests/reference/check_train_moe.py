@@ -71,9 +71,14 @@ def main():
     ap.add_argument("--lora-r", type=int, default=0, help="train a LoRA adapter of this rank (0: full training)")
     ap.add_argument("--lora-alpha", type=float, default=8)
     ap.add_argument("--lora-targets", default="q_proj,k_proj,v_proj,o_proj,gate")
+    ap.add_argument("--lora-dropout", type=float, default=0.0,
+                    help="lora_dropout (with --layout: the masks are keyed by token, so layouts must agree)")
     args = ap.parse_args()
+    if args.lora_dropout and not args.layout:
+        raise SystemExit("--lora-dropout needs --layout (the PyTorch comparison feeds no masks on MoE)")
     lora = ["--lora-r", str(args.lora_r), "--lora-alpha", str(args.lora_alpha), "--lora-targets", args.lora_targets,
-            "--lora-init", "false"] if args.lora_r else []
+            "--lora-init", "false"] + (["--lora-dropout", str(args.lora_dropout)] if args.lora_dropout else []) \
+        if args.lora_r else []
 
     tmp = tempfile.mkdtemp(prefix="twinkle-check-moe-")
     try:

@@ -146,10 +146,11 @@ class Qwen3Model {
   /// per-expert nn.Linear: mlp.experts.{e}.{gate,up,down}_proj, which all-linear and the
   /// suffixes gate_proj / up_proj / down_proj reach), held by the expert's ep rank in the
   /// adapter store's expert region and reduced over expert-dp (Qwen3MoeBlock::set_expert_lora).
+  /// Under context parallelism the masks' token identities follow the tokens through the cp
+  /// split, so cp layouts draw the single process's masks too.
   /// Throws twinkle::Error on an invalid config (validate), an unknown target, a second
   /// adapter, etp > 1 (as Megatron-Bridge), a target list reaching only some experts of a
-  /// projection, lora_dropout > 0 on an expert target, or lora_dropout > 0 with context
-  /// parallelism (cp > 1: not supported).
+  /// projection, or lora_dropout > 0 on an expert target.
   void add_adapter(const LoraConfig& cfg, uint64_t seed);
   /// The step the LoRA dropout masks of the next forwards / backwards belong to (MegatronModel
   /// sets it before each forward_backward; 0-based count of earlier forward_backward calls).
@@ -243,6 +244,8 @@ class Qwen3Model {
   ActivationDims activation_dims() const;
   // The LoRA dropout of a forward / backward of `b` (p = 0: none; qwen3_stage.cpp).
   parallel::LoraDropout lora_dropout_for(const StageBatch& b, bool training, int slot) const;
+  // The dropout token identities (row, position) of every token of `mb` [T0] (before any split).
+  std::vector<uint64_t> lora_token_keys(const MicroBatch& mb) const;
   void moe_router_losses(const StageBatch& b, StageActivations& a, bool training);
 
   ModelConfig cfg_;

@@ -234,7 +234,7 @@ TEST(Lora, SecondAdapterIsAnError) {
   auto ps = dist::make_single_process_state();
   Qwen3Model model(tiny_config(), ps);
   LoraConfig c;
-  c.lora_dropout = 0.1;  // accepted on cp = 1 (refused by name with cp > 1)
+  c.lora_dropout = 0.1;
   model.add_adapter(c, 1);
   EXPECT_NE(error_of([&] { model.add_adapter(c, 1); }).find("already has an adapter"), std::string::npos);
 }
