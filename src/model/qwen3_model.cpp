@@ -101,7 +101,7 @@ void Qwen3Model::build_table() {
     if (s == mine) unit_layer0_ = unit_entries_.size();
     for (int64_t l = split_.first[static_cast<size_t>(s)]; l < split_.first[static_cast<size_t>(s)] + split_.count[static_cast<size_t>(s)]; ++l) {
       const size_t before = table_.size();
-      Qwen3DecoderLayer layer(table_, tp, cfg_, l, &rope_, ps_->ep);
+      Qwen3DecoderLayer layer(table_, tp, cfg_, l, &rope_, ps_->ep, ps_->etp);
       if (s == mine) layers_.push_back(std::move(layer));
       unit(before);
     }

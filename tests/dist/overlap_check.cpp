@@ -8,7 +8,7 @@
 // parameter all-gathers inside a forward (param_buckets_forward > 0); the "off" run none.
 // Small buckets (4 KiB) put several buckets in every stage and cut parameters across buckets.
 //
-// Usage: overlap_check [--tp N] [--pp N] [--dp N] [--ep N] [--sp] [--moe] [--no-distopt]
+// Usage: overlap_check [--tp N] [--pp N] [--dp N] [--ep N] [--etp N] [--sp] [--moe] [--no-distopt]
 //                      [--short]   (--short: one row in the global batch, so a dp replica runs
 //                                   no micro-batch and reports its gradients only in finalize)
 //   (world size = tp * pp * dp; prints "overlap_check OK ..." on rank 0)
@@ -119,6 +119,7 @@ int body(int argc, char** argv) {
     else if (a == "--pp") ms.pp = next();
     else if (a == "--dp") ms.dp = next();
     else if (a == "--ep") ms.ep = next();
+    else if (a == "--etp") ms.etp = next();
     else if (a == "--sp") ms.sequence_parallel = true;
     else if (a == "--moe") moe = true;
     else if (a == "--no-distopt") distopt = false;
