@@ -64,6 +64,9 @@ inline int run(int argc, char** argv, const Defaults& d) {
   app.add_option("--ep", ep, "expert-parallel size");
   app.add_option("--moe-aux-loss-coeff", aux_coeff, "load-balancing loss coefficient (Twinkle's Megatron path: 0)");
   app.add_option("--moe-aux-loss-type", aux_type, "global (transformers, pp = 1) | per_layer (Megatron)");
+  bool overlap_grad = false, overlap_param = false;
+  app.add_flag("--overlap-grad-reduce", overlap_grad, "overlap the gradient dp reduce-scatter with the backward");
+  app.add_flag("--overlap-param-gather", overlap_param, "overlap the parameter all-gather with the next forward");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -95,7 +98,9 @@ inline int run(int argc, char** argv, const Defaults& d) {
   MegatronModel model(model_id, {.micro_batch_size = micro_batch_size,
                                  .moe_aux_loss_type = aux_type,
                                  .moe_aux_loss_coeff = aux_coeff,
-                                 .cp_comm_type = cp_comm_type});
+                                 .cp_comm_type = cp_comm_type,
+                                 .overlap_grad_reduce = overlap_grad,
+                                 .overlap_param_gather = overlap_param});
   model.set_optimizer("default", {.lr = lr});
   const int64_t steps = resolve_max_steps(max_steps, loader.size());  // 0 = one epoch
   model.set_lr_scheduler("default",

@@ -114,8 +114,16 @@ void MegatronModel::set_optimizer(const std::string& name, const OptimizerConfig
     validate(sc);
   }
   optim_cfg_ = cfg;
-  optim_ = std::make_unique<DistributedOptimizer>(model_->trainable_store(), ps_, cfg);
+  optim_cfg_.overlap_grad_reduce = opts_.overlap_grad_reduce;
+  optim_cfg_.overlap_param_gather = opts_.overlap_param_gather;
+  if (opts_.bucket_size > 0) optim_cfg_.bucket_bytes = 4 * opts_.bucket_size;
+  if (optim_) {  // the old optimizer's collectives in flight end before it goes
+    optim_->finish_param_sync();
+    engine_->set_optimizer(nullptr);
+  }
+  optim_ = std::make_unique<DistributedOptimizer>(model_->trainable_store(), ps_, optim_cfg_);
   optim_->set_kernels(model_->kernels());  // the model's table: kernelize_model swaps both
+  engine_->set_optimizer(optim_.get());
   if (has_sched_) {
     LRSchedulerConfig sc = sched_.config();
     sc.max_lr = cfg.lr;
@@ -129,10 +137,13 @@ void MegatronModel::add_adapter_to_model(const std::string& name, const LoraConf
   check(!name.empty(), "add_adapter_to_model: the adapter name is empty");
   check(!model_->has_adapter(), "add_adapter_to_model: the model already has adapter '" + adapter_name_ +
                                     "' (one adapter per model)");
+  finish_param_sync();
   model_->add_adapter(cfg, opts_.seed ? opts_.seed : global_seed());
   adapter_name_ = name;
   // An optimizer built before is rebuilt over the adapter (its base-weight state is freed).
   if (optim_) {
+    optim_->finish_param_sync();
+    engine_->set_optimizer(nullptr);
     optim_.reset();
     set_optimizer("default", optim_cfg_);
   }
@@ -198,6 +209,7 @@ double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows) {
 }
 
 double MegatronModel::forward_only(const std::vector<EncodedRow>& rows) {
+  finish_param_sync();
   StepResult r = engine_->forward_only(split(rows));
   last_eval_label_tokens_ = r.label_tokens;
   if (r.label_tokens == 0)
@@ -345,6 +357,7 @@ std::string MegatronModel::save(const std::optional<std::string>& name_opt, cons
   check_option(opts.interval >= 1, "save", "interval", ">= 1", opts.interval);
   check_option(opts.keep_last >= 0, "save", "keep_last", ">= 0 (0 = keep all)", opts.keep_last);
   if (cur_step_ % opts.interval != 0) return "";  // Twinkle: save only every `interval` steps
+  finish_param_sync();
   const std::string name = name_opt ? *name_opt : checkpoint_step_name(cur_step_);
   check(!(opts.save_optimizer && name.empty()),
         "save: save_optimizer needs a checkpoint name (the directory is replaced as a whole), not output_dir itself");
@@ -439,6 +452,7 @@ std::string MegatronModel::save(const std::optional<std::string>& name_opt, cons
 }
 
 void MegatronModel::load(const std::string& dir) {
+  finish_param_sync();
   CheckpointReader ck = CheckpointReader::open_dir(resolve_model_dir(dir));
   check(ck.has_weights(), "load: " + dir + " has no safetensors weights");
   check(!(model_->config().tie_word_embeddings && checkpoint_head_differs(ck)),
