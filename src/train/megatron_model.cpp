@@ -66,6 +66,7 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
                               : (cfg.is_moe() && cfg.output_router_logits ? cfg.router_aux_loss_coef : 0.0);
   mo.moe_z_loss_coeff = opts_.moe_z_loss_coeff;
   mo.cp_comm_type = opts_.cp_comm_type;
+  mo.mixed_precision = opts_.mixed_precision;
   std::optional<CheckpointReader> ck;
   if (opts_.load_weights) {
     ck = CheckpointReader::open_dir(model_dir_);
@@ -100,7 +101,7 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
   // The pad id collates padded micro-batches: a tokenizer that is present but cannot be
   // loaded is an error naming its file, not a silent pad id 0.
   if (fs::exists(fs::path(model_dir_) / "tokenizer.json")) pad_id_ = Tokenizer::from_dir(model_dir_).pad_token_id();
-  peak_flops_ = job_peak_flops(*ps_->world);
+  peak_flops_ = job_peak_flops(*ps_->world, opts_.mixed_precision == "bf16");
   t_start_ = t_last_metric_ = Clock::now();
 }
 
@@ -320,8 +321,13 @@ std::string MegatronModel::get_train_configs() const {
     const auto& kt = model_->kernels();
     std::string impls;
     for (const auto& op : kernels::op_names())
-      if (kt.impl(op) != kt.impl("linear")) impls += " " + op + "=" + kt.impl(op);
-    o << "Kernels: " << kt.device << " " << kt.impl("linear") << (impls.empty() ? "" : " except" + impls) << "\n";
+      if (kt.impl(op) != kt.impl("rms_norm")) impls += " " + op + "=" + kt.impl(op);
+    o << "Kernels: " << kt.device << " " << kt.impl("rms_norm") << (impls.empty() ? "" : " except" + impls) << "\n";
+    o << "Mixed precision: " << model_->options().mixed_precision
+      << (model_->options().mixed_precision == "bf16"
+              ? " (bf16 GEMM inputs, fp32 accumulation, fp32 master weights / grads / Adam state)"
+              : "")
+      << "\n";
   }
   o << "Optimizer: AdamW (" << (optim_cfg_.use_distributed_optimizer ? "distributed" : "replicated")
     << "), lr " << optim_cfg_.lr << ", weight_decay " << optim_cfg_.weight_decay << ", betas (" << optim_cfg_.adam_beta1

@@ -69,6 +69,7 @@ int train_main(int argc, char** argv) {
   std::string kernels = "fused";
   std::string pipeline_split = "balanced";
   std::string recompute = "full";
+  bool bf16 = false, fp32 = false;
   std::vector<int64_t> layers_per_stage;
   bool sp = false, dist_opt = true, shuffle = false, packing = false, skip_bad = false, no_save = false;
   bool drop_last = false, ignore_empty_think = false;
@@ -136,6 +137,10 @@ int train_main(int argc, char** argv) {
   app.add_flag("--packing", packing, "padding-free packed micro-batches");
   app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
       ->check(CLI::IsMember({"fused", "reference"}));
+  auto* bf16_flag = app.add_flag("--bf16", bf16,
+                                 "bf16 mixed precision: bf16 GEMM inputs, fp32 accumulation, fp32 master weights, grads "
+                                 "and Adam state (Megatron's; Twinkle's MegatronModel default). CPU only");
+  app.add_flag("--fp32", fp32, "fp32 everywhere (the default)")->excludes(bf16_flag);
   app.add_flag("--skip-bad-rows", skip_bad, "drop malformed rows with a warning naming file:line instead of failing");
   app.add_flag("--no-save", no_save, "do not save the final checkpoint");
   app.add_option("--dump-grads", dump_grads, "write the step-1 gradients (HF names, f32) to this safetensors file (dp=1 only; default: none)");
@@ -205,6 +210,10 @@ int train_main(int argc, char** argv) {
   mo.kernels = kernels;
   mo.pipeline_split = pipeline_split;
   mo.recompute_granularity = recompute;
+  mo.mixed_precision = bf16 ? "bf16" : "fp32";
+  // refused before the runtime touches a device (Qwen3Model refuses it too, for the API)
+  twinkle::check(!bf16 || device == "cpu", "mixed_precision 'bf16' (--bf16) is not implemented on device '" + device +
+                                               "' yet (the CUDA backend runs fp32 GEMMs only): use --fp32 there");
   mo.layers_per_stage = layers_per_stage;
   twinkle::validate(mo);
   const bool use_lora = lora.r > 0 || !adapter_dir.empty();

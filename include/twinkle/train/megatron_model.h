@@ -62,6 +62,12 @@ struct MegatronModelOptions {
   /// (plain double-accumulating loops, for debugging); see twinkle/kernels/registry.h. Single ops can be
   /// swapped afterwards with kernelize_model(model.model(), mapping) (twinkle/model/kernelize.h).
   std::string kernels = "fused";
+  /// "fp32" (default, as twinkle has always trained) or "bf16" (`--bf16` / `--fp32`): Megatron's bf16
+  /// mixed precision as Twinkle's Megatron path runs it (shared/spec/twinkle-behaviour.md §5.1):
+  /// bf16 GEMM inputs with fp32 accumulation, fp32 master weights, gradients (grad_reduce_in_fp32) and
+  /// Adam state, fp32 norms / softmax / cross entropy (Qwen3ModelOptions::mixed_precision). CPU only:
+  /// "bf16" on device cuda throws twinkle::Error.
+  std::string mixed_precision = "fp32";
 };
 
 /// The one place the model/training options are checked (the MegatronModel constructor,
@@ -69,7 +75,7 @@ struct MegatronModelOptions {
 /// micro_batch_size < 0, lm_head_chunk_tokens < 1, a layers_per_stage entry < 1,
 /// on_nonfinite not "error" or "skip", pipeline_split not "balanced" or "even",
 /// recompute_granularity not "full", "selective" or "none", kernels not "fused" or "reference", cp_comm_type not
-/// "p2p" or "a2a".
+/// "p2p" or "a2a", mixed_precision not "fp32" or "bf16".
 void validate(const MegatronModelOptions& opts);
 
 /// Optimizer steps of a training loop: `max_steps` when > 0, one epoch
