@@ -13,6 +13,11 @@ if(TARGET twinkle_python)
            COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_recipe.py
                    --build ${CMAKE_BINARY_DIR} --recipe moe --rows 16 --steps 3)
   set_tests_properties(python_tp_moe_equals_cpp_moe_recipe PROPERTIES TIMEOUT 600 PROCESSORS 2)
+  # the seed's third recipe: examples/python/tp_moe_cp.py (tp2 pp2 cp2 ep2) vs examples/moe_cp_recipe
+  add_test(NAME python_tp_moe_cp_equals_cpp_moe_cp_recipe
+           COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_recipe.py
+                   --build ${CMAKE_BINARY_DIR} --recipe moe_cp --rows 16 --steps 3)
+  set_tests_properties(python_tp_moe_cp_equals_cpp_moe_cp_recipe PROPERTIES TIMEOUT 600 PROCESSORS 2)
   # add_adapter_to_model (PEFT's LoraConfig) equals `twinkle train --lora-*` on tp2 x dp2
   add_test(NAME python_lora_equals_cli_lora
            COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "check_python_lora: 0 mismatches"

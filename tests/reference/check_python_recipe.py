@@ -3,7 +3,8 @@
 (dp=2, tp=2, pp=2, launched by twinkle-run) against the C++ recipe examples/tp_recipe on the
 same data and seed (one epoch of --data-rows rows, global batch 8); with --recipe moe
 examples/python/tp_moe.py against examples/moe_recipe (Qwen3-MoE, dp2 tp2 pp2 ep2, global batch 2,
---steps steps; the aux loss too):
+--steps steps; the aux loss too); with --recipe moe_cp examples/python/tp_moe_cp.py against
+examples/moe_cp_recipe (Qwen3-MoE, tp2 pp2 cp2 ep2 with ring attention, global batch 2, --steps steps):
 
 1. every step's loss, grad norm and lr in metrics.jsonl agree within 1e-6 relative, and the loss
    the Python script logs per step (Twinkle's metric dict, '%.4f') is the C++ loss formatted;
@@ -24,6 +25,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# --recipe: (C++ program in build/examples, Python script in examples/python)
+RECIPES = {'tp': ('tp_recipe', 'tp.py'), 'moe': ('moe_recipe', 'tp_moe.py'), 'moe_cp': ('moe_cp_recipe', 'tp_moe_cp.py')}
 
 
 def run(cmd, env):
@@ -48,10 +51,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--build', required=True)
     ap.add_argument('--rows', type=int, default=32, help='data_slice = range(rows); steps = rows / global batch')
-    ap.add_argument('--recipe', choices=['tp', 'moe'], default='tp',
+    ap.add_argument('--recipe', choices=sorted(RECIPES), default='tp',
                     help='tp: examples/python/tp.py vs examples/tp_recipe (global batch 8); moe: '
-                         'examples/python/tp_moe.py vs examples/moe_recipe (global batch 2, --steps of them)')
-    ap.add_argument('--steps', type=int, default=3, help='moe: optimizer steps of both runs')
+                         'examples/python/tp_moe.py vs examples/moe_recipe (global batch 2, --steps of them); '
+                         'moe_cp: examples/python/tp_moe_cp.py vs examples/moe_cp_recipe (as moe)')
+    ap.add_argument('--steps', type=int, default=3, help='moe, moe_cp: optimizer steps of both runs')
     args = ap.parse_args()
     launcher = os.path.join(args.build, 'bin', 'twinkle-run')
     tmp = tempfile.mkdtemp(prefix='twinkle-python-recipe-')
@@ -59,8 +63,8 @@ def main():
     failures = []
     try:
         cpp_dir, py_dir = os.path.join(tmp, 'cpp'), os.path.join(tmp, 'py')
-        moe = args.recipe == 'moe'
-        cpp_prog, py_prog = ('moe_recipe', 'tp_moe.py') if moe else ('tp_recipe', 'tp.py')
+        moe = args.recipe != 'tp'
+        cpp_prog, py_prog = RECIPES[args.recipe]
         extra = ['--max-steps', str(args.steps)] if moe else []
         run([launcher, '--nproc_per_node=8', os.path.join(args.build, 'examples', cpp_prog), '--data-rows',
              str(args.rows), '--output-dir', cpp_dir] + extra, env)
