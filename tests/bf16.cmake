@@ -20,3 +20,6 @@ foreach(spec "tp2|2|--tp 2" "dp2|2|--dp 2" "tp2_pp2_dp2_sp|8|--tp 2 --pp 2 --dp 
 endforeach()
 add_test(NAME gemm_bf16_without_bf16_isa COMMAND ${CMAKE_BINARY_DIR}/tests/test_gemm_bf16)
 set_tests_properties(gemm_bf16_without_bf16_isa PROPERTIES ENVIRONMENT "DNNL_MAX_CPU_ISA=AVX512_CORE")
+# checkpoint dtypes: bf16 checkpoint -> fp32 / bf16 training -> saved in the dtype asked for (or loaded in)
+add_test(NAME save_dtype_bf16_roundtrip COMMAND ${TWINKLE_PY} ${CMAKE_SOURCE_DIR}/tests/reference/check_save_dtype.py
+         --build ${CMAKE_BINARY_DIR})

@@ -350,6 +350,13 @@ std::string MegatronModel::get_train_configs() const {
 std::string MegatronModel::save(const std::optional<std::string>& name_opt, const SaveOptions& opts) {
   check_option(opts.interval >= 1, "save", "interval", ">= 1", opts.interval);
   check_option(opts.keep_last >= 0, "save", "keep_last", ">= 0 (0 = keep all)", opts.keep_last);
+  DType save_dtype = model_->config().torch_dtype;
+  if (!opts.dtype.empty()) {
+    check(opts.dtype == "float32" || opts.dtype == "bfloat16" || opts.dtype == "float16",
+          "save: option dtype (--save-dtype) must be \"float32\", \"bfloat16\" or \"float16\" (or empty: the "
+          "dtype the model was loaded in), got \"" + opts.dtype + "\"");
+    save_dtype = dtype_from_torch_name(opts.dtype);
+  }
   if (cur_step_ % opts.interval != 0) return "";  // Twinkle: save only every `interval` steps
   const std::string name = name_opt ? *name_opt : checkpoint_step_name(cur_step_);
   check(!(opts.save_optimizer && name.empty()),
@@ -386,7 +393,8 @@ std::string MegatronModel::save(const std::optional<std::string>& name_opt, cons
     // Every file is written atomically (io's write_file_atomic / save_checkpoint_dir), and the
     // weights last: save_checkpoint_dir removes old weights first and writes its index last,
     // so an interrupted save never leaves a checkpoint that looks complete.
-    const ModelConfig& cfg = model_->config();
+    ModelConfig cfg = model_->config();
+    if (!opts.dtype.empty()) cfg.torch_dtype = save_dtype;  // config.json names the dtype written
     fs::create_directories(dir);
     for (const char* f : {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
                           "special_tokens_map.json", "generation_config.json"}) {

@@ -105,6 +105,13 @@ struct SaveOptions {
   /// With save_optimizer: the DataLoader whose position (epoch, next batch, consumed samples)
   /// and shuffle seed are saved, so a resumed run sees the batches the uninterrupted one would.
   const DataLoader* dataloader = nullptr;
+  /// dtype of the saved HF weights and of config.json's torch_dtype: "" (default) = the dtype the
+  /// model was loaded in (config.json's torch_dtype), else "float32", "bfloat16" or "float16"
+  /// (`--save-dtype`; transformers' save_pretrained writes the model's dtype the same way). Values are
+  /// rounded to nearest even from the fp32 master weights; a training run in bf16 or fp32 saves alike.
+  /// The training state of save_optimizer stays fp32. Ignored for a PEFT adapter (fp32). Another value
+  /// throws twinkle::Error naming the option.
+  std::string dtype;
 };
 
 /// What resume_from_checkpoint restored (Twinkle returns {cur_step, consumed_train_samples,

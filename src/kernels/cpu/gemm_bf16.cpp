@@ -3,6 +3,8 @@
 
 #include <dnnl.h>
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -103,12 +105,28 @@ Prim& primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, 
 }  // namespace
 
 void f32_to_bf16_rne(const float* src, uint16_t* dst, int64_t n) {
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+  // vcvtneps2bf16: round to nearest even in one instruction (1.6x the integer sequence); it treats fp32
+  // denormal inputs (|x| < 2^-126) as zero, the only inputs where it differs from rne().
+  const int64_t nb = n / 16;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256bh r = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + 16 * b));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16 * b), reinterpret_cast<const __m256i&>(r));
+  }
+  for (int64_t i = 16 * nb; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, src + i, 4);
+    dst[i] = rne(u);
+  }
+#else
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) {
     uint32_t u;
     std::memcpy(&u, src + i, 4);
     dst[i] = rne(u);
   }
+#endif
 }
 
 std::string dnnl_isa_name() {

@@ -21,7 +21,8 @@
 namespace twinkle::kernels::cpu {
 
 /// Rounds n fp32 values to bf16 bit patterns (round-to-nearest-even; NaN stays a quiet NaN; the same
-/// bits as twinkle::f32_to_bf16, core/dtype.h). OpenMP-parallel. src and dst must not overlap.
+/// bits as twinkle::f32_to_bf16, core/dtype.h, except that a build with AVX512-BF16 (vcvtneps2bf16)
+/// turns fp32 denormals, |x| < 2^-126, into signed zeros). OpenMP-parallel. src and dst must not overlap.
 void f32_to_bf16_rne(const float* src, uint16_t* dst, int64_t n);
 
 /// oneDNN's effective CPU ISA (dnnl_get_effective_cpu_isa) as a name: "avx512_core_amx",
