@@ -4,7 +4,7 @@
 // labels = input ids, forward + loss + backward + clip_grad_norm(1.0) + AdamW (lr 1e-4, betas
 // 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices). Prints one JSON line with tokens_per_s,
 // gflops (the same FLOP formula as torch_peer.py), peak_rss_bytes and minor page faults.
-//   build/bench/train_bench --config a --threads 2 [--steps 3 --warmup 1] [--kernels fused|reference]
+//   build/bench/train_bench --config a|b|s|m|m30 --threads 2 [--steps 3 --warmup 1] [--kernels fused|reference]
 //                           [--recompute none|selective|full]
 // scripts/bench-train runs both engines side by side and prints the ratios.
 // --lora R trains a LoRA adapter (r = R, alpha = 2R, all-linear; Qwen3Model::add_adapter) instead
@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     else if (a == "--bf16") precision = "bf16";
     else if (a == "--fp32") precision = "fp32";
     else {
-      std::fprintf(stderr, "usage: train_bench [--config a|b|s|m] [--threads N] [--steps K] [--warmup W] [--untied] [--kernels fused|reference] [--recompute none|selective|full] [--lora R] [--bf16|--fp32]\n");
+      std::fprintf(stderr, "usage: train_bench [--config a|b|s|m|m30] [--threads N] [--steps K] [--warmup W] [--untied] [--kernels fused|reference] [--recompute none|selective|full] [--lora R] [--bf16|--fp32]\n");
       return 2;
     }
   }
@@ -88,6 +88,15 @@ int main(int argc, char** argv) {
     c.hidden_size = 256; c.num_hidden_layers = 4; c.num_attention_heads = 8; c.num_key_value_heads = 4;
     c.head_dim = 32; c.intermediate_size = 768; c.vocab_size = 32000; B = 4; S = 512;
     c.num_experts = 32; c.num_experts_per_tok = 4; c.moe_intermediate_size = 96; c.norm_topk_prob = true;
+  } else if (config == "m30") {
+    // Qwen3-30B-A3B's routing and FLOP mix at hidden 256: 128 experts top-8, moe_intermediate =
+    // 0.375 hidden, 16 / 2 heads of 32 (q width 2 hidden, as 32 x 128 over 2048), 8 layers and a
+    // vocabulary sized so the lm head is ~13% of the matmul FLOPs (30B-A3B: experts 60%, attention
+    // 30%, lm head 10%; config m's 32,000-word head is 80% of its step).
+    c.model_type = "qwen3_moe";
+    c.hidden_size = 256; c.num_hidden_layers = 8; c.num_attention_heads = 16; c.num_key_value_heads = 2;
+    c.head_dim = 32; c.intermediate_size = 768; c.vocab_size = 4096; B = 4; S = 512;
+    c.num_experts = 128; c.num_experts_per_tok = 8; c.moe_intermediate_size = 96; c.norm_topk_prob = true;
   } else {
     std::fprintf(stderr, "unknown config %s\n", config.c_str());
     return 2;

@@ -14,6 +14,16 @@ gtest_discover_tests(torch_ref_moe DISCOVERY_TIMEOUT 60
                      PROPERTIES FIXTURES_REQUIRED moe_kernels_ref
                                 ENVIRONMENT "MOE_KERNELS_REF_DIR=${TWINKLE_MOE_REF_DIR};TWINKLE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
 
+# The MoE block itself with fixed router logits (router weight [I|0], hand-chosen logits with
+# ties): combine weights, selection, output and gradients vs PyTorch, norm_topk_prob on and off.
+add_executable(moe_block_fixed_router ${CMAKE_SOURCE_DIR}/tests/unit/model/torch_ref_moe_block.cpp)
+set_target_properties(moe_block_fixed_router PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+target_compile_options(moe_block_fixed_router PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
+target_link_libraries(moe_block_fixed_router PRIVATE twinkle_model nlohmann_json::nlohmann_json GTest::gtest)
+gtest_discover_tests(moe_block_fixed_router DISCOVERY_TIMEOUT 60
+                     PROPERTIES FIXTURES_REQUIRED moe_kernels_ref
+                                ENVIRONMENT "MOE_KERNELS_REF_DIR=${TWINKLE_MOE_REF_DIR};TWINKLE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+
 # The reference Qwen3-MoE against independent formulations (dense expert sum, padding removal,
 # balanced-load values).
 add_test(NAME moe_reference_selftest
@@ -90,6 +100,10 @@ endforeach()
 # cp rank routes its load-balanced half of every sequence; router statistics summed over cp) and
 # the seed's recipe-3 grid tp2 pp2 cp2 ep2 on 8 ranks (ep = the tp groups, edp = the cp groups),
 # aux per_layer on and off.
+# Expert tensor parallelism (etp 2: each expert's gate/up split by rows, down by columns over the
+# etp group; the dispatcher all-gathers the etp group's rows and reduce-scatters the outputs):
+# etp2 x ep2 on tp2 dp2 (edp 1), etp2 alone on dp2 (ep 1), etp2 with edp 2 (ZeRO over edp on
+# the etp slices) and with pp2 (the saved experts gathered from both etp ranks of each stage).
 # name | ranks | flags of the check | layout flags
 set(TWINKLE_MOE_LAYOUTS
   "pp2_aux_per_layer|2|--aux-coef 0.1 --aux-type per_layer|--pp 2"
@@ -105,7 +119,11 @@ set(TWINKLE_MOE_LAYOUTS
   "tp2_pp2_dp2_ep2_aux_per_layer|8|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4|--tp 2 --pp 2 --dp 2 --ep 2"
   "cp2_ep2_aux_global_z|2|--aux-coef 0.1 --aux-type global --z-coef 0.01 --batch rows:4|--cp 2 --ep 2"
   "tp2_pp2_cp2_ep2_aux_per_layer|8|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:4 --layers 4|--tp 2 --pp 2 --cp 2 --ep 2"
-  "tp2_pp2_cp2_ep2_aux_off|8|--batch rows:4 --layers 4|--tp 2 --pp 2 --cp 2 --ep 2")
+  "tp2_pp2_cp2_ep2_aux_off|8|--batch rows:4 --layers 4|--tp 2 --pp 2 --cp 2 --ep 2"
+  "tp2_dp2_etp2_ep2_aux_per_layer_z|4|--aux-coef 0.1 --aux-type per_layer --z-coef 0.01 --batch rows:8|--tp 2 --dp 2 --ep 2 --etp 2"
+  "dp2_etp2_aux_global|2|--aux-coef 0.1 --aux-type global --batch rows:8|--dp 2 --etp 2"
+  "dp4_etp2_zero_aux_off|4|--batch rows:8|--dp 4 --etp 2"
+  "pp2_dp2_etp2_aux_per_layer|4|--aux-coef 0.05 --aux-type per_layer --batch rows:8 --layers 4|--pp 2 --dp 2 --etp 2")
 foreach(spec ${TWINKLE_MOE_LAYOUTS})
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)

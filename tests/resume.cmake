@@ -23,5 +23,9 @@ twinkle_resume_test(exact_tp2_pp2_dp2_lora_reshard 8 --np 8 --layout "--tp 2 --p
                     --reshard "1:,4:--dp 4,4:--tp 2 --dp 2")
 twinkle_resume_test(exact_tp2_pp2_dp2_ep2_moe_reshard 8 --model moe --np 8 --layout "--tp 2 --pp 2 --dp 2 --ep 2"
                     --reshard "1:,4:--dp 4,4:--dp 4 --ep 2,4:--tp 2 --dp 2 --ep 2")
+# expert tensor parallelism: the etp slices of every expert (and their AdamW state) saved from
+# tp2 dp2 ep2 etp2 and resumed in one process, on dp4 etp2 (edp 2) and on dp2 etp2 (ep 1)
+twinkle_resume_test(exact_tp2_dp2_ep2_etp2_moe_reshard 4 --model moe --np 4 --layout "--tp 2 --dp 2 --ep 2 --etp 2"
+                    --reshard "1:,4:--dp 4 --etp 2,2:--dp 2 --etp 2")
 twinkle_resume_test(crash_kill_and_full_disk_pp2 2 --mode crash --np 2 --layout "--pp 2")
 twinkle_resume_test(bad_checkpoints 1 --mode bad)

@@ -69,7 +69,9 @@ std::string format_device_placement(const DeviceMesh& mesh) {
              "    sequence parallel: " + (mesh.sequence_parallel() ? "on" : "off"));
   out += row("mesh: " + mesh.describe());
   out += rule();
-  std::string head = " rank |  tp |  cp |  dp |  pp |  ep | edp";
+  // The expert grid's etp coordinate appears when expert tensor parallelism is on (etp > 1).
+  const bool etp = mesh.etp_size() > 1;
+  std::string head = std::string(" rank |  tp |  cp |  dp |  pp |") + (etp ? " etp |" : "") + "  ep | edp";
   if (accel) head += " | node | device";
   out += row(head);
   out += row(std::string(head.size(), '-'));
@@ -84,7 +86,8 @@ std::string format_device_placement(const DeviceMesh& mesh) {
   for (int r = 0; r < world; ++r) {
     auto c = mesh.coord(r);
     std::string line = cell(r, 5) + " | " + cell(c.tp, 3) + " | " + cell(c.cp, 3) + " | " + cell(c.dp, 3) + " | " +
-                       cell(c.pp, 3) + " | " + cell(c.ep, 3) + " | " + cell(c.edp, 3);
+                       cell(c.pp, 3) + " | " + (etp ? cell(c.etp, 3) + " | " : "") + cell(c.ep, 3) + " | " +
+                       cell(c.edp, 3);
     if (accel) {
       int local = r % per_node;
       std::string d = local < static_cast<int>(ids.size()) ? std::to_string(ids[local])
@@ -95,7 +98,8 @@ std::string format_device_placement(const DeviceMesh& mesh) {
     out += row(line);
   }
   out += rule();
-  for (const char* name : {"tp", "dp", "pp", "dp-cp", "ep", "edp"}) {
+  for (const char* name : {"tp", "dp", "pp", "dp-cp", "etp", "ep", "edp"}) {
+    if (std::string(name) == "etp" && !etp) continue;
     std::string label = std::string(name) + " groups:";
     label.resize(15, ' ');
     out += group_rows(label, mesh.groups(name));

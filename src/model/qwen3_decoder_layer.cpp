@@ -7,7 +7,7 @@ namespace twinkle {
 
 Qwen3DecoderLayer::Qwen3DecoderLayer(parallel::TensorTable& table, const parallel::TensorParallel& tp,
                                      const ModelConfig& cfg, int64_t layer, const kernels::cpu::RopeTable* rope,
-                                     std::shared_ptr<dist::ProcessGroup> ep)
+                                     std::shared_ptr<dist::ProcessGroup> ep, std::shared_ptr<dist::ProcessGroup> etp)
     : is_moe(cfg.is_moe() && cfg.is_moe_layer(layer)), H_(cfg.hidden_size), tp_(tp) {
   const std::string p = "model.layers." + std::to_string(layer) + ".";
   // Under sequence parallelism each rank normalises T/tp token rows: partial weight gradients.
@@ -16,7 +16,7 @@ Qwen3DecoderLayer::Qwen3DecoderLayer(parallel::TensorTable& table, const paralle
   post_attention_layernorm =
       RMSNorm(table, p + "post_attention_layernorm.weight", H_, cfg.rms_norm_eps, tp.sequence_parallel);
   if (is_moe)
-    moe = Qwen3MoeBlock(table, tp, std::move(ep), cfg, layer);
+    moe = Qwen3MoeBlock(table, tp, std::move(ep), cfg, layer, std::move(etp));
   else
     mlp = Qwen3MLP(table, tp, cfg, layer);
 }

@@ -30,13 +30,14 @@ std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather(bool grads, bool 
     std::vector<ShardSpec> specs;
     std::vector<Shape> locals;
     // A dense tensor: tp rank r of the entry's stage (dp = cp = 0), global rank
-    // mesh.rank_of(r, 0, 0, stage). An expert (replicated over etp = 1): its ep owner at edp = 0.
+    // mesh.rank_of(r, 0, 0, stage). An expert: etp rank r of its ep owner at edp = 0 (one
+    // whole copy for etp = 1; etp slices otherwise).
     const bool expert = e.expert && e.ep_owner >= 0;
-    const int nsrc = expert ? 1 : tp_;
+    const int nsrc = expert ? ps_->mesh.etp_size() : tp_;
     for (int r = 0; r < nsrc; ++r) {
-      const int src = expert ? ps_->mesh.expert_rank_of(0, e.ep_owner, 0, e.stage) : ps_->mesh.rank_of(r, 0, 0, e.stage);
+      const int src = expert ? ps_->mesh.expert_rank_of(r, e.ep_owner, 0, e.stage) : ps_->mesh.rank_of(r, 0, 0, e.stage);
       const bool mine = e.param != parallel::kNoParam &&
-                        (expert ? ps_->coord.edp == 0 && ps_->coord.etp == 0 : ps_->coord.dp == 0 && ps_->coord.cp == 0);
+                        (expert ? ps_->coord.edp == 0 : ps_->coord.dp == 0 && ps_->coord.cp == 0);
       if (world.rank() == src && mine) {
         const Param& p = table_.param(id);
         Tensor dt = grads ? p.grad : p.data;

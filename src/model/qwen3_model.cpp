@@ -104,7 +104,7 @@ void Qwen3Model::build_table() {
       if (s == mine) embed_tokens_ = e;
     }
     for (int64_t l = split_.first[static_cast<size_t>(s)]; l < split_.first[static_cast<size_t>(s)] + split_.count[static_cast<size_t>(s)]; ++l) {
-      Qwen3DecoderLayer layer(table_, tp, cfg_, l, &rope_, ps_->ep);
+      Qwen3DecoderLayer layer(table_, tp, cfg_, l, &rope_, ps_->ep, ps_->etp);
       if (s == mine) layers_.push_back(std::move(layer));
     }
     if (s == pp - 1) {

@@ -15,10 +15,12 @@ namespace twinkle {
 namespace k = kernels::cpu;
 
 Qwen3MoeBlock::Qwen3MoeBlock(parallel::TensorTable& table, const parallel::TensorParallel& tp,
-                             std::shared_ptr<dist::ProcessGroup> ep, const ModelConfig& cfg, int64_t layer)
+                             std::shared_ptr<dist::ProcessGroup> ep, const ModelConfig& cfg, int64_t layer,
+                             std::shared_ptr<dist::ProcessGroup> etp)
     : table_(&table),
       tp_(tp),
       ep_(std::move(ep)),
+      etp_(std::move(etp)),
       H_(cfg.hidden_size),
       E_(cfg.num_experts),
       k_(cfg.num_experts_per_tok),
@@ -35,6 +37,14 @@ Qwen3MoeBlock::Qwen3MoeBlock(parallel::TensorTable& table, const parallel::Tenso
                                 std::to_string(ep_size_) + " (each ep rank holds num_experts / ep experts)");
   El_ = E_ / ep_size_;
   first_ = static_cast<int64_t>(ep_rank) * El_;
+  etp_size_ = etp_ ? etp_->size() : 1;
+  const int etp_rank = etp_ ? etp_->rank() : 0;
+  check(etp_size_ == 1 || ep_ != nullptr,
+        "Qwen3MoeBlock: etp = " + std::to_string(etp_size_) + " needs the expert-parallel group (size 1 allowed)");
+  check(I_ % etp_size_ == 0, "expert tensor parallelism: moe_intermediate_size = " + std::to_string(I_) +
+                                 " is not divisible by etp = " + std::to_string(etp_size_) +
+                                 " (each etp rank holds moe_intermediate_size / etp columns of every expert)");
+  Il_ = I_ / etp_size_;
   const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
   // The router is replicated over tp; under SP each tp rank's gradient covers its own tokens.
   parallel::TensorEntry g = parallel::replicated_entry(p + "gate.weight", {E_, H_}, parallel::ParamInit::Normal);
@@ -46,9 +56,13 @@ Qwen3MoeBlock::Qwen3MoeBlock(parallel::TensorTable& table, const parallel::Tenso
     const Shape full = j < 2 ? Shape{I_, H_} : Shape{H_, I_};
     experts_[j].reserve(static_cast<size_t>(E_));
     for (int64_t e = 0; e < E_; ++e) {
-      parallel::TensorEntry en = parallel::replicated_entry(
-          p + "experts." + std::to_string(e) + "." + proj[j] + ".weight", full, parallel::ParamInit::Normal);
-      // Reduced over the expert-dp group (which folds tp and dp for etp = 1), counted once there.
+      const std::string name = p + "experts." + std::to_string(e) + "." + proj[j] + ".weight";
+      // etp > 1: gate/up split by output rows (column-parallel), down by input columns
+      // (row-parallel) inside the etp group (Megatron-core experts.py, TEGroupedMLP / SequentialMLP).
+      parallel::TensorEntry en =
+          etp_size_ > 1 ? parallel::split_entry(name, full, j < 2 ? 0 : 1, etp_rank, etp_size_, parallel::ParamInit::Normal)
+                        : parallel::replicated_entry(name, full, parallel::ParamInit::Normal);
+      // Reduced over the expert-dp group (which folds tp and dp, less etp), counted once there.
       en.expert = true;
       en.ep_owner = static_cast<int>(e / El_);
       experts_[j].push_back(table.add(std::move(en)));
@@ -65,7 +79,7 @@ Qwen3MoeBlock::Weights Qwen3MoeBlock::weights() const {
     const auto& ids = experts_[j];
     w.w[j] = table_->data(ids[e0]);
     w.dw[j] = table_->grad(ids[e0]);
-    w.stride[j] = El_ > 1 ? table_->data(ids[e0 + 1]) - w.w[j] : I_ * H_;
+    w.stride[j] = El_ > 1 ? table_->data(ids[e0 + 1]) - w.w[j] : Il_ * H_;
     // The grouped GEMM reads local expert e at W_0 + e * stride: the entries must be equally spaced.
     for (size_t e = 1; e < static_cast<size_t>(El_); ++e)
       check(table_->data(ids[e0 + e]) - w.w[j] == static_cast<int64_t>(e) * w.stride[j] &&
@@ -78,26 +92,26 @@ Qwen3MoeBlock::Weights Qwen3MoeBlock::weights() const {
 void Qwen3MoeBlock::experts_forward(const float* xin, const int64_t* counts, int64_t R, const Weights& w,
                                     MoeActivations& a) const {
   const kernels::KernelTable& kt = table_->kernels();
-  a.gate.resize(static_cast<size_t>(R * I_));
-  a.up.resize(static_cast<size_t>(R * I_));
-  a.act.resize(static_cast<size_t>(R * I_));
+  a.gate.resize(static_cast<size_t>(R * Il_));
+  a.up.resize(static_cast<size_t>(R * Il_));
+  a.act.resize(static_cast<size_t>(R * Il_));
   a.y.resize(static_cast<size_t>(R * H_));
-  kt.grouped_linear.forward(xin, w.w[0], w.stride[0], counts, El_, a.gate.data(), I_, H_, false);
-  kt.grouped_linear.forward(xin, w.w[1], w.stride[1], counts, El_, a.up.data(), I_, H_, false);
-  kt.swiglu.forward(a.gate.data(), a.up.data(), a.act.data(), R * I_);
-  kt.grouped_linear.forward(a.act.data(), w.w[2], w.stride[2], counts, El_, a.y.data(), H_, I_, false);
+  kt.grouped_linear.forward(xin, w.w[0], w.stride[0], counts, El_, a.gate.data(), Il_, H_, false);
+  kt.grouped_linear.forward(xin, w.w[1], w.stride[1], counts, El_, a.up.data(), Il_, H_, false);
+  kt.swiglu.forward(a.gate.data(), a.up.data(), a.act.data(), R * Il_);
+  kt.grouped_linear.forward(a.act.data(), w.w[2], w.stride[2], counts, El_, a.y.data(), H_, Il_, false);
 }
 
 void Qwen3MoeBlock::experts_backward(const float* xin, const int64_t* counts, int64_t R, const Weights& w,
                                      const MoeActivations& a, const float* dy, float* dxin, Workspace& scratch) const {
   const kernels::KernelTable& kt = table_->kernels();
-  float* dact = scratch.get("moe.dact", {R, I_}).f32();
-  kt.grouped_linear.backward(a.act.data(), w.w[2], w.stride[2], counts, El_, dy, dact, w.dw[2], H_, I_, false);
-  float* dgate = scratch.get("moe.dgate", {R, I_}).f32();
-  float* dup = scratch.get("moe.dup", {R, I_}).f32();
-  kt.swiglu.backward(a.gate.data(), a.up.data(), dact, dgate, dup, R * I_);
-  kt.grouped_linear.backward(xin, w.w[0], w.stride[0], counts, El_, dgate, dxin, w.dw[0], I_, H_, false);
-  kt.grouped_linear.backward(xin, w.w[1], w.stride[1], counts, El_, dup, dxin, w.dw[1], I_, H_,
+  float* dact = scratch.get("moe.dact", {R, Il_}).f32();
+  kt.grouped_linear.backward(a.act.data(), w.w[2], w.stride[2], counts, El_, dy, dact, w.dw[2], H_, Il_, false);
+  float* dgate = scratch.get("moe.dgate", {R, Il_}).f32();
+  float* dup = scratch.get("moe.dup", {R, Il_}).f32();
+  kt.swiglu.backward(a.gate.data(), a.up.data(), dact, dgate, dup, R * Il_);
+  kt.grouped_linear.backward(xin, w.w[0], w.stride[0], counts, El_, dgate, dxin, w.dw[0], Il_, H_, false);
+  kt.grouped_linear.backward(xin, w.w[1], w.stride[1], counts, El_, dup, dxin, w.dw[1], Il_, H_,
                              /*accumulate_dx=*/true);
 }
 
@@ -120,9 +134,10 @@ const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActi
   k::moe_router_forward(a.logits.data(), a.probs.data(), a.topk_idx.data(), a.topk_w.data(), T, E_, k_,
                         norm_topk_prob_);
   float* out = scratch.get("moe.out", {T, H_}).f32();
-  if (ep_size_ > 1) {
-    // Expert parallelism: rows to their experts' ep ranks and back (Megatron's alltoall dispatcher).
-    if (!a.dispatcher) a.dispatcher = std::make_shared<parallel::AlltoAllDispatcher>(ep_, E_, H_);
+  if (ep_size_ > 1 || etp_size_ > 1) {
+    // Expert parallelism: rows to their experts' ep ranks and back (Megatron's alltoall
+    // dispatcher), with the etp all-gather / reduce-scatter around the experts when etp > 1.
+    if (!a.dispatcher) a.dispatcher = std::make_shared<parallel::AlltoAllDispatcher>(ep_, E_, H_, etp_);
     parallel::AlltoAllDispatcher& d = *a.dispatcher;
     d.dispatch(x, a.topk_idx.data(), T, k_);
     experts_forward(d.expert_input(), d.local_counts(), d.expert_rows(), w, a);
@@ -149,7 +164,7 @@ const float* Qwen3MoeBlock::backward(const float* dout, const StageBatch& b, con
   const kernels::KernelTable& kt = table_->kernels();
   float* dtopk_w = scratch.get("moe.dtopk_w", {T, k_}).f32();
   float* dx = scratch.get("moe.dx", {T, H_}).f32();
-  if (ep_size_ > 1) {
+  if (ep_size_ > 1 || etp_size_ > 1) {
     check(a.dispatcher != nullptr, "Qwen3MoeBlock::backward: no dispatch of this micro-batch");
     parallel::AlltoAllDispatcher& d = *a.dispatcher;
     const int64_t Rr = d.expert_rows();

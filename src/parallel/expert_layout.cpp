@@ -22,9 +22,6 @@ void check_expert_layout(const DeviceMesh& mesh, bool is_moe, int64_t num_expert
   if (num_experts % ep != 0)
     throw Error("num_experts = " + std::to_string(num_experts) + " (" + model + ") is not divisible by ep = " +
                 std::to_string(ep) + ": each ep rank holds num_experts / ep experts");
-  if (etp > 1)
-    throw Error("etp = " + std::to_string(etp) +
-                ": expert tensor parallelism is not implemented yet; use etp = 1 (Twinkle's default)");
 }
 
 void check_moe_loss_options(const std::string& aux_type, double aux_coeff, double z_coeff, const DeviceMesh& mesh,

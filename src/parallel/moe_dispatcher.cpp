@@ -1,6 +1,7 @@
 // Megatron's alltoall token dispatcher for expert parallelism (see twinkle/parallel/moe_dispatcher.h).
 #include "twinkle/parallel/moe_dispatcher.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -20,11 +21,16 @@ void grow(V& v, size_t n) {
 
 }  // namespace
 
-AlltoAllDispatcher::AlltoAllDispatcher(std::shared_ptr<dist::ProcessGroup> ep, int64_t num_experts, int64_t hidden)
-    : ep_(std::move(ep)), E_(num_experts), H_(hidden) {
+AlltoAllDispatcher::AlltoAllDispatcher(std::shared_ptr<dist::ProcessGroup> ep, int64_t num_experts, int64_t hidden,
+                                       std::shared_ptr<dist::ProcessGroup> etp)
+    : ep_(std::move(ep)), etp_(std::move(etp)), E_(num_experts), H_(hidden) {
   if (!ep_) throw Error("AlltoAllDispatcher: no expert-parallel group");
   ep_size_ = ep_->size();
   ep_rank_ = ep_->rank();
+  if (etp_ && etp_->size() > 1) {
+    etp_size_ = etp_->size();
+    etp_rank_ = etp_->rank();
+  }
   if (E_ < 1 || hidden < 1)
     throw Error("AlltoAllDispatcher: num_experts (" + std::to_string(E_) + ") and hidden (" + std::to_string(hidden) +
                 ") must be >= 1");
@@ -36,6 +42,8 @@ AlltoAllDispatcher::AlltoAllDispatcher(std::shared_ptr<dist::ProcessGroup> ep, i
   counts_.assign(static_cast<size_t>(E_), 0);
   recv_counts_.assign(static_cast<size_t>(E_), 0);
   local_counts_.assign(static_cast<size_t>(El_), 0);
+  own_counts_.assign(static_cast<size_t>(El_), 0);
+  etp_counts_.assign(static_cast<size_t>(El_ * etp_size_), 0);
   send_rows_.assign(static_cast<size_t>(ep_size_), 0);
   recv_rows_.assign(static_cast<size_t>(ep_size_), 0);
   sc_.assign(static_cast<size_t>(ep_size_), 0);
@@ -61,31 +69,94 @@ void AlltoAllDispatcher::dispatch(const float* x, const int32_t* topk_idx, int64
     sd_[r] = rd_[r] = static_cast<int64_t>(r) * El_;
   }
   ep_->all_to_all_v(counts_.data(), sc_, sd_, recv_counts_.data(), rc_, rd_, DType::I64);
-  R_ = 0;
-  for (int64_t e = 0; e < El_; ++e) local_counts_[e] = 0;
+  R_own_ = 0;
+  for (int64_t e = 0; e < El_; ++e) own_counts_[e] = 0;
   for (int r = 0; r < ep_size_; ++r) {
     int64_t s = 0, q = 0;
     for (int64_t e = 0; e < El_; ++e) {
       s += counts_[r * El_ + e];
       q += recv_counts_[r * El_ + e];
-      local_counts_[e] += recv_counts_[r * El_ + e];
+      own_counts_[e] += recv_counts_[r * El_ + e];
     }
     send_rows_[r] = s;
     recv_rows_[r] = q;
-    R_ += q;
+    R_own_ += q;
   }
   // 3. all-to-all-v of the rows, 4. [src][local expert] -> [local expert][src]
-  grow(recv_buf_, static_cast<size_t>(R_ * H_));
-  grow(expert_in_, static_cast<size_t>(R_ * H_));
+  grow(recv_buf_, static_cast<size_t>(R_own_ * H_));
   exchange(permuted_.data(), recv_buf_.data(), true);
   last_bytes_ = 0;
   for (int r = 0; r < ep_size_; ++r)
     if (r != ep_rank_) last_bytes_ += send_rows_[r] * H_ * static_cast<int64_t>(sizeof(float));
-  src_to_expert_order(recv_buf_.data(), expert_in_.data());
+  if (etp_size_ == 1) {
+    local_counts_ = own_counts_;
+    R_ = R_own_;
+    grow(expert_in_, static_cast<size_t>(R_ * H_));
+    src_to_expert_order(recv_buf_.data(), expert_in_.data());
+    return;
+  }
+  // 5. etp > 1: the etp group's rows of each local expert (counts first, then the rows)
+  grow(own_, static_cast<size_t>(R_own_ * H_));
+  src_to_expert_order(recv_buf_.data(), own_.data());
+  etp_->all_gather(own_counts_.data(), etp_counts_.data(), El_, DType::I64);
+  R_ = 0;
+  etp_block_ = 0;
+  for (int64_t e = 0; e < El_; ++e) local_counts_[e] = 0;
+  for (int r = 0; r < etp_size_; ++r) {
+    int64_t rows = 0;
+    for (int64_t e = 0; e < El_; ++e) {
+      rows += etp_counts_[r * El_ + e];
+      local_counts_[e] += etp_counts_[r * El_ + e];
+    }
+    R_ += rows;
+    etp_block_ = std::max(etp_block_, rows);
+  }
+  grow(expert_in_, static_cast<size_t>(R_ * H_));
+  etp_gather(own_.data(), expert_in_.data());
+}
+
+void AlltoAllDispatcher::etp_gather(const float* own, float* all) {
+  const int64_t block = etp_block_ * H_;
+  grow(etp_buf_, static_cast<size_t>(std::max<int64_t>(1, etp_size_ * block)));
+  float* mine = etp_buf_.data() + etp_rank_ * block;
+  if (R_own_) std::memcpy(mine, own, static_cast<size_t>(R_own_ * H_) * sizeof(float));
+  etp_->all_gather(mine, etp_buf_.data(), block, DType::F32);  // in place
+  // [etp rank][local expert] -> [local expert][etp rank]
+  int64_t o = 0;
+  for (int64_t e = 0; e < El_; ++e)
+    for (int r = 0; r < etp_size_; ++r) {
+      int64_t i = r * etp_block_;
+      for (int64_t e2 = 0; e2 < e; ++e2) i += etp_counts_[r * El_ + e2];
+      const int64_t n = etp_counts_[r * El_ + e];
+      if (n) std::memcpy(all + o * H_, etp_buf_.data() + i * H_, static_cast<size_t>(n * H_) * sizeof(float));
+      o += n;
+    }
+}
+
+void AlltoAllDispatcher::etp_reduce_scatter(const float* all, float* own) {
+  const int64_t block = etp_block_ * H_;
+  grow(etp_buf_, static_cast<size_t>(std::max<int64_t>(1, etp_size_ * block)));
+  // [local expert][etp rank] -> [etp rank][local expert] (padding rows keep stale values: never read)
+  int64_t o = 0;
+  for (int64_t e = 0; e < El_; ++e)
+    for (int r = 0; r < etp_size_; ++r) {
+      int64_t i = r * etp_block_;
+      for (int64_t e2 = 0; e2 < e; ++e2) i += etp_counts_[r * El_ + e2];
+      const int64_t n = etp_counts_[r * El_ + e];
+      if (n) std::memcpy(etp_buf_.data() + i * H_, all + o * H_, static_cast<size_t>(n * H_) * sizeof(float));
+      o += n;
+    }
+  etp_->reduce_scatter(etp_buf_.data(), etp_buf_.data(), block);  // in place: the sum of my block first
+  if (R_own_) std::memcpy(own, etp_buf_.data(), static_cast<size_t>(R_own_ * H_) * sizeof(float));
 }
 
 void AlltoAllDispatcher::combine(const float* y, const float* topk_w, float* out) {
-  grow(tmp_, static_cast<size_t>(R_ * H_));
+  if (etp_size_ > 1) {  // sum the etp-partial outputs; keep this rank's own rows
+    grow(own_, static_cast<size_t>(R_own_ * H_));
+    etp_reduce_scatter(y, own_.data());
+    y = own_.data();
+  }
+  grow(tmp_, static_cast<size_t>(R_own_ * H_));
   grow(y_perm_, static_cast<size_t>(T_ * k_ * H_));
   expert_to_src_order(y, tmp_.data());
   exchange(tmp_.data(), y_perm_.data(), false);
@@ -94,15 +165,26 @@ void AlltoAllDispatcher::combine(const float* y, const float* topk_w, float* out
 
 void AlltoAllDispatcher::combine_backward(const float* dout, const float* topk_w, float* dy, float* dtopk_w) {
   grow(back_buf_, static_cast<size_t>(T_ * k_ * H_));
-  grow(tmp_, static_cast<size_t>(R_ * H_));
+  grow(tmp_, static_cast<size_t>(R_own_ * H_));
   kc::moe_unpermute_backward(y_perm_.data(), row_of_slot_.data(), topk_w, dout, back_buf_.data(), dtopk_w, T_, k_, H_);
   exchange(back_buf_.data(), tmp_.data(), true);
-  src_to_expert_order(tmp_.data(), dy);
+  if (etp_size_ == 1) {
+    src_to_expert_order(tmp_.data(), dy);
+    return;
+  }
+  grow(own_, static_cast<size_t>(R_own_ * H_));
+  src_to_expert_order(tmp_.data(), own_.data());
+  etp_gather(own_.data(), dy);  // every etp rank's slice of the experts needs all the group's rows
 }
 
 void AlltoAllDispatcher::dispatch_backward(const float* d_expert_input, float* dx, bool accumulate) {
+  if (etp_size_ > 1) {  // d(input) of a column-parallel slice is etp-partial: sum, keep my rows
+    grow(own_, static_cast<size_t>(R_own_ * H_));
+    etp_reduce_scatter(d_expert_input, own_.data());
+    d_expert_input = own_.data();
+  }
   grow(back_buf_, static_cast<size_t>(T_ * k_ * H_));
-  grow(tmp_, static_cast<size_t>(R_ * H_));
+  grow(tmp_, static_cast<size_t>(R_own_ * H_));
   expert_to_src_order(d_expert_input, tmp_.data());
   exchange(tmp_.data(), back_buf_.data(), false);
   kc::moe_permute_backward(back_buf_.data(), row_of_slot_.data(), dx, T_, k_, H_, accumulate);

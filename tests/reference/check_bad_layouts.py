@@ -28,6 +28,15 @@ CASES = [
      "lora_dropout 0.100000 (--lora-dropout) with context parallelism (cp 2) is not supported"),
 ]
 
+# Qwen3-MoE cases on the embedded models/qwen3-moe-tiny (8 experts, moe_intermediate_size 64).
+MOE_CASES = [
+    # expert tensor parallelism splits moe_intermediate_size over etp (issue 10)
+    (3, ["--dp", "3", "--etp", "3", "--batch-size", "3"], "moe_intermediate_size = 64 is not divisible by etp = 3"),
+    # LoRA with etp > 1 stays refused, as in Megatron-Bridge
+    (2, ["--dp", "2", "--etp", "2", "--lora-r", "4", "--lora-targets", "q_proj,gate"],
+     "LoRA with expert tensor parallelism (etp 2) is not supported"),
+]
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -44,8 +53,9 @@ def main():
         with open(rows, "w") as f:
             for i in range(4):
                 f.write(json.dumps({"input_ids": [1, 2, 3, 4 + i]}) + "\n")
-        for np_, flags, want in CASES:
-            cmd = [twinkle, "train", "--model", model, "--dataset", rows, "--max-steps", "1", "--no-save"] + flags
+        moe = os.path.join(HERE, "..", "..", "models", "qwen3-moe-tiny")
+        for np_, flags, want, mdl in [c + (model,) for c in CASES] + [c + (moe,) for c in MOE_CASES]:
+            cmd = [twinkle, "train", "--model", mdl, "--dataset", rows, "--max-steps", "1", "--no-save"] + flags
             if "--batch-size" not in flags:
                 cmd += ["--batch-size", "4"]
             if np_ > 1:

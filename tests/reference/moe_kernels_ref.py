@@ -79,6 +79,54 @@ def experts_case(root, name, T, H, I, E, k, norm, empty_expert):
     c.close()
 
 
+def block_fixed_router_case(root, name, norm):
+    """The whole sparse block, router included (tests/unit/model/torch_ref_moe_block.cpp):
+    gate.weight = [I_E | 0] so router_logits[t] = x[t, :E] exactly, with the logits chosen by
+    hand: ties inside the top-k, at its boundary (torch.topk keeps the lower index), all equal,
+    a dominant expert. transformers' Qwen3MoeSparseMoeBlock semantics through the gate (no
+    fixed_logits): combine weights, selection, output, d(x) and d(gate.weight)."""
+    T, H, E, k, I = 8, 8, 4, 2, 6
+    c = kr.Case(root, name, T=T, H=H, E=E, k=k, I=I, norm=int(norm))
+    cfg = mr.moe_config({"model_type": "qwen3_moe", "vocab_size": 8, "hidden_size": H, "intermediate_size": 8,
+                         "num_hidden_layers": 1, "num_attention_heads": 1, "head_dim": 2, "num_experts": E,
+                         "num_experts_per_tok": k, "moe_intermediate_size": I, "norm_topk_prob": norm})
+    blk = mr.SparseMoeBlock(cfg).double()
+    logits = torch.tensor([[1.0, 1.0, 1.0, 1.0],     # all equal: experts 0, 1
+                           [0.5, 2.0, 2.0, -1.0],    # tie inside the top-k: 1, 2
+                           [3.0, 0.0, 3.0, 3.0],     # three-way tie at the boundary: 0, 2
+                           [2.0, 1.0, 1.0, 0.0],     # tie for the second place: 0, 1
+                           [-1.0, 0.0, 4.0, 0.25],   # distinct: 2, 3
+                           [0.0, 0.0, 0.0, 8.0],     # dominant expert 3, then 0 (lowest of the tie)
+                           [1.5, -2.0, 1.5, 1.5],    # 0, 2
+                           [0.75, 0.25, -0.5, 0.75]], dtype=torch.float32)  # 0, 3
+    x = kr.f32((T, H))
+    x[:, :E] = logits
+    gate = torch.zeros(E, H, dtype=torch.float32)
+    gate[:, :E] = torch.eye(E)
+    wg, wu, wd = kr.f32((E, I, H), 0.3), kr.f32((E, I, H), 0.3), kr.f32((E, H, I), 0.3)
+    dout = kr.f32((T, H))
+    with torch.no_grad():
+        blk.gate.weight.copy_(gate.double())
+        for e in range(E):
+            blk.experts[e].gate_proj.weight.copy_(wg[e].double())
+            blk.experts[e].up_proj.weight.copy_(wu[e].double())
+            blk.experts[e].down_proj.weight.copy_(wd[e].double())
+    X = kr.leaf64(x)
+    routing = {}
+    out, L = blk(X, routing_out=routing)
+    assert torch.equal(L.detach(), logits.double()), "gate = [I|0] must reproduce the chosen logits"
+    out.backward(dout.double())
+    for n, t in [("x", x), ("gate", gate), ("dout", dout), ("wg", wg), ("wu", wu), ("wd", wd)]:
+        c.put(n, t, "f32")
+    c.put("logits", L, "f64")
+    c.put("w", routing["w"], "f64")
+    c.put("sel", routing["sel"], "i32")
+    c.put("out", out, "f64")
+    c.put("dx", X.grad, "f64")
+    c.put("dgate", blk.gate.weight.grad, "f64")
+    c.close()
+
+
 def aux_global_case(root, name, layers, B, S, E, k):
     """transformers' load_balancing_loss_func over `layers` MoE layers with right padding."""
     c = kr.Case(root, name, layers=layers, B=B, S=S, E=E, k=k)
@@ -137,6 +185,8 @@ def main():
     router_case(a.out, "moe_router_e16_k4", 23, 16, 4, True, False)
     experts_case(a.out, "moe_experts_norm", 29, 16, 12, 6, 2, True, 4)
     experts_case(a.out, "moe_experts_raw_k3", 19, 24, 8, 5, 3, False, -1)
+    block_fixed_router_case(a.out, "moe_block_fixed_router_norm", True)
+    block_fixed_router_case(a.out, "moe_block_fixed_router_raw", False)
     aux_global_case(a.out, "moe_aux_global", 3, 2, 7, 6, 2)
     aux_per_layer_case(a.out, "moe_aux_per_layer", 21, 8, 2, 0.01)
     z_loss_case(a.out, "moe_z_loss", 17, 8, 1e-3)

@@ -27,7 +27,8 @@ class Qwen3DecoderLayer {
   /// an MoE layer (nullptr: one ep rank).
   Qwen3DecoderLayer(parallel::TensorTable& table, const parallel::TensorParallel& tp, const ModelConfig& cfg,
                     int64_t layer, const kernels::cpu::RopeTable* rope,
-                    std::shared_ptr<dist::ProcessGroup> ep = nullptr);
+                    std::shared_ptr<dist::ProcessGroup> ep = nullptr,
+                    std::shared_ptr<dist::ProcessGroup> etp = nullptr);
 
   /// x [Tl, H] (kept by the caller until backward). Saves into `a`; the output is a.out.
   void forward(const float* x, const StageBatch& b, DecoderLayerActivations& a, Workspace& scratch) const;

@@ -23,7 +23,7 @@
 // projection's local experts sit at a constant stride in the ParamStore, so the grouped GEMM
 // reads them as W_e = W_0 + e * stride.
 //
-// Parallel layouts (Megatron-core MoE parallel folding, etp = 1 as Twinkle's default):
+// Parallel layouts (Megatron-core MoE parallel folding; etp = 1 is Twinkle's default):
 //  * Tensor parallelism: sequence parallelism is on for MoE models with tp > 1 (the model
 //    switches it on), so each tp rank routes and computes its own Tl = T/tp token rows; the
 //    router is tp-replicated (its gradient a tp-partial sum: tp_grad_allreduce, counted once:
@@ -31,7 +31,13 @@
 //  * Expert parallelism: ep rank r holds experts [r*El, (r+1)*El), El = E/ep (ep_owner in the
 //    table); the block dispatches its routed rows over the ep group with Megatron's alltoall
 //    dispatcher (parallel/moe_dispatcher.h), one dispatcher per (layer, micro-batch slot), kept
-//    in MoeActivations. With ep = 1 the rows are permuted locally (no dispatcher).
+//    in MoeActivations. With ep = etp = 1 the rows are permuted locally (no dispatcher).
+//  * Expert tensor parallelism (etp > 1, the etp group of the expert grid): each etp rank holds
+//    rows [r*I/etp, (r+1)*I/etp) of every local expert's gate_proj / up_proj and the same
+//    columns of its down_proj (ShardSpec over etp; Megatron-core moe/experts.py), so SwiGLU
+//    stays local; the dispatcher all-gathers the etp group's routed rows before the experts and
+//    reduce-scatters their partial outputs after them (moe_dispatcher.h). Expert gradients of a
+//    slice cover the whole etp group's rows; they are reduced over expert-dp like etp = 1's.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -52,10 +58,13 @@ class Qwen3MoeBlock {
  public:
   Qwen3MoeBlock() = default;
   /// Adds model.layers.{layer}.mlp.gate.weight and the experts' tensors to `table` (order above).
-  /// `ep`: the expert-parallel group (nullptr or size 1: every expert is local). Throws
-  /// twinkle::Error for tp > 1 without sequence parallelism, or num_experts % ep != 0.
+  /// `ep`: the expert-parallel group (nullptr or size 1: every expert is local); `etp`: the
+  /// expert-tensor-parallel group (nullptr or size 1: whole experts; > 1 needs `ep`). Throws
+  /// twinkle::Error for tp > 1 without sequence parallelism, num_experts % ep != 0 or
+  /// moe_intermediate_size % etp != 0.
   Qwen3MoeBlock(parallel::TensorTable& table, const parallel::TensorParallel& tp,
-                std::shared_ptr<dist::ProcessGroup> ep, const ModelConfig& cfg, int64_t layer);
+                std::shared_ptr<dist::ProcessGroup> ep, const ModelConfig& cfg, int64_t layer,
+                std::shared_ptr<dist::ProcessGroup> etp = nullptr);
 
   /// x [Tl, H] f32, this rank's token rows (kept by the caller until backward). Saves into `a`
   /// and returns the combined output [Tl, H] in `scratch` (valid until the next call using the
@@ -95,9 +104,9 @@ class Qwen3MoeBlock {
 
   const parallel::TensorTable* table_ = nullptr;
   parallel::TensorParallel tp_;
-  std::shared_ptr<dist::ProcessGroup> ep_;
-  int ep_size_ = 1;
-  int64_t H_ = 0, E_ = 0, El_ = 0, first_ = 0, k_ = 0, I_ = 0;
+  std::shared_ptr<dist::ProcessGroup> ep_, etp_;
+  int ep_size_ = 1, etp_size_ = 1;
+  int64_t H_ = 0, E_ = 0, El_ = 0, first_ = 0, k_ = 0, I_ = 0, Il_ = 0;  // Il_ = I_ / etp
   bool norm_topk_prob_ = false;
   size_t gate_ = parallel::kNoParam;
   parallel::LoraPair router_lora_;  // inactive unless the router is a LoRA target

@@ -14,7 +14,8 @@
 //  * Grad norm (megatron/core/optimizer/clip_grads.py get_grad_norm_fp32): the L2 norm of
 //    every unique gradient element: a tp-duplicated dense parameter counts on tp rank 0 only, a
 //    tied-embedding copy does not count, each element counted once over its group's shards
-//    (dense: dp-cp; expert: expert-dp, which already folds tp for etp = 1); the dense and
+//    (dense: dp-cp; expert: expert-dp, the ranks holding the same expert slice, world /
+//    (etp*ep*pp); etp slices are distinct elements, each counted on its own rank); the dense and
 //    expert sums of squares are all-reduced over the world and the norm is
 //    sqrt(dense^2 + expert^2) (Megatron's ChainedOptimizer over the dense and expert
 //    optimizers; anchors §2.9), never an average of per-rank norms.

@@ -18,9 +18,8 @@ namespace twinkle::parallel {
 ///       "ep = 2 needs a MoE model, but <model> is dense (model_type qwen3, no experts); use ep = 1"
 ///   * num_experts % ep != 0:
 ///       "num_experts = 6 (<model>) is not divisible by ep = 4: each ep rank holds num_experts / ep experts"
-///   * etp > 1 (expert tensor parallelism is not implemented yet):
-///       "etp = 2: expert tensor parallelism is not implemented yet; use etp = 1 (Twinkle's default)"
-/// A dense model with ep = etp = 1, or a MoE model whose experts split evenly, passes.
+/// A dense model with ep = etp = 1, or a MoE model whose experts split evenly, passes (etp > 1
+/// included; moe_intermediate_size % etp is checked by the MoE block, model/qwen3_moe_block.h).
 void check_expert_layout(const DeviceMesh& mesh, bool is_moe, int64_t num_experts, const std::string& model);
 
 /// The MoE loss options (`--moe-aux-loss-type`, `--moe-aux-loss-coeff`, `--moe-z-loss-coeff`;

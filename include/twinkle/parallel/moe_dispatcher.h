@@ -1,6 +1,6 @@
 // twinkle/parallel/moe_dispatcher.h — expert parallelism: Megatron-core's alltoall token
 // dispatcher (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher)
-// for expert-tensor-parallel size 1, in explicit forward / backward form.
+// in explicit forward / backward form, with expert tensor parallelism (etp >= 1).
 //
 // The E experts of a MoE layer are split over the ep ranks of the EP group: rank r owns the
 // contiguous block [r*El, (r+1)*El), El = E / ep (Megatron's local_expert_indices). Every rank
@@ -14,6 +14,22 @@
 //   combine:   the reverse: regroup [local expert][src] -> [src][local expert], all-to-all-v
 //              back, then un-permute with the probability-weighted sum (transformers'
 //              combine: out[t] = sum_j w[t, j] * y[slot t*k+j]).
+// Expert tensor parallelism (etp > 1; Megatron's dispatcher with the expert tp group "tp_group"
+// = this etp group): each etp rank holds a column slice of every local expert's gate/up and a
+// row slice of its down projection, and every etp rank of the group dispatches its OWN tokens
+// over its ep group as above. Then
+//   dispatch:  all-gather the per-local-expert counts and the received rows over etp
+//              (gather_from_sequence_parallel_region with output_split_sizes) and regroup
+//              [etp rank][local expert] -> [local expert][etp rank] (sort_chunks_by_idxs), so
+//              expert_input() holds the whole etp group's rows of each local expert;
+//   combine:   the experts' outputs are etp-partial sums (row-parallel down projection):
+//              regroup back, reduce-scatter over etp (reduce_scatter_to_sequence_parallel_region)
+//              so each etp rank gets the complete outputs of its own rows, then the ep path.
+// Their backwards swap the two collectives (reduce-scatter of d(expert input), all-gather of
+// d(expert output)). The variable row counts travel as equal blocks padded to the largest
+// etp rank's rows (MPI_Allgather / MPI_Reduce_scatter_block); padding rows are never read.
+// Row order inside a local expert: etp rank, then ep source, then token, as in Megatron.
+//
 // The backward of an all-to-all is the all-to-all in the other direction (a permutation of
 // rows across ranks): no reduction and no scaling (failure class B10: expert gradients must
 // not double). With ep = 1 (a size-1 group) the same code runs without communication and
@@ -41,8 +57,11 @@ namespace twinkle::parallel {
 class AlltoAllDispatcher {
  public:
   /// ep: the expert-parallel group (size ep). num_experts % ep must be 0 and hidden >= 1,
-  /// else twinkle::Error naming the numbers.
-  AlltoAllDispatcher(std::shared_ptr<dist::ProcessGroup> ep, int64_t num_experts, int64_t hidden);
+  /// else twinkle::Error naming the numbers. etp: the expert-tensor-parallel group (nullptr or
+  /// size 1: none); with etp > 1 expert_input() / local_counts() / expert_rows() cover the
+  /// whole etp group's rows and combine expects etp-partial outputs (see above).
+  AlltoAllDispatcher(std::shared_ptr<dist::ProcessGroup> ep, int64_t num_experts, int64_t hidden,
+                     std::shared_ptr<dist::ProcessGroup> etp = nullptr);
 
   int64_t num_experts() const { return E_; }
   int64_t num_local_experts() const { return El_; }
@@ -51,8 +70,9 @@ class AlltoAllDispatcher {
 
   /// Forward dispatch of this rank's T tokens x [T, hidden] f32 with their routing
   /// topk_idx [T, k] i32 (global expert ids in [0, E), distinct per token; else
-  /// twinkle::Error). Collective over the EP group. Afterwards expert_input() holds
-  /// expert_rows() rows [R, hidden] grouped by local expert, local_counts() [El] rows each.
+  /// twinkle::Error). Collective over the EP group (and the etp group). Afterwards
+  /// expert_input() holds expert_rows() rows [R, hidden] grouped by local expert,
+  /// local_counts() [El] rows each.
   void dispatch(const float* x, const int32_t* topk_idx, int64_t T, int64_t k);
   const float* expert_input() const { return expert_in_.data(); }
   int64_t expert_rows() const { return R_; }
@@ -62,8 +82,9 @@ class AlltoAllDispatcher {
   const int64_t* global_counts() const { return counts_.data(); }
 
   /// Forward combine: y [R, hidden] the experts' outputs in expert_input()'s row order,
-  /// topk_w [T, k] the combine weights -> out [T, hidden] (OVERWRITTEN). Collective. Keeps the
-  /// returned expert outputs for combine_backward.
+  /// topk_w [T, k] the combine weights -> out [T, hidden] (OVERWRITTEN). With etp > 1, y holds
+  /// this etp rank's partial sums (summed over etp here). Collective. Keeps the returned
+  /// expert outputs for combine_backward.
   void combine(const float* y, const float* topk_w, float* out);
 
   /// Backward of combine given dout [T, hidden]: dy [R, hidden] (OVERWRITTEN; the gradient of
@@ -84,19 +105,27 @@ class AlltoAllDispatcher {
   void expert_to_src_order(const float* in, float* out) const;
   // All-to-all of [rows, hidden] rows: forward direction (to expert owners) or back.
   void exchange(const float* send, float* recv, bool to_experts);
+  // etp > 1: own rows [R_own, hidden] ([local expert][src] order) -> the group's rows [R, hidden]
+  // ([local expert][etp rank][src]) by all-gather, and the reverse by reduce-scatter (sum).
+  void etp_gather(const float* own, float* all);
+  void etp_reduce_scatter(const float* all, float* own);
 
-  std::shared_ptr<dist::ProcessGroup> ep_;
+  std::shared_ptr<dist::ProcessGroup> ep_, etp_;
   int64_t E_ = 0, El_ = 0, H_ = 0, first_ = 0;
-  int ep_size_ = 1, ep_rank_ = 0;
+  int ep_size_ = 1, ep_rank_ = 0, etp_size_ = 1, etp_rank_ = 0;
   // routing plan of the last dispatch
   int64_t T_ = 0, k_ = 0, R_ = 0;
   std::vector<int64_t> counts_;          // [E] this rank's slots per global expert
   std::vector<int64_t> recv_counts_;     // [ep][El] rows received from each source per local expert
-  std::vector<int64_t> local_counts_;    // [El]
+  std::vector<int64_t> local_counts_;    // [El] (the etp group's rows when etp > 1)
+  int64_t R_own_ = 0;                    // rows received over ep by this rank (= R_ for etp 1)
+  std::vector<int64_t> own_counts_;      // [El] of them per local expert
+  std::vector<int64_t> etp_counts_;      // [etp][El] every etp rank's own_counts_
+  int64_t etp_block_ = 0;                // padded rows per etp rank in etp_buf_
   std::vector<int64_t> send_rows_, recv_rows_;  // [ep] rows to / from each peer
   std::vector<int32_t> row_of_slot_, slot_of_row_;
   // buffers (grow-only)
-  std::vector<float> permuted_, recv_buf_, expert_in_, back_buf_, y_perm_, tmp_;
+  std::vector<float> permuted_, recv_buf_, expert_in_, back_buf_, y_perm_, tmp_, own_, etp_buf_;
   std::vector<int64_t> sc_, sd_, rc_, rd_;
   int64_t last_bytes_ = 0;
 };

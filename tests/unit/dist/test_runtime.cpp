@@ -154,7 +154,22 @@ TEST(Placement, EightyColumnBox) {
   EXPECT_NE(box.find("|     6 |   0 |   0 |   1 |   1 |   0 |   1 "), std::string::npos) << box;
   EXPECT_NE(box.find("tp groups:      [0,1] [2,3] [4,5] [6,7]"), std::string::npos) << box;
   EXPECT_NE(box.find("edp groups:     [0,2] [1,3] [4,6] [5,7]"), std::string::npos) << box;
+  EXPECT_EQ(box.find(" etp |"), std::string::npos) << "etp = 1: no etp column";
   EXPECT_NE(twinkle::get_device_placement().find("world size: 1"), std::string::npos);
+  {  // etp 2 x ep 2 on tp2 dp2 (Megatron's expert grid: rank = etp + 2*(ep + 2*(edp + pp)))
+    MeshSizes e;
+    e.dp = 2;
+    e.tp = 2;
+    e.ep = 2;
+    e.etp = 2;
+    const std::string b = twinkle::format_device_placement(DeviceMesh::from_sizes(e));
+    EXPECT_NE(b.find(" rank |  tp |  cp |  dp |  pp | etp |  ep | edp"), std::string::npos) << b;
+    // rank 3: tp 1, cp 0, dp 1, pp 0, etp 1, ep 1, edp 0
+    EXPECT_NE(b.find("|     3 |   1 |   0 |   1 |   0 |   1 |   1 |   0 "), std::string::npos) << b;
+    EXPECT_NE(b.find("etp groups:     [0,1] [2,3]"), std::string::npos) << b;
+    EXPECT_NE(b.find("ep groups:      [0,2] [1,3]"), std::string::npos) << b;
+    EXPECT_NE(b.find("mesh: dp=2 x tp=2 (experts: ep=2 x etp=2 x edp=1)"), std::string::npos) << b;
+  }
   // a wide mesh wraps its group lists inside the box
   MeshSizes w;
   w.dp = 64;

@@ -51,9 +51,9 @@ TEST(ExpertLayout, ExpertsNotDivisibleByEp) {
   EXPECT_NE(e.find("num_experts = 6 (models/x) is not divisible by ep = 4"), std::string::npos) << e;
 }
 
-TEST(ExpertLayout, EtpNotImplemented) {
-  const auto e = error_of(mesh(4, 2, 1, 2, 2), true, 8);
-  EXPECT_NE(e.find("etp = 2: expert tensor parallelism is not implemented yet"), std::string::npos) << e;
+TEST(ExpertLayout, EtpWithAMoeModelPasses) {
+  EXPECT_EQ(error_of(mesh(4, 2, 1, 2, 2), true, 8), "");
+  EXPECT_EQ(error_of(mesh(2, 1, 1, 1, 2), true, 8), "");
 }
 
 TEST(ExpertLayout, WorldVsExpertGridNamesTheNumbers) {
