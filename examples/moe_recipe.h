@@ -67,6 +67,9 @@ inline int run(int argc, char** argv, const Defaults& d) {
   app.add_option("--moe-aux-loss-type", aux_type, "global (transformers, pp = 1) | per_layer (Megatron)");
   auto* bf16_flag = app.add_flag("--bf16", bf16, "bf16 mixed precision (fp32 master weights; CPU only)");
   app.add_flag("--fp32", fp32, "fp32 everywhere (the default)")->excludes(bf16_flag);
+  bool overlap_grad = false, overlap_param = false;
+  app.add_flag("--overlap-grad-reduce", overlap_grad, "overlap the gradient dp reduce-scatter with the backward");
+  app.add_flag("--overlap-param-gather", overlap_param, "overlap the parameter all-gather with the next forward");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -99,7 +102,9 @@ inline int run(int argc, char** argv, const Defaults& d) {
                                  .moe_aux_loss_type = aux_type,
                                  .moe_aux_loss_coeff = aux_coeff,
                                  .cp_comm_type = cp_comm_type,
-                                 .mixed_precision = bf16 ? "bf16" : "fp32"});
+                                 .mixed_precision = bf16 ? "bf16" : "fp32",
+                                 .overlap_grad_reduce = overlap_grad,
+                                 .overlap_param_gather = overlap_param});
   model.set_optimizer("default", {.lr = lr});
   const int64_t steps = resolve_max_steps(max_steps, loader.size());  // 0 = one epoch
   model.set_lr_scheduler("default",

@@ -99,15 +99,28 @@ void Qwen3Model::build_table() {
   const bool tied = cfg_.tie_word_embeddings;
   for (int s = 0; s < pp; ++s) {
     table_.set_stage(s);
+    // The entries each unit of this stage adds (the communication hooks' parameter lists).
+    auto unit = [&](size_t before) {
+      if (s != mine) return;
+      std::vector<size_t> ids;
+      for (size_t id = before; id < table_.size(); ++id) ids.push_back(id);
+      unit_entries_.push_back(std::move(ids));
+    };
     if (s == 0) {
+      const size_t before = table_.size();
       parallel::VocabParallelEmbedding e(table_, tp, "model.embed_tokens.weight", vocab_, H, tied);
       if (s == mine) embed_tokens_ = e;
+      unit(before);
     }
+    if (s == mine) unit_layer0_ = unit_entries_.size();
     for (int64_t l = split_.first[static_cast<size_t>(s)]; l < split_.first[static_cast<size_t>(s)] + split_.count[static_cast<size_t>(s)]; ++l) {
+      const size_t before = table_.size();
       Qwen3DecoderLayer layer(table_, tp, cfg_, l, &rope_, ps_->ep, ps_->etp);
       if (s == mine) layers_.push_back(std::move(layer));
+      unit(before);
     }
     if (s == pp - 1) {
+      const size_t before = table_.size();
       RMSNorm norm(table_, "model.norm.weight", H, cfg_.rms_norm_eps, sp_);
       using W = parallel::VocabParallelLMHead::Weight;
       const W w = !tied ? W::Own : (pp == 1 ? W::Shared : W::TiedCopy);
@@ -117,6 +130,7 @@ void Qwen3Model::build_table() {
         norm_ = norm;
         lm_head_ = head;
       }
+      unit(before);
     }
   }
 }

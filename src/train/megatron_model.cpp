@@ -115,8 +115,16 @@ void MegatronModel::set_optimizer(const std::string& name, const OptimizerConfig
     validate(sc);
   }
   optim_cfg_ = cfg;
-  optim_ = std::make_unique<DistributedOptimizer>(model_->trainable_store(), ps_, cfg);
+  optim_cfg_.overlap_grad_reduce = opts_.overlap_grad_reduce;
+  optim_cfg_.overlap_param_gather = opts_.overlap_param_gather;
+  if (opts_.bucket_size > 0) optim_cfg_.bucket_bytes = 4 * opts_.bucket_size;
+  if (optim_) {  // the old optimizer's collectives in flight end before it goes
+    optim_->finish_param_sync();
+    engine_->set_optimizer(nullptr);
+  }
+  optim_ = std::make_unique<DistributedOptimizer>(model_->trainable_store(), ps_, optim_cfg_);
   optim_->set_kernels(model_->kernels());  // the model's table: kernelize_model swaps both
+  engine_->set_optimizer(optim_.get());
   if (has_sched_) {
     LRSchedulerConfig sc = sched_.config();
     sc.max_lr = cfg.lr;
@@ -130,10 +138,13 @@ void MegatronModel::add_adapter_to_model(const std::string& name, const LoraConf
   check(!name.empty(), "add_adapter_to_model: the adapter name is empty");
   check(!model_->has_adapter(), "add_adapter_to_model: the model already has adapter '" + adapter_name_ +
                                     "' (one adapter per model)");
+  finish_param_sync();
   model_->add_adapter(cfg, opts_.seed ? opts_.seed : global_seed());
   adapter_name_ = name;
   // An optimizer built before is rebuilt over the adapter (its base-weight state is freed).
   if (optim_) {
+    optim_->finish_param_sync();
+    engine_->set_optimizer(nullptr);
     optim_.reset();
     set_optimizer("default", optim_cfg_);
   }
@@ -199,6 +210,7 @@ double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows) {
 }
 
 double MegatronModel::forward_only(const std::vector<EncodedRow>& rows) {
+  finish_param_sync();
   StepResult r = engine_->forward_only(split(rows));
   last_eval_label_tokens_ = r.label_tokens;
   if (r.label_tokens == 0)
@@ -358,6 +370,7 @@ std::string MegatronModel::save(const std::optional<std::string>& name_opt, cons
     save_dtype = dtype_from_torch_name(opts.dtype);
   }
   if (cur_step_ % opts.interval != 0) return "";  // Twinkle: save only every `interval` steps
+  finish_param_sync();
   const std::string name = name_opt ? *name_opt : checkpoint_step_name(cur_step_);
   check(!(opts.save_optimizer && name.empty()),
         "save: save_optimizer needs a checkpoint name (the directory is replaced as a whole), not output_dir itself");
@@ -410,8 +423,20 @@ std::string MegatronModel::save(const std::optional<std::string>& name_opt, cons
     if (peft) {
       // PEFT layout: f32 adapter tensors under PEFT's key names, the config written first.
       for (auto& [n, t] : tensors) out.emplace_back(peft_key(n), t);
-      io_detail::write_file_atomic((dir / "adapter_config.json").string(),
-                                   peft_adapter_config_json(model_->adapter_config(), model_dir_));
+      // PEFT expands only the string "all-linear", to every nn.Linear but the output layer — on
+      // Qwen3-MoE the router "mlp.gate" too, which twinkle's all-linear leaves out (Twinkle's
+      // rule). On a MoE model, or inside a list, it is spelled out as the suffixes it stands
+      // for, so PEFT attaches exactly the saved pairs.
+      LoraConfig saved = model_->adapter_config();
+      const std::vector<std::string> tl = lora_target_list(saved);
+      if (std::find(tl.begin(), tl.end(), "all-linear") != tl.end() && (model_->config().is_moe() || tl.size() > 1)) {
+        std::vector<std::string> out = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+        for (const auto& t : tl)
+          if (t != "all-linear" && std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+        saved.target_modules.clear();
+        for (const auto& t : out) saved.target_modules += (saved.target_modules.empty() ? "" : ",") + t;
+      }
+      io_detail::write_file_atomic((dir / "adapter_config.json").string(), peft_adapter_config_json(saved, model_dir_));
       save_safetensors((dir / "adapter_model.safetensors").string(), out);
     } else {
       for (auto& [n, t] : tensors) out.emplace_back(n, cfg.torch_dtype == DType::F32 ? t : t.to_dtype(cfg.torch_dtype));
@@ -441,6 +466,7 @@ std::string MegatronModel::save(const std::optional<std::string>& name_opt, cons
 }
 
 void MegatronModel::load(const std::string& dir) {
+  finish_param_sync();
   CheckpointReader ck = CheckpointReader::open_dir(resolve_model_dir(dir));
   check(ck.has_weights(), "load: " + dir + " has no safetensors weights");
   check(!(model_->config().tie_word_embeddings && checkpoint_head_differs(ck)),

@@ -125,6 +125,14 @@ int train_main(int argc, char** argv) {
   app.add_option("--moe-z-loss-coeff", moe_z_coeff, "router z-loss coefficient (default 0)");
   app.add_flag("--sequence-parallel", sp, "sequence parallelism in the tp regions");
   app.add_option("--use-distributed-optimizer", dist_opt, "ZeRO-1 optimizer sharding over dp");
+  bool overlap_grad = false, overlap_param = false;
+  int64_t bucket_size = 0;
+  app.add_flag("--overlap-grad-reduce", overlap_grad,
+               "start each gradient bucket's dp reduce-scatter / all-reduce in the backward (Megatron; default off)");
+  app.add_flag("--overlap-param-gather", overlap_param,
+               "overlap the ZeRO-1 parameter all-gather with the next forward (Megatron; default off)");
+  app.add_option("--bucket-size", bucket_size,
+                 "gradient bucket size in elements (Megatron's bucket_size; 0 = 4 MiB = 1,048,576)");
   app.add_option("--device", device, "cpu | cuda | npu");
   app.add_option("--template", templ, "chat template for message datasets (default: Template = qwen3)");
   app.add_option("--max-length", max_length, "template max_length (>= 1)");
@@ -220,6 +228,9 @@ int train_main(int argc, char** argv) {
   twinkle::check(!bf16 || device == "cpu", "mixed_precision 'bf16' (--bf16) is not implemented on device '" + device +
                                                "' yet (the CUDA backend runs fp32 GEMMs only): use --fp32 there");
   mo.layers_per_stage = layers_per_stage;
+  mo.overlap_grad_reduce = overlap_grad;
+  mo.overlap_param_gather = overlap_param;
+  mo.bucket_size = bucket_size;
   twinkle::validate(mo);
   const bool use_lora = lora.r > 0 || !adapter_dir.empty();
   if (lora.r > 0) twinkle::validate(lora);

@@ -92,6 +92,23 @@ struct Qwen3ModelOptions {
   std::string mixed_precision = "fp32";
 };
 
+/// Observers of a stage's passes through which the data-parallel communication overlaps them
+/// (Megatron-core DDP's backward hooks and forward pre-hooks, distributed_data_parallel.py;
+/// train/engine.h wires them to the DistributedOptimizer). Any may be empty.
+struct CommHooks {
+  /// `p`'s gradient is final for this step: called in the backward marked by
+  /// set_final_backward, per parameter, right after its layer's backward (tp-partial gradients
+  /// already summed over tp), and from finalize_grads for the rest (the tied embedding after its
+  /// embedding-group sum, adapter parameters, a stage that ran no micro-batch). Every stage
+  /// reports in the same order on every dp rank: backward order (lm head and final norm, layers
+  /// last to first, embedding), then the adapter store in declaration order, then the tied pair.
+  std::function<void(const Param&)> grad_ready;
+  /// A forward is about to read `p` (called per parameter before each layer's forward).
+  std::function<void(const Param&)> param_use;
+  /// Between two layers of every forward and backward (lets non-blocking collectives progress).
+  std::function<void()> progress;
+};
+
 class Qwen3Model {
  public:
   /// Builds this rank's stage: its layers, its tensor-parallel shards. Throws
@@ -150,10 +167,15 @@ class Qwen3Model {
   /// then sliced, so every layout starts from the same adapter. lora_dropout > 0: training
   /// forwards apply PEFT's dropout to the LoRA input with masks keyed by (seed, step, module,
   /// token identity, feature) (parallel/lora_dropout.h), so every layout draws the same masks.
-  /// Qwen3-MoE: attention, the dense mlp_only_layers and the router ("gate", column-style pair,
-  /// tp = 1) take adapters; an expert target (also via all-linear) and etp > 1 are errors naming them.
+  /// Qwen3-MoE: attention, the dense mlp_only_layers, the router ("gate", replicated pair) and
+  /// the experts take adapters: one pair per expert and projection (PEFT on transformers 4's
+  /// per-expert nn.Linear: mlp.experts.{e}.{gate,up,down}_proj, which all-linear and the
+  /// suffixes gate_proj / up_proj / down_proj reach), held by the expert's ep rank in the
+  /// adapter store's expert region and reduced over expert-dp (Qwen3MoeBlock::set_expert_lora).
   /// Throws twinkle::Error on an invalid config (validate), an unknown target, a second
-  /// adapter, or lora_dropout > 0 with context parallelism (cp > 1: not supported).
+  /// adapter, etp > 1 (as Megatron-Bridge), a target list reaching only some experts of a
+  /// projection, lora_dropout > 0 on an expert target, or lora_dropout > 0 with context
+  /// parallelism (cp > 1: not supported).
   void add_adapter(const LoraConfig& cfg, uint64_t seed);
   /// The step the LoRA dropout masks of the next forwards / backwards belong to (MegatronModel
   /// sets it before each forward_backward; 0-based count of earlier forward_backward calls).
@@ -208,7 +230,14 @@ class Qwen3Model {
   /// After all micro-batches: sums tp-partial gradients (q_norm/k_norm; norms and row-parallel
   /// biases under SP) over tp, and tied-embedding gradients over the embedding group
   /// (Megatron finalize_model_grads: _allreduce_layernorm_grads, _allreduce_word_embedding_grads).
+  /// With comm hooks set, the tp sums of a layer already ran when its final backward reported it,
+  /// and finalize_grads reports every parameter not reported yet (CommHooks::grad_ready).
   void finalize_grads();
+  /// Installs (or, with all members empty, removes) the communication hooks.
+  void set_comm_hooks(CommHooks hooks);
+  /// Marks the next backward() as this step's last on this stage: its gradients become final
+  /// layer by layer and are reported to CommHooks::grad_ready. Reset by finalize_grads.
+  void set_final_backward(bool final_backward) { final_backward_ = final_backward; }
   /// Logits [vocab] of the last token of `b` after forward(slot, b, ..., training=false).
   /// Single-stage, tp = 1 models only (generation); throws twinkle::Error otherwise.
   std::vector<float> last_token_logits(int slot, const StageBatch& b);
@@ -279,6 +308,17 @@ class Qwen3Model {
   RecomputeBuffers work_;                              // where recomputed layers run (one per stage)
   Workspace scratch_;                                  // scratch only: nothing in it outlives a call
   int64_t global_mbs_ = 1;                             // micro-batches of the step (MoE losses)
+  // Communication hooks (CommHooks): this stage's table entries per unit in forward order
+  // (embedding on the first stage, each decoder layer, final norm + lm head on the last stage).
+  std::vector<std::vector<size_t>> unit_entries_;
+  size_t unit_layer0_ = 0;                             // unit of layers_[0]
+  CommHooks hooks_;
+  bool hooks_on_ = false, final_backward_ = false;
+  std::vector<char> unit_final_;                       // reported this step
+  bool embedding_group_param(size_t entry) const;      // summed over the embedding group in finalize_grads
+  void unit_grads_final(size_t unit);                  // tp sums + grad_ready of the unit's parameters
+  void unit_use(size_t unit);                          // param_use of the unit's parameters
+  void comm_progress() { if (hooks_.progress) hooks_.progress(); }
 };
 
 }  // namespace twinkle

@@ -68,6 +68,19 @@ struct MegatronModelOptions {
   /// Adam state, fp32 norms / softmax / cross entropy (Qwen3ModelOptions::mixed_precision). CPU only:
   /// "bf16" on device cuda throws twinkle::Error.
   std::string mixed_precision = "fp32";
+  /// Overlap of the data-parallel communication (Megatron-core DistributedDataParallelConfig;
+  /// DistributedOptimizer, optim/distributed_optimizer.h): start each gradient bucket's
+  /// reduce-scatter / all-reduce during the last micro-batch's backward as soon as its gradients
+  /// are final (`--overlap-grad-reduce`), and leave the parameter all-gathers after the
+  /// optimizer step in flight until the next forward reads each bucket
+  /// (`--overlap-param-gather`, distributed optimizer only). Off by default, as in Megatron and
+  /// Twinkle; results are bit-identical either way. set_optimizer copies them into the
+  /// OptimizerConfig. overlap_grad_reduce needs one forward_backward per clip_grad_and_step.
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  /// Gradient bucket size in elements (Megatron's bucket_size, `--bucket-size`); 0 = keep the
+  /// OptimizerConfig's bucket_bytes (4 MiB = 1,048,576 elements). Otherwise >= 1.
+  int64_t bucket_size = 0;
 };
 
 /// The one place the model/training options are checked (the MegatronModel constructor,
@@ -75,7 +88,7 @@ struct MegatronModelOptions {
 /// micro_batch_size < 0, lm_head_chunk_tokens < 1, a layers_per_stage entry < 1,
 /// on_nonfinite not "error" or "skip", pipeline_split not "balanced" or "even",
 /// recompute_granularity not "full", "selective" or "none", kernels not "fused" or "reference", cp_comm_type not
-/// "p2p" or "a2a", mixed_precision not "fp32" or "bf16".
+/// "p2p" or "a2a", bucket_size < 0, mixed_precision not "fp32" or "bf16".
 void validate(const MegatronModelOptions& opts);
 
 /// Optimizer steps of a training loop: `max_steps` when > 0, one epoch
@@ -152,7 +165,9 @@ class MegatronModel {
   const std::string& adapter_name() const { return adapter_name_; }
 
   /// AdamW (Megatron "adam" with decoupled weight decay); name must be "default",
-  /// "MegatronOptimizer", "Adam" or "AdamW". Distributed optimizer on by default.
+  /// "MegatronOptimizer", "Adam" or "AdamW". Distributed optimizer on by default. The model
+  /// options' overlap_grad_reduce, overlap_param_gather and bucket_size (when > 0) replace the
+  /// config's fields of the same meaning.
   void set_optimizer(const std::string& name, const OptimizerConfig& cfg);
   /// Megatron OptimizerParamScheduler (see lr_scheduler.h); max_lr is taken from the optimizer's lr.
   void set_lr_scheduler(const std::string& name, LRSchedulerConfig cfg);
@@ -257,6 +272,11 @@ class MegatronModel {
   double flops_per_token(double seq_len) const;
 
  private:
+  // Waits for parameter all-gathers still in flight (overlap_param_gather) before anything but
+  // forward_backward reads or writes the parameters.
+  void finish_param_sync() {
+    if (optim_) optim_->finish_param_sync();
+  }
   // Micro-batches of `rows`; segment_row offset by row0 (the block's first global row).
   std::vector<MicroBatch> split(const std::vector<EncodedRow>& rows, int64_t row0 = 0) const;
   // megatron_resume.cpp: the optimizer part of save (collective gather, rank-0 write) and resume.

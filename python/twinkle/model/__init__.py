@@ -86,7 +86,10 @@ class MegatronModel:
         moe_aux_loss_type (default 'per_layer': Megatron's per-layer load-balancing loss, what
         Twinkle's Megatron backend trains with; 'global' = transformers'), moe_aux_loss_coeff
         (None = config.json's router_aux_loss_coef when output_router_logits, else 0, as the C++
-        API), moe_z_loss_coeff (0).
+        API), moe_z_loss_coeff (0); overlap_grad_reduce / overlap_param_gather (False, as Megatron's
+        DistributedDataParallelConfig: overlap the dp gradient reduce-scatter with the backward and
+        the parameter all-gather with the next forward; bit-identical results) and bucket_size
+        (gradient bucket elements, Megatron's; None = 4 MiB buckets).
         Collective over the world. ValueError / TypeError for bad options; RuntimeError
         when the model does not fit the mesh or cannot be loaded."""
         if config is not None or ddp_config is not None:
