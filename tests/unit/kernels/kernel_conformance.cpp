@@ -538,6 +538,6 @@ int main(int argc, char** argv) {
                 d.total_memory / 1073741824.0, d.cc_major, d.cc_minor);
 #endif
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new kernels_ref::RefEnv);
+  ::testing::AddGlobalTestEnvironment(new kernels_ref::RefEnv("KERNELS_REF_DIR", "kernels_ref.py"));
   return RUN_ALL_TESTS();
 }
