@@ -3,6 +3,7 @@
 #include "twinkle/model/qwen3_flops.h"
 #include "twinkle/model/rope_variant.h"
 #include "twinkle/core/device_copy.h"
+#include "twinkle/kernels/cpu/gemm_bf16.h"
 
 #include "twinkle/dist/runtime.h"
 #include "twinkle/parallel/expert_layout.h"
@@ -11,7 +12,20 @@ namespace twinkle {
 
 Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelState> ps, Qwen3ModelOptions opts)
     : cfg_(cfg), ps_(std::move(ps)), opts_(std::move(opts)) {
+  kernels::check_mixed_precision(opts_.mixed_precision);
+  check(opts_.mixed_precision == "fp32" || ps_->mesh.device_type() == "cpu",
+        "mixed_precision 'bf16' (--bf16) is not implemented on device '" + ps_->mesh.device_type() +
+            "' yet (the CUDA backend runs fp32 GEMMs only): use --fp32 there");
   kernels_ = kernels::resolve_kernels(ps_->mesh.device_type(), opts_.kernels);
+  kernels::apply_mixed_precision(kernels_, opts_.mixed_precision);
+  if (opts_.mixed_precision == "bf16" && !kernels::cpu::bf16_gemm_native()) {
+    static bool said = false;  // once per process
+    if (!said && ps_->world->rank() == 0)
+      get_logger().warning("mixed_precision bf16: this CPU has no bf16 instructions (oneDNN ISA " +
+                           kernels::cpu::dnnl_isa_name() +
+                           "): the bf16 GEMMs run as fp32 GEMMs on bf16-rounded inputs (same numbers, no speed-up)");
+    said = true;
+  }
   recompute_ = parse_recompute(opts_.recompute_granularity);
   dev_ = parse_device(ps_->mesh.device_type());
   if (dev_ != Device::CPU) {

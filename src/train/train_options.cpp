@@ -24,6 +24,8 @@ void validate(const MegatronModelOptions& o) {
                o.bucket_size);
   check_option(o.kernels == "fused" || o.kernels == "reference", s, "kernels", "\"fused\" or \"reference\"",
                o.kernels);
+  check_option(o.mixed_precision == "fp32" || o.mixed_precision == "bf16", s, "mixed_precision",
+               "\"fp32\" or \"bf16\" (--fp32 / --bf16)", o.mixed_precision);
 }
 
 int64_t resolve_max_steps(int64_t max_steps, int64_t batches_per_epoch) {

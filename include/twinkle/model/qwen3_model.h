@@ -81,6 +81,15 @@ struct Qwen3ModelOptions {
   /// another name. On cuda the dense Qwen3 model runs on tp/pp/dp layouts; MoE, cp > 1, LoRA and
   /// attention biases are refused by name (host-side code not ported yet).
   std::string kernels = "fused";
+  /// "fp32" (default) or "bf16": Megatron's bf16 mixed precision (Float16Module + the distributed
+  /// optimizer's fp32 main params) on the CPU. Every GEMM (kernels::mixed_precision_ops()) takes bf16
+  /// inputs (activations, output gradients and a bf16 copy of the fp32 weight, rounded to nearest even)
+  /// and accumulates and writes fp32; parameters, gradients (grad_reduce_in_fp32), AdamW state,
+  /// RMSNorm statistics, RoPE, SwiGLU, attention (fp32 flash kernel: its QK^T / PV tiles are our own
+  /// vectorized loops, not oneDNN GEMMs), softmax, log-sum-exp and cross entropy stay fp32. Applied
+  /// by kernels::apply_mixed_precision. Throws twinkle::Error for another value and for "bf16" on a
+  /// device other than cpu.
+  std::string mixed_precision = "fp32";
 };
 
 /// Observers of a stage's passes through which the data-parallel communication overlaps them
