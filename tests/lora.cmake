@@ -48,21 +48,38 @@ add_test(NAME lora_export_merge_generate
          COMMAND ${TWINKLE_PY} ${CMAKE_SOURCE_DIR}/tests/reference/check_lora_export.py --build ${CMAKE_BINARY_DIR}
                  --tokenizer-dir ${CMAKE_SOURCE_DIR}/models/qwen3-tiny)
 
-# Qwen3-MoE (tests/reference/check_train_moe.py --lora-r: lora_ref.py on qwen3_moe_ref.py): LoRA on
-# attention + the router "gate" (experts are refused by name, tests/unit/train/test_lora.cpp) with the
-# aux and z losses vs PyTorch float64, and pp2 x dp2 vs one process.
+# Qwen3-MoE (tests/reference/check_train_moe.py --lora-r: lora_ref.py on qwen3_moe_ref.py, whose
+# experts are per-expert nn.Linear as in transformers 4): all-linear + the router "gate" = attention,
+# the dense layer's MLP, the router and one LoRA pair per expert and projection (grouped GEMM path),
+# with the aux and z losses vs PyTorch float64; attention + router alone with pp2 x dp2.
 set(CHECK_TRAIN_MOE ${CMAKE_SOURCE_DIR}/tests/reference/check_train_moe.py)
-add_test(NAME lora_moe_vs_torch_attention_router COMMAND ${TWINKLE_PY} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR}
-         --lora-r 4 --aux-coef 0.01 --z-coef 0.001 --steps 3)
+set(MOE_LORA --lora-r 4 --lora-targets all-linear,gate)
+add_test(NAME lora_moe_vs_torch_experts_router COMMAND ${TWINKLE_PY} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR}
+         ${MOE_LORA} --aux-coef 0.01 --z-coef 0.001 --steps 3)
 add_test(NAME lora_moe_layout_dp2_pp2 COMMAND ${TWINKLE_PY} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR}
          --lora-r 4 --aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4 --steps 3
          --np 4 --layout "--dp 2 --pp 2")
 set_tests_properties(lora_moe_layout_dp2_pp2 PROPERTIES TIMEOUT 300 PROCESSORS 2)
-# expert parallelism: the adapter (attention + router) is dense, reduced over dp like the base's dense
-# weights; ep2 over dp, and tp2 + ep2 with attention-only targets (the router's LoRA needs tp = 1).
-add_test(NAME lora_moe_layout_ep2 COMMAND ${TWINKLE_PY} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR}
-         --lora-r 4 --aux-coef 0.01 --z-coef 0.001 --batch rows:8 --steps 3 --np 2 --layout "--ep 2")
-add_test(NAME lora_moe_layout_tp2_ep2_attention COMMAND ${TWINKLE_PY} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR}
-         --lora-r 4 --lora-targets q_proj,k_proj,v_proj,o_proj --aux-coef 0.01 --aux-type per_layer --batch rows:8
-         --steps 3 --np 2 --layout "--tp 2 --ep 2")
-set_tests_properties(lora_moe_layout_ep2 lora_moe_layout_tp2_ep2_attention PROPERTIES TIMEOUT 300 PROCESSORS 2)
+# expert parallelism vs one process: the expert pairs live with their experts (ep2: three of the six
+# experts' pairs per rank), reduced over expert-dp (dp4 x ep2: edp 2); tp2 x ep2 also runs the
+# router's pair on each tp rank's sequence-parallel shard (gradients summed over tp); and the
+# 8-rank tp2 pp2 dp2 ep2 mesh.
+set(TWINKLE_LORA_MOE_LAYOUTS "ep2|2|--ep 2" "dp4_ep2|4|--dp 4 --ep 2" "tp2_ep2|2|--tp 2 --ep 2"
+    "tp2_pp2_dp2_ep2|8|--tp 2 --pp 2 --dp 2 --ep 2")
+foreach(spec ${TWINKLE_LORA_MOE_LAYOUTS})
+  string(REPLACE "|" ";" parts "${spec}")
+  list(GET parts 0 name)
+  list(GET parts 1 np)
+  list(GET parts 2 flags)
+  add_test(NAME lora_moe_layout_${name} COMMAND ${TWINKLE_PY} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR}
+           ${MOE_LORA} --aux-coef 0.01 --z-coef 0.001 --aux-type per_layer --layers 4 --batch rows:8 --mbs 1
+           --steps 3 --np ${np} --layout "${flags}")
+  set_tests_properties(lora_moe_layout_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
+endforeach()
+# PEFT directory of a MoE adapter trained on ep2 (every expert's pair gathered, targets spelled out
+# so PEFT leaves the router alone), read back by the reference and by `twinkle eval --adapter`, and
+# `twinkle export --merge` (tests/reference/check_lora_export.py --moe).
+add_test(NAME lora_moe_export_merge
+         COMMAND ${TWINKLE_PY} ${CMAKE_SOURCE_DIR}/tests/reference/check_lora_export.py --build ${CMAKE_BINARY_DIR}
+                 --tokenizer-dir ${CMAKE_SOURCE_DIR}/models/qwen3-tiny --moe)
+set_tests_properties(lora_moe_export_merge PROPERTIES TIMEOUT 300 PROCESSORS 2)

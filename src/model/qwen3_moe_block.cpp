@@ -1,6 +1,7 @@
 #include "twinkle/model/qwen3_moe_block.h"
 
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "twinkle/core/error.h"
@@ -8,11 +9,36 @@
 #include "twinkle/kernels/cpu/moe_permute.h"
 #include "twinkle/kernels/cpu/moe_router.h"
 #include "twinkle/kernels/registry.h"
+#include "twinkle/parallel/lora_dropout.h"
 #include "twinkle/parallel/moe_dispatcher.h"
 
 namespace twinkle {
 
 namespace k = kernels::cpu;
+
+namespace {
+// The router runs on this tp rank's SP shard (Tl rows) while the stage's LoRA dropout covers the
+// micro-batch's T tokens: under SP this narrows it to the shard's token identities (rows
+// tp.rank * Tl ...), so the router's masks equal the single-process ones (lora_dropout.h).
+class RouterDropout {
+ public:
+  RouterDropout(const parallel::TensorParallel& tp, const StageBatch& b, int64_t Tl) {
+    const parallel::LoraDropout* d = parallel::current_lora_dropout();
+    if (d == nullptr || !tp.sequence_parallel || tp.size == 1) return;
+    check(d->T == b.T, "LoRA dropout: the router's dropout context has " + std::to_string(d->T) +
+                           " tokens, the micro-batch " + std::to_string(b.T));
+    sub_ = *d;
+    sub_.token_key = d->token_key + static_cast<int64_t>(tp.rank) * Tl;
+    sub_.T = Tl;
+    sub_.dump_dir.clear();  // the test hook is single-process
+    scope_.emplace(&sub_);
+  }
+
+ private:
+  parallel::LoraDropout sub_;
+  std::optional<parallel::LoraDropoutScope> scope_;
+};
+}  // namespace
 
 Qwen3MoeBlock::Qwen3MoeBlock(parallel::TensorTable& table, const parallel::TensorParallel& tp,
                              std::shared_ptr<dist::ProcessGroup> ep, const ModelConfig& cfg, int64_t layer,
@@ -85,12 +111,70 @@ Qwen3MoeBlock::Weights Qwen3MoeBlock::weights() const {
       check(table_->data(ids[e0 + e]) - w.w[j] == static_cast<int64_t>(e) * w.stride[j] &&
                 (w.dw[j] == nullptr || table_->grad(ids[e0 + e]) - w.dw[j] == static_cast<int64_t>(e) * w.stride[j]),
             "Qwen3MoeBlock: expert tensors of one projection are not equally spaced in the ParamStore");
+    w.la[j] = w.lb[j] = nullptr;
+    w.dla[j] = w.dlb[j] = nullptr;
+    w.sa[j] = w.sb[j] = 0;
+    if (expert_lora_[j].empty()) continue;
+    // The local experts' A (and B) are adjacent in the adapter store (add_expert_lora_entries).
+    const auto& lp = expert_lora_[j];
+    const auto& p0 = lp[e0];
+    w.la[j] = table_->data(p0.a);
+    w.lb[j] = table_->data(p0.b);
+    w.dla[j] = table_->grad(p0.a);
+    w.dlb[j] = table_->grad(p0.b);
+    w.sa[j] = El_ > 1 ? table_->data(lp[e0 + 1].a) - w.la[j] : 0;
+    w.sb[j] = El_ > 1 ? table_->data(lp[e0 + 1].b) - w.lb[j] : 0;
+    for (size_t e = 1; e < static_cast<size_t>(El_); ++e) {
+      const auto& pe = lp[e0 + e];
+      const int64_t ie = static_cast<int64_t>(e);
+      check(table_->data(pe.a) - w.la[j] == ie * w.sa[j] && table_->data(pe.b) - w.lb[j] == ie * w.sb[j] &&
+                (w.dla[j] == nullptr || (table_->grad(pe.a) - w.dla[j] == ie * w.sa[j] &&
+                                         table_->grad(pe.b) - w.dlb[j] == ie * w.sb[j])),
+            "Qwen3MoeBlock: expert LoRA tensors of one projection are not equally spaced in the adapter store");
+    }
   }
   return w;
 }
 
+void Qwen3MoeBlock::set_expert_lora(int proj, std::vector<parallel::LoraPair> pairs) {
+  check(proj >= 0 && proj < 3, "Qwen3MoeBlock::set_expert_lora: projection " + std::to_string(proj) + " not in [0, 3)");
+  check(static_cast<int64_t>(pairs.size()) == E_, "Qwen3MoeBlock::set_expert_lora: " + std::to_string(pairs.size()) +
+                                                      " LoRA pairs for " + std::to_string(E_) + " experts");
+  for (const auto& p : pairs)
+    check(p.active() && p.r == pairs[0].r && p.scaling == pairs[0].scaling,
+          "Qwen3MoeBlock::set_expert_lora: every expert needs a pair of the same rank and scaling");
+  expert_lora_[proj] = std::move(pairs);
+}
+
+void Qwen3MoeBlock::lora_forward(int j, const float* X, const int64_t* counts, int64_t R, int64_t N, int64_t K,
+                                 const Weights& w, float* y, Workspace& scratch) const {
+  if (w.la[j] == nullptr) return;
+  const kernels::KernelTable& kt = table_->kernels();
+  const parallel::LoraPair& p = expert_lora_[j][static_cast<size_t>(first_)];
+  float* h = scratch.get("moe.lora_h", {R, p.r}).f32();
+  kt.grouped_linear.forward(X, w.la[j], w.sa[j], counts, El_, h, p.r, K, false);  // h_e = X_e A_e^T
+  for (int64_t i = 0; i < R * p.r; ++i) h[i] *= p.scaling;
+  kt.grouped_linear.forward(h, w.lb[j], w.sb[j], counts, El_, y, N, p.r, /*accumulate=*/true);  // y_e += s h_e B_e^T
+}
+
+void Qwen3MoeBlock::lora_backward(int j, const float* X, const int64_t* counts, int64_t R, int64_t N, int64_t K,
+                                  const Weights& w, const float* dy, float* dX, Workspace& scratch) const {
+  if (w.la[j] == nullptr) return;
+  const kernels::KernelTable& kt = table_->kernels();
+  const parallel::LoraPair& p = expert_lora_[j][static_cast<size_t>(first_)];
+  float* h = scratch.get("moe.lora_h", {R, p.r}).f32();
+  float* dh = scratch.get("moe.lora_dh", {R, p.r}).f32();
+  kt.grouped_linear.forward(X, w.la[j], w.sa[j], counts, El_, h, p.r, K, false);  // recomputed
+  for (int64_t i = 0; i < R * p.r; ++i) h[i] *= p.scaling;
+  // dB_e += dy_e^T (s h_e); d(s h)_e = dy_e B_e
+  kt.grouped_linear.backward(h, w.lb[j], w.sb[j], counts, El_, dy, dh, w.dlb[j], N, p.r, false);
+  for (int64_t i = 0; i < R * p.r; ++i) dh[i] *= p.scaling;
+  // dA_e += dh_e^T X_e; dX_e += dh_e A_e
+  kt.grouped_linear.backward(X, w.la[j], w.sa[j], counts, El_, dh, dX, w.dla[j], p.r, K, /*accumulate_dx=*/true);
+}
+
 void Qwen3MoeBlock::experts_forward(const float* xin, const int64_t* counts, int64_t R, const Weights& w,
-                                    MoeActivations& a) const {
+                                    MoeActivations& a, Workspace& scratch) const {
   const kernels::KernelTable& kt = table_->kernels();
   a.gate.resize(static_cast<size_t>(R * Il_));
   a.up.resize(static_cast<size_t>(R * Il_));
@@ -98,8 +182,11 @@ void Qwen3MoeBlock::experts_forward(const float* xin, const int64_t* counts, int
   a.y.resize(static_cast<size_t>(R * H_));
   kt.grouped_linear.forward(xin, w.w[0], w.stride[0], counts, El_, a.gate.data(), Il_, H_, false);
   kt.grouped_linear.forward(xin, w.w[1], w.stride[1], counts, El_, a.up.data(), Il_, H_, false);
+  lora_forward(0, xin, counts, R, Il_, H_, w, a.gate.data(), scratch);
+  lora_forward(1, xin, counts, R, Il_, H_, w, a.up.data(), scratch);
   kt.swiglu.forward(a.gate.data(), a.up.data(), a.act.data(), R * Il_);
   kt.grouped_linear.forward(a.act.data(), w.w[2], w.stride[2], counts, El_, a.y.data(), H_, Il_, false);
+  lora_forward(2, a.act.data(), counts, R, H_, Il_, w, a.y.data(), scratch);
 }
 
 void Qwen3MoeBlock::experts_backward(const float* xin, const int64_t* counts, int64_t R, const Weights& w,
@@ -107,12 +194,15 @@ void Qwen3MoeBlock::experts_backward(const float* xin, const int64_t* counts, in
   const kernels::KernelTable& kt = table_->kernels();
   float* dact = scratch.get("moe.dact", {R, Il_}).f32();
   kt.grouped_linear.backward(a.act.data(), w.w[2], w.stride[2], counts, El_, dy, dact, w.dw[2], H_, Il_, false);
+  lora_backward(2, a.act.data(), counts, R, H_, Il_, w, dy, dact, scratch);
   float* dgate = scratch.get("moe.dgate", {R, Il_}).f32();
   float* dup = scratch.get("moe.dup", {R, Il_}).f32();
   kt.swiglu.backward(a.gate.data(), a.up.data(), dact, dgate, dup, R * Il_);
   kt.grouped_linear.backward(xin, w.w[0], w.stride[0], counts, El_, dgate, dxin, w.dw[0], Il_, H_, false);
   kt.grouped_linear.backward(xin, w.w[1], w.stride[1], counts, El_, dup, dxin, w.dw[1], Il_, H_,
                              /*accumulate_dx=*/true);
+  lora_backward(0, xin, counts, R, Il_, H_, w, dgate, dxin, scratch);
+  lora_backward(1, xin, counts, R, Il_, H_, w, dup, dxin, scratch);
 }
 
 const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActivations& a, Workspace& scratch) const {
@@ -130,7 +220,10 @@ const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActi
   a.z_scale = 0.0;
   // Router: fp32 logits, softmax over all experts, top-k (moe_router.h).
   kt.linear.forward(x, w.router, a.logits.data(), T, E_, H_, false);
-  if (router_lora_.active()) parallel::lora_column_forward(*table_, router_lora_, x, a.logits.data(), T, H_, E_);
+  if (router_lora_.active()) {
+    const RouterDropout rd(tp_, b, T);
+    parallel::lora_column_forward(*table_, router_lora_, x, a.logits.data(), T, H_, E_);
+  }
   k::moe_router_forward(a.logits.data(), a.probs.data(), a.topk_idx.data(), a.topk_w.data(), T, E_, k_,
                         norm_topk_prob_);
   float* out = scratch.get("moe.out", {T, H_}).f32();
@@ -140,7 +233,7 @@ const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActi
     if (!a.dispatcher) a.dispatcher = std::make_shared<parallel::AlltoAllDispatcher>(ep_, E_, H_, etp_);
     parallel::AlltoAllDispatcher& d = *a.dispatcher;
     d.dispatch(x, a.topk_idx.data(), T, k_);
-    experts_forward(d.expert_input(), d.local_counts(), d.expert_rows(), w, a);
+    experts_forward(d.expert_input(), d.local_counts(), d.expert_rows(), w, a, scratch);
     d.combine(a.y.data(), a.topk_w.data(), out);
     return out;
   }
@@ -151,7 +244,7 @@ const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActi
   a.xp.resize(static_cast<size_t>(R * H_));
   k::moe_sort_by_expert(a.topk_idx.data(), T, k_, E_, a.counts.data(), a.row_of_slot.data(), a.slot_of_row.data());
   k::moe_permute_forward(x, a.slot_of_row.data(), a.xp.data(), R, k_, H_);
-  experts_forward(a.xp.data(), a.counts.data(), R, w, a);
+  experts_forward(a.xp.data(), a.counts.data(), R, w, a, scratch);
   k::moe_unpermute_forward(a.y.data(), a.row_of_slot.data(), a.topk_w.data(), out, T, k_, H_);
   return out;
 }
@@ -199,7 +292,10 @@ const float* Qwen3MoeBlock::backward(const float* dout, const StageBatch& b, con
   k::moe_router_backward(a.probs.data(), a.topk_idx.data(), a.topk_w.data(), dtopk_w, dprobs, dz, dlogits, T, E_, k_,
                          norm_topk_prob_);
   kt.linear.backward(a.x, w.router, dlogits, dx, w.drouter, T, E_, H_, /*accumulate_dx=*/true);
-  if (router_lora_.active()) parallel::lora_column_backward(*table_, router_lora_, a.x, dlogits, dx, T, H_, E_);
+  if (router_lora_.active()) {
+    const RouterDropout rd(tp_, b, T);
+    parallel::lora_column_backward(*table_, router_lora_, a.x, dlogits, dx, T, H_, E_);
+  }
   return dx;
 }
 

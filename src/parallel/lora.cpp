@@ -75,6 +75,23 @@ void lora_dx(const LoraPair& p, const float* dh, const float* A, float* dx, int6
 
 LoraPair add_lora_entries(TensorTable& table, const TensorParallel& tp, const std::string& module, int64_t in,
                           int64_t out, LoraBase base, int64_t r, float scaling) {
+  if (base == LoraBase::Replicated) {
+    TensorEntry a = replicated_entry(module + ".lora_A.weight", {r, in}, ParamInit::Zeros);
+    TensorEntry b = replicated_entry(module + ".lora_B.weight", {out, r}, ParamInit::Zeros);
+    for (TensorEntry* e : {&a, &b}) {
+      e->tp_duplicate = true;
+      e->tp_grad_allreduce = tp.size > 1;  // each tp rank's gradient covers its own SP tokens
+      e->adapter = true;
+      e->load_names = {"base_model.model." + e->name, e->name};
+    }
+    LoraPair p;
+    p.r = r;
+    p.scaling = scaling;
+    p.key = lora_module_key(module);
+    p.a = table.add(std::move(a));
+    p.b = table.add(std::move(b));
+    return p;
+  }
   TensorEntry a = base == LoraBase::Column ? replicated_entry(module + ".lora_A.weight", {r, in}, ParamInit::Zeros)
                                            : split_entry(module + ".lora_A.weight", {r, in}, 1, tp.rank, tp.size,
                                                          ParamInit::Zeros);
@@ -94,6 +111,26 @@ LoraPair add_lora_entries(TensorTable& table, const TensorParallel& tp, const st
   p.a = table.add(std::move(a));
   p.b = table.add(std::move(b));
   return p;
+}
+
+std::vector<LoraPair> add_expert_lora_entries(TensorTable& table, const std::vector<std::string>& modules, int64_t in,
+                                              int64_t out, int64_t experts_per_rank, int64_t r, float scaling) {
+  check(experts_per_rank > 0, "add_expert_lora_entries: experts_per_rank must be > 0");
+  std::vector<LoraPair> pairs(modules.size());
+  for (int which = 0; which < 2; ++which)
+    for (size_t e = 0; e < modules.size(); ++e) {
+      TensorEntry t = which == 0 ? replicated_entry(modules[e] + ".lora_A.weight", {r, in}, ParamInit::Zeros)
+                                 : replicated_entry(modules[e] + ".lora_B.weight", {out, r}, ParamInit::Zeros);
+      t.adapter = true;
+      t.expert = true;  // reduced over expert-dp (which folds tp and dp for etp = 1), counted once there
+      t.ep_owner = static_cast<int>(static_cast<int64_t>(e) / experts_per_rank);
+      t.load_names = {"base_model.model." + t.name, t.name};
+      (which == 0 ? pairs[e].a : pairs[e].b) = table.add(std::move(t));
+      pairs[e].r = r;
+      pairs[e].scaling = scaling;
+      pairs[e].key = lora_module_key(modules[e]);
+    }
+  return pairs;
 }
 
 void lora_column_forward(const TensorTable& t, const LoraPair& p, const float* x, float* y, int64_t T, int64_t in,

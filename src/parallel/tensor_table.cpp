@@ -66,10 +66,10 @@ void TensorTable::materialize(int stage, ParamStore& store, int ep_rank) {
   store_ = &store;
 }
 
-void TensorTable::materialize_adapters(int stage, ParamStore& store) {
+void TensorTable::materialize_adapters(int stage, ParamStore& store, int ep_rank) {
   check(adapter_store_ == nullptr, "TensorTable::materialize_adapters called twice");
   for (auto& e : entries_) {
-    if (e.stage != stage || !e.adapter) continue;
+    if (e.stage != stage || !e.adapter || (e.ep_owner >= 0 && e.ep_owner != ep_rank)) continue;
     Param p;
     p.name = e.name;
     p.shape = e.local;
@@ -77,6 +77,7 @@ void TensorTable::materialize_adapters(int stage, ParamStore& store) {
     p.weight_decay = e.weight_decay;
     p.tp_duplicate = e.tp_duplicate;
     p.tp_grad_allreduce = e.tp_grad_allreduce;
+    p.expert = e.expert;
     e.param = store.add(std::move(p));
   }
   adapter_store_ = &store;

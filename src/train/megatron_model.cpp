@@ -396,8 +396,20 @@ std::string MegatronModel::save(const std::optional<std::string>& name_opt, cons
     if (peft) {
       // PEFT layout: f32 adapter tensors under PEFT's key names, the config written first.
       for (auto& [n, t] : tensors) out.emplace_back(peft_key(n), t);
-      io_detail::write_file_atomic((dir / "adapter_config.json").string(),
-                                   peft_adapter_config_json(model_->adapter_config(), model_dir_));
+      // PEFT expands only the string "all-linear", to every nn.Linear but the output layer — on
+      // Qwen3-MoE the router "mlp.gate" too, which twinkle's all-linear leaves out (Twinkle's
+      // rule). On a MoE model, or inside a list, it is spelled out as the suffixes it stands
+      // for, so PEFT attaches exactly the saved pairs.
+      LoraConfig saved = model_->adapter_config();
+      const std::vector<std::string> tl = lora_target_list(saved);
+      if (std::find(tl.begin(), tl.end(), "all-linear") != tl.end() && (model_->config().is_moe() || tl.size() > 1)) {
+        std::vector<std::string> out = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+        for (const auto& t : tl)
+          if (t != "all-linear" && std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+        saved.target_modules.clear();
+        for (const auto& t : out) saved.target_modules += (saved.target_modules.empty() ? "" : ",") + t;
+      }
+      io_detail::write_file_atomic((dir / "adapter_config.json").string(), peft_adapter_config_json(saved, model_dir_));
       save_safetensors((dir / "adapter_model.safetensors").string(), out);
     } else {
       for (auto& [n, t] : tensors) out.emplace_back(n, cfg.torch_dtype == DType::F32 ? t : t.to_dtype(cfg.torch_dtype));

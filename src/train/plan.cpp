@@ -72,7 +72,7 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     st.layers = nl;
     const bool first = s == 0, last = s == p - 1;
     // parameters: the flat buffer, tensor by tensor in table order
-    int64_t n = 0, na = 0, ne = 0;  // dense, adapter, expert elements
+    int64_t n = 0, na = 0, ne = 0, nae = 0;  // dense, adapter, expert, expert-adapter elements
     auto add = [&](int64_t k) { n += align16(k); };
     const int64_t r = o.lora_rank;
     // LoRA pair of a column-parallel (A [r, in] replicated, B [out/t, r]) or row-parallel
@@ -96,7 +96,8 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
         add(E * H);
         for (int64_t e = 0; e < E / ep; ++e) {
           ne += align16(Im * H) * 2 + align16(H * Im);
-          lora(r * H, Im * r), lora(r * H, Im * r), lora(r * Im, H * r);
+          // one unsplit LoRA pair per expert and projection, in the adapter store's expert region
+          if (r > 0) nae += 2 * (align16(r * H) + align16(Im * r)) + align16(r * Im) + align16(H * r);
         }
       } else {
         add(I * H), add(I * H), add(H * I);
@@ -113,11 +114,12 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     const int64_t edp = std::max<int64_t>(1, static_cast<int64_t>(t) * cp * d / ep);
     if (ne > 0) ne = (ne + 64 * edp - 1) / (64 * edp) * (64 * edp);
     if (na > 0) na = (na + align - 1) / align * align;
+    if (nae > 0) nae = (nae + 64 * edp - 1) / (64 * edp) * (64 * edp);
     st.param_numel = n;
-    st.adapter_numel = na;
-    st.params = 4.0 * static_cast<double>(n + ne + na);
+    st.adapter_numel = na + nae;
+    st.params = 4.0 * static_cast<double>(n + ne + na + nae);
     const int64_t trained = r > 0 ? na : n;  // a frozen base drops its gradient buffer
-    const int64_t trained_experts = r > 0 ? 0 : ne;
+    const int64_t trained_experts = r > 0 ? nae : ne;
     st.grads = 4.0 * static_cast<double>(trained + trained_experts);
     const int64_t shards = d * cp;
     const bool sharded = o.use_distributed_optimizer && shards > 1;

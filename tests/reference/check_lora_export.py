@@ -14,6 +14,13 @@ changes the model from the start). Then:
             continuation PyTorch computes with the adapter attached, which differs from the
             base model's continuation.
   refusal   `twinkle export` without --merge fails naming --merge.
+With --moe the base is a tiny Qwen3-MoE (tests/reference/qwen3_moe_ref.py: 3 layers, layer 1 dense,
+6 experts top-2) and the adapter is trained all-linear on ep 2 (two processes, each holding three
+experts' LoRA pairs), so the saved PEFT directory gathers one pair per expert and projection
+(base_model.model.model.layers.N.mlp.experts.E.{gate,up,down}_proj.lora_A/B.weight) from both ep
+ranks and its adapter_config.json names the targets explicitly (PEFT's "all-linear" would also
+wrap the router mlp.gate, which twinkle's all-linear leaves out): the reference reads it with the
+same strict key rules; the merged directory is checked by qwen3_moe_ref.py (generation is not).
 Run with /usr/bin/python3.
 """
 import argparse
@@ -88,6 +95,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     ap.add_argument("--tokenizer-dir", required=True)
+    ap.add_argument("--moe", action="store_true", help="a Qwen3-MoE base, adapter trained on ep 2 (see above)")
     a = ap.parse_args()
     twinkle = os.path.join(a.build, "bin", "twinkle")
     tmp = tempfile.mkdtemp(prefix="twinkle-lora-export-")
@@ -95,21 +103,40 @@ def main():
     try:
         base = os.path.join(tmp, "base")
         os.makedirs(base)
-        cfg = dict(make_tiny_model.config("b"), vocab_size=151936, eos_token_id=None, bos_token_id=151643,
-                   initializer_range=0.5)
+        if a.moe:
+            import check_train_moe
+            cfg = dict(check_train_moe.moe_config(True, [1], 3), vocab_size=151936, eos_token_id=None,
+                       bos_token_id=151643, initializer_range=0.5)
+        else:
+            cfg = dict(make_tiny_model.config("b"), vocab_size=151936, eos_token_id=None, bos_token_id=151643,
+                       initializer_range=0.5)
         with open(os.path.join(base, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
-        run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "init", "--config",
-             os.path.join(base, "config.json"), "--seed", "5", "--out", base])
+        run(["/usr/bin/python3", os.path.join(HERE, "qwen3_moe_ref.py" if a.moe else "qwen3_ref.py"), "init",
+             "--config", os.path.join(base, "config.json"), "--seed", "5", "--out", base])
         for fn in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copy(os.path.join(a.tokenizer_dir, fn), base)
         train_jl, _ = write(tmp, "train", *rows(4, cfg["vocab_size"], 1))
         held_jl, held_json = write(tmp, "held", *rows(3, cfg["vocab_size"], 2))
         adapter = os.path.join(tmp, "adapter")
-        run([twinkle, "train", "--model", base, "--dataset", train_jl, "--batch-size", "4", "--max-steps", "2",
-             "--lr", "1e-3", "--lora-r", "4", "--lora-alpha", "8", "--lora-init", "false", "--output-dir", adapter])
+        launch = [os.path.join(a.build, "bin", "twinkle-run"), "--nproc_per_node=2", twinkle] if a.moe else [twinkle]
+        run(launch + ["train", "--model", base, "--dataset", train_jl, "--batch-size", "4", "--max-steps", "2",
+                      "--lr", "1e-3", "--lora-r", "4", "--lora-alpha", "8", "--lora-init", "false", "--output-dir",
+                      adapter] + (["--ep", "2"] if a.moe else []))
         if not os.path.exists(os.path.join(adapter, "adapter_config.json")):
             raise SystemExit(f"twinkle train --lora-r wrote no adapter_config.json in {adapter}")
+        if a.moe:
+            with open(os.path.join(adapter, "adapter_config.json")) as f:
+                tm = json.load(f)["target_modules"]
+            keys = set(lora_ref.st.load(os.path.join(adapter, "adapter_model.safetensors")))
+            want = {f"base_model.model.model.layers.{l}.mlp.experts.{e}.{p}.lora_{x}.weight"
+                    for l in (0, 2) for e in range(cfg["num_experts"]) for p in ("gate_proj", "up_proj", "down_proj")
+                    for x in "AB"}
+            print(f"adapter_config.json target_modules {tm}; {len(keys)} tensors, {len(want & keys)} expert ones")
+            if tm == "all-linear" or "gate" in tm:
+                failures.append(f"MoE adapter_config.json target_modules {tm!r}: PEFT would also wrap the router")
+            if want - keys:
+                failures.append(f"adapter lacks expert keys, e.g. {sorted(want - keys)[:3]}")
         merged = os.path.join(tmp, "merged")
         out = run([twinkle, "export", "--model", base, "--adapter", adapter, "-o", merged], expect_fail=True)
         if "--merge" not in out:
@@ -121,8 +148,9 @@ def main():
         # Held-out loss: reference with the adapter (unmerged) is the truth.
         ref_adapter = last_json(run(["/usr/bin/python3", os.path.join(HERE, "lora_ref.py"), "loss", "--model", base,
                                      "--adapter", adapter, "--batch", held_json, "--dtype", "float64"]))["loss"]
-        ref_merged = last_json(run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "loss", "--model", merged,
-                                    "--batch", held_json, "--dtype", "float64"]))["loss"]
+        ref_merged = last_json(run(["/usr/bin/python3", os.path.join(HERE, "qwen3_moe_ref.py" if a.moe else "qwen3_ref.py"),
+                                    "loss", "--model", merged, "--batch", held_json, "--dtype", "float64"]))
+        ref_merged = ref_merged["lm_loss" if a.moe else "loss"]
         tw = {}
         for tag, extra in (("base", ["--model", base]), ("adapter", ["--model", base, "--adapter", adapter]),
                            ("merged", ["--model", merged])):
@@ -137,6 +165,8 @@ def main():
         if rel(tw["base"], ref_adapter) < 1e-3:
             failures.append(f"the adapter barely changes the loss ({tw['base']} vs {ref_adapter}): the test could not fail")
 
+        if a.moe:  # generation is checked on the dense model
+            return finish(tmp, failures)
         # Greedy generation.
         N = 8
         gens = {}
@@ -157,6 +187,11 @@ def main():
             failures.append("the adapter does not change the greedy continuation: the generate check could not fail")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return finish(tmp, failures)
+
+
+def finish(tmp, failures):
+    shutil.rmtree(tmp, ignore_errors=True)
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures))
         return 1

@@ -188,14 +188,30 @@ def cmd_step(a):
 
 def cmd_loss(a):
     dtype = qwen3_ref._DTYPES[a.dtype]
-    model = qwen3_ref.load_model(a.model, dtype)
+    if is_moe(a.model):  # Qwen3-MoE: the lm loss (cross entropy mean over the labelled targets)
+        import qwen3_moe_ref
+        model = qwen3_moe_ref.load_model(a.model, dtype)
+        mbs = qwen3_moe_ref.load_steps(a.batch)[0]
+
+        def lm(mb):
+            return float(model.losses(mb[0], mb[1])[0])
+
+        def count(mb):
+            return qwen3_ref.count_targets(mb[0])
+    else:
+        model = qwen3_ref.load_model(a.model, dtype)
+        mbs = qwen3_ref.load_batches(a.batch)[0]
+
+        def lm(mb):
+            return float(model.loss_sum(mb)[0])
+
+        count = qwen3_ref.count_targets
     wrapped, _ = attach(model, a.adapter, dtype)
-    mbs = qwen3_ref.load_batches(a.batch)[0]
-    n = sum(qwen3_ref.count_targets(mb) for mb in mbs)
+    n = sum(count(mb) for mb in mbs)
     with torch.no_grad():
-        unmerged = sum(float(model.loss_sum(mb)[0]) for mb in mbs) / n
+        unmerged = sum(lm(mb) for mb in mbs) / n
         merge(model, wrapped)
-        merged = sum(float(model.loss_sum(mb)[0]) for mb in mbs) / n
+        merged = sum(lm(mb) for mb in mbs) / n
     print(json.dumps({"loss": unmerged, "merged_loss": merged}))
 
 

@@ -141,10 +141,15 @@ class Qwen3Model {
   /// then sliced, so every layout starts from the same adapter. lora_dropout > 0: training
   /// forwards apply PEFT's dropout to the LoRA input with masks keyed by (seed, step, module,
   /// token identity, feature) (parallel/lora_dropout.h), so every layout draws the same masks.
-  /// Qwen3-MoE: attention, the dense mlp_only_layers and the router ("gate", column-style pair,
-  /// tp = 1) take adapters; an expert target (also via all-linear) and etp > 1 are errors naming them.
+  /// Qwen3-MoE: attention, the dense mlp_only_layers, the router ("gate", replicated pair) and
+  /// the experts take adapters: one pair per expert and projection (PEFT on transformers 4's
+  /// per-expert nn.Linear: mlp.experts.{e}.{gate,up,down}_proj, which all-linear and the
+  /// suffixes gate_proj / up_proj / down_proj reach), held by the expert's ep rank in the
+  /// adapter store's expert region and reduced over expert-dp (Qwen3MoeBlock::set_expert_lora).
   /// Throws twinkle::Error on an invalid config (validate), an unknown target, a second
-  /// adapter, or lora_dropout > 0 with context parallelism (cp > 1: not supported).
+  /// adapter, etp > 1 (as Megatron-Bridge), a target list reaching only some experts of a
+  /// projection, lora_dropout > 0 on an expert target, or lora_dropout > 0 with context
+  /// parallelism (cp > 1: not supported).
   void add_adapter(const LoraConfig& cfg, uint64_t seed);
   /// The step the LoRA dropout masks of the next forwards / backwards belong to (MegatronModel
   /// sets it before each forward_backward; 0-based count of earlier forward_backward calls).

@@ -38,6 +38,9 @@
 //    stays local; the dispatcher all-gathers the etp group's routed rows before the experts and
 //    reduce-scatters their partial outputs after them (moe_dispatcher.h). Expert gradients of a
 //    slice cover the whole etp group's rows; they are reduced over expert-dp like etp = 1's.
+//  * LoRA (parallel/lora.h): the router's pair is replicated like the router; an expert's pairs
+//    live with the expert on its ep rank (expert region of the adapter store) and run as
+//    grouped GEMMs over the expert's rows (etp = 1: the model refuses LoRA with etp > 1).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -75,8 +78,17 @@ class Qwen3MoeBlock {
   const float* backward(const float* dy, const StageBatch& b, const MoeActivations& a, Workspace& scratch) const;
 
   /// LoRA on the router (PEFT target "gate": logits += scaling (x A^T) B^T, parallel/lora.h,
-  /// A [r, H] and B [E, r] replicated — the router is, and the model refuses it with tp > 1).
+  /// A [r, H] and B [E, r] replicated like the router, LoraBase::Replicated: under tp > 1 each
+  /// tp rank runs them on its own SP token shard — lora_dropout keyed by those tokens' global
+  /// identities — and their gradients are summed over tp).
   void set_router_lora(const parallel::LoraPair& p) { router_lora_ = p; }
+  /// LoRA on every expert's projection `proj` (0 gate_proj, 1 up_proj, 2 down_proj), pairs by
+  /// global expert from parallel::add_expert_lora_entries (A [r, in], B [out, r], one per
+  /// expert; PEFT's Linear.forward on each expert's nn.Linear: y_e = x_e W_e^T + scaling
+  /// (x_e A_e^T) B_e^T). They run as two more grouped GEMMs next to the base one over the same
+  /// rows (x A^T recomputed in backward). No lora_dropout on experts (the model refuses it).
+  /// Throws twinkle::Error when `pairs` does not hold num_experts active pairs.
+  void set_expert_lora(int proj, std::vector<parallel::LoraPair> pairs);
   int64_t num_experts() const { return E_; }
   int64_t num_local_experts() const { return El_; }
   int64_t top_k() const { return k_; }
@@ -94,10 +106,23 @@ class Qwen3MoeBlock {
     float* dw[3];
     float* drouter;
     int64_t stride[3];
+    // LoRA of the first local expert per projection (nullptr: none), strides of A and B.
+    const float* la[3];
+    const float* lb[3];
+    float* dla[3];
+    float* dlb[3];
+    int64_t sa[3], sb[3];
   };
+  // y [R, N] += scaling (X A_e^T) B_e^T per local expert (projection j, X [R, K]).
+  void lora_forward(int j, const float* X, const int64_t* counts, int64_t R, int64_t N, int64_t K, const Weights& w,
+                    float* y, Workspace& scratch) const;
+  // Its backward: accumulates dA, dB and dX [R, K] += d(X) of the LoRA path.
+  void lora_backward(int j, const float* X, const int64_t* counts, int64_t R, int64_t N, int64_t K, const Weights& w,
+                     const float* dy, float* dX, Workspace& scratch) const;
   Weights weights() const;
   // The local experts on rows grouped by local expert (counts [El]): gate/up/act/y in `a`.
-  void experts_forward(const float* xin, const int64_t* counts, int64_t R, const Weights& w, MoeActivations& a) const;
+  void experts_forward(const float* xin, const int64_t* counts, int64_t R, const Weights& w, MoeActivations& a,
+                       Workspace& scratch) const;
   // Their backward given dy [R, H]: accumulates dW, writes dxin [R, H].
   void experts_backward(const float* xin, const int64_t* counts, int64_t R, const Weights& w, const MoeActivations& a,
                         const float* dy, float* dxin, Workspace& scratch) const;
@@ -110,6 +135,7 @@ class Qwen3MoeBlock {
   bool norm_topk_prob_ = false;
   size_t gate_ = parallel::kNoParam;
   parallel::LoraPair router_lora_;  // inactive unless the router is a LoRA target
+  std::vector<parallel::LoraPair> expert_lora_[3];  // by global expert; empty: no expert LoRA
   std::vector<size_t> experts_[3];  // entry ids per projection (gate, up, down), by global expert
 };
 

@@ -15,11 +15,21 @@
 // The [T, r] intermediate x A^T is recomputed in backward (r is small), so a LoRA layer
 // saves no activation. lora_dropout (parallel/lora_dropout.h): while a LoraDropoutScope is
 // active, x is replaced by dropout(x) = x * mask / (1 - p) on the LoRA path only (A's input),
-// the mask regenerated in backward (d(x) of the LoRA path is masked and scaled the same way). LoRA entries are adapter entries of the TensorTable (adapter = true):
-// they live in the model's adapter ParamStore, the only one the optimizer sees.
+// the mask regenerated in backward (d(x) of the LoRA path is masked and scaled the same way).
+//  * replicated base (the MoE router: tp-replicated, each tp rank on its own SP token shard):
+//    A and B replicated, both gradients tp-partial (tp_grad_allreduce), counted once
+//    (tp_duplicate); forward and backward are the column functions with out_l = out.
+//  * MoE experts (transformers 4's Qwen3MoeSparseMoeBlock: one nn.Linear per expert and
+//    projection, so PEFT puts one LoRA pair on each, keys mlp.experts.{e}.{proj}.lora_A/B):
+//    add_expert_lora_entries; the pairs live with their expert (ep_owner, expert region of the
+//    adapter store, reduced over expert-dp) and run inside the grouped GEMMs
+//    (model/qwen3_moe_block.h).
+// LoRA entries are adapter entries of the TensorTable (adapter = true): they live in the
+// model's adapter ParamStore, the only one the optimizer sees.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "twinkle/parallel/tensor_table.h"
 #include "twinkle/parallel/tp_comm.h"
@@ -35,7 +45,7 @@ struct LoraPair {
   bool active() const { return r > 0; }
 };
 
-enum class LoraBase { Column, Row };
+enum class LoraBase { Column, Row, Replicated };
 
 /// Adds `module`.lora_A.weight [r, in] and `module`.lora_B.weight [out, r] (adapter entries,
 /// weight decay, init Zeros — the model fills them) to `table` on its current stage, sharded
@@ -43,6 +53,14 @@ enum class LoraBase { Column, Row };
 /// does not divide by tp.
 LoraPair add_lora_entries(TensorTable& table, const TensorParallel& tp, const std::string& module, int64_t in,
                           int64_t out, LoraBase base, int64_t r, float scaling);
+
+/// One projection of every expert of an MoE layer: for `modules` (global expert e at index e,
+/// e.g. "model.layers.0.mlp.experts.{e}.gate_proj") adds every lora_A [r, in] first, then every
+/// lora_B [out, r] (so a rank's local experts' A — and B — sit at a constant stride in the
+/// adapter store, as the grouped GEMM reads them), unsplit (etp = 1), expert = true, ep_owner =
+/// e / experts_per_rank. Returns the pairs by global expert.
+std::vector<LoraPair> add_expert_lora_entries(TensorTable& table, const std::vector<std::string>& modules, int64_t in,
+                                              int64_t out, int64_t experts_per_rank, int64_t r, float scaling);
 
 /// Column-parallel base: y [T, out_l] += scaling (x A^T) B_l^T, x [T, in] (full rows).
 void lora_column_forward(const TensorTable& table, const LoraPair& p, const float* x, float* y, int64_t T, int64_t in,

@@ -81,9 +81,11 @@ class TensorTable {
   /// ep_rank) as a parameter of `store` and records its index; binds the table to `store`
   /// (which must outlive it). Call once, before store.finalize().
   void materialize(int stage, ParamStore& store, int ep_rank = 0);
-  /// Declares the adapter entries of `stage` (added after materialize()) as parameters of
-  /// `store` (the adapter store; must outlive the table). Call once, before store.finalize().
-  void materialize_adapters(int stage, ParamStore& store);
+  /// Declares the adapter entries of `stage` (added after materialize()) held by ep rank
+  /// `ep_rank` (ep_owner -1 or ep_rank: a LoRA pair of an expert lives with its expert) as
+  /// parameters of `store` (the adapter store; must outlive the table); expert adapter entries
+  /// go to the store's expert region. Call once, before store.finalize().
+  void materialize_adapters(int stage, ParamStore& store, int ep_rank = 0);
   bool has_adapters() const { return adapter_store_ != nullptr; }
   /// This rank's parameter of entry `id` (throws twinkle::Error when another rank holds it).
   Param& param(size_t id) const;

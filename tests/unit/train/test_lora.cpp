@@ -275,7 +275,9 @@ TEST(Lora, DropoutMaskIsLayoutIndependent) {
 }
 
 // Qwen3-MoE (issue 12): the linear modules carry transformers 4's / PEFT's names; all-linear skips
-// the router and reaches the experts, which are refused by name; attention + router work.
+// the router and reaches every expert (one pair per expert and projection, experts in the adapter
+// store's expert region); a list reaching only some experts of a projection, and lora_dropout on
+// an expert, are errors naming the module.
 TEST(Lora, MoeTargets) {
   ModelConfig c = tiny_config();
   c.model_type = "qwen3_moe";
@@ -291,9 +293,33 @@ TEST(Lora, MoeTargets) {
   EXPECT_NE(std::find(mods.begin(), mods.end(), "model.layers.1.mlp.gate_proj"), mods.end());  // dense layer 1
   EXPECT_EQ(std::find(mods.begin(), mods.end(), "model.layers.0.mlp.gate_proj"), mods.end());
   LoraConfig all;
-  const std::string e = error_of([&] { model.add_adapter(all, 1); });
-  EXPECT_NE(e.find("'model.layers.0.mlp.experts.0.gate_proj'"), std::string::npos) << e;
-  EXPECT_NE(e.find("part of all-linear"), std::string::npos) << e;
+  all.r = 2;
+  model.add_adapter(all, 1);
+  const auto& t = model.adapter_targets();
+  EXPECT_EQ(std::count_if(t.begin(), t.end(), [](const std::string& m) { return m.find(".experts.") != std::string::npos; }),
+            3 * 4 * (c.num_hidden_layers - 1));
+  EXPECT_EQ(std::find(t.begin(), t.end(), "model.layers.0.mlp.gate"), t.end());  // all-linear skips the router
+  // every expert pair is trainable, in the adapter store's expert region
+  const ParamStore& st = model.trainable_store();
+  int64_t experts = 0;
+  for (const auto& p : st.params())
+    if (p.name.find(".experts.") != std::string::npos) {
+      ++experts;
+      EXPECT_TRUE(p.expert) << p.name;
+      EXPECT_GE(p.flat_offset, st.expert_offset()) << p.name;
+    }
+  EXPECT_EQ(experts, 2 * 3 * 4 * (c.num_hidden_layers - 1));
+}
+
+TEST(Lora, MoeRouterAndDenseTargets) {
+  ModelConfig c = tiny_config();
+  c.model_type = "qwen3_moe";
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 32;
+  c.mlp_only_layers = {1};
+  auto ps = dist::make_single_process_state();
+  Qwen3Model model(c, ps);
   LoraConfig some;
   some.target_modules = "q_proj,gate,mlp.down_proj";  // "down_proj" alone would reach the experts
   model.add_adapter(some, 1);
@@ -303,7 +329,7 @@ TEST(Lora, MoeTargets) {
                                       "model.layers.1.self_attn.q_proj", "model.layers.1.mlp.down_proj"}));
 }
 
-TEST(Lora, MoeExpertTargetIsAnError) {
+TEST(Lora, MoeSomeExpertsOrExpertDropoutIsAnError) {
   ModelConfig c = tiny_config();
   c.model_type = "qwen3_moe";
   c.num_experts = 4;
@@ -313,8 +339,13 @@ TEST(Lora, MoeExpertTargetIsAnError) {
   Qwen3Model model(c, ps);
   LoraConfig cfg;
   cfg.target_modules = "q_proj,experts.2.up_proj";
-  const std::string e = error_of([&] { model.add_adapter(cfg, 1); });
-  EXPECT_NE(e.find("'model.layers.0.mlp.experts.2.up_proj'"), std::string::npos) << e;
-  EXPECT_EQ(e.find("all-linear)"), std::string::npos) << e;
+  std::string e = error_of([&] { model.add_adapter(cfg, 1); });
+  EXPECT_NE(e.find("1 of the 4 experts' up_proj in layer 0"), std::string::npos) << e;
   EXPECT_FALSE(model.has_adapter());
+  Qwen3Model model2(c, ps);
+  LoraConfig drop;
+  drop.lora_dropout = 0.1;
+  e = error_of([&] { model2.add_adapter(drop, 1); });
+  EXPECT_NE(e.find("'model.layers.0.mlp.experts.0.gate_proj' (part of all-linear)"), std::string::npos) << e;
+  EXPECT_FALSE(model2.has_adapter());
 }
