@@ -48,6 +48,8 @@ namespace {
 struct Opts {
   int tp = 1, pp = 1, dp = 1, ep = 1;
   bool sp = false, distopt = true, check = false, baseline = true;
+  bool overlap_grad = false, overlap_param = false;  // DistributedOptimizer overlap switches
+  int64_t bucket_bytes = 4 << 20;
   std::string config = "tiny";
   std::string split = "balanced";  // pipeline split: balanced | even
   std::string recompute = "none";  // activation recompute: none | selective | full
@@ -233,6 +235,10 @@ int bench(int argc, char** argv) {
     else if (a == "--ep") o.ep = std::stoi(next());
     else if (a == "--sp") o.sp = true;
     else if (a == "--no-distopt") o.distopt = false;
+    else if (a == "--overlap") o.overlap_grad = o.overlap_param = true;
+    else if (a == "--overlap-grad-reduce") o.overlap_grad = true;
+    else if (a == "--overlap-param-gather") o.overlap_param = true;
+    else if (a == "--bucket-bytes") o.bucket_bytes = std::stoll(next());
     else if (a == "--check-volume") o.check = true;
     else if (a == "--no-baseline") o.baseline = false;
     else if (a == "--config") o.config = next();
@@ -257,6 +263,7 @@ int bench(int argc, char** argv) {
   const auto all_rows = make_rows(o.rows, cfg.vocab_size, o.seq);
   OptimizerConfig oc;
   oc.use_distributed_optimizer = o.distopt;
+  oc.bucket_bytes = o.bucket_bytes;
   auto& world = *state.world;
   const bool root = world.rank() == 0;
 
@@ -285,7 +292,11 @@ int bench(int argc, char** argv) {
   Qwen3Model model(cfg, ps, mopts);
   model.init_random(1);
   Engine eng(model);
-  DistributedOptimizer opt(model.store(), ps, oc);
+  OptimizerConfig loc = oc;
+  loc.overlap_grad_reduce = o.overlap_grad;
+  loc.overlap_param_gather = o.overlap_param;
+  DistributedOptimizer opt(model.store(), ps, loc);
+  eng.set_optimizer(&opt);
   reset_peak_rss();  // the per-rank peak RSS printed covers the steps, not the model's init
   const int64_t dpn = state.mesh.dp_size(), k = state.coord.dp, B = o.rows;
   std::vector<EncodedRow> mine(all_rows.begin() + k * B / dpn, all_rows.begin() + (k + 1) * B / dpn);
@@ -309,7 +320,10 @@ int bench(int argc, char** argv) {
     opt.step(1e-4);
     if (s == o.steps) MPI_Pcontrol(0);
     double el = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (s == 0) continue;  // warm-up
+    if (s == 0) {  // warm-up
+      opt.reset_comm_stats();
+      continue;
+    }
     layout_s += el;
     bubble += r.times.compute_s > 0 ? r.times.comm_s / r.times.compute_s : 0;
     counted = Volume{};
@@ -330,10 +344,21 @@ int bench(int argc, char** argv) {
   // one line per rank, printed in rank order
   double mx = layout_s;
   world.all_reduce_f64(&mx, 1, dist::ReduceOp::Max);
+  // Time this rank spent blocked on the dp / expert-dp bucket collectives per step (gradient
+  // reduction in finish_grad_sync, parameter all-gathers, MPI_Test progress): with the overlap
+  // switches off this is the blocking communication time; on, what the passes did not hide.
+  const CommOverlapStats& cs = opt.comm_stats();
+  const double nst = static_cast<double>(o.steps);
+  double wait[2] = {cs.total_s() / nst, cs.total_s() / nst};  // mean, max over ranks
+  world.all_reduce_f64(&wait[0], 1, dist::ReduceOp::Sum);
+  world.all_reduce_f64(&wait[1], 1, dist::ReduceOp::Max);
+  wait[0] /= world.size();
   char line[1024];
   std::snprintf(line, sizeof line,
                 "rank %d (tp %d pp %d dp %d ep %d): bytes/step %lld (tp %lld, pp %lld, embedding %lld, dp-cp %lld, world %lld, "
-                "ep %lld, edp %lld) analytic %lld %s| stage bubble %.3f | step peak RSS %.1f MiB, saved activations %.2f MiB",
+                "ep %lld, edp %lld) analytic %lld %s| stage bubble %.3f | step peak RSS %.1f MiB, saved activations %.2f MiB"
+                " | dp comm wait %.2f ms/step (grad %.2f, param %.2f, test %.2f; buckets early %lld/%lld, "
+                "gathers in forward %lld/%lld)",
                 world.rank(), state.coord.tp, state.coord.pp, state.coord.dp, state.coord.ep,
                 static_cast<long long>(counted.total()), static_cast<long long>(counted.by_group["tp"]),
                 static_cast<long long>(counted.by_group["pp"]), static_cast<long long>(counted.by_group["embedding"]),
@@ -341,7 +366,10 @@ int bench(int argc, char** argv) {
                 static_cast<long long>(counted.by_group["ep"]), static_cast<long long>(counted.by_group["edp"]),
                 static_cast<long long>(want.total()),
                 mismatch ? ("MISMATCH:" + diff + " ").c_str() : "ok ", bubble, peak_rss_mib(),
-                static_cast<double>(model.saved_activation_bytes()) / 1048576.0);
+                static_cast<double>(model.saved_activation_bytes()) / 1048576.0, 1e3 * cs.total_s() / nst,
+                1e3 * cs.grad_wait_s / nst, 1e3 * cs.param_wait_s / nst, 1e3 * cs.progress_s / nst,
+                static_cast<long long>(cs.grad_buckets_early), static_cast<long long>(cs.grad_buckets),
+                static_cast<long long>(cs.param_buckets_forward), static_cast<long long>(cs.param_buckets));
   std::fflush(stdout);
   for (int r = 0; r < world.size(); ++r) {
     if (world.rank() == r) std::printf("%s\n", line), std::fflush(stdout);
@@ -359,6 +387,10 @@ int bench(int argc, char** argv) {
                 o.tp, o.pp, o.dp, o.ep, o.sp ? " sp" : "", o.config.c_str(), static_cast<long long>(o.rows),
                 static_cast<long long>(o.mbs), o.split.c_str(), counts.c_str(), mx, single_s,
                 single_s > 0 ? mx / single_s : 0, (p - 1) / m);
+    std::printf("dp communication %s: blocked %.2f ms/step mean over ranks, %.2f ms max (overlap_grad_reduce %s, "
+                "overlap_param_gather %s, bucket %lld bytes)\n",
+                o.overlap_grad || o.overlap_param ? "overlapped" : "synchronous", 1e3 * wait[0], 1e3 * wait[1],
+                o.overlap_grad ? "on" : "off", o.overlap_param ? "on" : "off", static_cast<long long>(o.bucket_bytes));
     if (o.check) std::printf("volume check: %s\n", nbad ? "FAILED" : "all ranks match the analytic volume");
   }
   return (o.check && nbad) ? 1 : 0;

@@ -99,6 +99,8 @@ def main():
     ap.add_argument("--untied", action="store_true", help="separate lm_head")
     ap.add_argument("--clip", type=float, default=1.0, help="max grad norm (0: no clipping)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--autocast-bf16", action="store_true",
+                    help="forward + loss under torch.autocast('cpu', bfloat16) (PyTorch's bf16 mixed precision)")
     a = ap.parse_args()
     if a.steps < 1 or a.warmup < 0 or a.threads < 1:
         raise SystemExit("torch_peer: --steps >= 1, --warmup >= 0, --threads >= 1")
@@ -155,6 +157,9 @@ def main():
         if moe:  # forward, loss (aux coefficient 0, as twinkle's default), backward
             loss = qwen3_moe_ref.step_losses(model, [(moe_mb, qwen3_moe_ref.real_token_mask(moe_mb))], 0.0,
                                              "global", 0.0)["loss"]
+        elif a.autocast_bf16:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss, _ = qwen3_ref.train_step(model, [batch])
         else:
             loss, _ = qwen3_ref.train_step(model, [batch])
         if a.clip > 0:
@@ -179,7 +184,7 @@ def main():
     fl, n = flops_per_step(cfg, B, S)
     out = {
         "config": a.config, "threads": a.threads, "blas_threads": a.blas_threads, "batch": B, "seq": S,
-        "tied": cfg["tie_word_embeddings"], "clip": a.clip,
+        "tied": cfg["tie_word_embeddings"], "clip": a.clip, "autocast_bf16": a.autocast_bf16,
         "params": sum(p.numel() for p in params), "matmul_params": n,
         "warmup": a.warmup, "steps": a.steps,
         "step_s": round(step_s, 4), "step_times_s": [round(t, 4) for t in times],

@@ -1,4 +1,4 @@
-// bench/train_bench.cpp — training-step throughput of twinkle's engine (one process, CPU, fp32).
+// bench/train_bench.cpp — training-step throughput of twinkle's engine (one process, CPU, fp32 or --bf16).
 //
 // Same model, batch and step as bench/torch_peer.py (the PyTorch-eager peer): random token ids,
 // labels = input ids, forward + loss + backward + clip_grad_norm(1.0) + AdamW (lr 1e-4, betas
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   std::string config = "a";
   int threads = 1, steps = 3, warmup = 1;
   bool untied = false;
-  std::string kernels = "fused", recompute = "none";
+  std::string kernels = "fused", recompute = "none", precision = "fp32";
   int64_t lora_r = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -63,8 +63,10 @@ int main(int argc, char** argv) {
     else if (a == "--kernels") kernels = next();
     else if (a == "--lora") lora_r = std::stoll(next());
     else if (a == "--recompute") recompute = next();
+    else if (a == "--bf16") precision = "bf16";
+    else if (a == "--fp32") precision = "fp32";
     else {
-      std::fprintf(stderr, "usage: train_bench [--config a|b|s|m|m30] [--threads N] [--steps K] [--warmup W] [--untied] [--kernels fused|reference] [--recompute none|selective|full] [--lora R]\n");
+      std::fprintf(stderr, "usage: train_bench [--config a|b|s|m|m30] [--threads N] [--steps K] [--warmup W] [--untied] [--kernels fused|reference] [--recompute none|selective|full] [--lora R] [--bf16|--fp32]\n");
       return 2;
     }
   }
@@ -106,6 +108,7 @@ int main(int argc, char** argv) {
   Qwen3ModelOptions mopt;
   mopt.kernels = kernels;
   mopt.recompute_granularity = recompute;
+  mopt.mixed_precision = precision;
   Qwen3Model model(c, ps, mopt);
   model.init_random(0);
   if (lora_r > 0) model.add_adapter({.r = lora_r, .lora_alpha = 2.0 * static_cast<double>(lora_r)}, 0);
@@ -164,11 +167,11 @@ int main(int argc, char** argv) {
                         1e-6 * static_cast<double>(r1.ru_stime.tv_usec - r0.ru_stime.tv_usec)) / steps;
   std::printf(
       "{\"engine\": \"twinkle\", \"config\": \"%s\", \"threads\": %d, \"batch\": %lld, \"seq\": %lld, "
-      "\"tied\": %s, \"kernels\": \"%s\", \"recompute\": \"%s\", \"saved_activation_bytes\": %zu, \"step_s\": %.4f, \"tokens_per_s\": %.1f, \"gflops\": %.1f, \"flops_per_step\": %.0f, "
+      "\"tied\": %s, \"kernels\": \"%s\", \"recompute\": \"%s\", \"precision\": \"%s\", \"saved_activation_bytes\": %zu, \"step_s\": %.4f, \"tokens_per_s\": %.1f, \"gflops\": %.1f, \"flops_per_step\": %.0f, "
       "\"minor_faults_per_step\": %ld, \"cpu_s_per_step\": %.4f, \"peak_rss_bytes\": %ld, \"step_peak_rss_bytes\": %ld, \"lora_r\": %lld, "
       "\"trainable_params\": %lld, \"optimizer_state_bytes\": %lld, \"loss\": [",
       config.c_str(), threads, static_cast<long long>(B), static_cast<long long>(S), untied ? "false" : "true", kernels.c_str(),
-      recompute.c_str(), model.saved_activation_bytes(), step_s,
+      recompute.c_str(), precision.c_str(), model.saved_activation_bytes(), step_s,
       Bd * Sd / step_s, flops / step_s / 1e9, flops, (r1.ru_minflt - r0.ru_minflt) / steps, cpu_s,
       r1.ru_maxrss * 1024L, step_peak_rss_bytes(), static_cast<long long>(lora_r),
       static_cast<long long>(model.trainable_store().numel()),

@@ -41,6 +41,7 @@ inline int run(int argc, char** argv, const Defaults& d) {
   std::string resume;
   double lr = 1e-4, aux_coeff = 0.0;
   int dp = d.dp, tp = d.tp, pp = d.pp, cp = d.cp, ep = d.ep;
+  bool bf16 = false, fp32 = false;
   CLI::App app{d.title, d.name};
   app.option_defaults()->always_capture_default();  // --help shows every default
   app.add_option("--model", model_id, "model directory or hub id (default: models/qwen3-moe-tiny)");
@@ -64,6 +65,11 @@ inline int run(int argc, char** argv, const Defaults& d) {
   app.add_option("--ep", ep, "expert-parallel size");
   app.add_option("--moe-aux-loss-coeff", aux_coeff, "load-balancing loss coefficient (Twinkle's Megatron path: 0)");
   app.add_option("--moe-aux-loss-type", aux_type, "global (transformers, pp = 1) | per_layer (Megatron)");
+  auto* bf16_flag = app.add_flag("--bf16", bf16, "bf16 mixed precision (fp32 master weights; CPU only)");
+  app.add_flag("--fp32", fp32, "fp32 everywhere (the default)")->excludes(bf16_flag);
+  bool overlap_grad = false, overlap_param = false;
+  app.add_flag("--overlap-grad-reduce", overlap_grad, "overlap the gradient dp reduce-scatter with the backward");
+  app.add_flag("--overlap-param-gather", overlap_param, "overlap the parameter all-gather with the next forward");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -95,7 +101,10 @@ inline int run(int argc, char** argv, const Defaults& d) {
   MegatronModel model(model_id, {.micro_batch_size = micro_batch_size,
                                  .moe_aux_loss_type = aux_type,
                                  .moe_aux_loss_coeff = aux_coeff,
-                                 .cp_comm_type = cp_comm_type});
+                                 .cp_comm_type = cp_comm_type,
+                                 .mixed_precision = bf16 ? "bf16" : "fp32",
+                                 .overlap_grad_reduce = overlap_grad,
+                                 .overlap_param_gather = overlap_param});
   model.set_optimizer("default", {.lr = lr});
   const int64_t steps = resolve_max_steps(max_steps, loader.size());  // 0 = one epoch
   model.set_lr_scheduler("default",

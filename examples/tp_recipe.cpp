@@ -51,7 +51,7 @@ int recipe(int argc, char** argv) {
   std::string resume;
   double lr = 1e-4;
   int dp = 2, tp = 2, pp = 2;
-  bool use_lora = false;
+  bool use_lora = false, bf16 = false, fp32 = false;
   LoraConfig lora{.r = 8, .lora_alpha = 32, .target_modules = "all-linear"};
   CLI::App app{"Dense Qwen3 recipe: dp=2, tp=2, pp=2 (8 processes)", "tp_recipe"};
   app.option_defaults()->always_capture_default();  // --help shows every default
@@ -74,8 +74,13 @@ int recipe(int argc, char** argv) {
   app.add_option("--lora-r", lora.r, "LoRA rank (with --lora)");
   app.add_option("--lora-alpha", lora.lora_alpha, "LoRA alpha: scaling alpha / r (with --lora)");
   app.add_option("--lora-targets", lora.target_modules, "all-linear or comma-separated module names (with --lora)");
+  bool overlap_grad = false, overlap_param = false;
+  app.add_flag("--overlap-grad-reduce", overlap_grad, "overlap the gradient dp reduce-scatter with the backward");
+  app.add_flag("--overlap-param-gather", overlap_param, "overlap the parameter all-gather with the next forward");
   app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
       ->check(CLI::IsMember({"fused", "reference"}));
+  auto* bf16_flag = app.add_flag("--bf16", bf16, "bf16 mixed precision (fp32 master weights; CPU only)");
+  app.add_flag("--fp32", fp32, "fp32 everywhere (the default)")->excludes(bf16_flag);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -105,7 +110,10 @@ int recipe(int argc, char** argv) {
   DataLoader loader(ds, {.batch_size = batch_size});  // dp rank and size from the global mesh
 
   // 3. model, optimizer, schedule
-  MegatronModel model(model_id, {.kernels = kernels});  // fused: kernelize_model logs each op it replaces
+  MegatronModel model(model_id, {.kernels = kernels,
+                                 .mixed_precision = bf16 ? "bf16" : "fp32",
+                                 .overlap_grad_reduce = overlap_grad,
+                                 .overlap_param_gather = overlap_param});  // fused: kernelize_model logs each op it replaces
   if (use_lora) model.add_adapter_to_model("default", lora);  // only the adapter trains from here on
   model.set_optimizer("default", {.lr = lr});
   const int64_t steps = resolve_max_steps(max_steps, loader.size());  // 0 = one epoch

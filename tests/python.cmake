@@ -18,6 +18,11 @@ if(TARGET twinkle_python)
            COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_recipe.py
                    --build ${CMAKE_BINARY_DIR} --recipe moe_cp --rows 16 --steps 3)
   set_tests_properties(python_tp_moe_cp_equals_cpp_moe_cp_recipe PROPERTIES TIMEOUT 600 PROCESSORS 2)
+  # load(..., load_optimizer=True): a saved and resumed Python run equals the uninterrupted one
+  add_test(NAME python_resume_equals_uninterrupted
+           COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_resume.py
+                   --build ${CMAKE_BINARY_DIR})
+  set_tests_properties(python_resume_equals_uninterrupted PROPERTIES TIMEOUT 600 PROCESSORS 2)
   # add_adapter_to_model (PEFT's LoraConfig) equals `twinkle train --lora-*` on tp2 x dp2
   add_test(NAME python_lora_equals_cli_lora
            COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "check_python_lora: 0 mismatches"

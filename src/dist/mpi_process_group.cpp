@@ -220,6 +220,66 @@ void MpiProcessGroup::send_recv(const void* send_buf, int64_t send_count, int de
   if (do_send) bytes_sent_ += comm_bytes(send_count, dtype);
 }
 
+namespace {
+
+// One MPI_Request of a non-blocking collective.
+class MpiWork : public CommWork {
+ public:
+  MpiWork(std::string group, const char* call) : group_(std::move(group)), call_(call) {}
+  ~MpiWork() override {
+    if (req_ != MPI_REQUEST_NULL && mpi_active()) MPI_Wait(&req_, MPI_STATUS_IGNORE);
+  }
+  MPI_Request* request() { return &req_; }
+  bool test() override {
+    if (req_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    mpi_check(MPI_Test(&req_, &done, MPI_STATUS_IGNORE), group_, call_);
+    return done != 0;
+  }
+  void wait() override {
+    if (req_ == MPI_REQUEST_NULL) return;
+    mpi_check(MPI_Wait(&req_, MPI_STATUS_IGNORE), group_, call_);
+  }
+
+ private:
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  std::string group_;
+  const char* call_;
+};
+
+}  // namespace
+
+std::unique_ptr<CommWork> MpiProcessGroup::iall_reduce(float* buf, int64_t count) {
+  const int64_t bytes = comm_bytes(count, DType::F32);
+  const int n = to_int(count, name_, "iall_reduce count");
+  auto w = std::make_unique<MpiWork>(name_, "MPI_Iallreduce");
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, comm_, w->request()), name_, "MPI_Iallreduce");
+  bytes_sent_ += 2 * (size_ - 1) * bytes / size_;
+  return w;
+}
+
+std::unique_ptr<CommWork> MpiProcessGroup::ireduce_scatter(float* buf, int64_t count) {
+  const int64_t bytes = comm_bytes(count, DType::F32);
+  const int n = to_int(count, name_, "ireduce_scatter count");
+  to_int(count * size_, name_, "ireduce_scatter total count");
+  auto w = std::make_unique<MpiWork>(name_, "MPI_Ireduce_scatter_block");
+  mpi_check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, comm_, w->request()), name_,
+            "MPI_Ireduce_scatter_block");
+  bytes_sent_ += (size_ - 1) * bytes;
+  return w;
+}
+
+std::unique_ptr<CommWork> MpiProcessGroup::iall_gather(float* buf, int64_t count) {
+  const int64_t bytes = comm_bytes(count, DType::F32);
+  const int n = to_int(count, name_, "iall_gather count");
+  to_int(count * size_, name_, "iall_gather total count");
+  auto w = std::make_unique<MpiWork>(name_, "MPI_Iallgather");
+  mpi_check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, n, MPI_FLOAT, comm_, w->request()), name_,
+            "MPI_Iallgather");
+  bytes_sent_ += (size_ - 1) * bytes;
+  return w;
+}
+
 void MpiProcessGroup::barrier() { mpi_check(MPI_Barrier(comm_), name_, "MPI_Barrier"); }
 
 std::shared_ptr<ProcessGroup> make_mpi_group(const std::string& name, const std::vector<std::vector<int>>& groups) {

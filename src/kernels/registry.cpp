@@ -71,6 +71,7 @@ Registry& Registry::global() {
     auto* reg = new Registry();  // never destroyed: usable from other static destructors
     cpu::register_reference_kernels(*reg);
     cpu::register_fused_kernels(*reg);
+    cpu::register_bf16_kernels(*reg);
 #ifdef TWINKLE_CUDA_BUILT
     for (const OpImpl& op : cuda::fused_kernels()) reg->add("cuda", "fused", op);  // no GPU touched here
 #endif
@@ -168,6 +169,24 @@ KernelTable resolve_kernels(const std::string& device, const std::string& set, c
     if (auto it = per_device.find(device); it != per_device.end()) t.set(it->second, reg.get(op, device, it->second));
   }
   return t;
+}
+
+const std::vector<std::string>& mixed_precision_ops() {
+  static const std::vector<std::string> ops = {"linear", "gate_up_swiglu", "linear_cross_entropy", "grouped_linear"};
+  return ops;
+}
+
+void check_mixed_precision(const std::string& mp) {
+  check(mp == "fp32" || mp == "bf16",
+        "mixed_precision: unknown value '" + mp + "' (option mixed_precision / --bf16 / --fp32: fp32 or bf16)");
+}
+
+void apply_mixed_precision(KernelTable& t, const std::string& mp) {
+  check_mixed_precision(mp);
+  if (mp == "fp32") return;
+  check(t.device == "cpu", "mixed_precision 'bf16' (--bf16) is not implemented on device '" + t.device +
+                               "' yet (the CUDA backend runs fp32 GEMMs only): use --fp32 there");
+  for (const auto& op : mixed_precision_ops()) t.set("bf16", Registry::global().get(op, t.device, "bf16"));
 }
 
 bool device_built(const std::string& device) {

@@ -11,6 +11,7 @@ std::vector<std::string> kernelize_model(Qwen3Model& model, const kernels::Kerne
   // mapping = {} -> the built-in bundle of the device; else the current table with the mapping's
   // entries for this device (resolve_kernels validates op names and implementations).
   kernels::KernelTable next = kernels::resolve_kernels(device, "fused", mapping);
+  kernels::apply_mixed_precision(next, model.options().mixed_precision);  // the bundle keeps the model's precision
   if (!mapping.empty()) {
     kernels::KernelTable kept = cur;
     for (const auto& [op, per_device] : mapping)

@@ -3,6 +3,7 @@
 #include "twinkle/model/qwen3_flops.h"
 #include "twinkle/model/rope_variant.h"
 #include "twinkle/core/device_copy.h"
+#include "twinkle/kernels/cpu/gemm_bf16.h"
 
 #include "twinkle/dist/runtime.h"
 #include "twinkle/parallel/expert_layout.h"
@@ -11,7 +12,20 @@ namespace twinkle {
 
 Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelState> ps, Qwen3ModelOptions opts)
     : cfg_(cfg), ps_(std::move(ps)), opts_(std::move(opts)) {
+  kernels::check_mixed_precision(opts_.mixed_precision);
+  check(opts_.mixed_precision == "fp32" || ps_->mesh.device_type() == "cpu",
+        "mixed_precision 'bf16' (--bf16) is not implemented on device '" + ps_->mesh.device_type() +
+            "' yet (the CUDA backend runs fp32 GEMMs only): use --fp32 there");
   kernels_ = kernels::resolve_kernels(ps_->mesh.device_type(), opts_.kernels);
+  kernels::apply_mixed_precision(kernels_, opts_.mixed_precision);
+  if (opts_.mixed_precision == "bf16" && !kernels::cpu::bf16_gemm_native()) {
+    static bool said = false;  // once per process
+    if (!said && ps_->world->rank() == 0)
+      get_logger().warning("mixed_precision bf16: this CPU has no bf16 instructions (oneDNN ISA " +
+                           kernels::cpu::dnnl_isa_name() +
+                           "): the bf16 GEMMs run as fp32 GEMMs on bf16-rounded inputs (same numbers, no speed-up)");
+    said = true;
+  }
   recompute_ = parse_recompute(opts_.recompute_granularity);
   dev_ = parse_device(ps_->mesh.device_type());
   if (dev_ != Device::CPU) {
@@ -85,15 +99,28 @@ void Qwen3Model::build_table() {
   const bool tied = cfg_.tie_word_embeddings;
   for (int s = 0; s < pp; ++s) {
     table_.set_stage(s);
+    // The entries each unit of this stage adds (the communication hooks' parameter lists).
+    auto unit = [&](size_t before) {
+      if (s != mine) return;
+      std::vector<size_t> ids;
+      for (size_t id = before; id < table_.size(); ++id) ids.push_back(id);
+      unit_entries_.push_back(std::move(ids));
+    };
     if (s == 0) {
+      const size_t before = table_.size();
       parallel::VocabParallelEmbedding e(table_, tp, "model.embed_tokens.weight", vocab_, H, tied);
       if (s == mine) embed_tokens_ = e;
+      unit(before);
     }
+    if (s == mine) unit_layer0_ = unit_entries_.size();
     for (int64_t l = split_.first[static_cast<size_t>(s)]; l < split_.first[static_cast<size_t>(s)] + split_.count[static_cast<size_t>(s)]; ++l) {
+      const size_t before = table_.size();
       Qwen3DecoderLayer layer(table_, tp, cfg_, l, &rope_, ps_->ep, ps_->etp);
       if (s == mine) layers_.push_back(std::move(layer));
+      unit(before);
     }
     if (s == pp - 1) {
+      const size_t before = table_.size();
       RMSNorm norm(table_, "model.norm.weight", H, cfg_.rms_norm_eps, sp_);
       using W = parallel::VocabParallelLMHead::Weight;
       const W w = !tied ? W::Own : (pp == 1 ? W::Shared : W::TiedCopy);
@@ -103,6 +130,7 @@ void Qwen3Model::build_table() {
         norm_ = norm;
         lm_head_ = head;
       }
+      unit(before);
     }
   }
 }

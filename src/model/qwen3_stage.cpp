@@ -155,6 +155,7 @@ double Qwen3Model::forward(int slot, const StageBatch& b, const float* in_hidden
   work_.reserve(dims, b.T);
   const int64_t T = b.T, Tl = hidden_rows(b), H = cfg_.hidden_size;
   if (first_) {
+    unit_use(0);
     embed_tokens_.forward(b.ids_ptr(), T, a.x0, scratch_);
   } else {
     check(in_hidden != nullptr, "Qwen3Model::forward: a non-first stage needs the previous stage's hidden state");
@@ -164,6 +165,7 @@ double Qwen3Model::forward(int slot, const StageBatch& b, const float* in_hidden
   const parallel::LoraDropout drop = lora_dropout_for(b, training, slot);
   const parallel::LoraDropoutScope drop_scope(drop.p > 0 ? &drop : nullptr);
   for (size_t i = 0; i < layers_.size(); ++i) {
+    unit_use(unit_layer0_ + i);
     if (dims.recomputed(i)) {
       // Full recompute: the layer runs in the stage's work buffers, writing only its output
       // into the slot; backward runs it again.
@@ -180,9 +182,11 @@ double Qwen3Model::forward(int slot, const StageBatch& b, const float* in_hidden
       layers_[i].forward(x, b, a.layers[i], scratch_);
     }
     x = a.layers[i].out;
+    comm_progress();
   }
   if (cfg_.is_moe()) moe_router_losses(b, a, training);
   if (!last_) return 0.0;
+  unit_use(unit_entries_.size() - 1);
   norm_.forward(x, a.final_norm, a.rstd_final, Tl);
   const bool grad = training && grad_scale != 0.0f;
   if (!grad && b.num_targets == 0) return 0.0;  // nothing to score (generation)
@@ -292,6 +296,7 @@ const float* Qwen3Model::backward(int slot, const StageBatch& b, const float* d_
     norm_.backward(xl, a.rstd_final, a.d_final_norm, bufs[cur], Tl);
     dcur = bufs[cur];
     cur ^= 1;
+    if (final_backward_) unit_grads_final(unit_entries_.size() - 1);  // the lm head's came in forward
   }
   check(dcur != nullptr, "Qwen3Model::backward: a non-last stage needs the next stage's gradient");
   const parallel::LoraDropout drop = lora_dropout_for(b, /*training=*/true, slot);  // the forward's masks
@@ -311,12 +316,15 @@ const float* Qwen3Model::backward(int slot, const StageBatch& b, const float* d_
     }
     dcur = bufs[cur];
     cur ^= 1;
+    if (final_backward_) unit_grads_final(unit_layer0_ + i);
+    comm_progress();
   }
   if (!first_) return dcur;
   if (b.dev_ids_nopad)  // the device copy already has the padding id masked
     embed_tokens_.backward(dcur, b.dev_ids_nopad, T, std::nullopt, scratch_);
   else
     embed_tokens_.backward(dcur, b.ids.data(), T, cfg_.pad_token_id, scratch_);
+  if (final_backward_) unit_grads_final(0);
   return nullptr;
 }
 
@@ -328,8 +336,54 @@ std::vector<float> Qwen3Model::last_token_logits(int slot, const StageBatch& b) 
   return lm_head_.logits(a.final_norm + (b.T - 1) * cfg_.hidden_size);
 }
 
+void Qwen3Model::set_comm_hooks(CommHooks hooks) {
+  hooks_ = std::move(hooks);
+  hooks_on_ = static_cast<bool>(hooks_.grad_ready) || static_cast<bool>(hooks_.param_use) || static_cast<bool>(hooks_.progress);
+  unit_final_.assign(unit_entries_.size(), 0);
+  final_backward_ = false;
+}
+
+// The tied pair (embedding on the first stage, its copy on the last, pp > 1): its gradient is
+// final only after finalize_grads' embedding-group sum.
+bool Qwen3Model::embedding_group_param(size_t entry) const {
+  if (!cfg_.tie_word_embeddings || ps_->pp_size() == 1) return false;
+  return (first_ && entry == embed_tokens_.weight_entry()) || (last_ && entry == lm_head_.weight_entry());
+}
+
+void Qwen3Model::unit_grads_final(size_t unit) {
+  if (!hooks_on_ || unit >= unit_entries_.size() || unit_final_[unit]) return;
+  unit_final_[unit] = 1;
+  for (size_t id : unit_entries_[unit]) {
+    const auto& e = table_[id];
+    if (e.param == parallel::kNoParam || e.adapter || embedding_group_param(id)) continue;
+    Param& p = store_[e.param];
+    if (!p.grad.defined()) continue;  // frozen (LoRA)
+    if (tp_ > 1 && p.tp_grad_allreduce) parallel::all_reduce_sum(*ps_->tp, p.grad.f32(), p.grad.numel());
+    if (hooks_.grad_ready) hooks_.grad_ready(p);
+  }
+}
+
+void Qwen3Model::unit_use(size_t unit) {
+  if (!hooks_.param_use || unit >= unit_entries_.size()) return;
+  for (size_t id : unit_entries_[unit]) {
+    const auto& e = table_[id];
+    if (e.param != parallel::kNoParam && !e.adapter) hooks_.param_use(store_[e.param]);
+  }
+}
+
 void Qwen3Model::finalize_grads() {
-  if (tp_ > 1) {
+  if (hooks_on_) {
+    // The units the final backward did not report (all of them on a stage that ran no
+    // micro-batch), in backward order, so every dp rank starts its buckets in the same order.
+    for (size_t u = unit_entries_.size(); u-- > 0;) unit_grads_final(u);
+    std::fill(unit_final_.begin(), unit_final_.end(), 0);
+    final_backward_ = false;
+    for (auto& p : adapter_store_.params()) {
+      if (!p.grad.defined()) continue;
+      if (tp_ > 1 && p.tp_grad_allreduce) parallel::all_reduce_sum(*ps_->tp, p.grad.f32(), p.grad.numel());
+      if (hooks_.grad_ready) hooks_.grad_ready(p);
+    }
+  } else if (tp_ > 1) {
     for (ParamStore* s : {&store_, &adapter_store_})
       for (auto& p : s->params())
         if (p.tp_grad_allreduce && p.grad.defined()) parallel::all_reduce_sum(*ps_->tp, p.grad.f32(), p.grad.numel());
@@ -337,6 +391,7 @@ void Qwen3Model::finalize_grads() {
   if (cfg_.tie_word_embeddings && ps_->pp_size() > 1 && (first_ || last_) && store_.has_grads()) {
     Param& e = table_.param(first_ ? embed_tokens_.weight_entry() : lm_head_.weight_entry());
     parallel::all_reduce_sum(*ps_->embedding, e.grad.f32(), e.grad.numel());
+    if (hooks_on_ && hooks_.grad_ready) hooks_.grad_ready(e);
   }
 }
 

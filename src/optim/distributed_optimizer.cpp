@@ -1,6 +1,7 @@
 #include "twinkle/optim/distributed_optimizer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -9,6 +10,10 @@
 
 namespace twinkle {
 
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+}  // namespace
 
 const kernels::KernelTable& DistributedOptimizer::kernels() const { return kt_ ? *kt_ : kernels::default_cpu_kernels(); }
 
@@ -92,6 +97,23 @@ DistributedOptimizer::DistributedOptimizer(ParamStore& store, std::shared_ptr<di
     }
   }
   state_n_ = state;
+  // Communication buckets in the reverse order of use (Megatron builds them from the last
+  // parameter backwards): the backward makes high flat offsets final first.
+  for (size_t ri = 0; ri < regions_.size(); ++ri) {
+    const Region& rg = regions_[ri];
+    if (rg.group->size() == 1) continue;
+    for (size_t k = rg.buckets.size(); k-- > 0;) {
+      Bucket b;
+      b.region = ri;
+      b.start = rg.buckets[k].first;
+      b.len = rg.buckets[k].second;
+      for (const Param* p : ps_sorted) {
+        const int64_t lo = std::max(b.start, p->flat_offset), hi = std::min(b.start + b.len, p->flat_offset + p->data.numel());
+        if (hi > lo) b.param_elems += hi - lo;
+      }
+      buckets_.push_back(std::move(b));
+    }
+  }
   if (store_.device() == Device::CPU) {
     m_.assign(static_cast<size_t>(state), 0.0f);
     v_.assign(static_cast<size_t>(state), 0.0f);
@@ -110,24 +132,175 @@ float* DistributedOptimizer::bucket_scratch(int64_t n) {
   return dscratch_.f32();
 }
 
-void DistributedOptimizer::reduce_gradients() {
+bool DistributedOptimizer::in_store(const Param& p) const {
+  const auto& v = store_.params();
+  return !v.empty() && &p >= v.data() && &p < v.data() + v.size();
+}
+
+// Starts bucket b's gradient collective (in place on the gradient buffer). A device store keeps
+// the blocking path through a scratch buffer (its collectives are NCCL's or staged through host
+// memory, ProcessGroup's blocking calls), finished at once.
+void DistributedOptimizer::launch_grad(Bucket& b) {
+  const Region& rg = regions_[b.region];
+  auto& g = *rg.group;
+  const int64_t n = g.size();
   float* grads = store_.flat_grads().f32();
-  for (const Region& rg : regions_) {
-    auto& g = *rg.group;
-    const int64_t n = g.size();
-    if (n == 1) continue;
+  b.launched = true;
+  ++stats_.grad_buckets;
+  if (store_.device() != Device::CPU) {
     if (cfg_.use_distributed_optimizer) {
-      for (auto [s, len] : rg.buckets) {
-        const int64_t shard = len / n;
-        float* scratch = bucket_scratch(shard);
-        g.reduce_scatter(grads + s, scratch, shard);
-        copy_bytes(store_.device(), grads + s + g.rank() * shard, scratch, static_cast<size_t>(shard) * 4);
-      }
+      const int64_t shard = b.len / n;
+      float* scratch = bucket_scratch(shard);
+      g.reduce_scatter(grads + b.start, scratch, shard);
+      copy_bytes(store_.device(), grads + b.start + g.rank() * shard, scratch, static_cast<size_t>(shard) * 4);
     } else {
-      for (auto [s, len] : rg.buckets) g.all_reduce(grads + s, len, DType::F32, dist::ReduceOp::Sum);
+      g.all_reduce(grads + b.start, b.len, DType::F32, dist::ReduceOp::Sum);
+    }
+    b.done = true;
+    return;
+  }
+  b.grad_work = cfg_.use_distributed_optimizer ? g.ireduce_scatter(grads + b.start, b.len / n)
+                                               : g.iall_reduce(grads + b.start, b.len);
+}
+
+// Waits for bucket b's collective and moves this rank's reduced shard from the bucket's start
+// (where MPI_IN_PLACE reduce-scatter leaves it) to its owned place.
+void DistributedOptimizer::complete_grad(Bucket& b) {
+  if (b.done) return;
+  if (b.grad_work) {
+    b.grad_work->wait();
+    b.grad_work.reset();
+  }
+  const auto& g = *regions_[b.region].group;
+  if (cfg_.use_distributed_optimizer && g.rank() > 0) {
+    const int64_t shard = b.len / g.size();
+    float* grads = store_.flat_grads().f32();
+    std::memmove(grads + b.start + g.rank() * shard, grads + b.start, static_cast<size_t>(shard) * 4);
+  }
+  b.done = true;
+}
+
+void DistributedOptimizer::grad_ready(const Param& p) {
+  if (!cfg_.overlap_grad_reduce || reduced_ || !in_store(p)) return;
+  const int64_t lo = p.flat_offset, hi = p.flat_offset + p.data.numel();
+  for (Bucket& b : buckets_) {
+    const int64_t a = std::max(lo, b.start), e = std::min(hi, b.start + b.len);
+    if (e <= a) continue;
+    check(!b.launched && b.ready_elems + (e - a) <= b.param_elems,
+          "DistributedOptimizer: the gradient of '" + p.name +
+              "' was reported final twice in one step (overlap_grad_reduce needs exactly one forward_backward per "
+              "optimizer step; accumulate micro-batches inside one call or switch overlap_grad_reduce off)");
+    b.ready_elems += e - a;
+    if (b.ready_elems == b.param_elems) {
+      launch_grad(b);
+      ++stats_.grad_buckets_early;
     }
   }
+}
+
+void DistributedOptimizer::progress() {
+  // One MPI_Test drives OpenMPI's progress engine for every collective in flight; completed
+  // ones are dropped in order until the first that is still running.
+  const auto t0 = Clock::now();
+  bool any = false;
+  for (Bucket& b : buckets_) {
+    for (auto* w : {&b.grad_work, &b.param_work}) {
+      if (!*w) continue;
+      any = true;
+      if (!(*w)->test()) {
+        stats_.progress_s += since(t0);
+        return;
+      }
+      w->reset();  // complete (complete_grad then only moves the shard)
+    }
+  }
+  if (any) stats_.progress_s += since(t0);
+}
+
+void DistributedOptimizer::finish_grad_sync() {
+  if (reduced_) return;
+  const auto t0 = Clock::now();
+  for (Bucket& b : buckets_) {
+    if (!b.launched) launch_grad(b);
+    if (!cfg_.overlap_grad_reduce) complete_grad(b);  // the synchronous path: one bucket at a time
+  }
+  for (Bucket& b : buckets_) {
+    complete_grad(b);
+    b.ready_elems = 0;
+    b.launched = b.done = false;
+  }
+  stats_.grad_wait_s += since(t0);
   reduced_ = true;
+}
+
+void DistributedOptimizer::discard_gradients() {
+  // Collectives already started this step must finish on every rank before the buffer is reused.
+  for (Bucket& b : buckets_) {
+    if (b.grad_work) b.grad_work->wait();
+    b.grad_work.reset();
+    b.ready_elems = 0;
+    b.launched = b.done = false;
+  }
+  store_.zero_grad();
+  reduced_ = false;
+}
+
+// Starts the parameter all-gather of every bucket (ZeRO-1), in the order the forward first reads
+// them (lowest offsets first); waits for each at once unless overlap_param_gather.
+void DistributedOptimizer::start_param_sync() {
+  if (!cfg_.use_distributed_optimizer) return;
+  const auto t0 = Clock::now();
+  float* params = store_.flat_params().f32();
+  for (size_t k = buckets_.size(); k-- > 0;) {
+    Bucket& b = buckets_[k];
+    auto& g = *regions_[b.region].group;
+    const int64_t n = g.size(), shard = b.len / n;
+    ++stats_.param_buckets;
+    if (store_.device() != Device::CPU) {
+      float* scratch = bucket_scratch(shard);
+      copy_bytes(store_.device(), scratch, params + b.start + g.rank() * shard, static_cast<size_t>(shard) * 4);
+      g.all_gather(scratch, params + b.start, shard, DType::F32);
+      continue;
+    }
+    b.param_work = g.iall_gather(params + b.start, shard);
+    if (!cfg_.overlap_param_gather) {
+      b.param_work->wait();
+      b.param_work.reset();
+    } else {
+      param_pending_ = true;
+    }
+  }
+  stats_.param_wait_s += since(t0);
+}
+
+void DistributedOptimizer::param_use(const Param& p) {
+  if (!param_pending_ || !in_store(p)) return;
+  const auto t0 = Clock::now();
+  const int64_t lo = p.flat_offset, hi = p.flat_offset + p.data.numel();
+  bool pending = false;
+  for (Bucket& b : buckets_) {
+    if (!b.param_work) continue;
+    if (std::min(hi, b.start + b.len) > std::max(lo, b.start)) {
+      b.param_work->wait();
+      b.param_work.reset();
+      ++stats_.param_buckets_forward;
+    } else {
+      pending = true;
+    }
+  }
+  param_pending_ = pending;
+  stats_.param_wait_s += since(t0);
+}
+
+void DistributedOptimizer::finish_param_sync() {
+  if (!param_pending_) return;
+  const auto t0 = Clock::now();
+  for (Bucket& b : buckets_) {
+    if (b.param_work) b.param_work->wait();
+    b.param_work.reset();
+  }
+  param_pending_ = false;
+  stats_.param_wait_s += since(t0);
 }
 
 double DistributedOptimizer::grad_norm() {
@@ -148,7 +321,8 @@ StepStats DistributedOptimizer::step(double lr, double max_norm) {
           "DistributedOptimizer: the parameters live on device '" + device_name(store_.device()) +
               "' but the optimizer's kernels are '" + kernels().device + "' (call set_kernels with the model's table)");
   const int64_t bytes0 = comm_bytes();
-  if (!reduced_) reduce_gradients();
+  finish_param_sync();  // the last step's all-gathers, when no forward ran since
+  finish_grad_sync();
   StepStats st;
   st.grad_norm = grad_norm();
   st.expert_grad_norm = last_expert_norm();
@@ -179,17 +353,7 @@ StepStats DistributedOptimizer::step(double lr, double max_norm) {
                          static_cast<float>(cfg_.adam_beta2), static_cast<float>(cfg_.adam_eps),
                          seg.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f, step_);
   }
-  for (const Region& rg : regions_) {
-    auto& g = *rg.group;
-    const int64_t n = g.size();
-    if (!cfg_.use_distributed_optimizer || n == 1) continue;
-    for (auto [s, len] : rg.buckets) {
-      const int64_t shard = len / n;
-      float* scratch = bucket_scratch(shard);
-      copy_bytes(store_.device(), scratch, params + s + g.rank() * shard, static_cast<size_t>(shard) * 4);
-      g.all_gather(scratch, params + s, shard, DType::F32);
-    }
-  }
+  start_param_sync();
   store_.zero_grad();
   reduced_ = false;
   st.step = step_;
@@ -198,6 +362,7 @@ StepStats DistributedOptimizer::step(double lr, double max_norm) {
 }
 
 void DistributedOptimizer::gather_state(std::vector<float>& m, std::vector<float>& v) {
+  finish_param_sync();
   check(store_.device() == Device::CPU, "DistributedOptimizer::gather_state: the AdamW state on device '" +
                                             device_name(store_.device()) + "' is not saved yet (checkpoint resume is cpu only)");
   const int64_t N = store_.numel();
@@ -229,6 +394,7 @@ void DistributedOptimizer::load_state(const float* m, const float* v, int64_t st
   check(steps >= 0, "DistributedOptimizer::load_state: negative step count " + std::to_string(steps));
   check(store_.device() == Device::CPU, "DistributedOptimizer::load_state: the AdamW state on device '" +
                                             device_name(store_.device()) + "' is not restored yet (checkpoint resume is cpu only)");
+  finish_param_sync();
   for (const auto& seg : segments_) {
     std::memcpy(m_.data() + seg.state_off, m + seg.start, static_cast<size_t>(seg.len) * 4);
     std::memcpy(v_.data() + seg.state_off, v + seg.start, static_cast<size_t>(seg.len) * 4);

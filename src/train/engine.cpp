@@ -9,6 +9,19 @@ namespace twinkle {
 Engine::Engine(Qwen3Model& model) : model_(model) {}
 
 StepResult Engine::forward_backward(const std::vector<MicroBatch>& mbs) { return run(mbs, true); }
+
+void Engine::set_optimizer(DistributedOptimizer* opt) {
+  opt_ = opt;
+  if (!opt) {
+    model_.set_comm_hooks({});
+    return;
+  }
+  CommHooks h;
+  h.grad_ready = [opt](const Param& p) { opt->grad_ready(p); };
+  h.param_use = [opt](const Param& p) { opt->param_use(p); };
+  h.progress = [opt] { opt->progress(); };
+  model_.set_comm_hooks(std::move(h));
+}
 StepResult Engine::forward_only(const std::vector<MicroBatch>& mbs) { return run(mbs, false); }
 
 namespace {
@@ -111,8 +124,20 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training) {
   };
   if (model_.device() != Device::CPU)  // received hidden states / gradients land in device memory
     st.recv_buffer = [&](int which, int64_t elems) { return model_.pipeline_buffer(which, elems); };
+  if (opt_) {
+    // The model's hooks cover its base parameters; an adapter store's all-gathers finish first.
+    if (&opt_->store() != &model_.store()) opt_->finish_param_sync();
+    if (training) {
+      const int last_mb = static_cast<int>(mbs.size()) - 1;
+      st.backward = [&, last_mb](int mb, const float* dout) {
+        model_.set_final_backward(mb == last_mb);  // 1F1B runs the backwards in micro-batch order
+        return model_.backward(parallel::pipeline_slot(mb, s, p), sb[static_cast<size_t>(mb)], dout);
+      };
+    }
+  }
   res.times = parallel::run_1f1b(*ps.pp, static_cast<int>(mbs.size()), st, !training);
   if (training) model_.finalize_grads();
+  if (opt_) opt_->finish_param_sync();  // a stage without a micro-batch read no parameter
   // loss: sum over dp-cp on the last stage, then broadcast from the last stage over pp
   double v[1] = {ps.is_last_stage() ? loss_sum : 0.0};
   if (ps.dp_cp->size() > 1) ps.dp_cp->all_reduce_f64(v, 1, dist::ReduceOp::Sum);

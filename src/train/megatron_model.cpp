@@ -66,6 +66,7 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
                               : (cfg.is_moe() && cfg.output_router_logits ? cfg.router_aux_loss_coef : 0.0);
   mo.moe_z_loss_coeff = opts_.moe_z_loss_coeff;
   mo.cp_comm_type = opts_.cp_comm_type;
+  mo.mixed_precision = opts_.mixed_precision;
   std::optional<CheckpointReader> ck;
   if (opts_.load_weights) {
     ck = CheckpointReader::open_dir(model_dir_);
@@ -100,7 +101,7 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
   // The pad id collates padded micro-batches: a tokenizer that is present but cannot be
   // loaded is an error naming its file, not a silent pad id 0.
   if (fs::exists(fs::path(model_dir_) / "tokenizer.json")) pad_id_ = Tokenizer::from_dir(model_dir_).pad_token_id();
-  peak_flops_ = job_peak_flops(*ps_->world);
+  peak_flops_ = job_peak_flops(*ps_->world, opts_.mixed_precision == "bf16");
   t_start_ = t_last_metric_ = Clock::now();
 }
 
@@ -114,8 +115,16 @@ void MegatronModel::set_optimizer(const std::string& name, const OptimizerConfig
     validate(sc);
   }
   optim_cfg_ = cfg;
-  optim_ = std::make_unique<DistributedOptimizer>(model_->trainable_store(), ps_, cfg);
+  optim_cfg_.overlap_grad_reduce = opts_.overlap_grad_reduce;
+  optim_cfg_.overlap_param_gather = opts_.overlap_param_gather;
+  if (opts_.bucket_size > 0) optim_cfg_.bucket_bytes = 4 * opts_.bucket_size;
+  if (optim_) {  // the old optimizer's collectives in flight end before it goes
+    optim_->finish_param_sync();
+    engine_->set_optimizer(nullptr);
+  }
+  optim_ = std::make_unique<DistributedOptimizer>(model_->trainable_store(), ps_, optim_cfg_);
   optim_->set_kernels(model_->kernels());  // the model's table: kernelize_model swaps both
+  engine_->set_optimizer(optim_.get());
   if (has_sched_) {
     LRSchedulerConfig sc = sched_.config();
     sc.max_lr = cfg.lr;
@@ -129,10 +138,13 @@ void MegatronModel::add_adapter_to_model(const std::string& name, const LoraConf
   check(!name.empty(), "add_adapter_to_model: the adapter name is empty");
   check(!model_->has_adapter(), "add_adapter_to_model: the model already has adapter '" + adapter_name_ +
                                     "' (one adapter per model)");
+  finish_param_sync();
   model_->add_adapter(cfg, opts_.seed ? opts_.seed : global_seed());
   adapter_name_ = name;
   // An optimizer built before is rebuilt over the adapter (its base-weight state is freed).
   if (optim_) {
+    optim_->finish_param_sync();
+    engine_->set_optimizer(nullptr);
     optim_.reset();
     set_optimizer("default", optim_cfg_);
   }
@@ -198,6 +210,7 @@ double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows) {
 }
 
 double MegatronModel::forward_only(const std::vector<EncodedRow>& rows) {
+  finish_param_sync();
   StepResult r = engine_->forward_only(split(rows));
   last_eval_label_tokens_ = r.label_tokens;
   if (r.label_tokens == 0)
@@ -320,8 +333,13 @@ std::string MegatronModel::get_train_configs() const {
     const auto& kt = model_->kernels();
     std::string impls;
     for (const auto& op : kernels::op_names())
-      if (kt.impl(op) != kt.impl("linear")) impls += " " + op + "=" + kt.impl(op);
-    o << "Kernels: " << kt.device << " " << kt.impl("linear") << (impls.empty() ? "" : " except" + impls) << "\n";
+      if (kt.impl(op) != kt.impl("rms_norm")) impls += " " + op + "=" + kt.impl(op);
+    o << "Kernels: " << kt.device << " " << kt.impl("rms_norm") << (impls.empty() ? "" : " except" + impls) << "\n";
+    o << "Mixed precision: " << model_->options().mixed_precision
+      << (model_->options().mixed_precision == "bf16"
+              ? " (bf16 GEMM inputs, fp32 accumulation, fp32 master weights / grads / Adam state)"
+              : "")
+      << "\n";
   }
   o << "Optimizer: AdamW (" << (optim_cfg_.use_distributed_optimizer ? "distributed" : "replicated")
     << "), lr " << optim_cfg_.lr << ", weight_decay " << optim_cfg_.weight_decay << ", betas (" << optim_cfg_.adam_beta1
@@ -344,7 +362,15 @@ std::string MegatronModel::get_train_configs() const {
 std::string MegatronModel::save(const std::optional<std::string>& name_opt, const SaveOptions& opts) {
   check_option(opts.interval >= 1, "save", "interval", ">= 1", opts.interval);
   check_option(opts.keep_last >= 0, "save", "keep_last", ">= 0 (0 = keep all)", opts.keep_last);
+  DType save_dtype = model_->config().torch_dtype;
+  if (!opts.dtype.empty()) {
+    check(opts.dtype == "float32" || opts.dtype == "bfloat16" || opts.dtype == "float16",
+          "save: option dtype (--save-dtype) must be \"float32\", \"bfloat16\" or \"float16\" (or empty: the "
+          "dtype the model was loaded in), got \"" + opts.dtype + "\"");
+    save_dtype = dtype_from_torch_name(opts.dtype);
+  }
   if (cur_step_ % opts.interval != 0) return "";  // Twinkle: save only every `interval` steps
+  finish_param_sync();
   const std::string name = name_opt ? *name_opt : checkpoint_step_name(cur_step_);
   check(!(opts.save_optimizer && name.empty()),
         "save: save_optimizer needs a checkpoint name (the directory is replaced as a whole), not output_dir itself");
@@ -380,7 +406,8 @@ std::string MegatronModel::save(const std::optional<std::string>& name_opt, cons
     // Every file is written atomically (io's write_file_atomic / save_checkpoint_dir), and the
     // weights last: save_checkpoint_dir removes old weights first and writes its index last,
     // so an interrupted save never leaves a checkpoint that looks complete.
-    const ModelConfig& cfg = model_->config();
+    ModelConfig cfg = model_->config();
+    if (!opts.dtype.empty()) cfg.torch_dtype = save_dtype;  // config.json names the dtype written
     fs::create_directories(dir);
     for (const char* f : {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
                           "special_tokens_map.json", "generation_config.json"}) {
@@ -439,6 +466,7 @@ std::string MegatronModel::save(const std::optional<std::string>& name_opt, cons
 }
 
 void MegatronModel::load(const std::string& dir) {
+  finish_param_sync();
   CheckpointReader ck = CheckpointReader::open_dir(resolve_model_dir(dir));
   check(ck.has_weights(), "load: " + dir + " has no safetensors weights");
   check(!(model_->config().tie_word_embeddings && checkpoint_head_differs(ck)),

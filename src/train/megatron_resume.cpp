@@ -186,6 +186,7 @@ void MegatronModel::write_training_state(const std::string& dir, const TrainingS
 ResumeState MegatronModel::resume_from_checkpoint(const std::string& dir, bool resume_only_model, DataLoader* loader) {
   auto& world = *ps_->world;
   DistributedOptimizer& opt = optimizer();
+  opt.finish_param_sync();
   ResumeState rs;
   json st;
   fs::path it, state_path;

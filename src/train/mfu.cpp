@@ -13,6 +13,7 @@
 
 #include "twinkle/dist/runtime.h"
 #include "twinkle/kernels/cpu/gemm.h"
+#include "twinkle/kernels/cpu/gemm_bf16.h"
 
 namespace twinkle {
 
@@ -26,18 +27,25 @@ double qwen3_flops_per_token(const ModelConfig& c, int64_t num_parameters, doubl
   return 6.0 * n + attn;
 }
 
-double measure_core_flops() {
+double measure_core_flops(bool bf16) {
   const int64_t n = 384;
   std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(static_cast<size_t>(n * n), 0.25f),
       c(static_cast<size_t>(n * n));
+  std::vector<uint16_t> ab(a.size(), 0x3f00), bb(b.size(), 0x3e80);
+  auto gemm = [&] {
+    if (bf16)
+      kernels::cpu::bgemm(false, false, n, n, n, ab.data(), n, bb.data(), n, 0.0f, c.data(), n);
+    else
+      kernels::cpu::sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  };
   const int saved = omp_get_max_threads();
   omp_set_num_threads(1);
-  kernels::cpu::sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  gemm();
   int iters = 0;
   auto t0 = Clock::now();
   double el = 0;
   while (el < 0.15) {
-    kernels::cpu::sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    gemm();
     ++iters;
     el = std::chrono::duration<double>(Clock::now() - t0).count();
   }
@@ -51,7 +59,7 @@ std::string peak_file_path() {
   return (fs::path(h ? h : "/tmp") / ".cache/twinkle/peak.json").string();
 }
 
-double job_peak_flops(dist::ProcessGroup& world) {
+double job_peak_flops(dist::ProcessGroup& world, bool bf16) {
   if (const char* e = std::getenv("TWINKLE_PEAK_GFLOPS")) return std::atof(e) * 1e9;
   const int64_t hw = std::max<unsigned>(1u, std::thread::hardware_concurrency());
   const int64_t used = std::min<int64_t>(hw, static_cast<int64_t>(world.size()) * omp_get_max_threads());
@@ -61,7 +69,9 @@ double job_peak_flops(dist::ProcessGroup& world) {
     try {
       std::ifstream in(file);
       auto j = nlohmann::json::parse(in);
-      peak = j.at("core_gflops").get<double>() * 1e9 * static_cast<double>(used);
+      // a peak file written before bf16 existed has no core_bf16_gflops: measure that one
+      const char* key = bf16 ? "core_bf16_gflops" : "core_gflops";
+      if (j.contains(key)) peak = j.at(key).get<double>() * 1e9 * static_cast<double>(used);
     } catch (const std::exception& ex) {
       if (world.rank() == 0)
         get_logger().warning("MFU peak file " + file + " is unreadable (" + ex.what() +
@@ -72,7 +82,7 @@ double job_peak_flops(dist::ProcessGroup& world) {
   if (peak > 0) return peak;
   double core = 0;
   world.barrier();
-  if (world.rank() == 0) core = measure_core_flops();
+  if (world.rank() == 0) core = measure_core_flops(bf16);
   if (world.size() > 1) world.all_reduce_f64(&core, 1, dist::ReduceOp::Sum);
   return core * static_cast<double>(used);
 }

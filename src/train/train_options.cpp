@@ -20,8 +20,12 @@ void validate(const MegatronModelOptions& o) {
                o.on_nonfinite);
   check_option(o.cp_comm_type == "p2p" || o.cp_comm_type == "a2a", s, "cp_comm_type",
                "\"p2p\" (ring attention) or \"a2a\" (Ulysses)", o.cp_comm_type);
+  check_option(o.bucket_size >= 0, s, "bucket_size", ">= 0 elements (0 = the optimizer's bucket_bytes)",
+               o.bucket_size);
   check_option(o.kernels == "fused" || o.kernels == "reference", s, "kernels", "\"fused\" or \"reference\"",
                o.kernels);
+  check_option(o.mixed_precision == "fp32" || o.mixed_precision == "bf16", s, "mixed_precision",
+               "\"fp32\" or \"bf16\" (--fp32 / --bf16)", o.mixed_precision);
 }
 
 int64_t resolve_max_steps(int64_t max_steps, int64_t batches_per_epoch) {

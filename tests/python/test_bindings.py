@@ -378,6 +378,8 @@ class MegatronModelTest(unittest.TestCase):
         self.assertEqual(defaults(MegatronModel.calculate_metric)['is_training'], True)
         self.assertEqual({k: v for k, v in defaults(MegatronModel.save).items() if k != 'self'},
                          dict(name=None, output_dir=None, interval=1, save_optimizer=False, merge_lora=False))
+        self.assertEqual({k: v for k, v in defaults(MegatronModel.load).items() if k not in ('self', 'name')},
+                         dict(output_dir=None, load_optimizer=False, adapter_name=None))
         fb = inspect.signature(MegatronModel.forward_backward).parameters['inputs']
         self.assertEqual(fb.kind, inspect.Parameter.KEYWORD_ONLY)
 
@@ -514,6 +516,29 @@ class MegatronModelTest(unittest.TestCase):
         self.assertEqual((got['grad_norm'], got['lr'], got['step']), (want['grad_norm'], want['lr'], want['step']))
         with self.assertRaisesRegex(RuntimeError, 'not a checkpoint'):
             fresh.resume_from_checkpoint(os.path.join(self.tmp.name, 'init'))
+        # Twinkle's load(name, output_dir, load_optimizer=True): the same exact continuation
+        loaded = MegatronModel(MODEL, seed=777)
+        loaded.set_optimizer(optimizer_cls='default', lr=1e-3)
+        loaded.set_lr_scheduler(scheduler_cls='default', lr_warmup_steps=0, lr_decay_steps=4)
+        self.assertEqual(loaded.load('resume', output_dir=self.tmp.name, load_optimizer=True), p)
+        self.assertEqual(loaded.cur_step, m.cur_step - 1)
+        loaded.forward_backward(inputs=batches[0])
+        got = loaded.clip_grad_and_step()
+        self.assertEqual(loaded.last_metrics()['loss'], want_loss)
+        self.assertEqual((got['grad_norm'], got['lr'], got['step']), (want['grad_norm'], want['lr'], want['step']))
+        # a Hugging Face checkpoint without optimizer state: the weights only, with Twinkle's warning
+        hf_only = MegatronModel(MODEL, seed=777)
+        hf_only.set_optimizer(optimizer_cls='default', lr=1e-3)
+        with self.assertLogs(twinkle.get_logger(), level='WARNING') as logs:
+            self.assertIsNone(hf_only.load('init', output_dir=self.tmp.name, load_optimizer=True))
+        self.assertIn('holds no optimizer state', '\n'.join(logs.output))
+        self.assertEqual(hf_only.cur_step, 0)
+        self.assertEqual(hf_only.forward_only(inputs=batches[0]).loss, self.model_at_init_loss(batches[0]))
+        with self.assertRaisesRegex(TypeError, 'unexpected keyword'):
+            hf_only.load('init', output_dir=self.tmp.name, no_load_rng=True)
+
+    def model_at_init_loss(self, batch):
+        return MegatronModel(self.init_dir).forward_only(inputs=batch).loss
     def test_05_bad_model_arguments(self):
         with self.assertRaisesRegex(ValueError, 'micro_batch_size'):
             MegatronModel(MODEL, micro_batch_size=-1)

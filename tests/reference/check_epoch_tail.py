@@ -16,29 +16,18 @@ same grad norm in every layout.
 Run with /usr/bin/python3 (Debian's python3-torch).
 """
 import argparse
+import functools
 import json
 import os
-import random
 import shutil
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def run(cmd, timeout=240):
-    print("+", " ".join(cmd), flush=True)
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
-    if r.returncode != 0:
-        print(r.stdout)
-        raise SystemExit(f"FAIL: exit code {r.returncode}")
-    return r.stdout
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-12)
+sys.path.insert(0, HERE)
+import harness  # noqa: E402
+from harness import random_rows, rel, write_rows  # noqa: E402
+run = functools.partial(harness.run, env=harness.one_thread_env())  # every child on one thread
 
 
 def main():
@@ -61,18 +50,9 @@ def main():
             json.dump(cfg, f, indent=2)
         run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "init", "--config", cfg_path, "--seed", "0",
              "--out", model])
-        rng = random.Random(21)
-        ids, labels = [], []
-        for i in range(9):
-            L = rng.randint(5, 20)
-            row = [rng.randrange(cfg["vocab_size"]) for _ in range(L)]
-            p = rng.randint(0, L // 2)
-            ids.append(row)
-            labels.append([-100] * p + row[p:])
+        ids, labels = random_rows(9, cfg["vocab_size"], 21, (5, 20))
         rows = os.path.join(tmp, "rows.jsonl")
-        with open(rows, "w") as f:
-            for x, y in zip(ids, labels):
-                f.write(json.dumps({"input_ids": x, "labels": y}) + "\n")
+        write_rows(rows, ids, labels)
 
         def oracle(sel):
             b = os.path.join(tmp, "b.json")
@@ -132,9 +112,7 @@ def main():
                      (ids[6], [-100] * len(ids[6]))]
             rows4 = [rows4[k] for k in order]
             rows_path = os.path.join(tmp, "rows4.jsonl")
-            with open(rows_path, "w") as f:
-                for x, y in rows4:
-                    f.write(json.dumps({"input_ids": x, "labels": y}) + "\n")
+            write_rows(rows_path, [x for x, _ in rows4], [y for _, y in rows4])
             b = os.path.join(tmp, "b4.json")
             with open(b, "w") as f:
                 json.dump({"input_ids": [x for x, _ in rows4], "labels": [y for _, y in rows4]}, f)

@@ -15,10 +15,10 @@ the last position's logits, re-running the whole sequence each step). Cases:
 Run with /usr/bin/python3.
 """
 import argparse
+import functools
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -27,17 +27,9 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import make_tiny_model  # noqa: E402
+import harness  # noqa: E402
+run = functools.partial(harness.run, env=harness.one_thread_env())  # every child on one thread
 import qwen3_ref  # noqa: E402
-
-
-def run(cmd):
-    print("+", " ".join(cmd), flush=True)
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
-    if r.returncode != 0:
-        print(r.stdout, r.stderr)
-        raise SystemExit(f"command failed with exit code {r.returncode}")
-    return r.stdout
 
 
 def main():

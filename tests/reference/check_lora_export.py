@@ -24,11 +24,10 @@ same strict key rules; the merged directory is checked by qwen3_moe_ref.py (gene
 Run with /usr/bin/python3.
 """
 import argparse
+import functools
 import json
 import os
-import random
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -38,36 +37,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import lora_ref  # noqa: E402
 import make_tiny_model  # noqa: E402
+import harness  # noqa: E402
+from harness import random_rows, rel, write_rows  # noqa: E402
+run = functools.partial(harness.run, env=harness.one_thread_env())  # every child on one thread
 import qwen3_ref  # noqa: E402
 
 
-def run(cmd, expect_fail=False):
-    print("+", " ".join(cmd), flush=True)
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
-    if (r.returncode != 0) != expect_fail:
-        print(r.stdout)
-        raise SystemExit(f"command exited with {r.returncode} (expected {'failure' if expect_fail else 'success'})")
-    return r.stdout
-
-
-def rows(n, vocab, seed):
-    rng = random.Random(seed)
-    ids, labels = [], []
-    for _ in range(n):
-        L = rng.randint(8, 20)
-        row = [rng.randrange(vocab) for _ in range(L)]
-        p = rng.randint(1, L // 2)
-        ids.append(row)
-        labels.append([-100] * p + row[p:])
-    return ids, labels
-
-
 def write(tmp, name, ids, labels):
+    """The rows as a jsonl dataset and as a {"input_ids", "labels"} batch file."""
     jl, bj = os.path.join(tmp, name + ".jsonl"), os.path.join(tmp, name + ".json")
-    with open(jl, "w") as f:
-        for a, b in zip(ids, labels):
-            f.write(json.dumps({"input_ids": a, "labels": b}) + "\n")
+    write_rows(jl, ids, labels)
     with open(bj, "w") as f:
         json.dump({"input_ids": ids, "labels": labels}, f)
     return jl, bj
@@ -75,10 +54,6 @@ def write(tmp, name, ids, labels):
 
 def last_json(text):
     return json.loads(text.strip().splitlines()[-1])
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-12)
 
 
 def greedy(model, prompt, n):
@@ -116,8 +91,8 @@ def main():
              "--config", os.path.join(base, "config.json"), "--seed", "5", "--out", base])
         for fn in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copy(os.path.join(a.tokenizer_dir, fn), base)
-        train_jl, _ = write(tmp, "train", *rows(4, cfg["vocab_size"], 1))
-        held_jl, held_json = write(tmp, "held", *rows(3, cfg["vocab_size"], 2))
+        train_jl, _ = write(tmp, "train", *random_rows(4, cfg["vocab_size"], 1, (8, 20), 1))
+        held_jl, held_json = write(tmp, "held", *random_rows(3, cfg["vocab_size"], 2, (8, 20), 1))
         adapter = os.path.join(tmp, "adapter")
         launch = [os.path.join(a.build, "bin", "twinkle-run"), "--nproc_per_node=2", twinkle] if a.moe else [twinkle]
         run(launch + ["train", "--model", base, "--dataset", train_jl, "--batch-size", "4", "--max-steps", "2",

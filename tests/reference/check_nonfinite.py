@@ -15,29 +15,23 @@ the weights up (finite), step 2's loss / gradients are NaN or inf.
 Run with /usr/bin/python3.
 """
 import argparse
+import functools
 import hashlib
 import json
 import math
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import safetensors_py  # noqa: E402
-
-
-def run(cmd, expect_ok=True, timeout=180):
-    print("+", " ".join(cmd), flush=True)
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
-    if expect_ok and r.returncode != 0:
-        print(r.stdout)
-        raise SystemExit(f"FAIL: exit code {r.returncode}")
-    return r
+import harness  # noqa: E402
+from harness import read_metrics  # noqa: E402
+run = functools.partial(harness.run, env=harness.one_thread_env())  # every child on one thread
+run_any = functools.partial(harness.run_any, env=harness.one_thread_env())  # every child on one thread
 
 
 def digest(d):
@@ -46,13 +40,6 @@ def digest(d):
         with open(os.path.join(d, fn), "rb") as f:
             h[fn] = hashlib.sha256(f.read()).hexdigest()
     return h
-
-
-def read_metrics(p):
-    if not os.path.exists(p):
-        return []
-    with open(p) as f:
-        return [json.loads(l) for l in f if l.strip()]
 
 
 def main():
@@ -92,8 +79,8 @@ def main():
                 cmd += ["--on-nonfinite", policy]
             if np_ > 1:
                 cmd = [launcher, f"--nproc_per_node={np_}"] + cmd
-            r = run(cmd, expect_ok=False)
-            return r, read_metrics(metrics), out
+            r = run_any(cmd)
+            return r, read_metrics(metrics, missing_ok=True), out
 
         # 1. default: stop at step 2, earlier checkpoint untouched
         prev = os.path.join(tmp, "prev_ckpt")
@@ -129,7 +116,7 @@ def main():
             if bad:
                 failures.append(f"skip policy: saved checkpoint has non-finite tensors {bad[:5]}")
             png = os.path.join(tmp, "skip.png")
-            rp = run([twinkle, "plot", os.path.join(tmp, "m_skip1.jsonl"), "-o", png], expect_ok=False)
+            rp = run_any([twinkle, "plot", os.path.join(tmp, "m_skip1.jsonl"), "-o", png])
             if rp.returncode != 0 or not os.path.getsize(png):
                 failures.append(f"plot refused a metrics file with null losses: {rp.stdout[-500:]}")
 

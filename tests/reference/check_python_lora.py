@@ -14,29 +14,12 @@ import filecmp
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
+from harness import read_metrics, rel, run
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def run(cmd, env):
-    print('+', ' '.join(cmd), flush=True)
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=500)
-    if r.returncode != 0:
-        print(r.stdout)
-        raise SystemExit(f'FAIL: command exited {r.returncode}')
-    return r.stdout
-
-
-def metrics(path):
-    with open(path) as f:
-        return [json.loads(l) for l in f if l.strip()]
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-12)
 
 
 def main():
@@ -61,7 +44,7 @@ def main():
              '--output-dir', os.path.join(cpp, 'adapter')], env)
         run([launcher, '--nproc_per_node=4', os.path.join(ROOT, 'tests', 'reference', 'python_lora_run.py')],
             dict(env, TWINKLE_MODEL=model, TWINKLE_DATA_ROWS=str(a.rows), TWINKLE_OUTPUT_DIR=py, TWINKLE_LR=lr))
-        mc, mp = metrics(os.path.join(cpp, 'metrics.jsonl')), metrics(os.path.join(py, 'metrics.jsonl'))
+        mc, mp = read_metrics(os.path.join(cpp, 'metrics.jsonl')), read_metrics(os.path.join(py, 'metrics.jsonl'))
         steps = (a.rows + 7) // 8
         if len(mc) != steps or len(mp) != steps:
             failures.append(f'expected {steps} steps, got {len(mc)} (C++) and {len(mp)} (Python)')

@@ -16,35 +16,17 @@ scheduler options, the step sequence, or the save path. Run with /usr/bin/python
 import argparse
 import ast
 import filecmp
-import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
+
+from harness import read_metrics, rel, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # --recipe: (C++ program in build/examples, Python script in examples/python)
 RECIPES = {'tp': ('tp_recipe', 'tp.py'), 'moe': ('moe_recipe', 'tp_moe.py'), 'moe_cp': ('moe_cp_recipe', 'tp_moe_cp.py')}
-
-
-def run(cmd, env):
-    print('+', ' '.join(cmd), flush=True)
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=540)
-    if r.returncode != 0:
-        print(r.stdout)
-        raise SystemExit(f'command failed with exit code {r.returncode}')
-    return r.stdout
-
-
-def metrics(path):
-    with open(path) as f:
-        return [json.loads(l) for l in f if l.strip()]
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-12)
 
 
 def main():
@@ -72,7 +54,7 @@ def main():
         if moe:
             py_env['TWINKLE_MAX_STEPS'] = str(args.steps)
         out = run([launcher, '--nproc_per_node=8', os.path.join(ROOT, 'examples', 'python', py_prog)], py_env)
-        mc, mp = metrics(os.path.join(cpp_dir, 'metrics.jsonl')), metrics(os.path.join(py_dir, 'metrics.jsonl'))
+        mc, mp = read_metrics(os.path.join(cpp_dir, 'metrics.jsonl')), read_metrics(os.path.join(py_dir, 'metrics.jsonl'))
         steps = args.steps if moe else (args.rows + 7) // 8
         if len(mc) != steps or len(mp) != steps:
             failures.append(f'expected {steps} metrics lines, got {len(mc)} (C++) and {len(mp)} (Python)')

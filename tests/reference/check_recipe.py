@@ -22,29 +22,12 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def run(cmd, **kw):
-    print("+", " ".join(cmd), flush=True)
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
-    if r.returncode != 0:
-        print(r.stdout)
-        raise SystemExit(f"command failed with exit code {r.returncode}")
-    return r.stdout
-
-
-def metrics(path):
-    with open(path) as f:
-        return [json.loads(l) for l in f if l.strip()]
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-12)
+sys.path.insert(0, HERE)
+from harness import read_metrics, rel, run, write_rows  # noqa: E402
 
 
 def main():
@@ -76,8 +59,8 @@ def main():
             common += ["--model", base, "--lora", "--lr", "5e-3"]
         run([launcher, "--nproc_per_node=8", recipe, "--output-dir", os.path.join(tmp, "r8")] + common, env=env)
         run([recipe] + single + ["--output-dir", os.path.join(tmp, "r1")] + common, env=env)
-        m8 = metrics(os.path.join(tmp, "r8", "metrics.jsonl"))
-        m1 = metrics(os.path.join(tmp, "r1", "metrics.jsonl"))
+        m8 = read_metrics(os.path.join(tmp, "r8", "metrics.jsonl"))
+        m1 = read_metrics(os.path.join(tmp, "r1", "metrics.jsonl"))
         if len(m8) != args.steps or len(m1) != args.steps:
             failures.append(f"expected {args.steps} metrics lines, got {len(m8)} (8 ranks) and {len(m1)} (1 rank)")
         for a, b in zip(m8, m1):
@@ -105,9 +88,7 @@ def main():
             ids.append(row)
             labels.append([-100] * (L // 2) + row[L // 2:])
         rows = os.path.join(tmp, "heldout.jsonl")
-        with open(rows, "w") as f:
-            for a, b in zip(ids, labels):
-                f.write(json.dumps({"input_ids": a, "labels": b}) + "\n")
+        write_rows(rows, ids, labels)
         batch = os.path.join(tmp, "heldout.json")
         with open(batch, "w") as f:
             json.dump({"input_ids": ids, "labels": labels}, f)

@@ -30,23 +30,17 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import check_train as ct  # noqa: E402
+from harness import read_metrics, rel, run, run_any, write_rows  # noqa: E402
 import check_train_moe as ctm  # noqa: E402
 import safetensors_py  # noqa: E402
 
 STATE_FILES = ["master_weights.safetensors", "exp_avg.safetensors", "exp_avg_sq.safetensors"]
-
-
-def run_any(cmd, env=None):
-    print("+", " ".join(cmd), flush=True)
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    return r.returncode, r.stdout
 
 
 class Runner:
@@ -60,10 +54,10 @@ class Runner:
             cfg = ctm.moe_config(True, [1], 4)
             with open(os.path.join(model, "config.json"), "w") as f:
                 json.dump(cfg, f, indent=2)
-            ct.run(["/usr/bin/python3", os.path.join(HERE, "qwen3_moe_ref.py"), "init", "--config",
+            run(["/usr/bin/python3", os.path.join(HERE, "qwen3_moe_ref.py"), "init", "--config",
                     os.path.join(model, "config.json"), "--seed", "0", "--out", model])
         else:
-            ct.run(["/usr/bin/python3", os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"])
+            run(["/usr/bin/python3", os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"])
             os.rename(os.path.join(tmp, "tiny_a"), model)
             cfg_path = os.path.join(model, "config.json")
             with open(cfg_path) as f:
@@ -71,12 +65,12 @@ class Runner:
             cfg["num_hidden_layers"] = cfg["max_window_layers"] = 4
             with open(cfg_path, "w") as f:
                 json.dump(cfg, f, indent=2)
-            ct.run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "init", "--config", cfg_path, "--seed", "0",
+            run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "init", "--config", cfg_path, "--seed", "0",
                     "--out", model, "--norm-std", "0.1", "--bias-std", "0.02"])
         self.model, self.cfg = model, cfg
         ids, labels = ct.make_batch("rows:20", cfg["vocab_size"], 1234)
         self.rows = os.path.join(tmp, "rows.jsonl")
-        ct.write_rows(self.rows, ids, labels)
+        write_rows(self.rows, ids, labels)
         # 20 rows, batch 8: 3 batches per epoch (the last one 4 rows), shuffled: 10 steps cross 3 epochs.
         self.common = ["--model", model, "--dataset", self.rows, "--batch-size", "8", "--lr", "1e-3",
                        "--lr-warmup-steps", "2", "--lr-decay-steps", "10", "--lr-decay-style", "cosine",
@@ -95,11 +89,12 @@ class Runner:
             cmd = [self.launcher, f"--nproc_per_node={np_}"] + cmd
         env = dict(os.environ, OMP_NUM_THREADS="1")
         env.update(env_extra or {})
-        rc, text = run_any(cmd, env)
+        r = run_any(cmd, env)
+        rc, text = r.returncode, r.stdout
         if expect_ok and rc != 0:
             print(text)
             raise SystemExit(f"{tag}: twinkle train failed with exit code {rc}")
-        m = ct.read_metrics(metrics) if os.path.exists(metrics) else []
+        m = read_metrics(metrics) if os.path.exists(metrics) else []
         return m, out, rc, text
 
 
@@ -152,8 +147,8 @@ def compare_metrics(got, want, steps, rel_loss, rel_gn, what):
             if tol == 0:
                 if a[key] != b[key]:
                     bad.append(f"{what}: step {s}: {key} {a[key]!r} != {b[key]!r}")
-            elif ct.rel(a[key], b[key]) > tol:
-                bad.append(f"{what}: step {s}: {key} {a[key]!r} vs {b[key]!r} (rel {ct.rel(a[key], b[key]):.2e} > {tol:g})")
+            elif rel(a[key], b[key]) > tol:
+                bad.append(f"{what}: step {s}: {key} {a[key]!r} vs {b[key]!r} (rel {rel(a[key], b[key]):.2e} > {tol:g})")
     return bad
 
 

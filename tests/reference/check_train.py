@@ -26,32 +26,21 @@ import argparse
 import json
 import math
 import os
-import random
 import shutil
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import safetensors_py  # noqa: E402
+from harness import random_rows, read_metrics, rel, run, write_rows  # noqa: E402
 
 import torch  # noqa: E402
 
 PY = os.environ.get("TWINKLE_REF_PYTHON") or "/usr/bin/python3"
 
 
-def run(cmd, **kw):
-    print("+", " ".join(cmd), flush=True)
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
-    if r.returncode != 0:
-        print(r.stdout)
-        raise SystemExit(f"command failed with exit code {r.returncode}")
-    return r.stdout
-
-
 def make_batch(kind, vocab, seed):
-    rng = random.Random(seed)
     if kind == "tiny":
         with open(os.path.join(HERE, "tiny_batch.json")) as f:
             b = json.load(f)
@@ -59,31 +48,8 @@ def make_batch(kind, vocab, seed):
     # "rows:N": N rows of random lengths 5..24, first tokens unlabelled (prompt), some rows fully padded later;
     # "rows:N:LO:HI": lengths LO..HI
     parts = kind.split(":")
-    n = int(parts[1])
-    lo, hi = (int(parts[2]), int(parts[3])) if len(parts) == 4 else (5, 24)
-    ids, labels = [], []
-    for i in range(n):
-        L = rng.randint(lo, hi)
-        row = [rng.randrange(vocab) for _ in range(L)]
-        p = rng.randint(0, L // 2)
-        ids.append(row)
-        labels.append([-100] * p + row[p:])
-    return ids, labels
-
-
-def write_rows(path, ids, labels):
-    with open(path, "w") as f:
-        for a, b in zip(ids, labels):
-            f.write(json.dumps({"input_ids": a, "labels": b}) + "\n")
-
-
-def read_metrics(path):
-    with open(path) as f:
-        return [json.loads(l) for l in f if l.strip()]
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-12)
+    lengths = (int(parts[2]), int(parts[3])) if len(parts) == 4 else (5, 24)
+    return random_rows(int(parts[1]), vocab, seed, lengths)
 
 
 def compare_tensors(name_a, a, name_b, b, tol, what):

@@ -32,6 +32,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import check_train as ct  # noqa: E402
+from harness import read_metrics, rel, run, write_rows  # noqa: E402
 import safetensors_py  # noqa: E402
 
 
@@ -85,10 +86,10 @@ def main():
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=2)
         ref_py = os.path.join(HERE, "qwen3_moe_ref.py")
-        ct.run(["/usr/bin/python3", ref_py, "init", "--config", cfg_path, "--seed", "0", "--out", model])
+        run(["/usr/bin/python3", ref_py, "init", "--config", cfg_path, "--seed", "0", "--out", model])
         ids, labels = ct.make_batch(args.batch, cfg["vocab_size"], 1234)
         rows_path = os.path.join(tmp, "rows.jsonl")
-        ct.write_rows(rows_path, ids, labels)
+        write_rows(rows_path, ids, labels)
         def twinkle_train(tag, np_, extra):
             out = os.path.join(tmp, "out_" + tag)
             metrics = os.path.join(tmp, f"metrics_{tag}.jsonl")
@@ -100,8 +101,8 @@ def main():
                    "--moe-aux-loss-type", args.aux_type, "--moe-z-loss-coeff", str(args.z_coef)] + lora + extra
             if np_ > 1:
                 cmd = [os.path.join(args.build, "bin", "twinkle-run"), f"--nproc_per_node={np_}"] + cmd
-            ct.run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"))
-            return ct.read_metrics(metrics), out
+            run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"))
+            return read_metrics(metrics), out
 
         if args.layout:
             base, base_out = twinkle_train("single", 1, [])
@@ -117,7 +118,7 @@ def main():
                             "expert_load_max", "expert_load_min"):
                     if key not in a or key not in b:
                         failures.append(f"step {i+1}: metrics lack {key}")
-                    elif ct.rel(a[key], b[key]) > 1e-5 and abs(a[key] - b[key]) > 1e-12:
+                    elif rel(a[key], b[key]) > 1e-5 and abs(a[key] - b[key]) > 1e-12:
                         failures.append(f"step {i+1}: {key} {a[key]} vs single {b[key]}")
             failures += ct.compare_params(ct.load_ckpt(lay_out), ct.load_ckpt(base_out), args)
             if failures:
@@ -138,13 +139,13 @@ def main():
             json.dump({"micro_batches": mbs}, f)
         ref_out = os.path.join(tmp, "ref")
         if args.lora_r:
-            ct.run(["/usr/bin/python3", os.path.join(HERE, "lora_ref.py"), "step", "--model", model, "--adapter",
+            run(["/usr/bin/python3", os.path.join(HERE, "lora_ref.py"), "step", "--model", model, "--adapter",
                     init_adapter, "--batch", batch_json, "--steps", str(args.steps), "--lr", str(args.lr),
                     "--weight-decay", str(args.weight_decay), "--beta1", "0.9", "--beta2", "0.95", "--eps", "1e-8",
                     "--clip-grad", str(args.clip_grad), "--out", ref_out, "--dtype", "float64", "--aux-coef",
                     str(args.aux_coef), "--aux-type", args.aux_type, "--z-coef", str(args.z_coef)])
         else:
-            ct.run(["/usr/bin/python3", ref_py, "step", "--model", model, "--batch", batch_json, "--steps",
+            run(["/usr/bin/python3", ref_py, "step", "--model", model, "--batch", batch_json, "--steps",
                     str(args.steps), "--lr", str(args.lr), "--weight-decay", str(args.weight_decay), "--beta1", "0.9",
                     "--beta2", "0.95", "--eps", "1e-8", "--clip-grad", str(args.clip_grad), "--out", ref_out,
                     "--dtype", "float64", "--save-dtype", "F64", "--aux-coef", str(args.aux_coef), "--aux-type",
@@ -161,7 +162,7 @@ def main():
             for key in ("loss", "grad_norm", "lm_loss", "aux_loss", "z_loss"):
                 if key not in tw[i]:
                     failures.append(f"step {i+1}: twinkle's metrics lack {key}")
-                elif ct.rel(tw[i][key], ref[key][i]) > 1e-5 and abs(tw[i][key] - ref[key][i]) > 1e-12:
+                elif rel(tw[i][key], ref[key][i]) > 1e-5 and abs(tw[i][key] - ref[key][i]) > 1e-12:
                     failures.append(f"step {i+1}: {key} {tw[i][key]} vs torch {ref[key][i]}")
             for key in () if args.lora_r else ("expert_load_max", "expert_load_min"):
                 if key not in tw[i] or abs(tw[i][key] - ref[key][i]) > 1e-9:

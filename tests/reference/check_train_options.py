@@ -10,6 +10,7 @@ ids count and train like any other (eval vs PyTorch on the real Qwen3 vocabulary
 Run with /usr/bin/python3.
 """
 import argparse
+import functools
 import json
 import os
 import random
@@ -20,11 +21,14 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import harness  # noqa: E402
+run_any = functools.partial(harness.run_any, env=harness.one_thread_env())  # every child on one thread
 
 
 def run(cmd, timeout=120):
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    """(exit code, output) of cmd: the checks here expect failures as well as successes."""
+    r = run_any(cmd, timeout=timeout)
     return r.returncode, r.stdout
 
 
@@ -100,6 +104,9 @@ def main():
             (["--max-steps", "-1"], r"'max_steps' \(--max-steps\) must be >= 0 \(0 = one epoch\), got -1"),
             (["--batch-size", "0"], r"'batch_size' \(--batch-size\) must be >= 1, got 0"),
             (["--on-nonfinite", "ignore"], r"'on_nonfinite' .*\"error\" or \"skip\""),
+            (["--bf16", "--fp32"], r"--bf16 excludes --fp32"),
+            # bf16 is not implemented on the CUDA backend: refused by name before any GPU is touched
+            (["--bf16", "--device", "cuda"], r"mixed_precision 'bf16' \(--bf16\) is not implemented on device 'cuda'.*--fp32"),
         ]
         for flags, pattern in bad:
             rc, out = train(flags)

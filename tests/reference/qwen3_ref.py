@@ -45,6 +45,10 @@ Precision: --dtype float32 (default) follows HF's float32 path exactly; --dtype 
 everything (RoPE tables, norms, softmax, loss) in float64 - the "true" value to measure a
 float32 engine's error against; --dtype bfloat16 mirrors HF's bf16 path (norms / softmax /
 RoPE tables / loss in float32) and is allowed for `loss`, `dump` and `step --steps 0` only.
+`step --precision autocast-bf16` trains the float32 model under torch.autocast("cpu", bfloat16)
+(PyTorch's mixed precision: bf16 matmul inputs and outputs, float32 parameters, gradients and AdamW
+state); `--precision pure-bf16` casts the model to bfloat16 and runs AdamW on the bf16 parameters (no
+float32 master weights: the negative control of the bf16 numerics test, tests/reference/check_bf16.py).
 
 CLI (see `qwen3_ref.py -h`):
   init  --config config.json --seed S --out DIR [--dtype F32|BF16|F16] [--std X]
@@ -695,7 +699,12 @@ def cmd_step(a):
     dtype = _DTYPES[a.dtype]
     if dtype == torch.bfloat16 and a.steps > 0:
         raise SystemExit("qwen3_ref step: --dtype bfloat16 is only allowed with --steps 0")
+    if a.precision != "none" and dtype != torch.float32:
+        raise SystemExit("qwen3_ref step: --precision needs --dtype float32")
     model = load_model(a.model, dtype)
+    if a.precision == "pure-bf16":
+        model.to(torch.bfloat16)
+        model.dtype = torch.bfloat16
     steps = load_batches(a.batch)
     opt = make_optimizer(model, a.lr, a.weight_decay, a.beta1, a.beta2, a.eps)
     params = [p for p in model.parameters()]
@@ -707,7 +716,11 @@ def cmd_step(a):
     n_iter = max(a.steps, 1)
     for i in range(n_iter):
         opt.zero_grad(set_to_none=True)
-        loss, ntok = train_step(model, steps[i % len(steps)], a.segment_shift)
+        if a.precision == "autocast-bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss, ntok = train_step(model, steps[i % len(steps)], a.segment_shift)
+        else:
+            loss, ntok = train_step(model, steps[i % len(steps)], a.segment_shift)
         for p in params:  # a parameter that received no gradient has a zero one
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
@@ -768,6 +781,8 @@ def main(argv=None):
     p.add_argument("--eps", type=float, default=1e-8)
     p.add_argument("--clip-grad", type=float, default=1.0, help="max grad norm; 0 disables clipping")
     p.add_argument("--save-dtype", choices=["F32", "F64"], default="F32")
+    p.add_argument("--precision", choices=["none", "autocast-bf16", "pure-bf16"], default="none",
+                   help="bf16 mixed precision of PyTorch (autocast) or bf16 parameters without master weights")
     p.add_argument("--out", required=True)
     p.set_defaults(fn=cmd_step)
 

@@ -1,5 +1,5 @@
-// `twinkle info`: what this build and machine are, and the measured fp32 GEMM peak that MFU
-// is computed against (saved to $TWINKLE_HOME/peak.json, default ~/.cache/twinkle/peak.json).
+// `twinkle info`: what this build and machine are, the ISA oneDNN runs on (and whether it has bf16
+// instructions), and the measured fp32 and bf16 GEMM peaks that MFU is computed against (saved to $TWINKLE_HOME/peak.json, default ~/.cache/twinkle/peak.json).
 #include <dnnl.h>
 #include <mpi.h>
 #include <omp.h>
@@ -16,6 +16,7 @@
 
 #include "command.h"
 #include "twinkle/kernels/cpu/gemm.h"
+#include "twinkle/kernels/cpu/gemm_bf16.h"
 #ifdef TWINKLE_CUDA_BUILT
 #include "twinkle/kernels/cuda/runtime.h"
 #endif
@@ -33,6 +34,24 @@ double sgemm_gflops(int threads, double seconds) {
   while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
     auto t0 = std::chrono::steady_clock::now();
     twinkle::kernels::cpu::sgemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * n * n * n / el / 1e9);
+  }
+  return best;
+}
+
+// bf16 x bf16 -> fp32 GEMM (the --bf16 path's kernel, twinkle/kernels/cpu/gemm_bf16.h), same shape.
+double bf16_gflops(int threads, double seconds) {
+  const int64_t n = 1024;
+  std::vector<uint16_t> a(static_cast<size_t>(n * n), 0x3f00), b(static_cast<size_t>(n * n), 0x3e80);
+  std::vector<float> c(static_cast<size_t>(n * n));
+  omp_set_num_threads(threads);
+  twinkle::kernels::cpu::bgemm(false, true, n, n, n, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  double best = 0;
+  auto start = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+    auto t0 = std::chrono::steady_clock::now();
+    twinkle::kernels::cpu::bgemm(false, true, n, n, n, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::max(best, 2.0 * n * n * n / el / 1e9);
   }
@@ -64,6 +83,10 @@ int info_main(int argc, char** argv) {
 #endif
   std::printf("  GEMM          oneDNN %d.%d.%d (%s)\n", v->major, v->minor, v->patch, v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime");
   std::printf("  MPI           %s\n", mpi.c_str());
+  const bool native_bf16 = twinkle::kernels::cpu::bf16_gemm_native();
+  std::printf("  oneDNN ISA    %s (bf16 GEMMs: %s)\n", twinkle::kernels::cpu::dnnl_isa_name().c_str(),
+              native_bf16 ? "native bf16 instructions"
+                          : "this CPU has no bf16 instructions: --bf16 runs fp32 GEMMs on bf16-rounded inputs");
   std::printf("machine\n  CPU           %s\n  cores         %u\n  OMP threads   %d (OMP_NUM_THREADS)\n", cpu_model().c_str(),
               cores, omp_get_max_threads());
   nlohmann::json gpus = nlohmann::json::array();
@@ -94,6 +117,11 @@ int info_main(int argc, char** argv) {
   const double all = sgemm_gflops(static_cast<int>(cores), 0.5);
   std::printf("measured fp32 sgemm peak (1024^3, best of 0.5 s)\n  1 thread      %.1f GFLOP/s\n  %u threads     %.1f GFLOP/s\n",
               one, cores, all);
+  const double bone = bf16_gflops(1, 0.5);
+  const double ball = bf16_gflops(static_cast<int>(cores), 0.5);
+  std::printf("measured bf16 GEMM peak (bf16 x bf16 -> fp32 oneDNN matmul, 1024^3, best of 0.5 s)%s\n  1 thread      %.1f "
+              "GFLOP/s (%.2fx fp32)\n  %u threads     %.1f GFLOP/s (%.2fx fp32)\n",
+              native_bf16 ? "" : " [no bf16 instructions: emulated]", bone, bone / one, cores, ball, ball / all);
   const char* home = std::getenv("TWINKLE_HOME");
   std::filesystem::path dir = home ? std::filesystem::path(home)
                                    : std::filesystem::path(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") / ".cache/twinkle";
@@ -101,7 +129,11 @@ int info_main(int argc, char** argv) {
   std::filesystem::create_directories(dir, ec);
   std::ofstream out(dir / "peak.json");
   if (out) {
-    out << nlohmann::json{{"core_gflops", one}, {"machine_gflops", all}, {"cores", cores}, {"cpu", cpu_model()}, {"gpus", gpus}}.dump(2)
+    out << nlohmann::json{{"core_gflops", one},        {"machine_gflops", all},
+                          {"core_bf16_gflops", bone},  {"machine_bf16_gflops", ball},
+                          {"dnnl_isa", twinkle::kernels::cpu::dnnl_isa_name()},
+                          {"cores", cores},            {"cpu", cpu_model()},
+                          {"gpus", gpus}}.dump(2)
         << "\n";
     std::printf("saved to %s (MegatronModel uses it for MFU; TWINKLE_PEAK_GFLOPS overrides)\n",
                 (dir / "peak.json").string().c_str());

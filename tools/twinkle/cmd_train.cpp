@@ -69,6 +69,8 @@ int train_main(int argc, char** argv) {
   std::string kernels = "fused";
   std::string pipeline_split = "balanced";
   std::string recompute = "full";
+  bool bf16 = false, fp32 = false;
+  std::string save_dtype;
   std::vector<int64_t> layers_per_stage;
   bool sp = false, dist_opt = true, shuffle = false, packing = false, skip_bad = false, no_save = false;
   bool drop_last = false, ignore_empty_think = false;
@@ -123,6 +125,14 @@ int train_main(int argc, char** argv) {
   app.add_option("--moe-z-loss-coeff", moe_z_coeff, "router z-loss coefficient (default 0)");
   app.add_flag("--sequence-parallel", sp, "sequence parallelism in the tp regions");
   app.add_option("--use-distributed-optimizer", dist_opt, "ZeRO-1 optimizer sharding over dp");
+  bool overlap_grad = false, overlap_param = false;
+  int64_t bucket_size = 0;
+  app.add_flag("--overlap-grad-reduce", overlap_grad,
+               "start each gradient bucket's dp reduce-scatter / all-reduce in the backward (Megatron; default off)");
+  app.add_flag("--overlap-param-gather", overlap_param,
+               "overlap the ZeRO-1 parameter all-gather with the next forward (Megatron; default off)");
+  app.add_option("--bucket-size", bucket_size,
+                 "gradient bucket size in elements (Megatron's bucket_size; 0 = 4 MiB = 1,048,576)");
   app.add_option("--device", device, "cpu | cuda | npu");
   app.add_option("--template", templ, "chat template for message datasets (default: Template = qwen3)");
   app.add_option("--max-length", max_length, "template max_length (>= 1)");
@@ -136,6 +146,14 @@ int train_main(int argc, char** argv) {
   app.add_flag("--packing", packing, "padding-free packed micro-batches");
   app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
       ->check(CLI::IsMember({"fused", "reference"}));
+  auto* bf16_flag = app.add_flag("--bf16", bf16,
+                                 "bf16 mixed precision: bf16 GEMM inputs, fp32 accumulation, fp32 master weights, grads "
+                                 "and Adam state (Megatron's; Twinkle's MegatronModel default). CPU only");
+  app.add_flag("--fp32", fp32, "fp32 everywhere (the default)")->excludes(bf16_flag);
+  app.add_option("--save-dtype", save_dtype,
+                 "dtype of the saved HF weights and config.json torch_dtype: float32 | bfloat16 | float16 (default: "
+                 "the dtype the model was loaded in)")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
   app.add_flag("--skip-bad-rows", skip_bad, "drop malformed rows with a warning naming file:line instead of failing");
   app.add_flag("--no-save", no_save, "do not save the final checkpoint");
   app.add_option("--dump-grads", dump_grads, "write the step-1 gradients (HF names, f32) to this safetensors file (dp=1 only; default: none)");
@@ -205,7 +223,14 @@ int train_main(int argc, char** argv) {
   mo.kernels = kernels;
   mo.pipeline_split = pipeline_split;
   mo.recompute_granularity = recompute;
+  mo.mixed_precision = bf16 ? "bf16" : "fp32";
+  // refused before the runtime touches a device (Qwen3Model refuses it too, for the API)
+  twinkle::check(!bf16 || device == "cpu", "mixed_precision 'bf16' (--bf16) is not implemented on device '" + device +
+                                               "' yet (the CUDA backend runs fp32 GEMMs only): use --fp32 there");
   mo.layers_per_stage = layers_per_stage;
+  mo.overlap_grad_reduce = overlap_grad;
+  mo.overlap_param_gather = overlap_param;
+  mo.bucket_size = bucket_size;
   twinkle::validate(mo);
   const bool use_lora = lora.r > 0 || !adapter_dir.empty();
   if (lora.r > 0) twinkle::validate(lora);
@@ -355,6 +380,7 @@ int train_main(int argc, char** argv) {
       cs.save_optimizer = save_optimizer;
       cs.keep_last = keep_last;
       cs.merge_lora = merge_lora;
+      cs.dtype = save_dtype;
       cs.dataloader = &loader;
       const std::string dir = m.save(std::nullopt, cs);  // "" when step % interval != 0
       if (!dir.empty()) log.info("saved checkpoint " + dir + (save_optimizer ? " (with the optimizer state)" : ""));
@@ -369,6 +395,7 @@ int train_main(int argc, char** argv) {
     twinkle::SaveOptions so;
     so.output_dir = od.parent_path().empty() ? "." : od.parent_path().string();
     so.merge_lora = merge_lora;
+    so.dtype = save_dtype;
     std::string dir = m.save(od.filename().string(), so);
     log.info(std::string(use_lora && !merge_lora ? "saved PEFT adapter to " : "saved Hugging Face checkpoint to ") + dir);
   }

@@ -7,6 +7,8 @@
 //   all_reduce -> MPI_Allreduce (MPI_IN_PLACE)     all_gather     -> MPI_Allgather
 //   reduce_scatter -> MPI_Reduce_scatter_block     all_to_all_v   -> MPI_Alltoallv
 //   broadcast -> MPI_Bcast    send/recv -> MPI_Send/MPI_Recv    send_recv -> MPI_Sendrecv
+//   iall_reduce -> MPI_Iallreduce    ireduce_scatter -> MPI_Ireduce_scatter_block
+//   iall_gather -> MPI_Iallgather    (all in place; CommWork::test/wait -> MPI_Test/MPI_Wait)
 // Element counts travel as MPI `int`: all_reduce, broadcast, send and recv split a
 // larger buffer into chunks of at most INT_MAX elements; all_gather, reduce_scatter and
 // all_to_all_v throw twinkle::Error when a count or displacement exceeds INT_MAX.
@@ -53,6 +55,9 @@ class MpiProcessGroup : public ProcessGroup {
   void send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf, int64_t recv_count, int src,
                  DType dtype, int tag) override;
   void barrier() override;
+  std::unique_ptr<CommWork> iall_reduce(float* buf, int64_t count) override;
+  std::unique_ptr<CommWork> ireduce_scatter(float* buf, int64_t count) override;
+  std::unique_ptr<CommWork> iall_gather(float* buf, int64_t count) override;
 
   using ProcessGroup::all_reduce;
 

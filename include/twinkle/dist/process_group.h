@@ -4,8 +4,12 @@
 // implements it over an MPI communicator; a size-1 group (LocalProcessGroup) makes
 // every collective a no-op so single-process code runs the same path. NCCL (and an
 // NPU collective library) implement the same interface in their backends.
-// All collectives are blocking and must be called by every rank of the group in the
-// same order. Buffers are host memory for the MPI implementation.
+// All collectives must be called by every rank of the group in the same order. The plain ones
+// are blocking; iall_reduce / ireduce_scatter / iall_gather start a collective and return a
+// CommWork to test or wait on (MPI's non-blocking collectives, MPI-3 §5.12; the gradient
+// buckets of the distributed optimizer overlap them with the backward and forward passes, as
+// Megatron-core's param_and_grad_buffer.py does with async_op=True). Buffers are host memory
+// for the MPI implementation.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -17,6 +21,23 @@
 namespace twinkle::dist {
 
 enum class ReduceOp { Sum, Max, Min };
+
+/// A collective in flight (an MPI_Request of a non-blocking collective). Its buffer must not be
+/// touched until test() returned true or wait() returned. Destroying an unfinished one waits for
+/// it (errors then ignored). Not copyable.
+class CommWork {
+ public:
+  CommWork() = default;
+  CommWork(const CommWork&) = delete;
+  CommWork& operator=(const CommWork&) = delete;
+  virtual ~CommWork() = default;
+  /// Lets the library progress the collective (OpenMPI moves non-blocking collectives only inside
+  /// MPI calls) and returns true once it is complete (MPI_Test). Throws twinkle::Error naming the
+  /// group when the collective failed. Cheap once complete.
+  virtual bool test() = 0;
+  /// Blocks until the collective is complete (MPI_Wait); throws twinkle::Error on failure.
+  virtual void wait() = 0;
+};
 
 class ProcessGroup {
  public:
@@ -41,6 +62,20 @@ class ProcessGroup {
   /// In place when send == recv (the input fills recv[0 : size()*count], the result lands
   /// in recv[0 : count]; MPI_IN_PLACE of MPI_Reduce_scatter_block).
   virtual void reduce_scatter(const float* send, float* recv, int64_t count) = 0;
+  /// Non-blocking, in place, f32 sum (MPI_Iallreduce with MPI_IN_PLACE): buf[count] becomes the
+  /// sum over ranks once the returned work completes. Counted in bytes_sent() when started, as
+  /// all_reduce. The default implementation (LocalProcessGroup, device groups) runs the blocking
+  /// all_reduce and returns a completed work.
+  virtual std::unique_ptr<CommWork> iall_reduce(float* buf, int64_t count);
+  /// Non-blocking, in place reduce-scatter (MPI_Ireduce_scatter_block with MPI_IN_PLACE):
+  /// buf[size()*count] holds this rank's input; once complete buf[0 : count] holds the sum over
+  /// ranks of their block rank() (the rest of buf is undefined). Counted as reduce_scatter.
+  /// Default: the blocking reduce_scatter(buf, buf, count).
+  virtual std::unique_ptr<CommWork> ireduce_scatter(float* buf, int64_t count);
+  /// Non-blocking, in place all-gather (MPI_Iallgather with MPI_IN_PLACE): this rank's block is
+  /// buf[rank()*count : +count]; once complete buf[size()*count] holds every rank's block in rank
+  /// order. Counted as all_gather. Default: the blocking all_gather in place.
+  virtual std::unique_ptr<CommWork> iall_gather(float* buf, int64_t count);
   /// All-to-all with per-peer counts and displacements in elements (vectors of size()
   /// entries each, else twinkle::Error): send[send_displs[j] : +send_counts[j]] goes to
   /// rank j and lands in its recv[recv_displs[me] : +recv_counts[me]]. Counts may be 0;
@@ -85,6 +120,9 @@ class ProcessGroup {
  protected:
   int64_t bytes_sent_ = 0;
 };
+
+/// A CommWork that is already complete (what the blocking default implementations return).
+std::unique_ptr<CommWork> completed_work();
 
 /// A group of one rank (LocalProcessGroup): all_reduce and barrier are no-ops;
 /// all_gather, reduce_scatter, all_to_all_v (counts of size 1) and send_recv to self

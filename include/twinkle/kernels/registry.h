@@ -8,6 +8,8 @@
 //   "fused"     — the optimized kernels of src/kernels/cpu (oneDNN GEMM, flash attention, AVX-512
 //                 element-wise) plus the fusions add_rms_norm, qk_norm_rope, gate_up_swiglu and
 //                 linear_cross_entropy. The default.
+//   "bf16"      — only the GEMM ops (mixed_precision_ops()): bf16 inputs, fp32 accumulation
+//                 (twinkle/kernels/cpu/bf16_ops.h); laid over a table by apply_mixed_precision.
 // Device "cuda" (a CUDA build, twinkle/kernels/cuda/kernels.h): "fused" — the CUDA kernels, cuBLAS
 // GEMMs; resolving a table for it initializes the CUDA runtime (and throws without a GPU). Without the
 // CUDA build, and for "npu" always, resolving a table throws at once (check_device). A user registers an own kernel with Registry::global().add(...) and selects it
@@ -102,6 +104,20 @@ bool device_built(const std::string& device);
 /// option for any other value.
 void check_kernel_set(const std::string& set);
 
+/// Ops whose implementation the mixed precision "bf16" replaces: linear, gate_up_swiglu,
+/// linear_cross_entropy, grouped_linear (every GEMM of the step).
+const std::vector<std::string>& mixed_precision_ops();
+
+/// Throws twinkle::Error naming the option unless mp is "fp32" or "bf16".
+void check_mixed_precision(const std::string& mp);
+
+/// Lays mixed precision `mp` over a resolved table: "fp32" leaves it; "bf16" puts the CPU "bf16"
+/// implementations (twinkle/kernels/cpu/bf16_ops.h: bf16 GEMM inputs, fp32 accumulation and outputs)
+/// into the mixed_precision_ops() slots, every other op stays (fp32 norms, softmax, attention, cross
+/// entropy, AdamW). Throws twinkle::Error for an unknown mp (check_mixed_precision) and for "bf16" on
+/// a device other than "cpu" (the CUDA backend has fp32 GEMMs only).
+void apply_mixed_precision(KernelTable& t, const std::string& mp);
+
 /// Resolves a table for device: every op from the implementation named `set`, then the mapping's
 /// entries for this device (mapping entries for other devices are ignored, as in Twinkle). Throws
 /// twinkle::Error (check_device; an unknown op in the mapping; an unregistered implementation).
@@ -115,6 +131,7 @@ namespace cpu {
 /// Registers the built-in CPU implementations (called by Registry::global()).
 void register_reference_kernels(Registry& r);
 void register_fused_kernels(Registry& r);
+void register_bf16_kernels(Registry& r);
 }  // namespace cpu
 
 }  // namespace twinkle::kernels

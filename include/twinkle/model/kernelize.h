@@ -9,7 +9,9 @@
 // bundle ("fused" on the CPU) to every op, a mapping replaces only its ops, entries for other devices
 // than the model's are skipped, it is idempotent and logs one line per op it replaces (nothing when
 // nothing changes). Unlike Twinkle it also works on the Megatron-style model (Twinkle's Megatron recipes
-// get MindSpeed's fused kernels instead), and it is reversible (kernelize again with "reference").
+// get MindSpeed's fused kernels instead), and it is reversible (kernelize again with "reference"). The
+// empty mapping keeps the model's mixed precision (Qwen3ModelOptions::mixed_precision "bf16": the bf16
+// GEMM ops of kernels::apply_mixed_precision).
 #pragma once
 #include <string>
 #include <vector>

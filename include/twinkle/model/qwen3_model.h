@@ -81,6 +81,32 @@ struct Qwen3ModelOptions {
   /// another name. On cuda the dense Qwen3 model runs on tp/pp/dp layouts; MoE, cp > 1, LoRA and
   /// attention biases are refused by name (host-side code not ported yet).
   std::string kernels = "fused";
+  /// "fp32" (default) or "bf16": Megatron's bf16 mixed precision (Float16Module + the distributed
+  /// optimizer's fp32 main params) on the CPU. Every GEMM (kernels::mixed_precision_ops()) takes bf16
+  /// inputs (activations, output gradients and a bf16 copy of the fp32 weight, rounded to nearest even)
+  /// and accumulates and writes fp32; parameters, gradients (grad_reduce_in_fp32), AdamW state,
+  /// RMSNorm statistics, RoPE, SwiGLU, attention (fp32 flash kernel: its QK^T / PV tiles are our own
+  /// vectorized loops, not oneDNN GEMMs), softmax, log-sum-exp and cross entropy stay fp32. Applied
+  /// by kernels::apply_mixed_precision. Throws twinkle::Error for another value and for "bf16" on a
+  /// device other than cpu.
+  std::string mixed_precision = "fp32";
+};
+
+/// Observers of a stage's passes through which the data-parallel communication overlaps them
+/// (Megatron-core DDP's backward hooks and forward pre-hooks, distributed_data_parallel.py;
+/// train/engine.h wires them to the DistributedOptimizer). Any may be empty.
+struct CommHooks {
+  /// `p`'s gradient is final for this step: called in the backward marked by
+  /// set_final_backward, per parameter, right after its layer's backward (tp-partial gradients
+  /// already summed over tp), and from finalize_grads for the rest (the tied embedding after its
+  /// embedding-group sum, adapter parameters, a stage that ran no micro-batch). Every stage
+  /// reports in the same order on every dp rank: backward order (lm head and final norm, layers
+  /// last to first, embedding), then the adapter store in declaration order, then the tied pair.
+  std::function<void(const Param&)> grad_ready;
+  /// A forward is about to read `p` (called per parameter before each layer's forward).
+  std::function<void(const Param&)> param_use;
+  /// Between two layers of every forward and backward (lets non-blocking collectives progress).
+  std::function<void()> progress;
 };
 
 class Qwen3Model {
@@ -204,7 +230,14 @@ class Qwen3Model {
   /// After all micro-batches: sums tp-partial gradients (q_norm/k_norm; norms and row-parallel
   /// biases under SP) over tp, and tied-embedding gradients over the embedding group
   /// (Megatron finalize_model_grads: _allreduce_layernorm_grads, _allreduce_word_embedding_grads).
+  /// With comm hooks set, the tp sums of a layer already ran when its final backward reported it,
+  /// and finalize_grads reports every parameter not reported yet (CommHooks::grad_ready).
   void finalize_grads();
+  /// Installs (or, with all members empty, removes) the communication hooks.
+  void set_comm_hooks(CommHooks hooks);
+  /// Marks the next backward() as this step's last on this stage: its gradients become final
+  /// layer by layer and are reported to CommHooks::grad_ready. Reset by finalize_grads.
+  void set_final_backward(bool final_backward) { final_backward_ = final_backward; }
   /// Logits [vocab] of the last token of `b` after forward(slot, b, ..., training=false).
   /// Single-stage, tp = 1 models only (generation); throws twinkle::Error otherwise.
   std::vector<float> last_token_logits(int slot, const StageBatch& b);
@@ -275,6 +308,17 @@ class Qwen3Model {
   RecomputeBuffers work_;                              // where recomputed layers run (one per stage)
   Workspace scratch_;                                  // scratch only: nothing in it outlives a call
   int64_t global_mbs_ = 1;                             // micro-batches of the step (MoE losses)
+  // Communication hooks (CommHooks): this stage's table entries per unit in forward order
+  // (embedding on the first stage, each decoder layer, final norm + lm head on the last stage).
+  std::vector<std::vector<size_t>> unit_entries_;
+  size_t unit_layer0_ = 0;                             // unit of layers_[0]
+  CommHooks hooks_;
+  bool hooks_on_ = false, final_backward_ = false;
+  std::vector<char> unit_final_;                       // reported this step
+  bool embedding_group_param(size_t entry) const;      // summed over the embedding group in finalize_grads
+  void unit_grads_final(size_t unit);                  // tp sums + grad_ready of the unit's parameters
+  void unit_use(size_t unit);                          // param_use of the unit's parameters
+  void comm_progress() { if (hooks_.progress) hooks_.progress(); }
 };
 
 }  // namespace twinkle

@@ -22,6 +22,21 @@
 //  * Clipping (torch.nn.utils.clip_grad_norm_): coefficient max_norm / (norm + 1e-6),
 //    applied only when below 1.
 //  * AdamW: torch.optim.AdamW; biases and 1-D parameters are not decayed (Megatron).
+//  * Buckets and overlap (megatron/core/distributed/param_and_grad_buffer.py, _ParamAndGradBucket /
+//    _ParamAndGradBucketGroup; distributed_data_parallel.py; distrib_optimizer.py): each region is
+//    cut into buckets of ~bucket_bytes (Megatron's bucket_size x 4 bytes), kept in the reverse
+//    order of use (the backward makes the last ones final first). Every bucket is reduced by one
+//    non-blocking in-place collective of its group (ProcessGroup::ireduce_scatter with the
+//    distributed optimizer, else iall_reduce), and its parameters all-gathered by one
+//    iall_gather after AdamW. With overlap_grad_reduce a bucket's collective starts as soon as
+//    every parameter in it was reported final (grad_ready, from the last micro-batch's backward)
+//    and is waited for in finish_grad_sync before the grad norm; without it every bucket starts
+//    in finish_grad_sync and is waited for at once (Megatron's synchronous path). With
+//    overlap_param_gather step() only starts the all-gathers, in order of first use in the
+//    forward, and each is waited for in param_use just before a forward reads the bucket (the
+//    forward pre-hooks). Both switches change when the same collectives run, never what they
+//    compute: results are bit-identical (tests/dist/overlap_check.cpp).
+//    Megatron's and Twinkle's default is off for both (twinkle-behaviour.md DDP row).
 //  * Gradients are zeroed after every step (unlike upstream Twinkle, whose DDP buffers leak).
 //  * A non-finite global grad norm (NaN / inf on any rank: the norm is reduced over the
 //    world, so every rank sees the same value) never reaches the weights: step() then
@@ -49,7 +64,31 @@ struct OptimizerConfig {
   double adam_eps = 1e-8;
   double clip_grad = 1.0;  ///< max grad norm; <= 0 disables clipping
   bool use_distributed_optimizer = true;
-  int64_t bucket_bytes = 4 << 20;  ///< gradient bucket size for the dp reduction
+  /// Gradient bucket size for the dp reduction in bytes (Megatron's bucket_size is in elements:
+  /// bucket_bytes = 4 x bucket_size). Twinkle keeps 4 MiB, the best collective size measured on the
+  /// development machine (bench/README.md comm_bench), where Megatron's default
+  /// max(40M, 1M x dp) elements would make one bucket of every buffer here.
+  int64_t bucket_bytes = 4 << 20;
+  /// Start a bucket's gradient reduce-scatter / all-reduce during the backward, as soon as its
+  /// gradients are final (Megatron DDP overlap_grad_reduce; default false as in Megatron and
+  /// Twinkle). Needs one forward_backward per optimizer step.
+  bool overlap_grad_reduce = false;
+  /// Leave step()'s parameter all-gathers in flight until the next forward reads each bucket
+  /// (Megatron overlap_param_gather; default false). Distributed optimizer only.
+  bool overlap_param_gather = false;
+};
+
+/// Where the dp communication of the steps since reset_comm_stats() spent its time (seconds of
+/// this rank's wall clock): the figure the overlap switches change (bench/layout_bench).
+struct CommOverlapStats {
+  int64_t grad_buckets = 0;         ///< gradient bucket collectives started
+  int64_t grad_buckets_early = 0;   ///< of them, started before finish_grad_sync (during the backward)
+  double grad_wait_s = 0;           ///< blocked in finish_grad_sync (starting the rest, waiting for all)
+  int64_t param_buckets = 0;        ///< parameter all-gathers started
+  int64_t param_buckets_forward = 0;///< of them, first waited for by a forward (param_use)
+  double param_wait_s = 0;          ///< blocked on parameter all-gathers (step, param_use, finish_param_sync)
+  double progress_s = 0;            ///< in progress() (MPI_Test of the collectives in flight)
+  double total_s() const { return grad_wait_s + param_wait_s + progress_s; }
 };
 
 /// The one place the optimizer options are checked (MegatronModel::set_optimizer, the
@@ -76,8 +115,34 @@ class DistributedOptimizer {
   DistributedOptimizer(ParamStore& store, std::shared_ptr<dist::ParallelState> ps, const OptimizerConfig& cfg);
 
   /// Sums gradients over dp-cp, the expert region over expert-dp (reduce-scatter with the
-  /// distributed optimizer, else all-reduce).
-  void reduce_gradients();
+  /// distributed optimizer, else all-reduce): finish_grad_sync(). Afterwards, with the
+  /// distributed optimizer, only this rank's shard of each bucket holds the reduced gradient
+  /// (the rest of the bucket is undefined).
+  void reduce_gradients() { finish_grad_sync(); }
+
+  // --- bucketed, overlappable communication (Megatron DDP's hooks). Every rank of a group must
+  // report the same parameters in the same order, so the collectives start in the same order.
+  /// Reports that `p`'s gradient is final for this step (all micro-batches, tp and tied sums
+  /// applied). With overlap_grad_reduce, a bucket whose parameters are all reported starts its
+  /// collective now; without it this does nothing. Parameters of another store are ignored.
+  /// Throws twinkle::Error when a bucket already started this step is reported again (a second
+  /// forward_backward before step() with overlap_grad_reduce).
+  void grad_ready(const Param& p);
+  /// Lets the collectives in flight progress (MPI_Test; the model calls it between layers).
+  void progress();
+  /// Starts every bucket not started yet (in bucket order) and waits for all of them; puts each
+  /// reduced shard in place. Collective over dp-cp and expert-dp. Idempotent until the next step.
+  void finish_grad_sync();
+  /// Waits for the parameter all-gathers of the buckets holding `p` (a forward is about to read
+  /// it; a no-op when none is in flight or `p` is not in this store).
+  void param_use(const Param& p);
+  /// Waits for every parameter all-gather still in flight (before anything else reads or writes
+  /// the parameters: save, load, evaluation without hooks).
+  void finish_param_sync();
+  /// The store this optimizer updates.
+  ParamStore& store() { return store_; }
+  const CommOverlapStats& comm_stats() const { return stats_; }
+  void reset_comm_stats() { stats_ = CommOverlapStats{}; }
   /// Global pre-clip gradient L2 norm sqrt(dense^2 + expert^2) (call after reduce_gradients;
   /// collective over the world).
   double grad_norm();
@@ -90,12 +155,10 @@ class DistributedOptimizer {
   /// count stay as they were, and the result has skipped = true (collective; every rank
   /// agrees because the norm is reduced over the world).
   StepStats step(double lr, double max_norm = -1.0);
-  /// Throws the gradients of this step away without an update (collective-free): used
-  /// when the loss itself is non-finite.
-  void discard_gradients() {
-    store_.zero_grad();
-    reduced_ = false;
-  }
+  /// Throws the gradients of this step away without an update: used when the loss itself is
+  /// non-finite (every rank agrees). Starts no collective; waits for the bucket collectives
+  /// overlap_grad_reduce already started (every rank of their group started them too).
+  void discard_gradients();
   void zero_grad() { store_.zero_grad(); }
   /// Kernels of the grad norm, clipping and AdamW (norms, adamw ops); the table must outlive the
   /// optimizer (MegatronModel passes its model's). Default: the CPU fused set.
@@ -133,8 +196,20 @@ class DistributedOptimizer {
     dist::ProcessGroup* group;   // dp-cp (dense) or expert-dp
     int64_t start, len;
     bool expert;
-    std::vector<std::pair<int64_t, int64_t>> buckets;  // [start, len)
+    std::vector<std::pair<int64_t, int64_t>> buckets;  // [start, len), flat order (ZeRO ownership)
   };
+  struct Bucket {                // one collective: a [start, len) piece of a region
+    size_t region;
+    int64_t start, len;
+    int64_t param_elems = 0;     // parameter elements inside (gaps between parameters excluded)
+    int64_t ready_elems = 0;     // reported final this step
+    bool launched = false, done = false;
+    std::unique_ptr<dist::CommWork> grad_work, param_work;
+  };
+  bool in_store(const Param& p) const;
+  void launch_grad(Bucket& b);
+  void complete_grad(Bucket& b);
+  void start_param_sync();
   int64_t comm_bytes() const;
   ParamStore& store_;
   const kernels::KernelTable* kt_ = nullptr;
@@ -142,6 +217,9 @@ class DistributedOptimizer {
   std::shared_ptr<dist::ParallelState> ps_;
   OptimizerConfig cfg_;
   std::vector<Region> regions_;
+  std::vector<Bucket> buckets_;  // groups of size > 1 only; reverse order of use (highest offsets first)
+  bool param_pending_ = false;
+  CommOverlapStats stats_;
   std::vector<Segment> segments_;                     // owned elements split at param boundaries
   std::vector<float> m_, v_, scratch_;  // host store: AdamW state and the ZeRO bucket scratch
   // Device store (the model's GPU): the same buffers in device memory; m_/v_/scratch_ stay empty.

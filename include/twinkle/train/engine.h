@@ -14,6 +14,7 @@
 
 #include "twinkle/data/batch.h"
 #include "twinkle/model/qwen3_model.h"
+#include "twinkle/optim/distributed_optimizer.h"
 #include "twinkle/parallel/pipeline_schedule.h"
 
 namespace twinkle {
@@ -49,10 +50,19 @@ class Engine {
   StepResult forward_backward(const std::vector<MicroBatch>& micro_batches);
   /// Loss only (no gradients).
   StepResult forward_only(const std::vector<MicroBatch>& micro_batches);
+  /// Connects the optimizer that will step on this model's gradients (nullptr: none), so its
+  /// bucketed dp communication overlaps the passes (DistributedOptimizer's overlap_grad_reduce /
+  /// overlap_param_gather; Megatron DDP's hooks): the model's last backward of each
+  /// forward_backward reports final gradients to it, every forward waits for the parameter
+  /// all-gathers of a layer just before reading it, and any all-gather still in flight is waited
+  /// for before the call returns. The optimizer must outlive the engine's calls. With both
+  /// switches off the hooks only count (no collective moves).
+  void set_optimizer(DistributedOptimizer* opt);
 
  private:
   StepResult run(const std::vector<MicroBatch>& mbs, bool training);
   Qwen3Model& model_;
+  DistributedOptimizer* opt_ = nullptr;
 };
 
 }  // namespace twinkle

@@ -62,6 +62,25 @@ struct MegatronModelOptions {
   /// (plain double-accumulating loops, for debugging); see twinkle/kernels/registry.h. Single ops can be
   /// swapped afterwards with kernelize_model(model.model(), mapping) (twinkle/model/kernelize.h).
   std::string kernels = "fused";
+  /// "fp32" (default, as twinkle has always trained) or "bf16" (`--bf16` / `--fp32`): Megatron's bf16
+  /// mixed precision as Twinkle's Megatron path runs it (shared/spec/twinkle-behaviour.md §5.1):
+  /// bf16 GEMM inputs with fp32 accumulation, fp32 master weights, gradients (grad_reduce_in_fp32) and
+  /// Adam state, fp32 norms / softmax / cross entropy (Qwen3ModelOptions::mixed_precision). CPU only:
+  /// "bf16" on device cuda throws twinkle::Error.
+  std::string mixed_precision = "fp32";
+  /// Overlap of the data-parallel communication (Megatron-core DistributedDataParallelConfig;
+  /// DistributedOptimizer, optim/distributed_optimizer.h): start each gradient bucket's
+  /// reduce-scatter / all-reduce during the last micro-batch's backward as soon as its gradients
+  /// are final (`--overlap-grad-reduce`), and leave the parameter all-gathers after the
+  /// optimizer step in flight until the next forward reads each bucket
+  /// (`--overlap-param-gather`, distributed optimizer only). Off by default, as in Megatron and
+  /// Twinkle; results are bit-identical either way. set_optimizer copies them into the
+  /// OptimizerConfig. overlap_grad_reduce needs one forward_backward per clip_grad_and_step.
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  /// Gradient bucket size in elements (Megatron's bucket_size, `--bucket-size`); 0 = keep the
+  /// OptimizerConfig's bucket_bytes (4 MiB = 1,048,576 elements). Otherwise >= 1.
+  int64_t bucket_size = 0;
 };
 
 /// The one place the model/training options are checked (the MegatronModel constructor,
@@ -69,7 +88,7 @@ struct MegatronModelOptions {
 /// micro_batch_size < 0, lm_head_chunk_tokens < 1, a layers_per_stage entry < 1,
 /// on_nonfinite not "error" or "skip", pipeline_split not "balanced" or "even",
 /// recompute_granularity not "full", "selective" or "none", kernels not "fused" or "reference", cp_comm_type not
-/// "p2p" or "a2a".
+/// "p2p" or "a2a", bucket_size < 0, mixed_precision not "fp32" or "bf16".
 void validate(const MegatronModelOptions& opts);
 
 /// Optimizer steps of a training loop: `max_steps` when > 0, one epoch
@@ -99,6 +118,13 @@ struct SaveOptions {
   /// With save_optimizer: the DataLoader whose position (epoch, next batch, consumed samples)
   /// and shuffle seed are saved, so a resumed run sees the batches the uninterrupted one would.
   const DataLoader* dataloader = nullptr;
+  /// dtype of the saved HF weights and of config.json's torch_dtype: "" (default) = the dtype the
+  /// model was loaded in (config.json's torch_dtype), else "float32", "bfloat16" or "float16"
+  /// (`--save-dtype`; transformers' save_pretrained writes the model's dtype the same way). Values are
+  /// rounded to nearest even from the fp32 master weights; a training run in bf16 or fp32 saves alike.
+  /// The training state of save_optimizer stays fp32. Ignored for a PEFT adapter (fp32). Another value
+  /// throws twinkle::Error naming the option.
+  std::string dtype;
 };
 
 /// What resume_from_checkpoint restored (Twinkle returns {cur_step, consumed_train_samples,
@@ -139,7 +165,9 @@ class MegatronModel {
   const std::string& adapter_name() const { return adapter_name_; }
 
   /// AdamW (Megatron "adam" with decoupled weight decay); name must be "default",
-  /// "MegatronOptimizer", "Adam" or "AdamW". Distributed optimizer on by default.
+  /// "MegatronOptimizer", "Adam" or "AdamW". Distributed optimizer on by default. The model
+  /// options' overlap_grad_reduce, overlap_param_gather and bucket_size (when > 0) replace the
+  /// config's fields of the same meaning.
   void set_optimizer(const std::string& name, const OptimizerConfig& cfg);
   /// Megatron OptimizerParamScheduler (see lr_scheduler.h); max_lr is taken from the optimizer's lr.
   void set_lr_scheduler(const std::string& name, LRSchedulerConfig cfg);
@@ -244,6 +272,11 @@ class MegatronModel {
   double flops_per_token(double seq_len) const;
 
  private:
+  // Waits for parameter all-gathers still in flight (overlap_param_gather) before anything but
+  // forward_backward reads or writes the parameters.
+  void finish_param_sync() {
+    if (optim_) optim_->finish_param_sync();
+  }
   // Micro-batches of `rows`; segment_row offset by row0 (the block's first global row).
   std::vector<MicroBatch> split(const std::vector<EncodedRow>& rows, int64_t row0 = 0) const;
   // megatron_resume.cpp: the optimizer part of save (collective gather, rank-0 write) and resume.

@@ -4,7 +4,7 @@
 // FLOPs per token = 6N + 6 * layers * heads * head_dim * S (Megatron / PaLM appendix B:
 // forward + backward of every matmul weight, plus the attention scores and values at
 // sequence length S; the untied lm head counts, the embedding lookup does not).
-// The peak is the achievable fp32 GEMM rate of the cores this job uses: TWINKLE_PEAK_GFLOPS
+// The peak is the achievable fp32 (bf16 for a --bf16 run) GEMM rate of the cores this job uses: TWINKLE_PEAK_GFLOPS
 // when set, else the per-core figure `twinkle info` saved in $TWINKLE_HOME/peak.json
 // (default ~/.cache/twinkle/peak.json) times the cores used, else a ~0.15 s single-core
 // sgemm measurement on rank 0 times the cores used.
@@ -21,8 +21,9 @@ namespace twinkle {
 /// model of `num_parameters` (HF count, embedding included).
 double qwen3_flops_per_token(const ModelConfig& cfg, int64_t num_parameters, double seq_len);
 
-/// Single-thread sgemm rate in FLOP/s (384^3 GEMMs for ~0.15 s).
-double measure_core_flops();
+/// Single-thread GEMM rate in FLOP/s (384^3 GEMMs for ~0.15 s): fp32 sgemm, or with bf16 the
+/// bf16 x bf16 -> fp32 GEMM of the --bf16 path (twinkle/kernels/cpu/gemm_bf16.h).
+double measure_core_flops(bool bf16 = false);
 
 /// Where `twinkle info` keeps the measured peak: $TWINKLE_HOME/peak.json, else
 /// $HOME/.cache/twinkle/peak.json (/tmp when HOME is unset).
@@ -30,7 +31,9 @@ std::string peak_file_path();
 
 /// The job's achievable peak in FLOP/s (see the file comment). Collective over `world`
 /// when it has to measure. A peak file that cannot be read is reported with a warning
-/// naming it and then measured instead.
-double job_peak_flops(dist::ProcessGroup& world);
+/// naming it and then measured instead. bf16: the bf16 GEMM peak (peak.json's core_bf16_gflops), the
+/// one MFU of a --bf16 run is computed against (as Megatron quotes MFU of bf16 training against the
+/// device's bf16 peak).
+double job_peak_flops(dist::ProcessGroup& world, bool bf16 = false);
 
 }  // namespace twinkle

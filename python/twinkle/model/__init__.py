@@ -86,7 +86,10 @@ class MegatronModel:
         moe_aux_loss_type (default 'per_layer': Megatron's per-layer load-balancing loss, what
         Twinkle's Megatron backend trains with; 'global' = transformers'), moe_aux_loss_coeff
         (None = config.json's router_aux_loss_coef when output_router_logits, else 0, as the C++
-        API), moe_z_loss_coeff (0).
+        API), moe_z_loss_coeff (0); overlap_grad_reduce / overlap_param_gather (False, as Megatron's
+        DistributedDataParallelConfig: overlap the dp gradient reduce-scatter with the backward and
+        the parameter all-gather with the next forward; bit-identical results) and bucket_size
+        (gradient bucket elements, Megatron's; None = 4 MiB buckets).
         Collective over the world. ValueError / TypeError for bad options; RuntimeError
         when the model does not fit the mesh or cannot be loaded."""
         if config is not None or ddp_config is not None:
@@ -250,10 +253,34 @@ class MegatronModel:
         return d
 
     def load(self, name, output_dir=None, load_optimizer=False, adapter_name=None, **kwargs):
-        """Loads weights from a Hugging Face checkpoint directory (output_dir / name, or name).
-        Collective."""
-        if load_optimizer:
-            raise NotImplementedError('load(load_optimizer=True): optimizer checkpoints are not implemented in '
-                                      'the Python package yet')
+        """Twinkle's load: the checkpoint directory output_dir / name (or name). Collective.
+
+        load_optimizer=False: the weights of a Hugging Face checkpoint (config.json, safetensors).
+        load_optimizer=True: the training state save(..., save_optimizer=True) wrote (a checkpoint
+        directory, or an output dir whose 'latest' names one; saved on any layout): the fp32
+        weights, the AdamW moments and step count, the scheduler position and cur_step, exactly
+        as resume_from_checkpoint (C++ MegatronModel::resume_from_checkpoint); call it after
+        set_optimizer / set_lr_scheduler, and move the DataLoader with
+        resume_from_checkpoint(consumed_train_samples) as in Twinkle. A directory without that
+        state (no trainer_state.json and no 'latest') loads the weights only with a warning, as
+        Twinkle does when the Megatron tracker file is missing. Keyword no_load_optim=True
+        (Megatron's) keeps the optimizer and scheduler as they are and loads the fp32 weights
+        only. Returns the resume dict {cur_step, consumed_train_samples,
+        gradient_accumulation_steps} with load_optimizer, else None. RuntimeError (the C++
+        text) for a missing, truncated or mismatched checkpoint; TypeError for an unknown
+        keyword."""
+        no_load_optim = bool(kwargs.pop('no_load_optim', False))
+        if kwargs:
+            raise TypeError(f'load() got unexpected keyword arguments {sorted(kwargs)}')
         path = os.path.join(output_dir, name) if output_dir else name
+        path = os.fspath(path)
+        if load_optimizer:
+            if os.path.exists(os.path.join(path, 'trainer_state.json')) or \
+                    os.path.exists(os.path.join(path, 'latest')):
+                return self.resume_from_checkpoint(path, resume_only_model=no_load_optim)
+            from ..logger import get_logger
+            get_logger().warning(f'load(load_optimizer=True): {path} holds no optimizer state (no '
+                                 "trainer_state.json and no 'latest'; save with save_optimizer=True): loaded the "
+                                 'weights only')
         self._m.load(path)
+        return None

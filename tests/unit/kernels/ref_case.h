@@ -1,38 +1,47 @@
-// Reads the PyTorch float64 reference cases written by tests/reference/kernels_ref.py (shared by
-// torch_ref_kernels.cpp and kernel_conformance.cpp). Header-only, test code.
+// Reads PyTorch float64 reference cases written by a tests/reference script (kernels_ref.py for
+// torch_ref_kernels.cpp and kernel_conformance.cpp, moe_kernels_ref.py for torch_ref_moe.cpp):
+// one folder per case with meta.json (params, tensor dtypes and shapes) and <tensor>.bin, and a
+// DONE marker the script writes last. Header-only, test code.
 //
-// RefEnv: with KERNELS_REF_DIR set (the CTest fixture kernels_ref_data wrote it) the cases are read from
-// there; run standalone, the binary runs /usr/bin/python3 tests/reference/kernels_ref.py once into a
-// temporary directory and removes it at exit.
+// RefEnv(env_var, script): with env_var set (the CTest fixture that ran the script wrote there)
+// the cases are read from that folder; run standalone, the binary runs /usr/bin/python3
+// tests/reference/<script> --out DIR once into a temporary folder and removes it at exit.
 #pragma once
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kernels_ref {
 
 namespace fs = std::filesystem;
 
-inline std::string g_dir;
+inline std::string g_dir;  // the folder of the cases (RefEnv::SetUp)
 
 class RefEnv : public ::testing::Environment {
  public:
+  /// env_var: the variable naming a folder the script already filled; script: its file name in
+  /// tests/reference.
+  RefEnv(std::string env_var, std::string script) : env_var_(std::move(env_var)), script_(std::move(script)) {}
   void SetUp() override {
-    if (const char* d = std::getenv("KERNELS_REF_DIR"); d && *d) {
+    if (const char* d = std::getenv(env_var_.c_str()); d && *d) {
       g_dir = d;
     } else {
-      g_dir = (fs::temp_directory_path() / ("twinkle_kernels_ref_" + std::to_string(::getpid()))).string();
+      const std::string stem = fs::path(script_).stem().string();
+      g_dir = (fs::temp_directory_path() / ("twinkle_" + stem + "_" + std::to_string(::getpid()))).string();
       const char* src = std::getenv("TWINKLE_SOURCE_DIR");
       const std::string root = src && *src ? src : TWINKLE_SOURCE_DIR;
-      const std::string cmd =
-          "/usr/bin/python3 " + root + "/tests/reference/kernels_ref.py --out " + g_dir;
+      const std::string cmd = "/usr/bin/python3 " + root + "/tests/reference/" + script_ + " --out " + g_dir;
       ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
       owned_ = true;
     }
@@ -43,6 +52,7 @@ class RefEnv : public ::testing::Environment {
   }
 
  private:
+  std::string env_var_, script_;
   bool owned_ = false;
 };
 
@@ -74,5 +84,26 @@ struct Case {
   double p(const std::string& n) const { return meta.at("params").at(n).get<double>(); }
   int64_t pi(const std::string& n) const { return meta.at("params").at(n).get<int64_t>(); }
 };
+
+/// max |got - ref| <= tol * max(max|ref|, floor) over the n = ref.size() elements; prints the
+/// relative error achieved (a NaN counts as the worst element).
+inline void expect_close(const float* got, const std::vector<double>& ref, double tol, const std::string& what,
+                         double floor = 1e-30) {
+  double mx = floor, err = 0.0;
+  size_t worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    mx = std::max(mx, std::fabs(ref[i]));
+    const double e = std::fabs(static_cast<double>(got[i]) - ref[i]);
+    if (!(e <= err)) err = e, worst = i;  // also catches NaN
+  }
+  const double rel = err / mx;
+  std::printf("  %-34s max|ref| %.3e  max err %.3e  rel %.2e (tol %.0e)\n", what.c_str(), mx, err, rel, tol);
+  EXPECT_LE(rel, tol) << what << ": worst element " << worst << " got " << got[worst] << " ref " << ref[worst];
+}
+inline void expect_close(const std::vector<float>& got, const std::vector<double>& ref, double tol,
+                         const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  expect_close(got.data(), ref, tol, what);
+}
 
 }  // namespace kernels_ref

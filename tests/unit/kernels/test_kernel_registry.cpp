@@ -72,7 +72,7 @@ TEST(KernelRegistry, AUserKernelIsSelectedThroughAMappingForOneOpOnly) {
   float x[2] = {1, 2}, w[2] = {3, 4}, y[1] = {0};
   t.linear.forward(x, w, y, 1, 1, 2, false);
   EXPECT_EQ(y[0], 42.0f);
-  EXPECT_EQ(Registry::global().implementations("linear", "cpu"), (std::vector<std::string>{"fused", "reference"}));
+  EXPECT_EQ(Registry::global().implementations("linear", "cpu"), (std::vector<std::string>{"bf16", "fused", "reference"}));
   EXPECT_FALSE(Registry::global().remove("linear", "cpu", "mine"));
 }
 

@@ -32,26 +32,8 @@ using namespace twinkle::kernels::cpu;
 namespace {
 
 using kernels_ref::Case;
+using kernels_ref::expect_close;
 using kernels_ref::RefEnv;
-
-// max |got - ref| <= tol * max(max|ref|, floor); prints the relative error achieved.
-void expect_close(const float* got, const std::vector<double>& ref, double tol, const std::string& what,
-                  double floor = 1e-30) {
-  double mx = floor, err = 0.0;
-  size_t worst = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    mx = std::max(mx, std::fabs(ref[i]));
-    const double e = std::fabs(static_cast<double>(got[i]) - ref[i]);
-    if (!(e <= err)) err = e, worst = i;  // also catches NaN
-  }
-  const double rel = err / mx;
-  std::printf("  %-34s max|ref| %.3e  max err %.3e  rel %.2e (tol %.0e)\n", what.c_str(), mx, err, rel, tol);
-  EXPECT_LE(rel, tol) << what << ": worst element " << worst << " got " << got[worst] << " ref " << ref[worst];
-}
-void expect_close(const std::vector<float>& got, const std::vector<double>& ref, double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  expect_close(got.data(), ref, tol, what);
-}
 
 // ---------------------------------------------------------------- RMSNorm
 
@@ -361,6 +343,6 @@ TEST(KernelsTorchRef, AdamW) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new RefEnv);
+  ::testing::AddGlobalTestEnvironment(new RefEnv("KERNELS_REF_DIR", "kernels_ref.py"));
   return RUN_ALL_TESTS();
 }

@@ -7,14 +7,9 @@
 // ${CMAKE_BINARY_DIR}/moe_kernels_ref (MOE_KERNELS_REF_DIR). Standalone, the binary runs it itself.
 // Tolerance: max |got - ref| <= tol * max|ref| per tensor.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -24,78 +19,15 @@
 #include "twinkle/kernels/cpu/moe_permute.h"
 #include "twinkle/kernels/cpu/moe_router.h"
 #include "twinkle/kernels/cpu/swiglu.h"
+#include "ref_case.h"
 
-namespace fs = std::filesystem;
 using namespace twinkle::kernels::cpu;
 
 namespace {
 
-std::string g_dir;
-
-class RefEnv : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (const char* d = std::getenv("MOE_KERNELS_REF_DIR"); d && *d) {
-      g_dir = d;
-    } else {
-      g_dir = (fs::temp_directory_path() / ("twinkle_moe_ref_" + std::to_string(::getpid()))).string();
-      const char* src = std::getenv("TWINKLE_SOURCE_DIR");
-      const std::string root = src && *src ? src : TWINKLE_SOURCE_DIR;
-      const std::string cmd = "/usr/bin/python3 " + root + "/tests/reference/moe_kernels_ref.py --out " + g_dir;
-      ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-      owned_ = true;
-    }
-    ASSERT_TRUE(fs::exists(fs::path(g_dir) / "DONE")) << "reference data missing in " << g_dir;
-  }
-  void TearDown() override {
-    if (owned_) fs::remove_all(g_dir);
-  }
-
- private:
-  bool owned_ = false;
-};
-
-struct Case {
-  nlohmann::json meta;
-  fs::path dir;
-  explicit Case(const std::string& name) : dir(fs::path(g_dir) / name) {
-    std::ifstream f(dir / "meta.json");
-    if (!f) throw std::runtime_error("cannot open " + (dir / "meta.json").string());
-    meta = nlohmann::json::parse(f);
-  }
-  template <typename T>
-  std::vector<T> get(const std::string& name) const {
-    const auto& t = meta.at("tensors").at(name);
-    const std::string dt = t.at("dtype");
-    if ((dt == "f64" ? 8u : 4u) != sizeof(T)) throw std::runtime_error(name + ": dtype " + dt + " mismatch");
-    size_t n = 1;
-    for (auto d : t.at("shape")) n *= d.get<size_t>();
-    std::vector<T> v(n);
-    std::ifstream f(dir / (name + ".bin"), std::ios::binary);
-    f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(T)));
-    if (static_cast<size_t>(f.gcount()) != n * sizeof(T)) throw std::runtime_error(name + ".bin: short read");
-    return v;
-  }
-  std::vector<float> f(const std::string& n) const { return get<float>(n); }
-  std::vector<double> d(const std::string& n) const { return get<double>(n); }
-  std::vector<int32_t> i(const std::string& n) const { return get<int32_t>(n); }
-  int64_t pi(const std::string& n) const { return meta.at("params").at(n).get<int64_t>(); }
-  double p(const std::string& n) const { return meta.at("params").at(n).get<double>(); }
-};
-
-void expect_close(const std::vector<float>& got, const std::vector<double>& ref, double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  double mx = 1e-30, err = 0.0;
-  size_t worst = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    mx = std::max(mx, std::fabs(ref[i]));
-    const double e = std::fabs(static_cast<double>(got[i]) - ref[i]);
-    if (!(e <= err)) err = e, worst = i;
-  }
-  const double rel = err / mx;
-  std::printf("  %-34s max|ref| %.3e  max err %.3e  rel %.2e (tol %.0e)\n", what.c_str(), mx, err, rel, tol);
-  EXPECT_LE(rel, tol) << what << ": worst element " << worst << " got " << got[worst] << " ref " << ref[worst];
-}
+using kernels_ref::Case;
+using kernels_ref::expect_close;
+using kernels_ref::RefEnv;
 
 std::vector<uint8_t> mask_u8(const std::vector<int32_t>& m) {
   std::vector<uint8_t> r(m.size());
@@ -319,6 +251,6 @@ TEST(MoeKernels, GroupedLinearRejectsBadSizes) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new RefEnv);
+  ::testing::AddGlobalTestEnvironment(new RefEnv("MOE_KERNELS_REF_DIR", "moe_kernels_ref.py"));
   return RUN_ALL_TESTS();
 }

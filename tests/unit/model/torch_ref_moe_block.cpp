@@ -10,12 +10,8 @@
 // Registered by tests/moe.cmake on the fixture moe_kernels_ref (MOE_KERNELS_REF_DIR); standalone
 // the binary runs the script itself into a temporary directory.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -29,44 +25,10 @@
 #include "twinkle/parallel/tensor_table.h"
 
 using namespace twinkle;
-namespace fs = std::filesystem;
 
 namespace {
 
-class MoeRefEnv : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (const char* d = std::getenv("MOE_KERNELS_REF_DIR"); d && *d) {
-      kernels_ref::g_dir = d;
-    } else {
-      kernels_ref::g_dir = (fs::temp_directory_path() / ("twinkle_moe_block_ref_" + std::to_string(::getpid()))).string();
-      const char* src = std::getenv("TWINKLE_SOURCE_DIR");
-      const std::string root = src && *src ? src : TWINKLE_SOURCE_DIR;
-      const std::string cmd = "/usr/bin/python3 " + root + "/tests/reference/moe_kernels_ref.py --out " + kernels_ref::g_dir;
-      ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-      owned_ = true;
-    }
-    ASSERT_TRUE(fs::exists(fs::path(kernels_ref::g_dir) / "DONE")) << "reference data missing in " << kernels_ref::g_dir;
-  }
-  void TearDown() override {
-    if (owned_) fs::remove_all(kernels_ref::g_dir);
-  }
-
- private:
-  bool owned_ = false;
-};
-
-void expect_close(const float* got, const std::vector<double>& ref, double tol, const std::string& what) {
-  double mx = 1e-30, err = 0.0;
-  size_t worst = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    mx = std::max(mx, std::fabs(ref[i]));
-    const double e = std::fabs(static_cast<double>(got[i]) - ref[i]);
-    if (!(e <= err)) err = e, worst = i;
-  }
-  std::printf("  %-40s max|ref| %.3e  rel err %.2e (tol %.0e)\n", what.c_str(), mx, err / mx, tol);
-  EXPECT_LE(err / mx, tol) << what << ": worst element " << worst << " got " << got[worst] << " ref " << ref[worst];
-}
+using kernels_ref::expect_close;
 
 struct Result {
   std::vector<float> w, out, dx, dgate;
@@ -151,6 +113,6 @@ TEST(MoeBlockFixedRouter, RawTopkProbCombineWeightsAndOutput) { check_case("moe_
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new MoeRefEnv);
+  ::testing::AddGlobalTestEnvironment(new kernels_ref::RefEnv("MOE_KERNELS_REF_DIR", "moe_kernels_ref.py"));
   return RUN_ALL_TESTS();
 }

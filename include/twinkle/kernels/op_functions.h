@@ -1,0 +1,89 @@
+// twinkle/kernels/op_functions.h — the entry points a kernel set implements for the ops of
+// twinkle/kernels/ops.h, as ONE X-macro list: (return type, function name, parameter list).
+//
+// A kernel set that provides every op as free functions declares them by expanding the list in its
+// own namespace, so the prototypes are written once:
+//
+//   namespace my_set {
+//   #define TWINKLE_DECLARE_OP_FUNCTION(ret, name, params) ret name params;
+//   TWINKLE_KERNEL_OP_FUNCTIONS(TWINKLE_DECLARE_OP_FUNCTION)
+//   #undef TWINKLE_DECLARE_OP_FUNCTION
+//   }
+//
+// Used by the CPU reference set (src/kernels/cpu/reference/reference.h) and the CUDA set
+// (src/kernels/cuda/ops_cuda.h). The signatures are those of the function pointers of ops.h (each
+// entry names its op struct and member); the semantics, shapes, dtypes and sources are documented
+// there. Pointers are host pointers for the CPU sets and device pointers for CUDA.
+#pragma once
+#include <cstdint>
+
+#include "twinkle/kernels/ops.h"
+
+// clang-format off
+#define TWINKLE_KERNEL_OP_FUNCTIONS(X)                                                                                 \
+  /* EmbeddingOp::forward / backward */                                                                                \
+  X(void, embedding_forward, (const float* table, const int32_t* ids, float* out, int64_t T, int64_t H,               \
+                              int64_t vstart, int64_t Vl))                                                             \
+  X(void, embedding_backward, (const float* dout, const int32_t* ids, float* dtable, int64_t T, int64_t H,            \
+                               int64_t vstart, int64_t Vl))                                                            \
+  /* RmsNormOp, AddRmsNormOp */                                                                                        \
+  X(void, rmsnorm_forward, (const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim,          \
+                            float eps))                                                                                \
+  X(void, rmsnorm_backward, (const float* x, const float* w, const float* rstd, const float* dy, float* dx,           \
+                             float* dw, int64_t rows, int64_t dim))                                                    \
+  X(void, add_rmsnorm_forward, (const float* x, const float* r, float* h, const float* w, float* y, float* rstd,      \
+                                int64_t rows, int64_t dim, float eps))                                                 \
+  X(void, add_rmsnorm_backward, (const float* h, const float* w, const float* rstd, const float* dy,                  \
+                                 const float* dres, float* dh, float* dw, int64_t rows, int64_t dim))                  \
+  /* RopeOp, QkNormRopeOp */                                                                                           \
+  X(void, rope_forward, (float* x, const int32_t* pos, const ::twinkle::kernels::RopeTable& t, int64_t tokens,       \
+                         int64_t heads, int64_t head_dim))                                                             \
+  X(void, rope_backward, (float* dx, const int32_t* pos, const ::twinkle::kernels::RopeTable& t, int64_t tokens,     \
+                          int64_t heads, int64_t head_dim))                                                            \
+  X(void, qk_norm_rope_forward, (const float* x, const float* w, float* y, float* rstd, const int32_t* pos,          \
+                                 const ::twinkle::kernels::RopeTable& t, int64_t tokens, int64_t heads,               \
+                                 int64_t head_dim, float eps))                                                         \
+  X(void, qk_norm_rope_backward, (const float* x, const float* w, const float* rstd, const int32_t* pos,             \
+                                  const ::twinkle::kernels::RopeTable& t, const float* dy, float* dx, float* dw,      \
+                                  int64_t tokens, int64_t heads, int64_t head_dim))                                    \
+  /* SwigluOp */                                                                                                       \
+  X(void, swiglu_forward, (const float* gate, const float* up, float* h, int64_t n))                                   \
+  X(void, swiglu_backward, (const float* gate, const float* up, const float* dh, float* dgate, float* dup, int64_t n)) \
+  /* LinearOp, GroupedLinearOp, GateUpSwigluOp */                                                                      \
+  X(void, linear_forward, (const float* X, const float* W, float* Y, int64_t M, int64_t N, int64_t K,                 \
+                           bool accumulate))                                                                           \
+  X(void, linear_backward, (const float* X, const float* W, const float* dY, float* dX, float* dW, int64_t M,         \
+                            int64_t N, int64_t K, bool accumulate_dx))                                                 \
+  X(void, grouped_linear_forward, (const float* X, const float* W, int64_t w_stride, const int64_t* counts,          \
+                                   int64_t E, float* Y, int64_t N, int64_t K, bool accumulate))                        \
+  X(void, grouped_linear_backward, (const float* X, const float* W, int64_t w_stride, const int64_t* counts,         \
+                                    int64_t E, const float* dY, float* dX, float* dW, int64_t N, int64_t K,            \
+                                    bool accumulate_dx))                                                               \
+  X(void, gate_up_swiglu_forward, (const float* X, const float* Wgu, float* gu, float* a, int64_t T, int64_t I,      \
+                                   int64_t H))                                                                         \
+  X(void, gate_up_swiglu_backward, (const float* X, const float* Wgu, const float* gu, const float* da, float* dgu,   \
+                                    float* dX, float* dWgu, int64_t T, int64_t I, int64_t H, bool accumulate_dx))      \
+  /* AttentionOp */                                                                                                    \
+  X(void, attention_forward, (const float* q, const float* k, const float* v, float* out, float* lse,                 \
+                              const int32_t* cu_seqlens, int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D,           \
+                              float scale, int64_t window))                                                            \
+  X(void, attention_backward, (const float* q, const float* k, const float* v, const float* out, const float* lse,    \
+                               const float* dout, float* dq, float* dk, float* dv, const int32_t* cu_seqlens,          \
+                               int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window))       \
+  /* CrossEntropyOp, LinearCrossEntropyOp */                                                                           \
+  X(void, ce_local_max, (const float* logits, int64_t T, int64_t Vl, int64_t valid, float* row_max))                   \
+  X(void, ce_local_sumexp_target, (const float* logits, const int32_t* labels, const float* global_max, int64_t T,    \
+                                   int64_t Vl, int64_t valid, int64_t vstart, float* sum_exp, float* target_logit))    \
+  X(void, ce_backward, (const float* logits, const int32_t* labels, const float* lse, int64_t T, int64_t Vl,          \
+                        int64_t valid, int64_t vstart, const float* row_scale, float* dlogits))                        \
+  X(double, cross_entropy_forward, (const float* logits, const int32_t* labels, int64_t T, int64_t V, float* lse))     \
+  X(double, linear_cross_entropy, (const float* X, const float* W, const int32_t* labels, int64_t T, int64_t V,       \
+                                   int64_t H, float grad_scale, float* lse, float* dX, float* dW, int64_t chunk_rows)) \
+  /* AdamwOp, NormsOp, AddOp */                                                                                        \
+  X(void, adamw_step, (float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,   \
+                       float eps, float weight_decay, int64_t step))                                                   \
+  X(double, sum_squares, (const float* x, int64_t n))                                                                  \
+  X(void, scale, (float* x, int64_t n, float s))                                                                       \
+  X(void, add_inplace, (float* y, const float* x, int64_t n))                                                          \
+  X(void, add, (float* out, const float* a, const float* b, int64_t n))
+// clang-format on

@@ -1,0 +1,229 @@
+// bf16 GEMMs with fp32 accumulation through oneDNN's matmul primitive (see twinkle/kernels/cpu/gemm_bf16.h).
+#include "twinkle/kernels/cpu/gemm_bf16.h"
+
+#include <dnnl.h>
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+
+#include "twinkle/core/error.h"
+#include "twinkle/kernels/cpu/gemm.h"
+
+namespace twinkle::kernels::cpu {
+
+namespace {
+
+// Grow-only 64-byte-aligned scratch, one set per thread (kept between calls: no allocation per step).
+struct Scratch {
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<void, Free> p;
+  size_t bytes = 0;
+  void* get(size_t want) {
+    if (want > bytes) {
+      const size_t b = (want + 63) / 64 * 64;
+      p.reset(std::aligned_alloc(64, b));
+      if (!p) throw Error("gemm_bf16: cannot allocate " + std::to_string(b) + " bytes of scratch");
+      bytes = b;
+    }
+    return p.get();
+  }
+};
+enum Slot { kX = 0, kW, kDY, kFa, kFb, kPad, kSlots };
+thread_local Scratch g_scratch[kSlots];
+
+float* f32_scratch(Slot s, int64_t n) { return static_cast<float*>(g_scratch[s].get(static_cast<size_t>(n) * 4)); }
+uint16_t* bf16_scratch(Slot s, int64_t n) { return static_cast<uint16_t*>(g_scratch[s].get(static_cast<size_t>(n) * 2)); }
+
+inline uint16_t rne(uint32_t u) {
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN: keep quiet
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+void bf16_to_f32_n(const uint16_t* src, float* dst, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = static_cast<uint32_t>(src[i]) << 16;
+    std::memcpy(dst + i, &u, 4);
+  }
+}
+
+bool native_now() {
+  static const bool native = [] {
+    const unsigned bf16 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
+    return (static_cast<unsigned>(dnnl_get_effective_cpu_isa()) & bf16) == bf16;
+  }();
+  return native;
+}
+
+using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
+struct Prim {
+  dnnl::matmul mm;
+  dnnl::memory::desc a, b, c, pad;
+};
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+Prim& primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc, bool acc) {
+  thread_local std::map<Key, Prim> cache;
+  const Key key{ta, tb, M, N, K, lda, ldb, ldc, acc};
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  using md = dnnl::memory::desc;
+  using dt = dnnl::memory::data_type;
+  // logical A [M,K], B [K,N], C [M,N]; strides give the stored layout
+  md a({M, K}, dt::bf16, ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
+  md b({K, N}, dt::bf16, tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
+  md c({M, N}, dt::f32, dnnl::memory::dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // our grow-only buffer, not a malloc per call
+  if (acc) {
+    dnnl::post_ops po;
+    po.append_sum(1.0f);
+    attr.set_post_ops(po);
+  }
+  try {
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+    if (cache.size() > 4096) cache.clear();  // many distinct shapes (MoE expert counts): bound the cache
+    return cache.emplace(key, Prim{dnnl::matmul(pd), a, b, c, pd.scratchpad_desc()}).first->second;
+  } catch (const dnnl::error& e) {
+    throw Error(std::string("gemm_bf16: oneDNN bf16 matmul primitive for M=") + std::to_string(M) + " N=" +
+                std::to_string(N) + " K=" + std::to_string(K) + " failed: " + e.what());
+  }
+}
+
+}  // namespace
+
+void f32_to_bf16_rne(const float* src, uint16_t* dst, int64_t n) {
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+  // vcvtneps2bf16: round to nearest even in one instruction (1.6x the integer sequence); it treats fp32
+  // denormal inputs (|x| < 2^-126) as zero, the only inputs where it differs from rne().
+  const int64_t nb = n / 16;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256bh r = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + 16 * b));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16 * b), reinterpret_cast<const __m256i&>(r));
+  }
+  for (int64_t i = 16 * nb; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, src + i, 4);
+    dst[i] = rne(u);
+  }
+#else
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, src + i, 4);
+    dst[i] = rne(u);
+  }
+#endif
+}
+
+std::string dnnl_isa_name() {
+  switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_all: return "all";
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "isa#" + std::to_string(static_cast<int>(dnnl_get_effective_cpu_isa()));
+  }
+}
+
+bool bf16_gemm_native() { return native_now(); }
+
+uint16_t* bf16_scratch(ScratchSlot slot, int64_t n) {
+  return bf16_scratch(slot == ScratchSlot::Input ? kX : slot == ScratchSlot::Weight ? kW : kDY, n);
+}
+
+void bgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+           const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (beta != 0.0f && beta != 1.0f) throw Error("bgemm: beta must be 0 or 1, got " + std::to_string(beta));
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (beta == 0.0f)
+      for (int64_t i = 0; i < M; ++i) std::memset(C + i * ldc, 0, static_cast<size_t>(N) * 4);
+    return;
+  }
+  if (!native_now()) {  // exact emulation: bf16 values widened to fp32, fp32 GEMM
+    const int64_t na = trans_a ? K * lda : M * lda, nb = trans_b ? N * ldb : K * ldb;
+    float* fa = f32_scratch(kFa, na);
+    float* fb = f32_scratch(kFb, nb);
+    bf16_to_f32_n(A, fa, na);
+    bf16_to_f32_n(B, fb, nb);
+    sgemm(trans_a, trans_b, M, N, K, 1.0f, fa, lda, fb, ldb, beta, C, ldc);
+    return;
+  }
+  Prim& p = primitive(trans_a, trans_b, M, N, K, lda, ldb, ldc, beta != 0.0f);
+  thread_local dnnl::stream s(cpu_engine());
+  try {
+    dnnl::memory am(p.a, cpu_engine(), const_cast<uint16_t*>(A)), bm(p.b, cpu_engine(), const_cast<uint16_t*>(B)),
+        cm(p.c, cpu_engine(), C), pm(p.pad, cpu_engine(), g_scratch[kPad].get(std::max<size_t>(p.pad.get_size(), 64)));
+    p.mm.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, pm}});
+    s.wait();
+  } catch (const dnnl::error& e) {
+    throw Error(std::string("gemm_bf16: oneDNN bf16 matmul failed: ") + e.what());
+  }
+}
+
+void linear_forward_bf16w(const float* X, const uint16_t* Wb, float* Y, int64_t M, int64_t N, int64_t K,
+                          bool accumulate) {
+  if (M == 0 || N == 0) return;
+  uint16_t* xb = bf16_scratch(kX, M * K);
+  f32_to_bf16_rne(X, xb, M * K);
+  bgemm(false, true, M, N, K, xb, K, Wb, K, accumulate ? 1.0f : 0.0f, Y, N);
+}
+
+void linear_backward_bf16w(const float* X, const uint16_t* Wb, const float* dY, float* dX, float* dW, int64_t M,
+                           int64_t N, int64_t K, bool accumulate_dx) {
+  if (M == 0 || N == 0) {
+    if (dX && !accumulate_dx && M > 0) std::memset(dX, 0, static_cast<size_t>(M * K) * 4);
+    return;
+  }
+  uint16_t* dyb = bf16_scratch(kDY, M * N);
+  f32_to_bf16_rne(dY, dyb, M * N);
+  if (dX) bgemm(false, false, M, K, N, dyb, N, Wb, K, accumulate_dx ? 1.0f : 0.0f, dX, K);
+  if (dW) {
+    uint16_t* xb = bf16_scratch(kX, M * K);
+    f32_to_bf16_rne(X, xb, M * K);
+    bgemm(true, false, N, K, M, dyb, N, xb, K, 1.0f, dW, K);
+  }
+}
+
+void linear_forward_bf16(const float* X, const float* W, float* Y, int64_t M, int64_t N, int64_t K, bool accumulate) {
+  if (M == 0 || N == 0) return;
+  uint16_t* wb = bf16_scratch(kW, N * K);
+  f32_to_bf16_rne(W, wb, N * K);
+  linear_forward_bf16w(X, wb, Y, M, N, K, accumulate);
+}
+
+void linear_backward_bf16(const float* X, const float* W, const float* dY, float* dX, float* dW, int64_t M, int64_t N,
+                          int64_t K, bool accumulate_dx) {
+  if (M == 0 || N == 0) {
+    linear_backward_bf16w(X, nullptr, dY, dX, dW, M, N, K, accumulate_dx);
+    return;
+  }
+  uint16_t* wb = nullptr;
+  if (dX) {
+    wb = bf16_scratch(kW, N * K);
+    f32_to_bf16_rne(W, wb, N * K);
+  }
+  linear_backward_bf16w(X, wb, dY, dX, dW, M, N, K, accumulate_dx);
+}
+
+}  // namespace twinkle::kernels::cpu

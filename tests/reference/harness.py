@@ -1,0 +1,68 @@
+"""Helpers shared by the reference checks in tests/reference: running a command, reading
+metrics.jsonl, relative error, random token rows written as jsonl. Nothing here computes a
+reference value; it only drives the programs under test and reads what they wrote."""
+import json
+import os
+import random
+import subprocess
+
+
+def one_thread_env(env=None):
+    """`env` (default: this process's environment) with OMP_NUM_THREADS=1, so that N ranks on
+    two cores do not oversubscribe them."""
+    return dict(os.environ if env is None else env, OMP_NUM_THREADS='1')
+
+
+def run_any(cmd, env=None, timeout=None):
+    """Runs cmd with `env` (None: this process's environment, unchanged), stdout and stderr merged
+    as text, and returns the CompletedProcess, whatever its exit code."""
+    print('+', ' '.join(cmd), flush=True)
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                          env=env)
+
+
+def run(cmd, env=None, timeout=None, expect_fail=False):
+    """Runs cmd as run_any and returns its output; prints the output and exits the check with a
+    message when the exit code is not the expected one (0, or non-zero with expect_fail)."""
+    r = run_any(cmd, env, timeout)
+    if (r.returncode != 0) != expect_fail:
+        print(r.stdout)
+        raise SystemExit(f"FAIL: command exited with {r.returncode} (expected "
+                         f"{'failure' if expect_fail else 'success'}): {' '.join(cmd)}")
+    return r.stdout
+
+
+def read_metrics(path, missing_ok=False):
+    """The JSON objects of a metrics.jsonl file, one per non-empty line ([] for a missing file
+    when missing_ok)."""
+    if missing_ok and not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def rel(a, b):
+    """|a - b| / |b| (b taken as at least 1e-12 in magnitude)."""
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def random_rows(n, vocab, seed, lengths=(5, 24), prompt_from=0):
+    """n rows of token ids with random lengths in `lengths` (inclusive); the first p tokens of a
+    row (p uniform in prompt_from..len/2) are unlabelled (-100), the rest labelled with
+    themselves. Returns (ids, labels)."""
+    rng = random.Random(seed)
+    ids, labels = [], []
+    for _ in range(n):
+        length = rng.randint(*lengths)
+        row = [rng.randrange(vocab) for _ in range(length)]
+        p = rng.randint(prompt_from, length // 2)
+        ids.append(row)
+        labels.append([-100] * p + row[p:])
+    return ids, labels
+
+
+def write_rows(path, ids, labels):
+    """A jsonl dataset of pre-tokenized rows {"input_ids": ..., "labels": ...}."""
+    with open(path, 'w') as f:
+        for a, b in zip(ids, labels):
+            f.write(json.dumps({'input_ids': a, 'labels': b}) + '\n')

@@ -1,0 +1,215 @@
+// bf16 GEMMs (twinkle/kernels/cpu/gemm_bf16.h) and the "bf16" op set (bf16_ops.h) against sums in double
+// of the inputs rounded to bf16 by twinkle::f32_to_bf16 (core/dtype.h, checked bit by bit in
+// test_dtype.cpp). The rounding of the inputs is the whole difference to fp32: a GEMM that truncated
+// instead of rounding to nearest even, or that fed fp32 inputs, misses the exact-rounding reference by
+// ~2^-9 relative, 100x the fp32-accumulation tolerance used here (both are checked to fail below).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "twinkle/core/dtype.h"
+#include "twinkle/core/error.h"
+#include "twinkle/kernels/cpu/bf16_ops.h"
+#include "twinkle/kernels/cpu/gemm_bf16.h"
+#include "twinkle/kernels/cpu/linear_cross_entropy.h"
+#include "twinkle/kernels/registry.h"
+
+using namespace twinkle;
+using namespace twinkle::kernels::cpu;
+
+namespace {
+
+std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+double r(float x) { return static_cast<double>(bf16_to_f32(f32_to_bf16(x))); }
+double trunc_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u &= 0xffff0000u;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// max |got - ref| / max |ref|
+double rel_err(const std::vector<float>& got, const std::vector<double>& ref) {
+  double e = 0, m = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    e = std::max(e, std::abs(static_cast<double>(got[i]) - ref[i]));
+    m = std::max(m, std::abs(ref[i]));
+  }
+  return e / m;
+}
+
+// Y[M,N] = round(X) round(W)^T, with `rnd` the rounding of the inputs
+template <class Rnd>
+std::vector<double> ref_linear(const std::vector<float>& X, const std::vector<float>& W, int64_t M, int64_t N, int64_t K,
+                               Rnd rnd) {
+  std::vector<double> Y(static_cast<size_t>(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += rnd(X[i * K + k]) * rnd(W[j * K + k]);
+      Y[i * N + j] = s;
+    }
+  return Y;
+}
+
+constexpr double kTol = 2e-6;  // fp32 accumulation of K <= 200 exact bf16 products
+
+}  // namespace
+
+TEST(GemmBf16, RoundingMatchesCoreConversionBitForBit) {
+  std::vector<float> x = randn(10007, 1, 3.0f);
+  x[0] = 1.0f + std::ldexp(1.0f, -8);      // tie -> even (1.0)
+  x[1] = 1.0f + 3 * std::ldexp(1.0f, -8);  // tie -> even (1 + 2^-6)
+  x[2] = std::numeric_limits<float>::infinity();
+  x[3] = -0.0f;
+  x[4] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<uint16_t> got(x.size());
+  f32_to_bf16_rne(x.data(), got.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (i == 4) {
+      EXPECT_TRUE(std::isnan(bf16_to_f32(got[i])));
+      continue;
+    }
+    ASSERT_EQ(got[i], f32_to_bf16(x[i])) << "element " << i << " = " << x[i];
+  }
+}
+
+TEST(GemmBf16, LinearForwardIsTheExactBf16ProductSummedInFp32) {
+  const int64_t M = 37, N = 29, K = 131;
+  auto X = randn(M * K, 2), W = randn(N * K, 3, 0.05f);
+  std::vector<float> Y(static_cast<size_t>(M * N), 123.0f);
+  linear_forward_bf16(X.data(), W.data(), Y.data(), M, N, K);
+  const auto ref = ref_linear(X, W, M, N, K, r);
+  EXPECT_LT(rel_err(Y, ref), kTol);
+  // the test can fail: truncation instead of round-to-nearest-even, or no rounding at all, is far off
+  const auto ref_trunc = ref_linear(X, W, M, N, K, trunc_bf16);
+  const auto ref_fp32 = ref_linear(X, W, M, N, K, [](float v) { return static_cast<double>(v); });
+  EXPECT_GT(rel_err(Y, ref_trunc), 100 * kTol);
+  EXPECT_GT(rel_err(Y, ref_fp32), 100 * kTol);
+  // accumulate = true adds
+  std::vector<float> Y2(static_cast<size_t>(M * N), 1.0f);
+  linear_forward_bf16(X.data(), W.data(), Y2.data(), M, N, K, true);
+  std::vector<double> ref1(ref);
+  for (auto& v : ref1) v += 1.0;
+  EXPECT_LT(rel_err(Y2, ref1), kTol);
+}
+
+TEST(GemmBf16, LinearBackwardGradientsAreBf16ProductsAccumulatedInFp32) {
+  const int64_t M = 23, N = 41, K = 19;
+  auto X = randn(M * K, 4), W = randn(N * K, 5, 0.1f), dY = randn(M * N, 6);
+  std::vector<float> dX(static_cast<size_t>(M * K), 9.0f), dW(static_cast<size_t>(N * K), 0.5f);
+  linear_backward_bf16(X.data(), W.data(), dY.data(), dX.data(), dW.data(), M, N, K);
+  std::vector<double> rdX(static_cast<size_t>(M * K)), rdW(static_cast<size_t>(N * K));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < K; ++k) {
+      double s = 0;
+      for (int64_t j = 0; j < N; ++j) s += r(dY[i * N + j]) * r(W[j * K + k]);
+      rdX[i * K + k] = s;
+    }
+  for (int64_t j = 0; j < N; ++j)
+    for (int64_t k = 0; k < K; ++k) {
+      double s = 0.5;  // dW accumulates into the fp32 gradient
+      for (int64_t i = 0; i < M; ++i) s += r(dY[i * N + j]) * r(X[i * K + k]);
+      rdW[j * K + k] = s;
+    }
+  EXPECT_LT(rel_err(dX, rdX), kTol);
+  EXPECT_LT(rel_err(dW, rdW), kTol);
+  // null dW / dX are skipped
+  std::vector<float> dX2(dX.size());
+  linear_backward_bf16(X.data(), W.data(), dY.data(), dX2.data(), nullptr, M, N, K);
+  EXPECT_EQ(dX2, dX);
+}
+
+TEST(GemmBf16, BgemmTransposesAndRefusesOtherBetas) {
+  const int64_t M = 5, N = 7, K = 9;
+  auto A = randn(K * M, 7), B = randn(N * K, 8);
+  std::vector<uint16_t> a(A.size()), b(B.size());
+  f32_to_bf16_rne(A.data(), a.data(), static_cast<int64_t>(a.size()));
+  f32_to_bf16_rne(B.data(), b.data(), static_cast<int64_t>(b.size()));
+  std::vector<float> C(static_cast<size_t>(M * N));
+  bgemm(true, true, M, N, K, a.data(), M, b.data(), K, 0.0f, C.data(), N);  // A stored [K,M], B stored [N,K]
+  std::vector<double> ref(C.size());
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += r(A[k * M + i]) * r(B[j * K + k]);
+      ref[i * N + j] = s;
+    }
+  EXPECT_LT(rel_err(C, ref), kTol);
+  EXPECT_THROW(bgemm(false, false, M, N, K, a.data(), K, b.data(), N, 0.5f, C.data(), N), Error);
+}
+
+TEST(GemmBf16, LinearCrossEntropyBf16MatchesTheRoundedReference) {
+  // vocab > the kernel's 4096-row weight block, odd rows: several blocks and chunks
+  const int64_t T = 9, V = 4099, H = 24;
+  auto X = randn(T * H, 9), W = randn(V * H, 10, 0.2f);
+  std::vector<int32_t> labels(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) labels[t] = static_cast<int32_t>((t * 977) % V);
+  labels[3] = -100;
+  std::vector<float> lse(static_cast<size_t>(T)), dX(static_cast<size_t>(T * H)), dW(static_cast<size_t>(V * H), 0.0f);
+  const double loss = linear_cross_entropy_bf16(X.data(), W.data(), labels.data(), T, V, H, 0.5f, lse.data(), dX.data(),
+                                                dW.data(), 4);
+  // reference: logits from rounded inputs in double, CE in double, gradient rounded to bf16 for the GEMMs
+  double ref_loss = 0;
+  std::vector<double> rdX(static_cast<size_t>(T * H), 0.0), rdW(static_cast<size_t>(V * H), 0.0);
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> z(static_cast<size_t>(V));
+    double mx = -1e300;
+    for (int64_t v = 0; v < V; ++v) {
+      double s = 0;
+      for (int64_t h = 0; h < H; ++h) s += r(X[t * H + h]) * r(W[v * H + h]);
+      z[v] = s;
+      mx = std::max(mx, s);
+    }
+    double se = 0;
+    for (double v : z) se += std::exp(v - mx);
+    const double l = mx + std::log(se);
+    EXPECT_NEAR(lse[t], l, 1e-4 * std::abs(l) + 1e-5);
+    if (labels[t] < 0) continue;
+    ref_loss += l - z[labels[t]];
+    for (int64_t v = 0; v < V; ++v) {
+      const double g = 0.5 * (std::exp(z[v] - l) - (v == labels[t] ? 1.0 : 0.0));
+      const double gb = r(static_cast<float>(g));
+      for (int64_t h = 0; h < H; ++h) {
+        rdX[t * H + h] += gb * r(W[v * H + h]);
+        rdW[v * H + h] += gb * r(X[t * H + h]);
+      }
+    }
+  }
+  EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
+  EXPECT_LT(rel_err(dX, rdX), 1e-4);
+  EXPECT_LT(rel_err(dW, rdW), 1e-4);
+}
+
+TEST(GemmBf16, MixedPrecisionTableSwapsOnlyTheGemmOps) {
+  auto t = twinkle::kernels::resolve_kernels("cpu", "fused");
+  twinkle::kernels::apply_mixed_precision(t, "bf16");
+  for (const auto& op : twinkle::kernels::op_names()) {
+    const bool gemm = std::find(twinkle::kernels::mixed_precision_ops().begin(),
+                                twinkle::kernels::mixed_precision_ops().end(), op) != twinkle::kernels::mixed_precision_ops().end();
+    EXPECT_EQ(t.impl(op), gemm ? "bf16" : "fused") << op;
+  }
+  EXPECT_THROW(twinkle::kernels::apply_mixed_precision(t, "fp16"), Error);
+  twinkle::kernels::KernelTable cuda;
+  cuda.device = "cuda";
+  try {
+    twinkle::kernels::apply_mixed_precision(cuda, "bf16");
+    FAIL() << "bf16 on cuda must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--fp32"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(dnnl_isa_name().empty());
+}
