@@ -103,7 +103,8 @@ endforeach()
 # Expert tensor parallelism (etp 2: each expert's gate/up split by rows, down by columns over the
 # etp group; the dispatcher all-gathers the etp group's rows and reduce-scatters the outputs):
 # etp2 x ep2 on tp2 dp2 (edp 1), etp2 alone on dp2 (ep 1), etp2 with edp 2 (ZeRO over edp on
-# the etp slices) and with pp2 (the saved experts gathered from both etp ranks of each stage).
+# the etp slices) and with pp2 (the saved experts gathered from both etp ranks of each stage);
+# a short last batch under etp alone (ep 1): the etp collectives need the filler micro-batch too.
 # name | ranks | flags of the check | layout flags
 set(TWINKLE_MOE_LAYOUTS
   "pp2_aux_per_layer|2|--aux-coef 0.1 --aux-type per_layer|--pp 2"
@@ -123,6 +124,7 @@ set(TWINKLE_MOE_LAYOUTS
   "tp2_dp2_etp2_ep2_aux_per_layer_z|4|--aux-coef 0.1 --aux-type per_layer --z-coef 0.01 --batch rows:8|--tp 2 --dp 2 --ep 2 --etp 2"
   "dp2_etp2_aux_global|2|--aux-coef 0.1 --aux-type global --batch rows:8|--dp 2 --etp 2"
   "dp4_etp2_zero_aux_off|4|--batch rows:8|--dp 4 --etp 2"
+  "dp2_etp2_short_batch_filler|2|--aux-coef 0.1 --aux-type per_layer --z-coef 0.01 --batch rows:5 --batch-size 4 --mbs 1 --steps 2|--dp 2 --etp 2"
   "pp2_dp2_etp2_aux_per_layer|4|--aux-coef 0.05 --aux-type per_layer --batch rows:8 --layers 4|--pp 2 --dp 2 --etp 2")
 foreach(spec ${TWINKLE_MOE_LAYOUTS})
   string(REPLACE "|" ";" parts "${spec}")

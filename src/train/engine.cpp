@@ -46,13 +46,14 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training) {
   // No micro-batch is allowed: a data-parallel rank without a row of a short last batch
   // (B27) still joins the token count, the pipeline (0 micro-batches on every stage of its
   // replica) and the loss reduction, contributing 0.
-  // Under expert parallelism every micro-batch's dispatch is a collective over the ep group,
-  // which spans data-parallel replicas: a replica with fewer micro-batches (a short last batch)
-  // runs filler micro-batches up to the most any replica runs (they hold no real token).
+  // Under expert parallelism every micro-batch's dispatch is a collective over the ep group
+  // (and, with etp > 1, the etp group), which spans data-parallel replicas: a replica with fewer
+  // micro-batches (a short last batch) runs filler micro-batches up to the most any replica
+  // runs (they hold no real token).
   const std::vector<MicroBatch>* src = &mbs_in;
   std::vector<MicroBatch> padded;
   const size_t real_mbs = mbs_in.size();
-  if (ps.ep_size() > 1 && ps.world->size() > 1) {
+  if ((ps.ep_size() > 1 || ps.mesh.etp_size() > 1) && ps.world->size() > 1) {
     int64_t most[1] = {static_cast<int64_t>(real_mbs)};
     ps.world->all_reduce(most, 1, DType::I64, dist::ReduceOp::Max);
     if (most[0] > static_cast<int64_t>(real_mbs)) {

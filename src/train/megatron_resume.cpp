@@ -176,7 +176,7 @@ void MegatronModel::write_training_state(const std::string& dir, const TrainingS
   }
   const auto& mesh = ps_->mesh;
   st["saved_layout"] = {{"tp", mesh.tp_size()}, {"pp", mesh.pp_size()}, {"dp", mesh.dp_size()},
-                        {"cp", mesh.cp_size()}, {"ep", mesh.ep_size()}};
+                        {"cp", mesh.cp_size()}, {"ep", mesh.ep_size()}, {"etp", mesh.etp_size()}};
   st["files"] = {{"master_weights", kMaster}, {"exp_avg", kExpAvg}, {"exp_avg_sq", kExpAvgSq}};
   io_detail::write_file_atomic((it / kState).string(), st.dump(2) + "\n");
   io_detail::write_file_atomic((d / "latest_checkpointed_iteration.txt").string(), std::to_string(cur_step_) + "\n");
