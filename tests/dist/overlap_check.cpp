@@ -25,53 +25,17 @@
 #include "twinkle/model/qwen3_model.h"
 #include "twinkle/optim/distributed_optimizer.h"
 #include "twinkle/train/engine.h"
+#include "bitwise_layout.h"
 
 using namespace twinkle;
 
 namespace {
 
 struct Run {
-  std::vector<double> losses, norms;
-  std::vector<float> grads, params;  // the last step's reduced gradients / the final parameters
+  testutil::StepTrace trace;
   CommOverlapStats stats;
   size_t mbs = 0;
 };
-
-ModelConfig config(bool moe) {
-  ModelConfig c;
-  c.model_type = moe ? "qwen3_moe" : "qwen3";
-  c.vocab_size = 301; c.hidden_size = 32; c.intermediate_size = 48; c.num_hidden_layers = 4;
-  c.num_attention_heads = 4; c.num_key_value_heads = 2; c.head_dim = 16; c.tie_word_embeddings = true;
-  c.max_position_embeddings = 256; c.rope_theta = 1e6;
-  if (moe) {
-    c.num_experts = 4; c.num_experts_per_tok = 2; c.moe_intermediate_size = 24; c.norm_topk_prob = true;
-    c.mlp_only_layers = {1};
-  }
-  return c;
-}
-
-std::vector<MicroBatch> batches(int64_t dp, int64_t dp_rank, int64_t rows_n) {
-  std::mt19937_64 g(17);
-  std::vector<EncodedRow> rows;
-  for (int64_t i = 0; i < rows_n; ++i) {
-    EncodedRow r;
-    const int64_t L = 12 + static_cast<int64_t>(g() % 20);
-    for (int64_t t = 0; t < L; ++t) {
-      r.input_ids.push_back(static_cast<int32_t>(g() % 301));
-      r.labels.push_back(t < 3 ? -100 : r.input_ids.back());
-      r.position_ids.push_back(static_cast<int32_t>(t));
-    }
-    r.length = L;
-    rows.push_back(r);
-  }
-  std::vector<EncodedRow> mine(rows.begin() + dp_rank * rows_n / dp, rows.begin() + (dp_rank + 1) * rows_n / dp);
-  std::vector<MicroBatch> out;
-  for (size_t i = 0; i < mine.size(); i += 2)
-    out.push_back(collate_padded(std::vector<EncodedRow>(mine.begin() + static_cast<long>(i),
-                                                         mine.begin() + static_cast<long>(std::min(i + 2, mine.size()))),
-                                 0));
-  return out;
-}
 
 Run run(bool grad_overlap, bool param_overlap, bool moe, bool distopt, int64_t rows_n) {
   auto& st = parallel_state();
@@ -79,7 +43,7 @@ Run run(bool grad_overlap, bool param_overlap, bool moe, bool distopt, int64_t r
   Qwen3ModelOptions mo;
   mo.moe_aux_loss_type = "per_layer";
   mo.moe_aux_loss_coeff = moe ? 0.01 : 0.0;
-  Qwen3Model m(config(moe), ps, mo);
+  Qwen3Model m(testutil::tiny_layout_config(moe), ps, mo);
   m.init_random(5);
   Engine eng(m);
   OptimizerConfig oc;
@@ -89,22 +53,22 @@ Run run(bool grad_overlap, bool param_overlap, bool moe, bool distopt, int64_t r
   oc.overlap_param_gather = param_overlap;
   DistributedOptimizer opt(m.store(), ps, oc);
   eng.set_optimizer(&opt);
-  const auto mbs = batches(st.mesh.dp_size(), st.coord.dp, rows_n);
+  const auto mbs = testutil::seeded_micro_batches(st.mesh.dp_size(), st.coord.dp, rows_n, 17);
   Run r;
   r.mbs = mbs.size();
   for (int s = 0; s < 3; ++s) {
     StepResult res = eng.forward_backward(mbs);
-    r.losses.push_back(res.loss);
+    r.trace.losses.push_back(res.loss);
     if (s == 2) {
       opt.reduce_gradients();
       const Tensor& g = m.store().flat_grads();
-      r.grads.assign(g.f32(), g.f32() + g.numel());
+      r.trace.grads.assign(g.f32(), g.f32() + g.numel());
     }
-    r.norms.push_back(opt.step(1e-3, 1.0).grad_norm);
+    r.trace.norms.push_back(opt.step(1e-3, 1.0).grad_norm);
   }
   opt.finish_param_sync();
   const Tensor& p = m.store().flat_params();
-  r.params.assign(p.f32(), p.f32() + p.numel());
+  r.trace.params.assign(p.f32(), p.f32() + p.numel());
   r.stats = opt.comm_stats();
   return r;
 }
@@ -134,18 +98,7 @@ int body(int argc, char** argv) {
             both = run(true, true, moe, distopt, rows_n);
   int64_t bad = 0;
   auto same = [&](const Run& r, const char* name) {
-    auto fail = [&](const std::string& what) {
-      std::printf("rank %d: %s differs from off in %s\n", world.rank(), name, what.c_str());
-      ++bad;
-    };
-    if (std::memcmp(r.losses.data(), off.losses.data(), off.losses.size() * sizeof(double))) fail("the losses");
-    if (std::memcmp(r.norms.data(), off.norms.data(), off.norms.size() * sizeof(double))) fail("the grad norms");
-    if (r.grads.size() != off.grads.size() ||
-        std::memcmp(r.grads.data(), off.grads.data(), off.grads.size() * sizeof(float)))
-      fail("the reduced gradients");
-    if (r.params.size() != off.params.size() ||
-        std::memcmp(r.params.data(), off.params.data(), off.params.size() * sizeof(float)))
-      fail("the parameters");
+    bad += testutil::count_bitwise_differences(world.rank(), r.trace, name, off.trace, "off");
   };
   same(grad, "overlap_grad_reduce");
   same(both, "overlap_grad_reduce + overlap_param_gather");
@@ -174,7 +127,7 @@ int body(int argc, char** argv) {
                 world.size(), moe ? " (MoE)" : "", distopt ? "" : " (no distributed optimizer)",
                 static_cast<long long>(both.stats.grad_buckets_early), static_cast<long long>(both.stats.grad_buckets),
                 static_cast<long long>(both.stats.param_buckets_forward), static_cast<long long>(both.stats.param_buckets),
-                off.losses[0], off.losses[1], off.losses[2]);
+                off.trace.losses[0], off.trace.losses[1], off.trace.losses[2]);
   return bad ? 1 : 0;
 }
 
