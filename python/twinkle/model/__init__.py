@@ -75,8 +75,9 @@ class MegatronModel:
                  load_weights=True, recompute_granularity='full', recompute_method='uniform', recompute_num_layers=1,
                  recompute_modules=None, **kwargs):
         """model_id: a Hugging Face Qwen3 directory or hub id. Twinkle's keywords are accepted:
-        mixed_precision ('bf16', 'fp16', 'no') does not change the result on the CPU backend (it
-        computes in fp32 and saves in the config's dtype); recompute_granularity ('full' default,
+        mixed_precision ('bf16', 'fp16', 'no') is checked but not yet passed to the C++ bf16 path
+        (MegatronModelOptions::mixed_precision, `twinkle train --bf16`): the binding computes in
+        fp32 and saves in the config's dtype, so tp.py equals the fp32 C++ recipe; recompute_granularity ('full' default,
         'selective', None) selects activation recompute (bit-identical results, less memory;
         recompute_method / recompute_num_layers / recompute_modules: only uniform, 1, core_attn);
         config / ddp_config (mcore objects) are not supported. Other keywords are twinkle's
