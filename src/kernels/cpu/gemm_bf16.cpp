@@ -64,10 +64,12 @@ bool native_now() {
   return native;
 }
 
-using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
+// (trans_a, trans_b, M, N, K, lda, ldb, ldc, accumulate, B packed as BA16a64b2a)
+using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool>;
 struct Prim {
   dnnl::matmul mm;
   dnnl::memory::desc a, b, c, pad;
+  bool brgemm;  // oneDNN chose a brgemm kernel (not its reference loops)
 };
 
 dnnl::engine& cpu_engine() {
@@ -75,15 +77,17 @@ dnnl::engine& cpu_engine() {
   return e;
 }
 
-Prim& primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc, bool acc) {
+Prim& primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc, bool acc,
+                bool packed_b = false) {
   thread_local std::map<Key, Prim> cache;
-  const Key key{ta, tb, M, N, K, lda, ldb, ldc, acc};
+  const Key key{ta, tb, M, N, K, lda, ldb, ldc, acc, packed_b};
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   using md = dnnl::memory::desc;
   using dt = dnnl::memory::data_type;
   // logical A [M,K], B [K,N], C [M,N]; strides give the stored layout
   md a({M, K}, dt::bf16, ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
-  md b({K, N}, dt::bf16, tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
+  md b = packed_b ? md({K, N}, dt::bf16, dnnl::memory::format_tag::BA16a64b2a)
+                  : md({K, N}, dt::bf16, tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
   md c({M, N}, dt::f32, dnnl::memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // our grow-only buffer, not a malloc per call
@@ -95,14 +99,88 @@ Prim& primitive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, 
   try {
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
     if (cache.size() > 4096) cache.clear();  // many distinct shapes (MoE expert counts): bound the cache
-    return cache.emplace(key, Prim{dnnl::matmul(pd), a, b, c, pd.scratchpad_desc()}).first->second;
+    const bool brg = std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
+    return cache.emplace(key, Prim{dnnl::matmul(pd), a, b, c, pd.scratchpad_desc(), brg}).first->second;
   } catch (const dnnl::error& e) {
     throw Error(std::string("gemm_bf16: oneDNN bf16 matmul primitive for M=") + std::to_string(M) + " N=" +
                 std::to_string(N) + " K=" + std::to_string(K) + " failed: " + e.what());
   }
 }
 
+constexpr int64_t kPackK = 32, kPackN = 64;  // BA16a64b2a: 32-row (16 pairs) x 64-column blocks
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// One [32 k x 64 n] block of the packed layout (pack_b_bf16 in gemm_bf16.h): rows k0, k0+1, ... of
+// B(k, n) = S[k * ld + n], n from n0; rows >= K and columns >= N are written as zeros.
+void pack_block(const float* S, int64_t ld, int64_t K, int64_t N, int64_t k0, int64_t n0, uint16_t* d) {
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+  // pair (k, k+1) of 16 columns: vcvtne2ps2bf16 gives [row k | row k+1] as 32 bf16, vpermw interleaves them
+  const __m512i pairs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  for (int64_t j = 0; j < kPackK / 2; ++j) {
+    const int64_t k = k0 + 2 * j;
+    for (int64_t s = 0; s < kPackN / 16; ++s) {
+      const int64_t n = n0 + 16 * s, left = N - n;
+      const __mmask16 m = left >= 16 ? __mmask16(0xffff) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
+      const __m512 r0 = k < K ? _mm512_maskz_loadu_ps(m, S + k * ld + n) : _mm512_setzero_ps();
+      const __m512 r1 = k + 1 < K ? _mm512_maskz_loadu_ps(m, S + (k + 1) * ld + n) : _mm512_setzero_ps();
+      const __m512bh b = _mm512_cvtne2ps_pbh(r1, r0);
+      _mm512_storeu_si512(d + j * 128 + s * 32, _mm512_permutexvar_epi16(pairs, reinterpret_cast<const __m512i&>(b)));
+    }
+  }
+#else
+  for (int64_t j = 0; j < kPackK / 2; ++j)
+    for (int64_t c = 0; c < kPackN; ++c)
+      for (int64_t h = 0; h < 2; ++h) {
+        const int64_t k = k0 + 2 * j + h, n = n0 + c;
+        uint16_t v = 0;
+        if (k < K && n < N) {
+          uint32_t u;
+          std::memcpy(&u, S + k * ld + n, 4);
+          v = rne(u);
+        }
+        d[j * 128 + c * 2 + h] = v;
+      }
+#endif
+}
+
+// Whether oneDNN runs a matmul with BA16a64b2a weights on its brgemm bf16 kernels (probed once): the
+// packed operand then saves the kernel's own copy of B into that layout (5-10 % of a training GEMM).
+bool packed_b_fast() {
+  static const bool fast = [] {
+    if (!native_now()) return false;
+#if !(defined(__AVX512BF16__) && defined(__AVX512F__))
+    return false;  // the portable packer loop would cost more than it saves
+#else
+    try {
+      using md = dnnl::memory::desc;
+      using dt = dnnl::memory::data_type;
+      md a({64, 64}, dt::bf16, dnnl::memory::dims{64, 1});
+      md b({64, 64}, dt::bf16, dnnl::memory::format_tag::BA16a64b2a);
+      md c({64, 64}, dt::f32, dnnl::memory::dims{64, 1});
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), cpu_engine());
+      return std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+#endif
+  }();
+  return fast;
+}
+
 }  // namespace
+
+int64_t packed_b_elems(int64_t K, int64_t N) { return round_up(K, kPackK) * round_up(N, kPackN); }
+
+void pack_b_bf16(const float* S, int64_t ld, int64_t K, int64_t N, uint16_t* dst) {
+  const int64_t Kp = round_up(K, kPackK), nkb = Kp / kPackK, nnb = round_up(N, kPackN) / kPackN;
+#pragma omp parallel for collapse(2) schedule(static) if (K * N > 65536)
+  for (int64_t kb = 0; kb < nkb; ++kb)
+    for (int64_t nb = 0; nb < nnb; ++nb)
+      pack_block(S, ld, K, N, kb * kPackK, nb * kPackN, dst + nb * Kp * kPackN + kb * kPackK * kPackN);
+}
+
+bool packed_b_native() { return packed_b_fast(); }
 
 void f32_to_bf16_rne(const float* src, uint16_t* dst, int64_t n) {
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
@@ -181,6 +259,34 @@ void bgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const ui
   }
 }
 
+bool packed_b_fast_for(bool trans_a, int64_t M, int64_t N, int64_t K, int64_t lda, float beta, int64_t ldc) {
+  if (!packed_b_fast() || M == 0 || N == 0 || K == 0) return false;
+  return primitive(trans_a, false, M, N, K, lda, 0, ldc, beta != 0.0f, true).brgemm;
+}
+
+void bgemm_packed_b(bool trans_a, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* Bp,
+                    float beta, float* C, int64_t ldc) {
+  if (beta != 0.0f && beta != 1.0f) throw Error("bgemm_packed_b: beta must be 0 or 1, got " + std::to_string(beta));
+  if (!packed_b_fast())
+    throw Error("bgemm_packed_b: this CPU / oneDNN has no fast packed-B bf16 matmul (check packed_b_native() first)");
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (beta == 0.0f)
+      for (int64_t i = 0; i < M; ++i) std::memset(C + i * ldc, 0, static_cast<size_t>(N) * 4);
+    return;
+  }
+  Prim& p = primitive(trans_a, false, M, N, K, lda, 0, ldc, beta != 0.0f, true);
+  thread_local dnnl::stream s(cpu_engine());
+  try {
+    dnnl::memory am(p.a, cpu_engine(), const_cast<uint16_t*>(A)), bm(p.b, cpu_engine(), const_cast<uint16_t*>(Bp)),
+        cm(p.c, cpu_engine(), C), pm(p.pad, cpu_engine(), g_scratch[kPad].get(std::max<size_t>(p.pad.get_size(), 64)));
+    p.mm.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, pm}});
+    s.wait();
+  } catch (const dnnl::error& e) {
+    throw Error(std::string("gemm_bf16: oneDNN bf16 matmul (packed B) failed: ") + e.what());
+  }
+}
+
 void linear_forward_bf16w(const float* X, const uint16_t* Wb, float* Y, int64_t M, int64_t N, int64_t K,
                           bool accumulate) {
   if (M == 0 || N == 0) return;
@@ -216,6 +322,22 @@ void linear_backward_bf16(const float* X, const float* W, const float* dY, float
                           int64_t K, bool accumulate_dx) {
   if (M == 0 || N == 0) {
     linear_backward_bf16w(X, nullptr, dY, dX, dW, M, N, K, accumulate_dx);
+    return;
+  }
+  if (packed_b_fast_for(false, M, K, N, N, accumulate_dx ? 1.0f : 0.0f, K) &&
+      packed_b_fast_for(true, N, K, M, N, 1.0f, K)) {  // W and X rounded straight into the blocked layout
+    uint16_t* dyb = bf16_scratch(kDY, M * N);
+    f32_to_bf16_rne(dY, dyb, M * N);
+    if (dX) {
+      uint16_t* wp = bf16_scratch(kW, packed_b_elems(N, K));
+      pack_b_bf16(W, K, N, K, wp);  // B = W [N, K]
+      bgemm_packed_b(false, M, K, N, dyb, N, wp, accumulate_dx ? 1.0f : 0.0f, dX, K);
+    }
+    if (dW) {
+      uint16_t* xp = bf16_scratch(kX, packed_b_elems(M, K));
+      pack_b_bf16(X, K, M, K, xp);  // B = X [M, K]
+      bgemm_packed_b(true, N, K, M, dyb, N, xp, 1.0f, dW, K);
+    }
     return;
   }
   uint16_t* wb = nullptr;

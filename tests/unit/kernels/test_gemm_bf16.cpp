@@ -5,6 +5,8 @@
 // ~2^-9 relative, 100x the fp32-accumulation tolerance used here (both are checked to fail below).
 #include <gtest/gtest.h>
 
+#include <oneapi/dnnl/dnnl.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -150,6 +152,65 @@ TEST(GemmBf16, BgemmTransposesAndRefusesOtherBetas) {
     }
   EXPECT_LT(rel_err(C, ref), kTol);
   EXPECT_THROW(bgemm(false, false, M, N, K, a.data(), K, b.data(), N, 0.5f, C.data(), N), Error);
+}
+
+// The packed B operand is oneDNN's BA16a64b2a layout of the bf16-rounded matrix: checked against
+// oneDNN's own reorder of the plain rounded matrix (independent of pack_b_bf16) on a shape with row
+// and column padding and a row stride > N; then the packed GEMM against the double reference for
+// both A forms (dX = dY W uses plain A, dW = dY^T X transposed A). A packer that skipped the pair
+// interleave, the padding zeros or the rounding fails the first part; one with a wrong block order
+// the second.
+TEST(GemmBf16, PackedBIsOneDnnsBlockedLayoutAndItsGemmIsTheRoundedProduct) {
+  const int64_t K = 45, N = 70, ld = 75, M = 13;
+  auto S = randn(K * ld, 21);
+  S[3] = 1.0f + std::ldexp(1.0f, -8);  // a tie: rounds to even
+  std::vector<uint16_t> packed(static_cast<size_t>(packed_b_elems(K, N)), 0xffff);
+  ASSERT_EQ(packed_b_elems(K, N), 64 * 128);  // K -> 64 (a multiple of 32), N -> 128 (of 64)
+  pack_b_bf16(S.data(), ld, K, N, packed.data());
+  std::vector<uint16_t> plain(static_cast<size_t>(K * N));
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) plain[k * N + n] = f32_to_bf16(S[k * ld + n]);
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream st(eng);
+  using md = dnnl::memory::desc;
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  const md src({K, N}, dt::bf16, tag::ab), dst({K, N}, dt::bf16, tag::BA16a64b2a);
+  ASSERT_EQ(dst.get_size(), packed.size() * 2);
+  std::vector<uint16_t> want(packed.size(), 0x7777);
+  dnnl::memory sm(src, eng, plain.data()), dm(dst, eng, want.data());
+  dnnl::reorder(sm, dm).execute(st, sm, dm);
+  st.wait();
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(packed[i], want[i]) << "packed element " << i;
+  // the padding oneDNN leaves is zero in ours (the kernels read it)
+  size_t zeros = 0;
+  for (auto v : packed) zeros += v == 0;
+  EXPECT_GE(zeros, packed.size() - static_cast<size_t>(K * N));
+
+  auto A = randn(M * K, 22);  // op(A) [M, K]
+  std::vector<uint16_t> a(A.size());
+  f32_to_bf16_rne(A.data(), a.data(), static_cast<int64_t>(a.size()));
+  std::vector<double> ref(static_cast<size_t>(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0.25;  // beta = 1 onto C = 0.25
+      for (int64_t k = 0; k < K; ++k) s += r(A[i * K + k]) * r(S[k * ld + n]);
+      ref[i * N + n] = s;
+    }
+  std::vector<float> C(static_cast<size_t>(M * N), 0.25f);
+  if (!packed_b_native()) {
+    EXPECT_THROW(bgemm_packed_b(false, M, N, K, a.data(), K, packed.data(), 1.0f, C.data(), N), Error);
+    return;
+  }
+  bgemm_packed_b(false, M, N, K, a.data(), K, packed.data(), 1.0f, C.data(), N);
+  EXPECT_LT(rel_err(C, ref), kTol);
+  std::vector<uint16_t> at(a.size());  // the same A stored transposed [K, M]
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < K; ++k) at[k * M + i] = a[i * K + k];
+  std::vector<float> C2(C.size(), 0.25f);
+  bgemm_packed_b(true, M, N, K, at.data(), M, packed.data(), 1.0f, C2.data(), N);
+  EXPECT_LT(rel_err(C2, ref), kTol);
+  EXPECT_THROW(bgemm_packed_b(false, M, N, K, a.data(), K, packed.data(), 2.0f, C.data(), N), Error);
 }
 
 TEST(GemmBf16, LinearCrossEntropyBf16MatchesTheRoundedReference) {

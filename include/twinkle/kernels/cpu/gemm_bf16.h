@@ -45,6 +45,31 @@ uint16_t* bf16_scratch(ScratchSlot slot, int64_t n);
 void bgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
            const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+/// The B operand in oneDNN's VNNI-blocked bf16 layout (BA16a64b2a: 64-column x 32-row blocks, column
+/// blocks outermost, each row pair (k, k+1) interleaved per column), which the brgemm bf16 kernels read
+/// directly; from a plain B they first copy it into that layout themselves (5-10 % of a training
+/// GEMM). Used where the bf16 copy is made anyway: the weight of dX = dY W and the input of dW = dY^T X.
+/// packed_b_elems: elements of the packed [K, N] operand (K rounded up to 32, N to 64, padding zero).
+int64_t packed_b_elems(int64_t K, int64_t N);
+/// Rounds B(k, n) = S[k * ld + n] (k < K, n < N; fp32, row-major with row stride ld) to bf16
+/// (round-to-nearest-even, the same bits as f32_to_bf16_rne) into dst[packed_b_elems(K, N)] in that
+/// layout. OpenMP-parallel over blocks.
+void pack_b_bf16(const float* S, int64_t ld, int64_t K, int64_t N, uint16_t* dst);
+/// Whether bgemm_packed_b is available and fast here: native bf16 instructions, a build with
+/// AVX512-BF16 intrinsics, and oneDNN taking BA16a64b2a weights on its brgemm kernels (probed once).
+bool packed_b_native();
+/// Whether oneDNN runs bgemm_packed_b of this shape (A row stride lda, C row stride ldc) on its brgemm
+/// kernels; false also when !packed_b_native() or a dimension is 0. oneDNN 2.6 takes packed B with a
+/// dense A only (lda == K, or lda == M when transposed): with a strided A (the lm head's logits rows)
+/// it falls back to reference loops 100x slower, so callers check before packing.
+bool packed_b_fast_for(bool trans_a, int64_t M, int64_t N, int64_t K, int64_t lda, float beta, int64_t ldc);
+/// C[M,N] = op(A)[M,K] * B[K,N] + beta * C as bgemm, with B packed by pack_b_bf16 (the same rounded
+/// operands; the kernels sum in the same order as on a plain B, bit-identical in our runs). Runs
+/// whatever kernel oneDNN picks (see packed_b_fast_for). Throws twinkle::Error when !packed_b_native(),
+/// on a beta other than 0 or 1, or if oneDNN fails.
+void bgemm_packed_b(bool trans_a, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* Bp,
+                    float beta, float* C, int64_t ldc);
+
 /// Mixed-precision linear forward: Y[M,N] (+)= bf16(X)[M,K] * bf16(W)[N,K]^T, fp32 accumulation and
 /// output (LinearOp::forward contract, twinkle/kernels/ops.h; PyTorch autocast's F.linear with an fp32
 /// result). X, W, Y fp32.
