@@ -39,6 +39,7 @@
 #include "twinkle/dist/runtime.h"
 #include "twinkle/optim/distributed_optimizer.h"
 #include "twinkle/train/engine.h"
+#include "peak_rss.h"
 
 using namespace twinkle;
 using Clock = std::chrono::steady_clock;
@@ -118,25 +119,8 @@ struct Volume {
   }
 };
 
-// Peak resident set since the last reset_peak_rss() (VmHWM of /proc/self/status; writing "5"
-// to /proc/self/clear_refs resets it, Linux >= 4.0): the training steps' peak without the
-// transient allocations of the model's construction and init.
-void reset_peak_rss() {
-  if (FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
-    std::fputs("5", f);
-    std::fclose(f);
-  }
-}
-long step_peak_rss_bytes() {
-  long kb = 0;
-  if (FILE* f = std::fopen("/proc/self/status", "r")) {
-    char line[256];
-    while (std::fgets(line, sizeof line, f))
-      if (std::sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
-    std::fclose(f);
-  }
-  return kb * 1024L;
-}
+using twinkle::benchutil::reset_peak_rss;
+using twinkle::benchutil::step_peak_rss_bytes;
 double peak_rss_mib() { return static_cast<double>(step_peak_rss_bytes()) / 1048576.0; }
 
 // Rows of this rank's routed slots per destination ep rank, summed over the MoE layers and

@@ -23,28 +23,12 @@
 #include "twinkle/dist/parallel_state.h"
 #include "twinkle/optim/distributed_optimizer.h"
 #include "twinkle/train/engine.h"
+#include "peak_rss.h"
 
 using namespace twinkle;
 
-// Peak resident set since the last reset_peak_rss() (VmHWM of /proc/self/status; writing "5"
-// to /proc/self/clear_refs resets it, Linux >= 4.0): the training steps' peak without the
-// transient allocations of the model's construction and init.
-void reset_peak_rss() {
-  if (FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
-    std::fputs("5", f);
-    std::fclose(f);
-  }
-}
-long step_peak_rss_bytes() {
-  long kb = 0;
-  if (FILE* f = std::fopen("/proc/self/status", "r")) {
-    char line[256];
-    while (std::fgets(line, sizeof line, f))
-      if (std::sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
-    std::fclose(f);
-  }
-  return kb * 1024L;
-}
+using twinkle::benchutil::reset_peak_rss;
+using twinkle::benchutil::step_peak_rss_bytes;
 
 int main(int argc, char** argv) {
   std::string config = "a";
