@@ -8,8 +8,9 @@
 //   "fused"     — the optimized kernels of src/kernels/cpu (oneDNN GEMM, flash attention, AVX-512
 //                 element-wise) plus the fusions add_rms_norm, qk_norm_rope, gate_up_swiglu and
 //                 linear_cross_entropy. The default.
-//   "bf16"      — only the GEMM ops (mixed_precision_ops()): bf16 inputs, fp32 accumulation
-//                 (twinkle/kernels/cpu/bf16_ops.h); laid over a table by apply_mixed_precision.
+//   "bf16"      — only the GEMM ops and attention (mixed_precision_ops()): bf16 inputs, fp32
+//                 accumulation (twinkle/kernels/cpu/bf16_ops.h; attention: fp32 forward, bf16
+//                 backward, attention_bf16.h); laid over a table by apply_mixed_precision.
 // Device "cuda" (a CUDA build, twinkle/kernels/cuda/kernels.h): "fused" — the CUDA kernels, cuBLAS
 // GEMMs; resolving a table for it initializes the CUDA runtime (and throws without a GPU). Without the
 // CUDA build, and for "npu" always, resolving a table throws at once (check_device). A user registers an own kernel with Registry::global().add(...) and selects it
@@ -112,9 +113,9 @@ const std::vector<std::string>& mixed_precision_ops();
 void check_mixed_precision(const std::string& mp);
 
 /// Lays mixed precision `mp` over a resolved table: "fp32" leaves it; "bf16" puts the CPU "bf16"
-/// implementations (twinkle/kernels/cpu/bf16_ops.h: bf16 GEMM inputs, fp32 accumulation and outputs)
-/// into the mixed_precision_ops() slots, every other op stays (fp32 norms, softmax, attention, cross
-/// entropy, AdamW). Throws twinkle::Error for an unknown mp (check_mixed_precision) and for "bf16" on
+/// implementations (twinkle/kernels/cpu/bf16_ops.h: bf16 GEMM inputs, fp32 accumulation and outputs;
+/// attention_bf16.h: the attention backward's tile products in bf16) into the mixed_precision_ops()
+/// slots, every other op stays (fp32 norms, softmax, the attention forward, cross entropy, AdamW). Throws twinkle::Error for an unknown mp (check_mixed_precision) and for "bf16" on
 /// a device other than "cpu" (the CUDA backend has fp32 GEMMs only).
 void apply_mixed_precision(KernelTable& t, const std::string& mp);
 

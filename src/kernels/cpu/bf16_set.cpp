@@ -1,11 +1,14 @@
 // The CPU "bf16" kernel set: the GEMM ops with bf16 inputs and fp32 accumulation
-// (twinkle/kernels/cpu/bf16_ops.h), registered per op.
+// (twinkle/kernels/cpu/bf16_ops.h) and attention with the fp32 forward and the bf16 backward
+// (twinkle/kernels/cpu/attention_bf16.h), registered per op.
 #include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "twinkle/core/error.h"
+#include "twinkle/kernels/cpu/attention.h"
+#include "twinkle/kernels/cpu/attention_bf16.h"
 #include "twinkle/kernels/cpu/bf16_ops.h"
 #include "twinkle/kernels/cpu/cross_entropy.h"
 #include "twinkle/kernels/cpu/gemm_bf16.h"
@@ -121,6 +124,7 @@ void register_bf16_kernels(Registry& r) {
   r.add(dev, name, GateUpSwigluOp{gate_up_swiglu_forward_bf16, gate_up_swiglu_backward_bf16});
   r.add(dev, name, LinearCrossEntropyOp{linear_cross_entropy_bf16});
   r.add(dev, name, GroupedLinearOp{grouped_linear_forward_bf16, grouped_linear_backward_bf16});
+  r.add(dev, name, AttentionOp{flash_attention_forward, flash_attention_backward_bf16});
 }
 
 }  // namespace twinkle::kernels::cpu

@@ -17,6 +17,8 @@
 
 #include "twinkle/core/dtype.h"
 #include "twinkle/core/error.h"
+#include "twinkle/kernels/cpu/attention.h"
+#include "twinkle/kernels/cpu/attention_bf16.h"
 #include "twinkle/kernels/cpu/bf16_ops.h"
 #include "twinkle/kernels/cpu/gemm_bf16.h"
 #include "twinkle/kernels/cpu/linear_cross_entropy.h"
@@ -253,6 +255,36 @@ TEST(GemmBf16, LinearCrossEntropyBf16MatchesTheRoundedReference) {
   EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
   EXPECT_LT(rel_err(dX, rdX), 1e-4);
   EXPECT_LT(rel_err(dW, rdW), 1e-4);
+}
+
+// The bf16 attention backward's accuracy against float64 is kernel_conformance's (bf16 rows, 2^-6);
+// this checks that it really rounds: its gradients differ from the fp32 backward's by a bf16-sized
+// amount (an fp32 product, or a kernel that forgot to round an operand, stays near 1e-7; a wrong
+// pairing of the packed operands is O(1) off), over segments of odd lengths after 3 leading rows.
+TEST(GemmBf16, Bf16AttentionBackwardDiffersFromFp32ByBf16Rounding) {
+  const int64_t Hq = 4, Hkv = 2, D = 40, T = 3 + 77 + 130 + 1;
+  const std::vector<int32_t> cu = {3, 80, 210, 211};
+  auto q = randn(T * Hq * D, 31), k = randn(T * Hkv * D, 32), v = randn(T * Hkv * D, 33), dout = randn(T * Hq * D, 34);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  std::vector<float> o(q.size()), l(static_cast<size_t>(T * Hq));
+  flash_attention_forward(q.data(), k.data(), v.data(), o.data(), l.data(), cu.data(), 3, Hq, Hkv, D, scale);
+  std::vector<float> dq32(q.size()), dk32(k.size()), dv32(v.size());
+  std::vector<float> dq16(q.size(), 7.0f), dk16(k.size(), 7.0f), dv16(v.size(), 7.0f);
+  flash_attention_backward(q.data(), k.data(), v.data(), o.data(), l.data(), dout.data(), dq32.data(), dk32.data(),
+                           dv32.data(), cu.data(), 3, Hq, Hkv, D, scale);
+  flash_attention_backward_bf16(q.data(), k.data(), v.data(), o.data(), l.data(), dout.data(), dq16.data(),
+                                dk16.data(), dv16.data(), cu.data(), 3, Hq, Hkv, D, scale);
+  auto band = [](const std::vector<float>& got, const std::vector<float>& ref, const char* what) {
+    std::vector<double> r(ref.begin(), ref.end());
+    const double e = rel_err(got, r);
+    EXPECT_GT(e, 1.0 / 4096) << what << ": no bf16 rounding visible";
+    EXPECT_LT(e, 1.0 / 64) << what;
+  };
+  band(dq16, dq32, "dq");
+  band(dk16, dk32, "dk");
+  band(dv16, dv32, "dv");
+  for (int64_t i = 0; i < 3 * Hq * D; ++i) ASSERT_EQ(dq16[i], 0.0f) << "rows before cu_seqlens[0] are zero";
+  for (int64_t i = 0; i < 3 * Hkv * D; ++i) ASSERT_EQ(dk16[i], 0.0f) << "rows before cu_seqlens[0] are zero";
 }
 
 TEST(GemmBf16, MixedPrecisionTableSwapsOnlyTheGemmOps) {

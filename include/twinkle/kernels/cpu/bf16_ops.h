@@ -5,7 +5,8 @@
 // Same contracts, shapes and errors as the fp32 ops they replace (twinkle/kernels/ops.h): every GEMM
 // rounds its inputs (activations, weights, output gradients) to bf16 and accumulates in fp32 through
 // oneDNN (twinkle/kernels/cpu/gemm_bf16.h); every non-GEMM step (SwiGLU, log-sum-exp, cross entropy,
-// the weight gradients' accumulation) stays fp32. Semantics: PyTorch autocast's bf16 F.linear with an
+// the weight gradients' accumulation) stays fp32. The set's attention op (fp32 forward, bf16 backward tile
+// products) is declared in twinkle/kernels/cpu/attention_bf16.h. Semantics: PyTorch autocast's bf16 F.linear with an
 // fp32 output, Megatron's bf16 model copy of fp32 master weights (Float16Module + DistributedOptimizer):
 // the bf16 copy of a weight is made from the current fp32 parameter at each use instead of being kept
 // resident, which gives the same numbers as Megatron's copy refreshed after each optimizer step without
