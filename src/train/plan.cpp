@@ -15,6 +15,53 @@ namespace twinkle {
 namespace {
 int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
 double ws(int64_t n) { return static_cast<double>(n + n / 4 + 16) * 4.0; }  // Workspace::get headroom
+double bytes64(int64_t n) { return static_cast<double>((n + 63) / 64 * 64); }
+
+// One linear of the stage: Y[M, N] = X[M, K] W[N, K]^T (LinearOp's shapes).
+struct Gemm {
+  int64_t M, N, K;
+};
+
+// ---- The bf16 memory model (mixed_precision "bf16"): the one place that says what the CPU bf16
+// kernel set keeps beyond the fp32 step. Update it with kernels/cpu/gemm_bf16.cpp and
+// kernels/cpu/bf16_set.cpp. What it models today (those files, read 2026-11-30):
+//  * master weights, gradients, Adam state and saved activations stay fp32 (the other items of
+//    the plan do not change);
+//  * each bf16 GEMM rounds its operands into thread-local grow-only scratch of the calling (main)
+//    thread, one buffer per operand kind, each as large as the largest use on the stage:
+//    Input bf16(X) [M, K], Weight bf16(W) [N, K], Grad bf16(dY) [M, N] (2 bytes, 64-byte rounded);
+//    the bf16 copy of a weight is made at each use, not kept per parameter;
+//  * the fused lm head + cross entropy (tp 1) runs half the fp32 kernel's rows per chunk: an fp32
+//    [chunk/2, vocab] logits buffer (reused in place for the bf16 gradient) and a [chunk/2] scale,
+//    W rounded in blocks of 4096 vocab rows (through the Weight scratch), X through the Input
+//    scratch; it replaces the fp32 kernel's [chunk, vocab] logits. With tp > 1 the head is the
+//    fp32 Workspace logits plus a bf16 LinearOp call (whole [vocab/tp, H] shard through Weight);
+//  * oneDNN's matmul scratchpad (user mode, one grow-only buffer) and JIT code are small and in
+//    the runtime constant.
+// MoE experts: a local expert's GEMM is bounded by T rows (one rank's tokens; an upper bound that
+// ignores rows received over ep).
+struct Bf16Workspace {
+  double gemm_scratch = 0;  ///< the Input + Weight + Grad bf16 scratch
+  double fused_head = 0;    ///< the bf16 fused head's logits + scale (replaces the fp32 kernel's logits)
+};
+Bf16Workspace bf16_workspace(const std::vector<Gemm>& gemms, bool fused_head, int64_t chunk_rows, int64_t T, int64_t V,
+                             int64_t H) {
+  int64_t x = 0, w = 0, dy = 0;  // elements
+  for (const Gemm& g : gemms) {
+    x = std::max(x, g.M * g.K);
+    w = std::max(w, g.N * g.K);
+    dy = std::max(dy, g.M * g.N);
+  }
+  Bf16Workspace b;
+  if (fused_head) {
+    const int64_t c2 = std::max<int64_t>(1, std::min(chunk_rows / 2, T));  // linear_cross_entropy_bf16's chunk
+    x = std::max(x, c2 * H);
+    w = std::max(w, std::min<int64_t>(V, 4096) * H);
+    b.fused_head = 4.0 * static_cast<double>(c2 * V + c2);  // exact std::vector sizes
+  }
+  b.gemm_scratch = bytes64(2 * x) + bytes64(2 * w) + bytes64(2 * dy);
+  return b;
+}
 }  // namespace
 
 std::string StagePlan::biggest() const {
@@ -57,6 +104,9 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
                                                 " is not divisible by micro-batch size x dp");
   const int64_t m = gbs / (o.micro_batch_size * d);
   const Recompute rc = parse_recompute(o.recompute_granularity);
+  need(o.mixed_precision == "fp32" || o.mixed_precision == "bf16",
+       "mixed_precision must be fp32 or bf16, got '" + o.mixed_precision + "'");
+  const bool bf16 = o.mixed_precision == "bf16";
   const parallel::LayerSplit split =
       !o.layers_per_stage.empty() || !parallel::is_balanced_split_mode(o.pipeline_split)
           ? parallel::split_layers(c.num_hidden_layers, p, o.layers_per_stage)
@@ -189,12 +239,27 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     if (any_moe)  // moe.out, dx, dtopk_w, dlogits; dy, dxp over the expert rows; dact, dgate, dup
       w += 2 * ws(Tm * H) + ws(Tm * K) + ws(Tm * E) + 2 * ws(Rg * H) + 3 * ws(Rg * Iml);
     if (first && t > 1) w += ws(T * H);                // tp.emb_full
+    std::vector<Gemm> gemms;  // the stage's linears, for the bf16 scratch
+    for (int64_t l = l0; l < l0 + nl; ++l) {
+      gemms.push_back({T, nq, H}), gemms.push_back({T, nkv, H}), gemms.push_back({T, H, nq});
+      if (c.is_moe() && c.is_moe_layer(l))
+        gemms.push_back({T, E, H}), gemms.push_back({T, Im, H}), gemms.push_back({T, H, Im});
+      else
+        gemms.push_back({T, 2 * I, H}), gemms.push_back({T, H, I});
+    }
+    const int64_t chunk = std::min(o.lm_head_chunk_tokens, T);
+    if (last && t > 1) gemms.push_back({chunk, Vl, H});
     if (last) {
-      const int64_t chunk = std::min(o.lm_head_chunk_tokens, T);
-      if (t == 1)  // the fused linear_cross_entropy kernel: its own [chunk, vocab] logits, lse in scratch
+      if (t == 1 && !bf16)  // the fused linear_cross_entropy kernel: its own [chunk, vocab] logits, lse in scratch
         w += 4.0 * static_cast<double>(chunk * c.vocab_size + chunk) + ws(T);
-      else         // head.logits, lse, rmax/tgt/rscale
+      else if (t == 1)      // its bf16 twin: see bf16_workspace; lse in scratch
+        w += ws(T);
+      else                  // head.logits, lse, rmax/tgt/rscale
         w += ws(chunk * Vl) + 4 * ws(chunk);
+    }
+    if (bf16) {
+      const Bf16Workspace b = bf16_workspace(gemms, last && t == 1, o.lm_head_chunk_tokens, T, c.vocab_size, H);
+      w += b.gemm_scratch + b.fused_head;
     }
     st.workspace = w;
     st.runtime = static_cast<double>(o.runtime_bytes);

@@ -19,6 +19,10 @@
 //  * workspace — the largest scratch buffers of one layer's backward and of the fused lm head +
 //    cross entropy ([chunk, vocab/tp] logits), with core/workspace.h's 25 % headroom;
 //  * runtime — the process itself (code, MPI, OpenMP, oneDNN), a measured constant.
+// mixed_precision "bf16" (`--bf16`) keeps every item above in fp32 as the CPU bf16 kernel set does
+// (fp32 master weights, grads and Adam state, fp32 saved activations) and changes only the
+// workspace: the bf16 GEMMs' grow-only bf16 operand scratch and the bf16 lm head's half-size logits
+// chunk (plan.cpp bf16_workspace(), the one place that models what the bf16 kernels keep).
 // The peak is their sum (all of them are live during the last backward). FLOPs per step count
 // forward + backward matmuls and attention (model/qwen3_flops.h; x3 the forward) plus the
 // recomputed forward. Expert FLOPs are spread evenly over the stage's ranks for balanced
@@ -45,6 +49,9 @@ struct PlanOptions {
   int64_t seq_length = 2048;      ///< tokens per row (padded)
   int64_t global_batch_size = 0;  ///< rows per step; 0 = micro_batch_size * dp (one micro-batch per replica)
   bool use_distributed_optimizer = true;
+  /// "fp32" | "bf16" (MegatronModelOptions::mixed_precision, `--bf16`): the bf16 kernel set's
+  /// workspace replaces the fp32 lm head's (see the file comment); other values throw twinkle::Error.
+  std::string mixed_precision = "fp32";
   int64_t lm_head_chunk_tokens = 1024;
   /// LoRA rank on every linear layer but the lm head (Twinkle's recipes: r 8, all-linear); 0 =
   /// full training. With an adapter the base weights are frozen: no gradient buffer, and the
@@ -83,8 +90,8 @@ struct Plan {
 /// Plans `cfg` on the layout. Throws twinkle::Error for a layout the model refuses (heads, kv
 /// heads, intermediate not divisible; pp > layers; a bad split or recompute name; global batch
 /// not divisible by micro_batch_size * dp; seq_length not divisible by cp·2 or by tp under
-/// sequence parallelism), and for the expert grid with the messages training gives (the same
-/// functions): etp·ep·pp not dividing the world
+/// sequence parallelism; a mixed_precision other than fp32 / bf16), and for the expert grid with
+/// the messages training gives (the same functions): etp·ep·pp not dividing the world
 /// (DeviceMesh::from_sizes), ep or etp > 1 on a dense model or num_experts % ep
 /// (parallel::check_expert_layout), moe_intermediate_size % etp
 /// (parallel::check_expert_tensor_split), LoRA with etp > 1
