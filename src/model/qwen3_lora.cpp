@@ -5,6 +5,7 @@
 #include <set>
 
 #include "twinkle/model/qwen3_model.h"
+#include "twinkle/parallel/expert_layout.h"
 #include "twinkle/parallel/lora.h"
 
 namespace twinkle {
@@ -58,9 +59,11 @@ void Qwen3Model::add_adapter(const LoraConfig& cfg, uint64_t seed) {
   validate(cfg);
   lora_seed_ = seed;
   if (cfg_.is_moe()) {
-    const int etp = ps_->mesh.etp_size();
-    check(etp == 1, "add_adapter: LoRA with expert tensor parallelism (etp " + std::to_string(etp) +
-                        ") is not supported (as in Megatron-Bridge); use --etp 1");
+    try {
+      parallel::check_lora_expert_tensor_parallel(ps_->mesh.etp_size());
+    } catch (const Error& e) {
+      throw Error(std::string("add_adapter: ") + e.what());
+    }
   }
   std::vector<std::string> targets_list = resolve_lora_targets(cfg, linear_modules());
   lora_targets_ = std::move(targets_list);

@@ -9,6 +9,7 @@
 #include "twinkle/kernels/cpu/moe_permute.h"
 #include "twinkle/kernels/cpu/moe_router.h"
 #include "twinkle/kernels/registry.h"
+#include "twinkle/parallel/expert_layout.h"
 #include "twinkle/parallel/lora_dropout.h"
 #include "twinkle/parallel/moe_dispatcher.h"
 
@@ -67,9 +68,7 @@ Qwen3MoeBlock::Qwen3MoeBlock(parallel::TensorTable& table, const parallel::Tenso
   const int etp_rank = etp_ ? etp_->rank() : 0;
   check(etp_size_ == 1 || ep_ != nullptr,
         "Qwen3MoeBlock: etp = " + std::to_string(etp_size_) + " needs the expert-parallel group (size 1 allowed)");
-  check(I_ % etp_size_ == 0, "expert tensor parallelism: moe_intermediate_size = " + std::to_string(I_) +
-                                 " is not divisible by etp = " + std::to_string(etp_size_) +
-                                 " (each etp rank holds moe_intermediate_size / etp columns of every expert)");
+  parallel::check_expert_tensor_split(I_, etp_size_);
   Il_ = I_ / etp_size_;
   const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
   // The router is replicated over tp; under SP each tp rank's gradient covers its own tokens.
