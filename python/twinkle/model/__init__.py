@@ -78,10 +78,12 @@ class MegatronModel:
                  recompute_modules=None, **kwargs):
         """model_id: a Hugging Face Qwen3 directory or hub id. Twinkle's keywords are accepted:
         mixed_precision: 'bf16' (Twinkle's default, and this binding's) trains with bf16 GEMM inputs,
-        fp32 accumulation and fp32 master weights / gradients / AdamW state, as Twinkle's
-        Megatron backend (bf16 params under Float16Module, fp32 main params in the distributed
-        optimizer): twinkle::MegatronModelOptions::mixed_precision "bf16", the C++ recipes'
-        --bf16 (CPU only; on a device without the bf16 path the C++ error names it: pass 'no').
+        fp32 accumulation and fp32 master weights / gradients / AdamW state:
+        twinkle::MegatronModelOptions::mixed_precision "bf16", the C++ recipes' --bf16 (CPU only;
+        on a device without the bf16 path the C++ error names it: pass 'no'). Twinkle's Megatron
+        backend keeps bf16 params and activations (Float16Module) with fp32 main params in the
+        distributed optimizer; twinkle rounds only the GEMM inputs to bf16 and keeps activations,
+        norms, softmax and cross entropy in fp32.
         'no' (or 'fp32') computes everything in fp32 (the C++ API's default, --fp32); 'fp16'
         is not implemented (ValueError). The checkpoint is saved in config.json's dtype either
         way. So examples/python/tp.py, which keeps Twinkle's default, equals
