@@ -1,13 +1,17 @@
 // `twinkle plan` — per-rank memory and FLOPs of a layout before launching it (train/plan.h).
 //
-//   twinkle plan --model DIR --tp 2 --pp 2 --dp 2 [--cp 1] [--ep 1] [--sequence-parallel]
+//   twinkle plan --model DIR --tp 2 --pp 2 --dp 2 [--cp 1] [--ep 1] [--etp 1] [--sequence-parallel]
 //                [--recompute full|selective|none] --micro-batch-size 1 --seq-length 4096
-//                [--global-batch-size N] [--lora-r R] [--memory-per-rank GiB] [--json]
+//                [--global-batch-size N] [--lora-r R] [--bf16 | --fp32] [--memory-per-rank GiB] [--json]
 //
 // Prints one row per pipeline stage (every tp / cp / dp rank of a stage holds the same): GiB of
 // parameters, gradients, optimizer state, activations, workspace, runtime and the peak, and the
 // TFLOPs the rank computes per step; the last line is the per-rank peak. With --memory-per-rank,
-// a stage above it is reported with its biggest item and the exit code is 1.
+// a stage above it is reported with its biggest item and the exit code is 1. --bf16 plans the
+// mixed-precision run (`twinkle train --bf16`): fp32 master weights, grads, Adam state and
+// activations, plus the bf16 kernels' workspace (train/plan.h). A layout training would refuse
+// (etp·ep·pp not dividing the world, experts or moe_intermediate_size not divisible, ...) fails
+// with training's message.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -29,13 +33,14 @@ int cmd_plan(int argc, char** argv) {
   std::string model;
   twinkle::PlanOptions o;
   double limit_gib = 0;
-  bool json = false;
+  bool json = false, bf16 = false, fp32 = false;
   app.add_option("--model", model, "model directory or hub id (config.json)")->required();
   app.add_option("--tp", o.tp, "tensor-parallel size");
   app.add_option("--pp", o.pp, "pipeline-parallel size");
   app.add_option("--dp", o.dp, "data-parallel size");
   app.add_option("--cp", o.cp, "context-parallel size");
   app.add_option("--ep", o.ep, "expert-parallel size (Qwen3-MoE)");
+  app.add_option("--etp", o.etp, "expert tensor-parallel size (Qwen3-MoE; 1 as in Twinkle)");
   app.add_flag("--sequence-parallel", o.sequence_parallel, "sequence parallelism in the tp regions");
   app.add_option("--recompute,--recompute-granularity", o.recompute_granularity,
                  "full (default, as MegatronModel) | selective | none");
@@ -47,6 +52,8 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--global-batch-size", o.global_batch_size, "rows per step (default: micro-batch size x dp)");
   app.add_option("--use-distributed-optimizer", o.use_distributed_optimizer, "ZeRO-1 sharding over dp·cp (default true)");
   app.add_option("--lora-r", o.lora_rank, "LoRA rank on all linear layers (the recipes: 8); 0 = full training");
+  auto* bf16_flag = app.add_flag("--bf16", bf16, "plan mixed_precision bf16 (as twinkle train --bf16)");
+  app.add_flag("--fp32", fp32, "plan fp32 everywhere (the default)")->excludes(bf16_flag);
   app.add_option("--memory-per-rank", limit_gib, "GiB a rank may use: a stage above it fails the plan (exit 1)");
   app.add_flag("--json", json, "one JSON object instead of the table");
   try {
@@ -54,6 +61,7 @@ int cmd_plan(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  o.mixed_precision = bf16 ? "bf16" : "fp32";
   const std::string dir = twinkle::resolve_model_dir(model);
   const twinkle::ModelConfig cfg = twinkle::load_model_config((std::filesystem::path(dir) / "config.json").string());
   const twinkle::Plan plan = twinkle::plan_layout(cfg, o);
@@ -61,21 +69,24 @@ int cmd_plan(int argc, char** argv) {
   if (json) {
     nlohmann::json j;
     j["micro_batches"] = plan.micro_batches;
+    j["mixed_precision"] = o.mixed_precision;
     j["job_model_flops_per_step"] = plan.job_model_flops;
     j["peak_bytes"] = worst.peak;
     for (const auto& s : plan.stages)
       j["stages"].push_back({{"stage", s.stage},         {"layers", s.layers},       {"slots", s.slots},
                              {"params", s.params},       {"grads", s.grads},         {"optimizer", s.optimizer},
+                             {"param_numel", s.param_numel}, {"expert_numel", s.expert_numel},
+                             {"adapter_numel", s.adapter_numel}, {"state_numel", s.state_numel},
                              {"activations", s.activations}, {"workspace", s.workspace}, {"runtime", s.runtime},
                              {"peak", s.peak},           {"model_flops", s.model_flops},
                              {"executed_flops", s.executed_flops}, {"biggest", s.biggest()}});
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s: tp %d pp %d dp %d cp %d ep %d%s%s, recompute %s, micro-batch %lld x %lld tokens, %lld micro-batches "
+    std::printf("%s: tp %d pp %d dp %d cp %d ep %d etp %d%s%s, %s, recompute %s, micro-batch %lld x %lld tokens, %lld micro-batches "
                 "per replica; %d ranks\n",
-                dir.c_str(), o.tp, o.pp, o.dp, o.cp, o.ep, o.sequence_parallel ? " sp" : "",
+                dir.c_str(), o.tp, o.pp, o.dp, o.cp, o.ep, o.etp, o.sequence_parallel ? " sp" : "",
                 o.lora_rank > 0 ? (", LoRA r " + std::to_string(o.lora_rank)).c_str() : "",
-                o.recompute_granularity.c_str(), static_cast<long long>(o.micro_batch_size),
+                o.mixed_precision.c_str(), o.recompute_granularity.c_str(), static_cast<long long>(o.micro_batch_size),
                 static_cast<long long>(o.seq_length), static_cast<long long>(plan.micro_batches),
                 o.tp * o.pp * o.dp * o.cp);
     std::printf("%-6s %-7s %-6s %11s %11s %11s %11s %11s %9s %10s %14s\n", "stage", "layers", "slots", "params GiB",
