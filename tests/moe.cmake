@@ -104,7 +104,10 @@ endforeach()
 # etp group; the dispatcher all-gathers the etp group's rows and reduce-scatters the outputs):
 # etp2 x ep2 on tp2 dp2 (edp 1), etp2 alone on dp2 (ep 1), etp2 with edp 2 (ZeRO over edp on
 # the etp slices) and with pp2 (the saved experts gathered from both etp ranks of each stage);
-# a short last batch under etp alone (ep 1): the etp collectives need the filler micro-batch too.
+# a short last batch under etp alone (ep 1): the etp collectives need the filler micro-batch too;
+# and the seed's recipe-2 grid with etp2 on 8 ranks: tp2 pp2 dp2 ep2 etp2 (per stage the etp
+# groups are the tp groups, the ep groups the dp groups, edp 1) and tp2 pp2 dp2 etp2 (ep 1, the
+# experts ZeRO-sharded over edp 2).
 # name | ranks | flags of the check | layout flags
 set(TWINKLE_MOE_LAYOUTS
   "pp2_aux_per_layer|2|--aux-coef 0.1 --aux-type per_layer|--pp 2"
@@ -125,7 +128,9 @@ set(TWINKLE_MOE_LAYOUTS
   "dp2_etp2_aux_global|2|--aux-coef 0.1 --aux-type global --batch rows:8|--dp 2 --etp 2"
   "dp4_etp2_zero_aux_off|4|--batch rows:8|--dp 4 --etp 2"
   "dp2_etp2_short_batch_filler|2|--aux-coef 0.1 --aux-type per_layer --z-coef 0.01 --batch rows:5 --batch-size 4 --mbs 1 --steps 2|--dp 2 --etp 2"
-  "pp2_dp2_etp2_aux_per_layer|4|--aux-coef 0.05 --aux-type per_layer --batch rows:8 --layers 4|--pp 2 --dp 2 --etp 2")
+  "pp2_dp2_etp2_aux_per_layer|4|--aux-coef 0.05 --aux-type per_layer --batch rows:8 --layers 4|--pp 2 --dp 2 --etp 2"
+  "tp2_pp2_dp2_etp2_ep2_aux_per_layer|8|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4|--tp 2 --pp 2 --dp 2 --ep 2 --etp 2"
+  "tp2_pp2_dp2_etp2_aux_off|8|--batch rows:8 --layers 4|--tp 2 --pp 2 --dp 2 --etp 2")
 foreach(spec ${TWINKLE_MOE_LAYOUTS})
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)

@@ -33,8 +33,13 @@ endforeach()
 # top-k routing that happened (each micro-batch's routing read from the model's activations, the
 # other ranks' rows exchanged after the step), the expert region reduced over expert-dp and the
 # dense one over dp-cp; tp2 x dp2 x ep2 (ep = the tp groups, edp = the dp groups) and pp2 x dp2 x
-# ep2 (ep = the dp groups, one micro-batch per pipeline slot).
-foreach(spec "tp2_dp2_ep2|4|--tp 2 --dp 2 --ep 2 --rows 4 --mbs 2" "pp2_dp2_ep2|4|--pp 2 --dp 2 --ep 2 --rows 8 --mbs 4")
+# ep2 (ep = the dp groups, one micro-batch per pipeline slot); with expert tensor parallelism
+# tp2 x dp2 x ep2 x etp2 (etp = the tp groups, ep = the dp groups): the etp group's traffic per
+# MoE layer and micro-batch is the counts all-gather plus four padded row collectives (all-gather
+# of the expert input and of d(output), reduce-scatter of the partial outputs and of d(input)),
+# the padding the most rows any etp rank received over ep (bench/layout_bench.cpp's header).
+foreach(spec "tp2_dp2_ep2|4|--tp 2 --dp 2 --ep 2 --rows 4 --mbs 2" "pp2_dp2_ep2|4|--pp 2 --dp 2 --ep 2 --rows 8 --mbs 4"
+             "tp2_dp2_ep2_etp2|4|--tp 2 --dp 2 --ep 2 --etp 2 --rows 4 --mbs 2")
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)
   list(GET parts 1 np)

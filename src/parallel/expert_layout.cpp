@@ -24,6 +24,19 @@ void check_expert_layout(const DeviceMesh& mesh, bool is_moe, int64_t num_expert
                 std::to_string(ep) + ": each ep rank holds num_experts / ep experts");
 }
 
+void check_expert_tensor_split(int64_t moe_intermediate_size, int etp) {
+  if (etp >= 1 && moe_intermediate_size % etp != 0)
+    throw Error("expert tensor parallelism: moe_intermediate_size = " + std::to_string(moe_intermediate_size) +
+                " is not divisible by etp = " + std::to_string(etp) +
+                " (each etp rank holds moe_intermediate_size / etp columns of every expert)");
+}
+
+void check_lora_expert_tensor_parallel(int etp) {
+  if (etp > 1)
+    throw Error("LoRA with expert tensor parallelism (etp " + std::to_string(etp) +
+                ") is not supported (as in Megatron-Bridge); use --etp 1");
+}
+
 void check_moe_loss_options(const std::string& aux_type, double aux_coeff, double z_coeff, const DeviceMesh& mesh,
                             bool is_moe) {
   auto num = [](double v) {

@@ -4,8 +4,10 @@
 #include <algorithm>
 
 #include "twinkle/core/error.h"
+#include "twinkle/dist/device_mesh.h"
 #include "twinkle/model/qwen3_activations.h"
 #include "twinkle/model/qwen3_flops.h"
+#include "twinkle/parallel/expert_layout.h"
 #include "twinkle/parallel/pipeline_split.h"
 
 namespace twinkle {
@@ -77,19 +79,25 @@ const StagePlan& Plan::worst() const {
 }
 
 Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
-  const int t = o.tp, p = o.pp, d = o.dp, cp = o.cp, ep = o.ep;
+  const int t = o.tp, p = o.pp, d = o.dp, cp = o.cp, ep = o.ep, etp = o.etp;
   auto need = [](bool ok, const std::string& m) {
     if (!ok) throw Error("twinkle plan: " + m);
   };
-  need(t >= 1 && p >= 1 && d >= 1 && cp >= 1 && ep >= 1, "--tp, --pp, --dp, --cp, --ep must be >= 1");
+  need(t >= 1 && p >= 1 && d >= 1 && cp >= 1 && ep >= 1 && etp >= 1, "--tp, --pp, --dp, --cp, --ep, --etp must be >= 1");
+  // The expert grid with training's own checks (and messages): the mesh, the model's experts,
+  // the etp split of every expert, LoRA under etp.
+  const DeviceMesh mesh = DeviceMesh::from_sizes({.dp = d, .tp = t, .pp = p, .cp = cp, .ep = ep, .etp = etp});
+  parallel::check_expert_layout(mesh, c.is_moe(), c.num_experts, c.source.empty() ? "the model" : c.source);
+  if (c.is_moe()) parallel::check_expert_tensor_split(c.moe_intermediate_size, etp);
+  if (c.is_moe() && o.lora_rank > 0) parallel::check_lora_expert_tensor_parallel(etp);
   need(o.micro_batch_size >= 1 && o.seq_length >= 1, "--micro-batch-size and --seq-length must be >= 1");
   need(c.num_attention_heads % t == 0, "num_attention_heads " + std::to_string(c.num_attention_heads) +
                                            " is not divisible by tp " + std::to_string(t));
   need(c.num_key_value_heads % t == 0, "num_key_value_heads " + std::to_string(c.num_key_value_heads) +
                                            " is not divisible by tp " + std::to_string(t));
   need(c.intermediate_size % t == 0, "intermediate_size is not divisible by tp " + std::to_string(t));
-  need(!c.is_moe() || c.num_experts % ep == 0, "num_experts is not divisible by ep " + std::to_string(ep));
-  const bool sp = o.sequence_parallel && t > 1;
+  // sequence parallelism: asked for, or switched on for a MoE model with tp > 1 (as training does)
+  const bool sp = (o.sequence_parallel || c.is_moe()) && t > 1;
   need(o.seq_length % (cp > 1 ? 2 * cp : 1) == 0, "--seq-length must divide by 2·cp");
   const int64_t gbs = o.global_batch_size > 0 ? o.global_batch_size : o.micro_batch_size * d;
   need(gbs % (o.micro_batch_size * d) == 0, "the global batch " + std::to_string(gbs) +
@@ -111,6 +119,9 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
   const int64_t T = o.micro_batch_size * o.seq_length / cp;  // tokens of a micro-batch on a rank
   const int64_t Tl = sp ? (T + t - 1) / t : T;
   const int64_t E = c.num_experts, K = c.num_experts_per_tok, Im = c.moe_intermediate_size;
+  const int64_t Iml = c.is_moe() ? Im / etp : 0;  // each expert's gate/up rows, down columns on this etp rank
+  // expert-data-parallel group: world / (etp·ep·pp) = tp·cp·dp / (etp·ep) (Megatron's expert grid)
+  const int64_t edp = static_cast<int64_t>(t) * cp * d / (static_cast<int64_t>(ep) * etp);
 
   Plan plan;
   plan.micro_batches = m;
@@ -145,7 +156,7 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
         any_moe = true;
         add(E * H);
         for (int64_t e = 0; e < E / ep; ++e) {
-          ne += align16(Im * H) * 2 + align16(H * Im);
+          ne += align16(Iml * H) * 2 + align16(H * Iml);
           // one unsplit LoRA pair per expert and projection, in the adapter store's expert region
           if (r > 0) nae += 2 * (align16(r * H) + align16(Im * r)) + align16(r * Im) + align16(H * r);
         }
@@ -160,12 +171,12 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     }
     const int64_t align = 64 * d * cp;
     n = (n + align - 1) / align * align;
-    // experts: their own region, ZeRO-sharded over expert-dp = tp·cp·dp / ep (Megatron, etp 1)
-    const int64_t edp = std::max<int64_t>(1, static_cast<int64_t>(t) * cp * d / ep);
+    // experts: their own region, ZeRO-sharded over expert-dp
     if (ne > 0) ne = (ne + 64 * edp - 1) / (64 * edp) * (64 * edp);
     if (na > 0) na = (na + align - 1) / align * align;
     if (nae > 0) nae = (nae + 64 * edp - 1) / (64 * edp) * (64 * edp);
     st.param_numel = n;
+    st.expert_numel = ne;
     st.adapter_numel = na + nae;
     st.params = 4.0 * static_cast<double>(n + ne + na + nae);
     const int64_t trained = r > 0 ? na : n;  // a frozen base drops its gradient buffer
@@ -175,8 +186,9 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     const bool sharded = o.use_distributed_optimizer && shards > 1;
     const int64_t be =
         std::min<int64_t>(std::max<int64_t>(o.bucket_bytes / 4 / (16 * shards), 1) * 16 * shards, trained);
-    st.optimizer = 2.0 * 4.0 * static_cast<double>(sharded ? trained / shards : trained) +
-                   2.0 * 4.0 * static_cast<double>(o.use_distributed_optimizer ? trained_experts / edp : trained_experts) +
+    st.state_numel = (sharded ? trained / shards : trained) +
+                     (o.use_distributed_optimizer ? trained_experts / edp : trained_experts);
+    st.optimizer = 2.0 * 4.0 * static_cast<double>(st.state_numel) +
                    (shards > 1 && o.use_distributed_optimizer ? 4.0 * static_cast<double>(be / shards) : 0.0);
     // activations of the micro-batches in flight
     ActivationDims dims;
@@ -194,12 +206,23 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     dims.recompute = rc;
     st.slots = std::min<int64_t>(p - s, m);
     double act = 4.0 * static_cast<double>(stage_activation_floats(dims, T));
-    if (any_moe) {  // MoeActivations vectors per MoE layer (R = T*k routed rows)
-      const int64_t R = T * K;
-      for (int64_t l = l0; l < l0 + nl; ++l)
-        if (c.is_moe() && c.is_moe_layer(l))
-          act += 4.0 * static_cast<double>(3 * T * E + T + 2 * T * K + 2 * R + R * H * 2 + 3 * R * Im) +
-                 8.0 * static_cast<double>(3 * E);
+    // MoE layers route their own tokens: the sequence-parallel shard when tp > 1.
+    const int64_t Tm = sp ? Tl : T;
+    const int64_t R = Tm * K;    // this rank's routed slots; its experts' rows over ep when balanced
+    const int64_t Rg = R * etp;  // the etp group's rows its expert slices run (all-gathered over etp)
+    const bool dispatched = ep > 1 || etp > 1;
+    if (any_moe) {  // MoeActivations vectors per MoE layer, and the dispatcher of each (layer, slot)
+      for (int64_t l = l0; l < l0 + nl; ++l) {
+        if (!(c.is_moe() && c.is_moe_layer(l))) continue;
+        // router: logits, probs, lse, combine weights and indices; gate, up, act; expert outputs y
+        double f = static_cast<double>(3 * Tm * E + Tm + 2 * Tm * K + 3 * Rg * Iml + Rg * H);
+        if (!dispatched)
+          f += static_cast<double>(2 * R + R * H);  // row_of_slot, slot_of_row, the permuted input xp
+        else  // parallel/moe_dispatcher.h: slot maps; permuted, received, expert input, y_perm, back, tmp
+          f += static_cast<double>(2 * R + 5 * R * H + Rg * H) +
+               (etp > 1 ? static_cast<double>(R * H + etp * R * H) : 0.0);  // own rows, the etp buffer
+        act += 4.0 * f + 8.0 * static_cast<double>(3 * E);
+      }
     }
     st.activations = act * static_cast<double>(st.slots) + 4.0 * static_cast<double>(recompute_buffer_floats(dims, T));
     if (!first) st.activations += ws(Tl * H) / 1.25;  // pipeline receive buffers (exact size)
@@ -213,6 +236,8 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
       w += ws(T * H);                                  // tp.y_full
       if (sp) w += 3 * ws(Tl * H) + ws(T * H);         // tp.y_local, tp.dx_local, tp.dy_full
     }
+    if (any_moe)  // moe.out, dx, dtopk_w, dlogits; dy, dxp over the expert rows; dact, dgate, dup
+      w += 2 * ws(Tm * H) + ws(Tm * K) + ws(Tm * E) + 2 * ws(Rg * H) + 3 * ws(Rg * Iml);
     if (first && t > 1) w += ws(T * H);                // tp.emb_full
     std::vector<Gemm> gemms;  // the stage's linears, for the bf16 scratch
     for (int64_t l = l0; l < l0 + nl; ++l) {

@@ -1,5 +1,8 @@
 #!/usr/bin/python3
-"""Bad parallel configurations fail before training, at once, with a clear message."""
+"""Bad parallel configurations fail before training, at once, with a clear message.
+
+The Qwen3-MoE cases (the expert grid) also run `twinkle plan` with the same layout flags, which
+must fail with the same message as training (issue 10: plan --ep / --etp)."""
 import argparse
 import json
 import os
@@ -32,7 +35,23 @@ MOE_CASES = [
     # LoRA with etp > 1 stays refused, as in Megatron-Bridge
     (2, ["--dp", "2", "--etp", "2", "--lora-r", "4", "--lora-targets", "q_proj,gate"],
      "LoRA with expert tensor parallelism (etp 2) is not supported"),
+    # the expert grid (etp, ep, edp, pp) must tile the world: etp * ep * pp divides it
+    (2, ["--dp", "2", "--ep", "2", "--etp", "2"],
+     "MeshSizes.ep = 2 (x etp=2 x pp=1 = 4) does not divide the world size 2 (dp*tp*pp*cp)"),
 ]
+
+
+def plan_flags(flags):
+    """The train flags of a case as `twinkle plan` flags (the layout, the batch, LoRA's rank)."""
+    out, i = [], 0
+    while i < len(flags):
+        f, v = flags[i], flags[i + 1]
+        if f == "--batch-size":
+            out += ["--global-batch-size", v]
+        elif f != "--lora-targets":
+            out += [f, v]
+        i += 2
+    return out + ["--micro-batch-size", "1", "--seq-length", "64"]
 
 
 def main():
@@ -67,6 +86,15 @@ def main():
             if not ok:
                 print(r.stdout[-2000:])
                 failures.append(" ".join(flags))
+            if mdl == moe:  # the planner refuses the same layout with the same message
+                r = subprocess.run([twinkle, "plan", "--model", mdl] + plan_flags(flags), stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, timeout=60)
+                ok = r.returncode != 0 and want in r.stdout
+                print(f"{'ok  ' if ok else 'FAIL'} twinkle plan {' '.join(plan_flags(flags))}: exit {r.returncode}; "
+                      f"wants '{want}'")
+                if not ok:
+                    print(r.stdout[-2000:])
+                    failures.append("plan " + " ".join(flags))
     if failures:
         print("FAILED:", failures)
         return 1

@@ -6,9 +6,13 @@ training step's memory, not the transient buffers of the seeded init).
 
 Cases: bench/train_bench configs a and b (one process; a with recompute none, b with none and
 full), the same with mixed precision bf16 (`twinkle plan --bf16` against `train_bench --bf16`: a
-with recompute none, b with full) and a pipelined layout of bench/layout_bench (pp2 dp2, "small"
-config, fixed 512-token rows, full recompute) under mpirun. The model configs are written here
-from the figures of bench/train_bench.cpp and bench/layout_bench.cpp, not read from twinkle.
+with recompute none, b with full), a pipelined data-parallel layout of bench/layout_bench (pp2
+dp2, "small" config, fixed 512-token rows, full recompute) and an expert-tensor-parallel
+Qwen3-MoE layout (issue 10: layout_bench's "moe_wide", 16 experts of width 512 holding most of
+the memory, dp4 x etp2, so edp = world / (etp·ep·pp) = 2: each expert's gate/up rows and down
+columns halved over etp and its AdamW state ZeRO-sharded over the 2 edp ranks), both under
+mpirun. The model configs are written here from the figures of bench/train_bench.cpp and
+bench/layout_bench.cpp, not read from twinkle.
 
 bf16 must be planned, not only near fp32: the saving of bf16 over fp32 on config a (recompute
 none; the bf16 lm head's half-size logits chunk, ~300 MiB there) as planned must be within 30 %
@@ -16,7 +20,13 @@ of the saving measured between the two runs, so a plan that ignored --bf16 (savi
 does one that models a bf16 change (bf16 saved activations, a resident bf16 weight copy) the
 kernels do not have, or misses one they gained.
 
-Usage: check_plan.py --build BUILD_DIR [--mpirun MPIRUN] [--only a|b|layout]
+For the layouts, layout_bench also prints each rank's parameter elements (flat buffer: dense
+region + expert region) and AdamW state elements (its ZeRO shards); the plan's param_numel +
+expert_numel and state_numel must equal them exactly (one case per rank). An etp-blind plan
+(experts at full width, or edp = tp·cp·dp/ep) misses those counts and, on the MoE case, the 15 %
+peak band as well.
+
+Usage: check_plan.py --build BUILD_DIR [--mpirun MPIRUN] [--only a|b|layout|moe]
 Prints "check_plan: N cases pass" and exits 0, else names each miss and exits 1."""
 import argparse
 import json
@@ -36,8 +46,13 @@ CONFIGS = {
               intermediate_size=2816, vocab_size=32000, tie_word_embeddings=True, max_position_embeddings=4096),
     "small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, head_dim=32,
                   intermediate_size=768, vocab_size=32000, tie_word_embeddings=True, max_position_embeddings=1024),
+    "moe_wide": dict(model_type="qwen3_moe", hidden_size=256, num_hidden_layers=4, num_attention_heads=8,
+                     num_key_value_heads=4, head_dim=32, intermediate_size=768, vocab_size=4096,
+                     tie_word_embeddings=False, max_position_embeddings=1024, num_experts=16, num_experts_per_tok=2,
+                     moe_intermediate_size=512, norm_topk_prob=True, mlp_only_layers=[1], decoder_sparse_step=1),
 }
-LAYOUT = "--tp 1 --pp 2 --dp 2"  # layout_bench and plan flags of the multi-rank case
+# layout_bench and plan flags of the multi-rank cases: (name, config, layout, ranks)
+LAYOUTS = [("layout", "small", "--tp 1 --pp 2 --dp 2", 4), ("moe", "moe_wide", "--dp 4 --etp 2", 4)]
 BENCH = {"a": (4, 512), "b": (2, 512)}  # train_bench: rows, tokens per row (one micro-batch)
 
 
@@ -103,29 +118,43 @@ def main():
             if not ok:
                 misses.append("bf16 saving a")
             n += 1
-        if not a.only or a.only == "layout":
-            lay = LAYOUT.split()
-            p = plan(a.build, write_config(tmp, "small"),
+        for case, cfg, layout, np_ in LAYOUTS:
+            if a.only and a.only != case:
+                continue
+            lay = layout.split()
+            p = plan(a.build, write_config(tmp, cfg),
                      lay + ["--micro-batch-size", "1", "--seq-length", "512", "--global-batch-size", "8",
                             "--recompute", "full"])
-            cmd = [a.mpirun, "-np", "4", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "--mca",
+            cmd = [a.mpirun, "-np", str(np_), "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "--mca",
                    "mpi_yield_when_idle", "1", "-x", "OMP_NUM_THREADS=1", "-x", "MALLOC_MMAP_MAX_=0", "-x",
                    "MALLOC_TRIM_THRESHOLD_=68719476736",  # what twinkle-run sets for every job
-                   os.path.join(a.build, "bench", "layout_bench")] + lay + ["--config", "small", "--rows", "8", "--mbs", "1", "--seq", "512", "--steps", "1", "--no-baseline", "--recompute", "full"]
+                   os.path.join(a.build, "bench", "layout_bench")] + lay + [
+                       "--config", cfg, "--rows", "8", "--mbs", "1", "--seq", "512", "--steps", "1", "--no-baseline",
+                       "--recompute", "full"]
             out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
-            ranks = re.findall(r"rank (\d+) \(tp (\d+) pp (\d+) dp \d+[^)]*\).*step peak RSS ([0-9.]+) MiB", out)
-            if len(ranks) != 4:
+            ranks = re.findall(r"rank (\d+) \(tp (\d+) pp (\d+) dp \d+[^)]*\).*step peak RSS ([0-9.]+) MiB.*"
+                               r"params (\d+) elements \(expert region (\d+)\), AdamW state (\d+) elements", out)
+            if len(ranks) != np_:
                 print(out)
-                print("FAILED: expected 4 rank lines from layout_bench")
+                print(f"FAILED: expected {np_} rank lines from layout_bench")
                 return 1
-            for rank, tp, pp, rss in ranks:
-                planned = p["stages"][int(pp)]["peak"]
-                compare(f"layout_bench small {LAYOUT} rank {rank} (stage {pp})", planned, float(rss) * 2**20, misses)
+            for rank, tp, pp, rss, params, experts, state in ranks:
+                st = p["stages"][int(pp)]
+                name = f"layout_bench {cfg} {layout} rank {rank} (stage {pp})"
+                compare(name, st["peak"], float(rss) * 2**20, misses)
+                n += 1
+                want = (int(params), int(experts), int(state))
+                plan_counts = (st["param_numel"] + st["expert_numel"], st["expert_numel"], st["state_numel"])
+                ok = want == plan_counts
+                print(f"{name}: planned params {plan_counts[0]} (experts {plan_counts[1]}), AdamW state "
+                      f"{plan_counts[2]}; measured {want[0]} ({want[1]}), {want[2]}{'' if ok else '  <-- MISS'}")
+                if not ok:
+                    misses.append(name + " counts")
                 n += 1
     if misses:
-        print(f"check_plan: {len(misses)} of {n} cases outside 15 %: {', '.join(misses)}")
+        print(f"check_plan: {len(misses)} of {n} cases miss: {', '.join(misses)}")
         return 1
-    print("(peaks within 15 %, bf16 saving within 30 %)")
+    print("(peaks within 15 %, bf16 saving within 30 %, layout ranks' parameter and AdamW-state counts exact)")
     print(f"check_plan: {n} cases pass")
     return 0
 

@@ -1,6 +1,6 @@
 // `twinkle plan` — per-rank memory and FLOPs of a layout before launching it (train/plan.h).
 //
-//   twinkle plan --model DIR --tp 2 --pp 2 --dp 2 [--cp 1] [--ep 1] [--sequence-parallel]
+//   twinkle plan --model DIR --tp 2 --pp 2 --dp 2 [--cp 1] [--ep 1] [--etp 1] [--sequence-parallel]
 //                [--recompute full|selective|none] --micro-batch-size 1 --seq-length 4096
 //                [--global-batch-size N] [--lora-r R] [--bf16 | --fp32] [--memory-per-rank GiB] [--json]
 //
@@ -9,7 +9,9 @@
 // TFLOPs the rank computes per step; the last line is the per-rank peak. With --memory-per-rank,
 // a stage above it is reported with its biggest item and the exit code is 1. --bf16 plans the
 // mixed-precision run (`twinkle train --bf16`): fp32 master weights, grads, Adam state and
-// activations, plus the bf16 kernels' workspace (train/plan.h).
+// activations, plus the bf16 kernels' workspace (train/plan.h). A layout training would refuse
+// (etp·ep·pp not dividing the world, experts or moe_intermediate_size not divisible, ...) fails
+// with training's message.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -38,6 +40,7 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--dp", o.dp, "data-parallel size");
   app.add_option("--cp", o.cp, "context-parallel size");
   app.add_option("--ep", o.ep, "expert-parallel size (Qwen3-MoE)");
+  app.add_option("--etp", o.etp, "expert tensor-parallel size (Qwen3-MoE; 1 as in Twinkle)");
   app.add_flag("--sequence-parallel", o.sequence_parallel, "sequence parallelism in the tp regions");
   app.add_option("--recompute,--recompute-granularity", o.recompute_granularity,
                  "full (default, as MegatronModel) | selective | none");
@@ -72,14 +75,16 @@ int cmd_plan(int argc, char** argv) {
     for (const auto& s : plan.stages)
       j["stages"].push_back({{"stage", s.stage},         {"layers", s.layers},       {"slots", s.slots},
                              {"params", s.params},       {"grads", s.grads},         {"optimizer", s.optimizer},
+                             {"param_numel", s.param_numel}, {"expert_numel", s.expert_numel},
+                             {"adapter_numel", s.adapter_numel}, {"state_numel", s.state_numel},
                              {"activations", s.activations}, {"workspace", s.workspace}, {"runtime", s.runtime},
                              {"peak", s.peak},           {"model_flops", s.model_flops},
                              {"executed_flops", s.executed_flops}, {"biggest", s.biggest()}});
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s: tp %d pp %d dp %d cp %d ep %d%s%s, %s, recompute %s, micro-batch %lld x %lld tokens, %lld micro-batches "
+    std::printf("%s: tp %d pp %d dp %d cp %d ep %d etp %d%s%s, %s, recompute %s, micro-batch %lld x %lld tokens, %lld micro-batches "
                 "per replica; %d ranks\n",
-                dir.c_str(), o.tp, o.pp, o.dp, o.cp, o.ep, o.sequence_parallel ? " sp" : "",
+                dir.c_str(), o.tp, o.pp, o.dp, o.cp, o.ep, o.etp, o.sequence_parallel ? " sp" : "",
                 o.lora_rank > 0 ? (", LoRA r " + std::to_string(o.lora_rank)).c_str() : "",
                 o.mixed_precision.c_str(), o.recompute_granularity.c_str(), static_cast<long long>(o.micro_batch_size),
                 static_cast<long long>(o.seq_length), static_cast<long long>(plan.micro_batches),

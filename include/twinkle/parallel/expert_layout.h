@@ -19,8 +19,22 @@ namespace twinkle::parallel {
 ///   * num_experts % ep != 0:
 ///       "num_experts = 6 (<model>) is not divisible by ep = 4: each ep rank holds num_experts / ep experts"
 /// A dense model with ep = etp = 1, or a MoE model whose experts split evenly, passes (etp > 1
-/// included; moe_intermediate_size % etp is checked by the MoE block, model/qwen3_moe_block.h).
+/// included; moe_intermediate_size % etp is check_expert_tensor_split, called by the MoE block).
 void check_expert_layout(const DeviceMesh& mesh, bool is_moe, int64_t num_experts, const std::string& model);
+
+/// Expert tensor parallelism splits every expert's gate/up rows and down columns
+/// (moe_intermediate_size of them) over the etp group (Megatron-core experts.py: each etp rank
+/// holds moe_ffn_hidden_size / expert_tensor_parallel_size). Throws twinkle::Error when
+/// moe_intermediate_size % etp != 0:
+///   "expert tensor parallelism: moe_intermediate_size = 64 is not divisible by etp = 3 (each etp
+///    rank holds moe_intermediate_size / etp columns of every expert)".
+/// Used by the MoE block (model/qwen3_moe_block.h) and by `twinkle plan` (train/plan.h).
+void check_expert_tensor_split(int64_t moe_intermediate_size, int etp);
+
+/// LoRA on a MoE model with etp > 1 is refused (as Megatron-Bridge refuses it): throws
+/// twinkle::Error "LoRA with expert tensor parallelism (etp 2) is not supported (as in
+/// Megatron-Bridge); use --etp 1" when etp > 1. Used by add_adapter and `twinkle plan --lora-r`.
+void check_lora_expert_tensor_parallel(int etp);
 
 /// The MoE loss options (`--moe-aux-loss-type`, `--moe-aux-loss-coeff`, `--moe-z-loss-coeff`;
 /// issue 10). Throws twinkle::Error naming the option and the value:

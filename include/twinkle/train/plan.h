@@ -3,15 +3,19 @@
 // Per pipeline stage (every tp / cp / dp / ep rank of a stage holds the same amount), in bytes:
 //  * parameters — this rank's fp32 shards in the flat ParamStore, exactly as Qwen3Model lays them
 //    out (Megatron's sharding: q/k/v/gate/up by output rows, o/down by input columns, embedding
-//    and lm head by vocab padded to 128·tp, experts over ep; each tensor 16-element aligned, the
-//    buffer padded to 64·dp·cp);
+//    and lm head by vocab padded to 128·tp, experts over ep and, inside an expert, gate/up rows
+//    and down columns over etp; each tensor 16-element aligned, the dense buffer padded to
+//    64·dp·cp, the expert region to 64·edp);
 //  * gradients — the same size (the fp32 flat gradient buffer; Megatron's grad_reduce_in_fp32);
 //  * optimizer state — AdamW's exp_avg and exp_avg_sq (fp32) for this rank's ZeRO-1 shard
-//    (1/(dp·cp) of the dense buffer and 1/(tp·cp·dp/ep) of the expert region with the
-//    distributed optimizer), plus one bucket shard of scratch;
+//    (1/(dp·cp) of the dense buffer and 1/edp of the expert region with the distributed
+//    optimizer; edp = world / (etp·ep·pp), the expert-data-parallel group), plus one bucket
+//    shard of scratch;
 //  * activations — the saved activations of the micro-batches in flight on the stage (1F1B:
 //    min(pp - stage, micro-batches) slots, model/qwen3_activations.h layout incl. its 25 %
-//    headroom, MoE blocks' routed buffers), the recompute buffers and the pipeline receive buffers;
+//    headroom, MoE blocks' routed buffers and, with ep or etp > 1, the alltoall dispatcher's
+//    buffers of every (MoE layer, slot) for balanced routing), the recompute buffers and the
+//    pipeline receive buffers;
 //  * workspace — the largest scratch buffers of one layer's backward and of the fused lm head +
 //    cross entropy ([chunk, vocab/tp] logits), with core/workspace.h's 25 % headroom;
 //  * runtime — the process itself (code, MPI, OpenMP, oneDNN), a measured constant.
@@ -21,7 +25,10 @@
 // chunk (plan.cpp bf16_workspace(), the one place that models what the bf16 kernels keep).
 // The peak is their sum (all of them are live during the last backward). FLOPs per step count
 // forward + backward matmuls and attention (model/qwen3_flops.h; x3 the forward) plus the
-// recomputed forward.
+// recomputed forward. Expert FLOPs are spread evenly over the stage's ranks for balanced
+// routing: an ep rank runs 1/ep of the ep group's routed rows, and etp multiplies its rows by
+// etp (the all-gather over the etp group) while dividing each expert's width by etp, so the
+// per-rank FLOPs do not depend on ep or etp.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -33,6 +40,7 @@ namespace twinkle {
 
 struct PlanOptions {
   int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1;
+  int etp = 1;  ///< expert tensor parallel (Megatron's expert_tensor_parallel_size; Twinkle's default 1)
   bool sequence_parallel = false;
   std::string recompute_granularity = "full";  ///< as MegatronModelOptions
   std::string pipeline_split = "balanced";
@@ -58,8 +66,10 @@ struct PlanOptions {
 struct StagePlan {
   int stage = 0;
   int64_t layers = 0;
-  int64_t param_numel = 0;  ///< elements of this rank's flat parameter buffer
+  int64_t param_numel = 0;  ///< elements of this rank's flat parameter buffer, dense region
+  int64_t expert_numel = 0; ///< elements of its expert region (padded to 64·edp; 0 for a dense stage)
   int64_t adapter_numel = 0;  ///< elements of this rank's LoRA adapter buffer (0 without one)
+  int64_t state_numel = 0;  ///< AdamW state elements this rank holds (exp_avg and exp_avg_sq each)
   int64_t slots = 0;        ///< micro-batches whose activations are held at once
   double params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0, runtime = 0;  ///< bytes
   double peak = 0;                                                                            ///< bytes
@@ -78,9 +88,14 @@ struct Plan {
 };
 
 /// Plans `cfg` on the layout. Throws twinkle::Error for a layout the model refuses (heads, kv
-/// heads, intermediate or experts not divisible; pp > layers; a bad split or recompute name;
-/// global batch not divisible by micro_batch_size * dp; seq_length not divisible by cp·2 or by
-/// tp under sequence parallelism; a mixed_precision other than fp32 / bf16).
+/// heads, intermediate not divisible; pp > layers; a bad split or recompute name; global batch
+/// not divisible by micro_batch_size * dp; seq_length not divisible by cp·2 or by tp under
+/// sequence parallelism; a mixed_precision other than fp32 / bf16), and for the expert grid with
+/// the messages training gives (the same functions): etp·ep·pp not dividing the world
+/// (DeviceMesh::from_sizes), ep or etp > 1 on a dense model or num_experts % ep
+/// (parallel::check_expert_layout), moe_intermediate_size % etp
+/// (parallel::check_expert_tensor_split), LoRA with etp > 1
+/// (parallel::check_lora_expert_tensor_parallel).
 Plan plan_layout(const ModelConfig& cfg, const PlanOptions& o);
 
 }  // namespace twinkle
