@@ -38,8 +38,8 @@ struct Gemm {
 //    fp32 Workspace logits plus a bf16 LinearOp call (whole [vocab/tp, H] shard through Weight);
 //  * oneDNN's matmul scratchpad (user mode, one grow-only buffer) and JIT code are small and in
 //    the runtime constant.
-// MoE experts: a local expert's GEMM is bounded by T rows (one rank's tokens; an upper bound that
-// ignores rows received over ep).
+// MoE experts: a local expert's GEMM (its etp slice) is bounded by T·etp rows (one rank's tokens,
+// all-gathered over etp; rows received over ep are not counted).
 struct Bf16Workspace {
   double gemm_scratch = 0;  ///< the Input + Weight + Grad bf16 scratch
   double fused_head = 0;    ///< the bf16 fused head's logits + scale (replaces the fp32 kernel's logits)
@@ -243,7 +243,7 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     for (int64_t l = l0; l < l0 + nl; ++l) {
       gemms.push_back({T, nq, H}), gemms.push_back({T, nkv, H}), gemms.push_back({T, H, nq});
       if (c.is_moe() && c.is_moe_layer(l))
-        gemms.push_back({T, E, H}), gemms.push_back({T, Im, H}), gemms.push_back({T, H, Im});
+        gemms.push_back({T, E, H}), gemms.push_back({T * etp, Iml, H}), gemms.push_back({T * etp, H, Iml});
       else
         gemms.push_back({T, 2 * I, H}), gemms.push_back({T, H, I});
     }
