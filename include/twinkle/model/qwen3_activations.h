@@ -63,8 +63,9 @@ struct MoeActivations {
   std::vector<float> xp;             ///< [R, H] permuted input
   std::vector<float> gate, up, act;  ///< [R, I]
   std::vector<float> y;              ///< [R, H] expert outputs (before the combine)
-  /// ep > 1: the alltoall dispatcher of this (layer, micro-batch slot) — its routing plan and
-  /// received rows live until this slot's backward (parallel/moe_dispatcher.h).
+  /// ep > 1: the alltoall dispatcher of this (layer, micro-batch slot) — its routing plan, the
+  /// experts' input rows and their outputs in slot order live until this slot's backward; its
+  /// transient all-to-all rows are in the stage's scratch (parallel/moe_dispatcher.h).
   std::shared_ptr<parallel::AlltoAllDispatcher> dispatcher;
   std::vector<int64_t> real_counts;  ///< [E] slots routed to each expert from real tokens
   std::vector<double> real_prob_sum; ///< [E] sum of probs over real tokens
