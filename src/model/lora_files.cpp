@@ -73,6 +73,22 @@ LoraConfig read_peft_adapter_config(const std::string& path) {
       const json& w = j["init_lora_weights"];
       c.init_lora_weights = w.is_string() ? w.get<std::string>() : (w.is_boolean() && !w.get<bool>() ? "false" : "true");
     }
+    // PEFT >= 0.17 target_parameters: LoRA on nn.Parameters through lora.ParamWrapper, the way
+    // PEFT reaches transformers 5's fused 3-D experts (mlp.experts.gate_up_proj [E, 2I, H],
+    // down_proj [E, H, I]). Not a renaming of twinkle's per-expert pairs: ParamWrapper keeps one
+    // lora_A [r E, in] / lora_B [out, r E] per parameter with in / out read off the 3-D shape
+    // (so for gate_up_proj A sits on the 2I side and B on H: W_e += s A_e^T B_e^T), gate and up
+    // share one factor, B's columns interleave rank and expert, nested wrappers add
+    // "base_layer." to the keys, and it refuses lora_dropout. twinkle writes and reads the
+    // transformers 4 per-expert layout (mlp.experts.{e}.{gate,up,down}_proj, the released
+    // checkpoints' names), so such a file is refused by name here.
+    if (j.contains("target_parameters") && !j["target_parameters"].is_null() &&
+        !(j["target_parameters"].is_array() && j["target_parameters"].empty()))
+      throw Error(path + ": field 'target_parameters' = " + j["target_parameters"].dump() +
+                  " is not supported: it is PEFT's ParamWrapper LoRA on fused 3-D expert parameters (transformers 5's "
+                  "mlp.experts.gate_up_proj / down_proj), a different adapter format; twinkle reads and writes the "
+                  "transformers 4 per-expert layout (target_modules reaching mlp.experts.{e}.gate_proj / up_proj / "
+                  "down_proj, as in the released Qwen3-MoE checkpoints)");
     const json& t = field("target_modules");
     if (t.is_string()) {
       c.target_modules = t.get<std::string>();

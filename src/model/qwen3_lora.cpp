@@ -66,28 +66,6 @@ void Qwen3Model::add_adapter(const LoraConfig& cfg, uint64_t seed) {
     }
   }
   std::vector<std::string> targets_list = resolve_lora_targets(cfg, linear_modules());
-  for (const auto& m : targets_list)
-    check(m.find(".mlp.experts.") == std::string::npos || cfg.lora_dropout == 0.0,
-          "add_adapter: lora_dropout " + std::to_string(cfg.lora_dropout) + " (--lora-dropout) on the expert projection '" +
-              m + "'" + (lora_target_list(cfg) == std::vector<std::string>{"all-linear"} ? " (part of all-linear)" : "") +
-              " is not supported: the experts' rows are permuted over the ep group, away from the token identities "
-              "the masks are keyed by; use --lora-dropout 0 or target attention and the router only");
-  if (cfg_.is_moe()) {
-    // The grouped GEMM runs a projection's LoRA on all its local experts: all experts or none.
-    const std::set<std::string> hits(targets_list.begin(), targets_list.end());
-    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
-      if (!cfg_.is_moe_layer(l)) continue;
-      for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
-        int64_t hit = 0;
-        for (int64_t e = 0; e < cfg_.num_experts; ++e)
-          hit += hits.count("model.layers." + std::to_string(l) + ".mlp.experts." + std::to_string(e) + "." + proj);
-        check(hit == 0 || hit == cfg_.num_experts,
-              "add_adapter: the LoRA targets reach " + std::to_string(hit) + " of the " +
-                  std::to_string(cfg_.num_experts) + " experts' " + proj + " in layer " + std::to_string(l) +
-                  "; target every expert of a projection (e.g. '" + proj + "') or none");
-      }
-    }
-  }
   lora_targets_ = std::move(targets_list);
   lora_ = cfg;
   const std::set<std::string> targets(lora_targets_.begin(), lora_targets_.end());
@@ -121,18 +99,19 @@ void Qwen3Model::add_adapter(const LoraConfig& cfg, uint64_t seed) {
         // The router: replicated, like its weight (each tp rank routes its own SP shard).
         const parallel::LoraPair gate = add("mlp.gate", H, cfg_.num_experts, LoraBase::Replicated);
         if (layer) layer->moe.set_router_lora(gate);
-        // The experts (transformers 4 / PEFT: one nn.Linear per expert and projection): all
-        // experts of a projection or none, with their expert on its ep rank.
+        // The experts (transformers 4 / PEFT: one nn.Linear per expert and projection): a pair
+        // on each targeted expert's projection (any subset), with its expert on its ep rank.
         const int64_t E = cfg_.num_experts, Im = cfg_.moe_intermediate_size;
         const char* proj[3] = {"gate_proj", "up_proj", "down_proj"};
         for (int j = 0; j < 3; ++j) {
-          std::vector<std::string> mods;
+          std::vector<std::string> mods;  // "" = this expert's projection is not a target
           int64_t hit = 0;
           for (int64_t e = 0; e < E; ++e) {
-            mods.push_back(p + "mlp.experts." + std::to_string(e) + "." + proj[j]);
-            hit += targets.count(mods.back()) ? 1 : 0;
+            const std::string m = p + "mlp.experts." + std::to_string(e) + "." + proj[j];
+            mods.push_back(targets.count(m) ? m : std::string());
+            hit += mods.back().empty() ? 0 : 1;
           }
-          if (hit == 0) continue;  // all or none: checked before any entry was added
+          if (hit == 0) continue;
           const int64_t in = j < 2 ? H : Im, out = j < 2 ? Im : H;
           auto pairs = parallel::add_expert_lora_entries(table_, mods, in, out, E / ps_->ep_size(), cfg.r, scaling);
           if (layer) layer->moe.set_expert_lora(j, std::move(pairs));

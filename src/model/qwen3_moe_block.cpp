@@ -95,6 +95,15 @@ Qwen3MoeBlock::Qwen3MoeBlock(parallel::TensorTable& table, const parallel::Tenso
   }
 }
 
+const uint64_t* Qwen3MoeBlock::expert_dropout_keys(const StageBatch& b, int64_t Tl) const {
+  const parallel::LoraDropout* d = parallel::current_lora_dropout();
+  if (d == nullptr || d->p <= 0.0f || !has_expert_lora()) return nullptr;
+  check(d->T == b.T, "LoRA dropout: the experts' dropout context has " + std::to_string(d->T) +
+                         " tokens, the micro-batch " + std::to_string(b.T));
+  // this tp rank's SP shard of the micro-batch's tokens (as the router's, RouterDropout above)
+  return d->token_key + (tp_.sequence_parallel && tp_.size > 1 ? static_cast<int64_t>(tp_.rank) * Tl : 0);
+}
+
 Qwen3MoeBlock::Weights Qwen3MoeBlock::weights() const {
   Weights w{};
   w.router = table_->data(gate_);
@@ -110,27 +119,6 @@ Qwen3MoeBlock::Weights Qwen3MoeBlock::weights() const {
       check(table_->data(ids[e0 + e]) - w.w[j] == static_cast<int64_t>(e) * w.stride[j] &&
                 (w.dw[j] == nullptr || table_->grad(ids[e0 + e]) - w.dw[j] == static_cast<int64_t>(e) * w.stride[j]),
             "Qwen3MoeBlock: expert tensors of one projection are not equally spaced in the ParamStore");
-    w.la[j] = w.lb[j] = nullptr;
-    w.dla[j] = w.dlb[j] = nullptr;
-    w.sa[j] = w.sb[j] = 0;
-    if (expert_lora_[j].empty()) continue;
-    // The local experts' A (and B) are adjacent in the adapter store (add_expert_lora_entries).
-    const auto& lp = expert_lora_[j];
-    const auto& p0 = lp[e0];
-    w.la[j] = table_->data(p0.a);
-    w.lb[j] = table_->data(p0.b);
-    w.dla[j] = table_->grad(p0.a);
-    w.dlb[j] = table_->grad(p0.b);
-    w.sa[j] = El_ > 1 ? table_->data(lp[e0 + 1].a) - w.la[j] : 0;
-    w.sb[j] = El_ > 1 ? table_->data(lp[e0 + 1].b) - w.lb[j] : 0;
-    for (size_t e = 1; e < static_cast<size_t>(El_); ++e) {
-      const auto& pe = lp[e0 + e];
-      const int64_t ie = static_cast<int64_t>(e);
-      check(table_->data(pe.a) - w.la[j] == ie * w.sa[j] && table_->data(pe.b) - w.lb[j] == ie * w.sb[j] &&
-                (w.dla[j] == nullptr || (table_->grad(pe.a) - w.dla[j] == ie * w.sa[j] &&
-                                         table_->grad(pe.b) - w.dlb[j] == ie * w.sb[j])),
-            "Qwen3MoeBlock: expert LoRA tensors of one projection are not equally spaced in the adapter store");
-    }
   }
   return w;
 }
@@ -139,37 +127,68 @@ void Qwen3MoeBlock::set_expert_lora(int proj, std::vector<parallel::LoraPair> pa
   check(proj >= 0 && proj < 3, "Qwen3MoeBlock::set_expert_lora: projection " + std::to_string(proj) + " not in [0, 3)");
   check(static_cast<int64_t>(pairs.size()) == E_, "Qwen3MoeBlock::set_expert_lora: " + std::to_string(pairs.size()) +
                                                       " LoRA pairs for " + std::to_string(E_) + " experts");
-  for (const auto& p : pairs)
-    check(p.active() && p.r == pairs[0].r && p.scaling == pairs[0].scaling,
-          "Qwen3MoeBlock::set_expert_lora: every expert needs a pair of the same rank and scaling");
-  expert_lora_[proj] = std::move(pairs);
+  const parallel::LoraPair* first = nullptr;
+  for (const auto& p : pairs) {
+    if (!p.active()) continue;
+    if (first == nullptr) first = &p;
+    check(p.r == first->r && p.scaling == first->scaling,
+          "Qwen3MoeBlock::set_expert_lora: the experts' pairs differ in rank or scaling");
+  }
+  expert_lora_[proj] = first ? std::move(pairs) : std::vector<parallel::LoraPair>{};
 }
 
-void Qwen3MoeBlock::lora_forward(int j, const float* X, const int64_t* counts, int64_t R, int64_t N, int64_t K,
-                                 const Weights& w, float* y, Workspace& scratch) const {
-  if (w.la[j] == nullptr) return;
-  const kernels::KernelTable& kt = table_->kernels();
-  const parallel::LoraPair& p = expert_lora_[j][static_cast<size_t>(first_)];
-  float* h = scratch.get("moe.lora_h", {R, p.r}).f32();
-  kt.grouped_linear.forward(X, w.la[j], w.sa[j], counts, El_, h, p.r, K, false);  // h_e = X_e A_e^T
-  for (int64_t i = 0; i < R * p.r; ++i) h[i] *= p.scaling;
-  kt.grouped_linear.forward(h, w.lb[j], w.sb[j], counts, El_, y, N, p.r, /*accumulate=*/true);  // y_e += s h_e B_e^T
+// The LoRA dropout of local expert rows [row, row + m) (keys: a.lora_keys), or none.
+struct Qwen3MoeBlock::ExpertDropout {
+  ExpertDropout(const parallel::LoraDropout* d, const std::vector<uint64_t>& keys, int64_t row, int64_t m,
+                bool dump) {
+    if (d == nullptr || d->p <= 0.0f) {
+      scope.emplace(nullptr);
+      return;
+    }
+    sub = *d;
+    sub.token_key = keys.data() + row;
+    sub.T = m;
+    if (!dump) sub.dump_dir.clear();
+    scope.emplace(&sub);
+  }
+  parallel::LoraDropout sub;
+  std::optional<parallel::LoraDropoutScope> scope;
+};
+
+bool Qwen3MoeBlock::has_expert_lora() const {
+  return !expert_lora_[0].empty() || !expert_lora_[1].empty() || !expert_lora_[2].empty();
 }
 
-void Qwen3MoeBlock::lora_backward(int j, const float* X, const int64_t* counts, int64_t R, int64_t N, int64_t K,
-                                  const Weights& w, const float* dy, float* dX, Workspace& scratch) const {
-  if (w.la[j] == nullptr) return;
-  const kernels::KernelTable& kt = table_->kernels();
-  const parallel::LoraPair& p = expert_lora_[j][static_cast<size_t>(first_)];
-  float* h = scratch.get("moe.lora_h", {R, p.r}).f32();
-  float* dh = scratch.get("moe.lora_dh", {R, p.r}).f32();
-  kt.grouped_linear.forward(X, w.la[j], w.sa[j], counts, El_, h, p.r, K, false);  // recomputed
-  for (int64_t i = 0; i < R * p.r; ++i) h[i] *= p.scaling;
-  // dB_e += dy_e^T (s h_e); d(s h)_e = dy_e B_e
-  kt.grouped_linear.backward(h, w.lb[j], w.sb[j], counts, El_, dy, dh, w.dlb[j], N, p.r, false);
-  for (int64_t i = 0; i < R * p.r; ++i) dh[i] *= p.scaling;
-  // dA_e += dh_e^T X_e; dX_e += dh_e A_e
-  kt.grouped_linear.backward(X, w.la[j], w.sa[j], counts, El_, dh, dX, w.dla[j], p.r, K, /*accumulate_dx=*/true);
+void Qwen3MoeBlock::lora_forward(int j, const float* X, const int64_t* counts, int64_t N, int64_t K, float* y,
+                                 const std::vector<uint64_t>& keys) const {
+  if (expert_lora_[j].empty()) return;
+  const parallel::LoraDropout* d = parallel::current_lora_dropout();
+  int64_t row = 0;
+  for (int64_t e = 0; e < El_; ++e) {
+    const int64_t m = counts[e];
+    const parallel::LoraPair& p = expert_lora_[j][static_cast<size_t>(first_ + e)];
+    if (m > 0 && p.active()) {  // PEFT's Linear.forward on this expert's rows: y += s (dropout(x) A^T) B^T
+      const ExpertDropout ed(d, keys, row, m, ep_size_ == 1 && tp_.size == 1);
+      parallel::lora_column_forward(*table_, p, X + row * K, y + row * N, m, K, N);
+    }
+    row += m;
+  }
+}
+
+void Qwen3MoeBlock::lora_backward(int j, const float* X, const int64_t* counts, int64_t N, int64_t K, const float* dy,
+                                  float* dX, const std::vector<uint64_t>& keys) const {
+  if (expert_lora_[j].empty()) return;
+  const parallel::LoraDropout* d = parallel::current_lora_dropout();
+  int64_t row = 0;
+  for (int64_t e = 0; e < El_; ++e) {
+    const int64_t m = counts[e];
+    const parallel::LoraPair& p = expert_lora_[j][static_cast<size_t>(first_ + e)];
+    if (m > 0 && p.active()) {  // dA, dB accumulate; dX += dropout'(s dy B A)
+      const ExpertDropout ed(d, keys, row, m, false);
+      parallel::lora_column_backward(*table_, p, X + row * K, dy + row * N, dX + row * K, m, K, N);
+    }
+    row += m;
+  }
 }
 
 void Qwen3MoeBlock::experts_forward(const float* xin, const int64_t* counts, int64_t R, const Weights& w,
@@ -181,11 +200,11 @@ void Qwen3MoeBlock::experts_forward(const float* xin, const int64_t* counts, int
   a.y.resize(static_cast<size_t>(R * H_));
   kt.grouped_linear.forward(xin, w.w[0], w.stride[0], counts, El_, a.gate.data(), Il_, H_, false);
   kt.grouped_linear.forward(xin, w.w[1], w.stride[1], counts, El_, a.up.data(), Il_, H_, false);
-  lora_forward(0, xin, counts, R, Il_, H_, w, a.gate.data(), scratch);
-  lora_forward(1, xin, counts, R, Il_, H_, w, a.up.data(), scratch);
+  lora_forward(0, xin, counts, Il_, H_, a.gate.data(), a.lora_keys);
+  lora_forward(1, xin, counts, Il_, H_, a.up.data(), a.lora_keys);
   kt.swiglu.forward(a.gate.data(), a.up.data(), a.act.data(), R * Il_);
   kt.grouped_linear.forward(a.act.data(), w.w[2], w.stride[2], counts, El_, a.y.data(), H_, Il_, false);
-  lora_forward(2, a.act.data(), counts, R, H_, Il_, w, a.y.data(), scratch);
+  lora_forward(2, a.act.data(), counts, H_, Il_, a.y.data(), a.lora_keys);
 }
 
 void Qwen3MoeBlock::experts_backward(const float* xin, const int64_t* counts, int64_t R, const Weights& w,
@@ -193,15 +212,15 @@ void Qwen3MoeBlock::experts_backward(const float* xin, const int64_t* counts, in
   const kernels::KernelTable& kt = table_->kernels();
   float* dact = scratch.get("moe.dact", {R, Il_}).f32();
   kt.grouped_linear.backward(a.act.data(), w.w[2], w.stride[2], counts, El_, dy, dact, w.dw[2], H_, Il_, false);
-  lora_backward(2, a.act.data(), counts, R, H_, Il_, w, dy, dact, scratch);
+  lora_backward(2, a.act.data(), counts, H_, Il_, dy, dact, a.lora_keys);
   float* dgate = scratch.get("moe.dgate", {R, Il_}).f32();
   float* dup = scratch.get("moe.dup", {R, Il_}).f32();
   kt.swiglu.backward(a.gate.data(), a.up.data(), dact, dgate, dup, R * Il_);
   kt.grouped_linear.backward(xin, w.w[0], w.stride[0], counts, El_, dgate, dxin, w.dw[0], Il_, H_, false);
   kt.grouped_linear.backward(xin, w.w[1], w.stride[1], counts, El_, dup, dxin, w.dw[1], Il_, H_,
                              /*accumulate_dx=*/true);
-  lora_backward(0, xin, counts, R, Il_, H_, w, dgate, dxin, scratch);
-  lora_backward(1, xin, counts, R, Il_, H_, w, dup, dxin, scratch);
+  lora_backward(0, xin, counts, Il_, H_, dgate, dxin, a.lora_keys);
+  lora_backward(1, xin, counts, Il_, H_, dup, dxin, a.lora_keys);
 }
 
 const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActivations& a, Workspace& scratch) const {
@@ -232,6 +251,7 @@ const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActi
     if (!a.dispatcher) a.dispatcher = std::make_shared<parallel::AlltoAllDispatcher>(ep_, E_, H_, etp_);
     parallel::AlltoAllDispatcher& d = *a.dispatcher;
     d.dispatch(x, a.topk_idx.data(), T, k_, &scratch);  // transient rows in the stage's scratch
+    if (const uint64_t* keys = expert_dropout_keys(b, T)) d.dispatch_tags(keys, a.lora_keys);
     experts_forward(d.expert_input(), d.local_counts(), d.expert_rows(), w, a, scratch);
     d.combine(a.y.data(), a.topk_w.data(), out, &scratch);
     return out;
@@ -243,6 +263,10 @@ const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActi
   a.xp.resize(static_cast<size_t>(R * H_));
   k::moe_sort_by_expert(a.topk_idx.data(), T, k_, E_, a.counts.data(), a.row_of_slot.data(), a.slot_of_row.data());
   k::moe_permute_forward(x, a.slot_of_row.data(), a.xp.data(), R, k_, H_);
+  if (const uint64_t* keys = expert_dropout_keys(b, T)) {  // the rows' tokens, as the permutation reads them
+    a.lora_keys.resize(static_cast<size_t>(R));
+    for (int64_t r = 0; r < R; ++r) a.lora_keys[static_cast<size_t>(r)] = keys[a.slot_of_row[static_cast<size_t>(r)] / k_];
+  }
   experts_forward(a.xp.data(), a.counts.data(), R, w, a, scratch);
   k::moe_unpermute_forward(a.y.data(), a.row_of_slot.data(), a.topk_w.data(), out, T, k_, H_);
   return out;

@@ -119,6 +119,7 @@ std::vector<LoraPair> add_expert_lora_entries(TensorTable& table, const std::vec
   std::vector<LoraPair> pairs(modules.size());
   for (int which = 0; which < 2; ++which)
     for (size_t e = 0; e < modules.size(); ++e) {
+      if (modules[e].empty()) continue;  // not a target: no pair
       TensorEntry t = which == 0 ? replicated_entry(modules[e] + ".lora_A.weight", {r, in}, ParamInit::Zeros)
                                  : replicated_entry(modules[e] + ".lora_B.weight", {out, r}, ParamInit::Zeros);
       t.adapter = true;

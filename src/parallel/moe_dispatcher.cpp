@@ -195,6 +195,37 @@ void AlltoAllDispatcher::dispatch_backward(const float* d_expert_input, float* d
   kc::moe_permute_backward(back, row_of_slot_.data(), dx, T_, k_, H_, accumulate);
 }
 
+void AlltoAllDispatcher::dispatch_tags(const uint64_t* tag, std::vector<uint64_t>& out) {
+  if (etp_size_ > 1) throw Error("AlltoAllDispatcher::dispatch_tags: etp = " + std::to_string(etp_size_) + " > 1");
+  if (k_ < 1) throw Error("AlltoAllDispatcher::dispatch_tags: no dispatch() before");
+  const int64_t S = T_ * k_;
+  std::vector<int64_t> send(static_cast<size_t>(S)), recv(static_cast<size_t>(R_own_));
+  for (int64_t r = 0; r < S; ++r)  // the rows in the permuted send order (moe_permute_forward)
+    send[static_cast<size_t>(r)] = static_cast<int64_t>(tag[slot_of_row_[static_cast<size_t>(r)] / k_]);
+  std::vector<int64_t> sc(static_cast<size_t>(ep_size_)), sd(sc), rc(sc), rd(sc);
+  int64_t so = 0, ro = 0;
+  for (int r = 0; r < ep_size_; ++r) {
+    sc[r] = send_rows_[r];
+    sd[r] = so;
+    so += sc[r];
+    rc[r] = recv_rows_[r];
+    rd[r] = ro;
+    ro += rc[r];
+  }
+  ep_->all_to_all_v(send.data(), sc, sd, recv.data(), rc, rd, DType::I64);
+  // [src][local expert] -> [local expert][src], as src_to_expert_order does for the rows
+  out.resize(static_cast<size_t>(R_));
+  int64_t o = 0;
+  for (int64_t e = 0; e < El_; ++e)
+    for (int s = 0; s < ep_size_; ++s) {
+      int64_t i = 0;
+      for (int s2 = 0; s2 < s; ++s2) i += recv_rows_[s2];
+      for (int64_t e2 = 0; e2 < e; ++e2) i += recv_counts_[s * El_ + e2];
+      for (int64_t n = 0; n < recv_counts_[s * El_ + e]; ++n)
+        out[static_cast<size_t>(o++)] = static_cast<uint64_t>(recv[static_cast<size_t>(i + n)]);
+    }
+}
+
 void AlltoAllDispatcher::exchange(const float* send, float* recv, bool to_experts) {
   const std::vector<int64_t>& out_rows = to_experts ? send_rows_ : recv_rows_;
   const std::vector<int64_t>& in_rows = to_experts ? recv_rows_ : send_rows_;

@@ -149,7 +149,7 @@ void MegatronModel::write_training_state(const std::string& dir, const TrainingS
   } else {
     st["scheduler"] = nullptr;
   }
-  // RNG: training draws no random numbers after the init (no dropout; LoRA dropout is refused),
+  // RNG: training draws no random numbers after the init (no dropout stream: LoRA dropout masks are hashed from the seed and step, lora_dropout.h),
   // so the seeds are the whole RNG state: the init seed and the DataLoader's shuffle seed.
   st["rng"] = {{"global_seed", global_seed()}, {"init_seed", opts_.seed ? opts_.seed : global_seed()}};
   if (opts.dataloader) {

@@ -9,6 +9,7 @@
 // grouped GEMM -> SwiGLU -> grouped GEMM -> combine on all of the group's tokens, the path the
 // MoE kernels are verified on against PyTorch (tests/unit/kernels/torch_ref_moe.cpp).
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -190,6 +191,20 @@ void scenario(const char* name, const vector<int64_t>& tokens_per_rank, const ve
             name << ": all-to-all bytes " << ep->bytes_sent() << ", analytic volume " << want_bytes);
   MPI_CHECK(d.last_dispatch_bytes() == 4 * H * rows_out,
             name << ": last_dispatch_bytes " << d.last_dispatch_bytes() << " want " << 4 * H * rows_out);
+  // dispatch_tags (the LoRA dropout keys of expert rows): each expert row's tag is the global index
+  // of the token whose x it holds, ascending inside each local expert (the single process's order)
+  vector<uint64_t> tags(Tr), got;
+  for (int64_t t = 0; t < Tr; ++t) tags[t] = static_cast<uint64_t>(off + t);
+  d.dispatch_tags(tags.data(), got);
+  MPI_CHECK(static_cast<int64_t>(got.size()) == R, name << ": dispatch_tags gave " << got.size() << " tags for " << R << " rows");
+  for (int64_t e = 0, row = 0; e < El && static_cast<int64_t>(got.size()) == R; ++e)
+    for (int64_t i = 0; i < d.local_counts()[e]; ++i, ++row) {
+      const uint64_t tok = got[row];
+      MPI_CHECK(tok < static_cast<uint64_t>(T) &&
+                    std::memcmp(d.expert_input() + row * H, x.data() + tok * H, H * sizeof(float)) == 0 &&
+                    (i == 0 || got[row - 1] < tok),
+                name << ": expert row " << row << " carries tag " << tok << ", not its token (or out of order)");
+    }
   // B10: the expert gradient norm summed over the EP group equals the single-process one
   double sq = 0.0, sq_ref = 0.0;
   for (auto v : dwg) sq += double(v) * v;

@@ -350,35 +350,8 @@ def check_lora_vs_torch(args, tmp, model, init_adapter, batch_json, tw_metrics, 
     if set(g_tw) != set(g_ref):
         failures.append(f"step-0 adapter gradients: names differ: {sorted(set(g_tw) ^ set(g_ref))[:6]}")
     failures += compare_tensors("twinkle", g_tw, "torch", g_ref, 1e-4, "step-0 adapter gradient")
-    # The adapter after N AdamW steps: at least as close to float64 as PyTorch's own float32 run.
-    p_tw = load_adapter(tw_out)
-    p64 = safetensors_py.load(os.path.join(refs["float64"], "final.safetensors"))
-    p32 = safetensors_py.load(os.path.join(refs["float32"], "final.safetensors"))
-    for k in sorted(p64):
-        if k not in p_tw:
-            failures.append(f"adapter after {args.steps} steps: {k} missing")
-            continue
-        e_tw = (p_tw[k].double() - p64[k].double()).abs().max().item()
-        e_32 = (p32[k].double() - p64[k].double()).abs().max().item()
-        scale = p64[k].double().abs().max().item()
-        # Adam's division by sqrt(v) + eps can turn float32 rounding of a tiny gradient element into
-        # a visible difference of that element (see compare_params): PyTorch's float32 run is
-        # sometimes luckier, so the bound is the larger of 2 x its error and the full-training
-        # rule's 1e-5 of the tensor's scale. A wrong scaling, gradient or decay moves every element.
-        # Why not "e_tw <= e_32" (issue 12's wording), measured 2026-11-30 (lora_vs_torch_untied_bias):
-        # PyTorch float32 here is the reference's own algorithm (naive attention, one micro-batch,
-        # the same op order as the float64 run) rounded to float32, while twinkle computes the same
-        # function with other float32 algorithms (flash attention's online softmax, the chunked fused
-        # lm head + cross entropy, oneDNN's GEMM order, micro-batches of 2 summed). Its step-0 adapter
-        # gradients are 1.8-2.1x further from float64 (rms) than PyTorch float32's, and AdamW turns
-        # that into 8x (rms) / 35x (max, 4.3e-6 vs 1.1e-7 on layers.0.mlp.gate_proj.lora_B) after 4
-        # steps on the elements whose gradient is near eps; with --lora-init true and 3 targets twinkle
-        # is the closer one (0.3-0.5x). So the float32 error of a different algorithm is not bounded
-        # by PyTorch's; the test keeps max(2 x PyTorch float32's error, 1e-5 of the tensor's scale),
-        # besides the per-step loss / grad-norm and step-0 gradient checks above.
-        if e_tw > max(2 * e_32, args.param_tol * max(scale, 0.02)):
-            failures.append(f"adapter after {args.steps} steps: {k} max err vs f64 {e_tw:.3e} > 2 x torch-f32's "
-                            f"{e_32:.3e} and > {args.param_tol:g} x {scale:.3e}")
+    # The adapter after N AdamW steps vs float64, with PyTorch's own float32 run held to the same bound.
+    failures += compare_adapter_f64(load_adapter(tw_out), refs["float64"], refs["float32"], args)
     # Held-out batch: the reference's merged (W + s B A) and unmerged losses with twinkle's adapter.
     ids, labels = make_batch("rows:3", cfg["vocab_size"], 99)
     held = os.path.join(tmp, "held.json")
@@ -389,6 +362,76 @@ def check_lora_vs_torch(args, tmp, model, init_adapter, batch_json, tw_metrics, 
     print(f"held-out loss (reference, twinkle's adapter): unmerged {r['loss']:.8f} merged {r['merged_loss']:.8f}")
     if rel(r["merged_loss"], r["loss"]) > 1e-5:
         failures.append(f"reference merged loss {r['merged_loss']} vs unmerged {r['loss']}")
+    return failures
+
+
+# Gradient error, relative to the tensor's largest gradient element, that compare_adapter_f64
+# propagates through AdamW: the step-0 gradient check's own tolerance (compare_tensors 1e-4 * max),
+# so the adapter check accepts exactly what an accepted gradient error can do to the weights and no
+# more. Measured (2026-11-30; the smallest eps covering every element, torch at 1 and 2 threads):
+# dense tiny a / b (the four lora_vs_torch_* tests), 3-4 steps: twinkle <= 5.9e-7, PyTorch float32
+# <= 3.1e-6; Qwen3-MoE (router z / aux losses, 3 steps, scaling 2-4, lr 1e-3 and 2e-4, with and
+# without dropout on the experts): twinkle <= 1.3e-5, PyTorch float32 <= 2.0e-5 (its step-0
+# gradients are 5e-6 of the max off float64 there, twinkle's 1.1e-5).
+# A float64 run without weight decay (lr * wd * |p| per step), or with beta2 0.999 for 0.95, fails
+# it on every adapter tensor of the MoE model (60-95 % of the elements).
+ADAM_GRAD_EPS = 1e-4
+
+
+def compare_adapter_f64(p_tw, ref64, ref32, args):
+    """The adapter after N AdamW steps vs PyTorch float64 (lora_ref.py step --dtype float64 in
+    ref64), element by element, within
+        bound = 2 (N + 1) 2^-24 |p64|  +  SUM_t min(ADAM_GRAD_EPS * S_t, 2.5 lr)
+    where S_t is lora_ref.py's adam_sensitivity of the float64 run: how far step t's update moves
+    per unit of gradient error relative to the tensor's largest gradient (lr G_t k_t). The first
+    term is the float32 rounding of the parameter itself (an ulp per step, twice); the sum is
+    AdamW's amplification of float32 gradient rounding: Adam divides by sqrt(v) + eps, so an
+    element whose gradient is small next to its tensor's largest one moves by up to the whole
+    step (the cap: two updates of at most ~1.1 lr each) while the others move by ~lr eps G/|g|.
+    PyTorch's own float32 run (ref32) must meet the same bound (else the derivation is wrong), and
+    the measured eps of both runs is printed: the Acceptance's "at least as close to float64 as
+    PyTorch float32" compared on equal terms. Why not e_tw <= e_32 per tensor (measured
+    2026-11-30, lora_vs_torch_untied_bias): PyTorch float32 is the reference's own algorithm (naive
+    attention, one micro-batch, the float64 run's op order) rounded to float32, twinkle the same
+    function with other float32 algorithms (flash attention's online softmax, the chunked lm head +
+    cross entropy, oneDNN's GEMM order, micro-batches summed); the max error of an element Adam
+    amplifies then depends on which rounding is luckier for that element — and on torch's thread
+    count (lora_vs_torch_dropout: 1.23e-6 vs 2 x 3.5e-7 at OMP_NUM_THREADS=1, within bound at 2).
+    The bound above depends on the float64 run only. A wrong scaling, gradient, decay, clipping
+    or Adam moment moves most elements by far more (weight decay alone: lr * wd * |p| per step)."""
+    failures = []
+    p64 = safetensors_py.load(os.path.join(ref64, "final.safetensors"))
+    p32 = safetensors_py.load(os.path.join(ref32, "final.safetensors"))
+    sens = safetensors_py.load(os.path.join(ref64, "adam_sensitivity.safetensors"))
+    cap = 2.5 * args.lr
+    worst = {"twinkle": (0.0, ""), "torch-f32": (0.0, "")}
+    for k in sorted(p64):
+        if k not in p_tw:
+            failures.append(f"adapter after {args.steps} steps: {k} missing")
+            continue
+        ref = p64[k].double()
+        floor = 2 * (args.steps + 1) * 2.0 ** -24 * ref.abs()
+        s = sens[k].double()
+        bound = floor + (ADAM_GRAD_EPS * s).clamp_max(cap).sum(0)
+        for who, p in (("twinkle", p_tw[k]), ("torch-f32", p32[k])):
+            err = (p.double() - ref).abs()
+            if err.shape != ref.shape:
+                failures.append(f"adapter after {args.steps} steps: {who} {k} shape {tuple(err.shape)}")
+                continue
+            # the smallest eps that would cover every element (ignoring the cap)
+            need = ((err - floor).clamp_min(0) / s.sum(0).clamp_min(1e-300)).max().item()
+            if need > worst[who][0]:
+                worst[who] = (need, k)
+            bad = err > bound
+            if bad.any():
+                i = int(bad.flatten().nonzero()[0])
+                failures.append(f"adapter after {args.steps} steps: {who} {k}: {int(bad.sum())} of {err.numel()} "
+                                f"elements off by more than the float32-rounding bound (first: flat index {i}, err "
+                                f"{err.flatten()[i].item():.3e} > {bound.flatten()[i].item():.3e}; max err "
+                                f"{err.max().item():.3e})")
+    print(f"adapter after {args.steps} steps vs float64: gradient error needed to explain every element: twinkle "
+          f"{worst['twinkle'][0]:.2e} ({worst['twinkle'][1]}), PyTorch float32 {worst['torch-f32'][0]:.2e} "
+          f"({worst['torch-f32'][1]}); bound eps {ADAM_GRAD_EPS:g}")
     return failures
 
 

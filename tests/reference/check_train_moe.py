@@ -14,16 +14,23 @@ statistics). Compared, as tests/reference/check_train.py does for the dense mode
   * parameters after the last step: check_train.compare_params.
 With --np N --layout "FLAGS" it instead compares `twinkle train` on that layout (twinkle-run,
 N ranks) with twinkle in one process on the same model, rows and micro-batches: loss, grad
-norm, lm / aux / z loss and expert load of every step (1e-5 relative) and the final parameters.
+norm, lm / aux / z loss and expert load of every step (1e-5 relative) and the final parameters
+(LoRA: every adapter element within --layout-tol * steps * lr, check_train.compare_params_strict,
+as the dense LoRA layouts; measured 2026-11-30, 3 steps at lr 1e-3, bound 3e-5: largest element
+difference 5e-8 (dp2 pp2) to 2.05e-5 (cp2 ep2 with dropout on the experts), deterministic — twinkle's
+CPU results do not depend on the thread count; the near-bound elements are those whose gradient is
+near AdamW's eps, where a summation-order difference moves the update by a fraction of lr).
 With --lora-r R (--lora-targets, default attention + router "gate") twinkle trains a LoRA
 adapter instead (issue 12): against tests/reference/lora_ref.py on qwen3_moe_ref.py from the same
-initial adapter (--lora-init false: B random too) — loss, grad norm, lm / aux / z loss of every
-step, the step-0 adapter gradients and the adapter after the last step; with --layout the
-layout's adapter vs one process's.
+initial adapter (--lora-init false: B random too; --lora-rslora: alpha / sqrt(r)) — loss, grad
+norm, lm / aux / z loss of every step, the step-0 adapter gradients, the saved scaling and the
+adapter after the last step (check_train.compare_adapter_f64, PyTorch float32 held to the same
+bound); with --layout the layout's adapter vs one process's.
 Run with /usr/bin/python3 (Debian's python3-torch).
 """
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -49,6 +56,12 @@ def moe_config(norm_topk_prob, mlp_only_layers, layers, experts=6):
         "use_sliding_window": False, "sliding_window": None, "max_window_layers": layers}
 
 
+def lora_modules(adapter_dir):
+    """The module names of a PEFT adapter directory's lora_A tensors."""
+    t = safetensors_py.load(os.path.join(adapter_dir, "adapter_model.safetensors"))
+    return sorted(k[len("base_model.model."):-len(".lora_A.weight")] for k in t if k.endswith(".lora_A.weight"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
@@ -67,19 +80,23 @@ def main():
     ap.add_argument("--aux-type", choices=["global", "per_layer"], default="global")
     ap.add_argument("--z-coef", type=float, default=0.0)
     ap.add_argument("--param-tol", type=float, default=1e-5)
+    ap.add_argument("--layout-tol", type=float, default=0.01,
+                    help="LoRA layouts: bound on every adapter element's difference as a fraction of steps * lr")
     ap.add_argument("--np", type=int, default=1, help="ranks of the layout run (with --layout)")
     ap.add_argument("--layout", default="", help="twinkle train flags of a layout compared with one process")
     ap.add_argument("--lora-r", type=int, default=0, help="train a LoRA adapter of this rank (0: full training)")
     ap.add_argument("--lora-alpha", type=float, default=8)
     ap.add_argument("--lora-targets", default="q_proj,k_proj,v_proj,o_proj,gate")
+    ap.add_argument("--lora-rslora", action="store_true", help="use_rslora: scaling alpha / sqrt(r)")
     ap.add_argument("--lora-dropout", type=float, default=0.0,
-                    help="lora_dropout (with --layout: the masks are keyed by token, so layouts must agree)")
+                    help="lora_dropout (with --layout: the masks are keyed by token, so layouts must agree; vs "
+                         "PyTorch: twinkle's masks are fed to the reference, one micro-batch per step)")
     args = ap.parse_args()
     if args.lora_dropout and not args.layout:
-        raise SystemExit("--lora-dropout needs --layout (the PyTorch comparison feeds no masks on MoE)")
+        args.mbs = 0  # one micro-batch per step: the dumped masks are tagged <step>.0
     lora = ["--lora-r", str(args.lora_r), "--lora-alpha", str(args.lora_alpha), "--lora-targets", args.lora_targets,
             "--lora-init", "false"] + (["--lora-dropout", str(args.lora_dropout)] if args.lora_dropout else []) \
-        if args.lora_r else []
+        + (["--lora-rslora"] if args.lora_rslora else []) if args.lora_r else []
 
     tmp = tempfile.mkdtemp(prefix="twinkle-check-moe-")
     try:
@@ -93,9 +110,10 @@ def main():
         ref_py = os.path.join(HERE, "qwen3_moe_ref.py")
         run(["/usr/bin/python3", ref_py, "init", "--config", cfg_path, "--seed", "0", "--out", model])
         ids, labels = ct.make_batch(args.batch, cfg["vocab_size"], 1234)
+        args.mbs = args.mbs or len(ids)
         rows_path = os.path.join(tmp, "rows.jsonl")
         write_rows(rows_path, ids, labels)
-        def twinkle_train(tag, np_, extra):
+        def twinkle_train(tag, np_, extra, env_extra=None):
             out = os.path.join(tmp, "out_" + tag)
             metrics = os.path.join(tmp, f"metrics_{tag}.jsonl")
             cmd = [os.path.join(args.build, "bin", "twinkle"), "train", "--model", model, "--dataset", rows_path,
@@ -106,7 +124,7 @@ def main():
                    "--moe-aux-loss-type", args.aux_type, "--moe-z-loss-coeff", str(args.z_coef)] + lora + extra
             if np_ > 1:
                 cmd = [os.path.join(args.build, "bin", "twinkle-run"), f"--nproc_per_node={np_}"] + cmd
-            run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"))
+            run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1", **(env_extra or {})))
             return read_metrics(metrics), out
 
         if args.layout:
@@ -125,7 +143,10 @@ def main():
                         failures.append(f"step {i+1}: metrics lack {key}")
                     elif rel(a[key], b[key]) > 1e-5 and abs(a[key] - b[key]) > 1e-12:
                         failures.append(f"step {i+1}: {key} {a[key]} vs single {b[key]}")
-            failures += ct.compare_params(ct.load_ckpt(lay_out), ct.load_ckpt(base_out), args)
+            # LoRA: every adapter element within layout_tol * steps * lr, as the dense LoRA layouts
+            # (check_train.compare_params_strict); full training keeps the per-tensor rule.
+            cmp = ct.compare_params_strict if args.lora_r else ct.compare_params
+            failures += cmp(ct.load_ckpt(lay_out), ct.load_ckpt(base_out), args)
             if failures:
                 print("FAILED:\n  " + "\n  ".join(failures[:40]))
                 return 1
@@ -134,8 +155,22 @@ def main():
 
         grads_path = os.path.join(tmp, "tw_grads0.safetensors")
         init_adapter = os.path.join(tmp, "init_adapter")
+        masks = os.path.join(tmp, "masks")
+        drop_env, drop = None, []
+        if args.lora_dropout:  # twinkle's test hook writes every mask it draws (experts: their rows in token order)
+            os.makedirs(masks)
+            drop_env = {"TWINKLE_TEST_LORA_DROPOUT_DUMP": masks}
+            drop = ["--dropout", str(args.lora_dropout), "--dropout-masks", masks]
         tw, tw_out = twinkle_train("single", 1, ["--dump-grads", grads_path] +
-                                   (["--save-init-adapter", init_adapter] if args.lora_r else []))
+                                   (["--save-init-adapter", init_adapter] if args.lora_r else []), drop_env)
+        if args.lora_dropout:
+            failures_masks = ct.check_dropout_masks(args, masks)
+            expert_masks = [f for f in os.listdir(masks) if ".mlp.experts." in f]
+            print(f"dropout masks of expert modules: {len(expert_masks)}")
+            if any(".mlp.experts." in m for m in lora_modules(tw_out)) and not expert_masks:
+                failures_masks.append("expert LoRA pairs but no expert dropout mask was drawn")
+        else:
+            failures_masks = []
         # the same micro-batches as twinkle's split (rows in order, mbs per micro-batch)
         mbs = [{"input_ids": ids[i:i + args.mbs], "labels": labels[i:i + args.mbs]}
                for i in range(0, len(ids), args.mbs)]
@@ -143,12 +178,14 @@ def main():
         with open(batch_json, "w") as f:
             json.dump({"micro_batches": mbs}, f)
         ref_out = os.path.join(tmp, "ref")
-        if args.lora_r:
-            run(["/usr/bin/python3", os.path.join(HERE, "lora_ref.py"), "step", "--model", model, "--adapter",
-                    init_adapter, "--batch", batch_json, "--steps", str(args.steps), "--lr", str(args.lr),
-                    "--weight-decay", str(args.weight_decay), "--beta1", "0.9", "--beta2", "0.95", "--eps", "1e-8",
-                    "--clip-grad", str(args.clip_grad), "--out", ref_out, "--dtype", "float64", "--aux-coef",
-                    str(args.aux_coef), "--aux-type", args.aux_type, "--z-coef", str(args.z_coef)])
+        if args.lora_r:  # float64 (the truth) and float32 (PyTorch's own rounding, held to the same bound)
+            for dt in ("float32", "float64"):
+                run(["/usr/bin/python3", os.path.join(HERE, "lora_ref.py"), "step", "--model", model, "--adapter",
+                     init_adapter, "--batch", batch_json, "--steps", str(args.steps), "--lr", str(args.lr),
+                     "--weight-decay", str(args.weight_decay), "--beta1", "0.9", "--beta2", "0.95", "--eps", "1e-8",
+                     "--clip-grad", str(args.clip_grad), "--out", ref_out + ("" if dt == "float64" else "_f32"),
+                     "--dtype", dt, "--aux-coef", str(args.aux_coef), "--aux-type", args.aux_type, "--z-coef",
+                     str(args.z_coef)] + drop)
         else:
             run(["/usr/bin/python3", ref_py, "step", "--model", model, "--batch", batch_json, "--steps",
                     str(args.steps), "--lr", str(args.lr), "--weight-decay", str(args.weight_decay), "--beta1", "0.9",
@@ -157,13 +194,18 @@ def main():
                     args.aux_type, "--z-coef", str(args.z_coef)])
         with open(os.path.join(ref_out, "metrics.json")) as f:
             ref = json.load(f)
-        failures = []
+        ref32 = None
+        if args.lora_r:
+            with open(os.path.join(ref_out + "_f32", "metrics.json")) as f:
+                ref32 = json.load(f)
+        failures = failures_masks
         if len(tw) != args.steps:
             failures.append(f"twinkle logged {len(tw)} steps, expected {args.steps}")
         for i in range(min(args.steps, len(tw))):
             print(f"step {i+1}: loss twinkle {tw[i]['loss']:.8f} torch-f64 {ref['loss'][i]:.8f} | grad_norm "
                   f"{tw[i]['grad_norm']:.8f} vs {ref['grad_norm'][i]:.8f} | aux {tw[i].get('aux_loss')} vs "
-                  f"{ref['aux_loss'][i]:.8f}")
+                  f"{ref['aux_loss'][i]:.8f}" + (f" | torch-f32 loss {ref32['loss'][i]:.8f} grad_norm "
+                                                 f"{ref32['grad_norm'][i]:.8f}" if ref32 else ""))
             for key in ("loss", "grad_norm", "lm_loss", "aux_loss", "z_loss"):
                 if key not in tw[i]:
                     failures.append(f"step {i+1}: twinkle's metrics lack {key}")
@@ -181,8 +223,16 @@ def main():
         if args.lora_r and os.path.exists(os.path.join(tw_out, "model.safetensors")):
             failures.append("a LoRA save wrote model.safetensors (the base weights) instead of only the adapter")
         p_tw = ct.load_ckpt(tw_out)
-        p64 = safetensors_py.load(os.path.join(ref_out, "final.safetensors"))
-        failures += ct.compare_params(p_tw, p64, args)
+        if args.lora_r:  # the adapter: the dense LoRA rule (check_train.compare_adapter_f64)
+            with open(os.path.join(tw_out, "adapter_config.json")) as f:
+                acfg = json.load(f)
+            want = args.lora_alpha / (math.sqrt(args.lora_r) if args.lora_rslora else args.lora_r)
+            got = acfg["lora_alpha"] / (math.sqrt(acfg["r"]) if acfg.get("use_rslora") else acfg["r"])
+            if acfg.get("use_rslora", False) != args.lora_rslora or abs(got - want) > 1e-12:
+                failures.append(f"adapter_config.json: use_rslora {acfg.get('use_rslora')}, scaling {got} (want {want})")
+            failures += ct.compare_adapter_f64(p_tw, ref_out, ref_out + "_f32", args)
+        else:
+            failures += ct.compare_params(p_tw, safetensors_py.load(os.path.join(ref_out, "final.safetensors")), args)
         if failures:
             print("FAILED:\n  " + "\n  ".join(failures[:40]))
             return 1

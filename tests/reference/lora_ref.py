@@ -14,8 +14,8 @@ both keys, so a renamed key or a wrong target fails.
   step:  train only the adapter (base frozen; --dropout p --dropout-masks DIR: lora_dropout with
          the masks twinkle drew, see DROPOUT) with torch.optim.AdamW (adapters are 2-D:
          decayed) and clip_grad_norm_ over the adapter; writes metrics.json (loss, grad_norm),
-         grads_step0.safetensors and final.safetensors (adapter tensors, HF names without
-         PEFT's prefix).
+         grads_step0.safetensors, final.safetensors (adapter tensors, HF names without
+         PEFT's prefix) and adam_sensitivity.safetensors (see adam_sensitivity).
   loss:  the loss of a batch with the adapter (unmerged), and with W + scaling B A merged.
 Run with /usr/bin/python3 (Debian's python3-torch).
 """
@@ -116,6 +116,29 @@ def attach(model, adapter_dir, dtype):
     return wrapped, scaling
 
 
+# How far float32 rounding of the gradients can move an adapter element through AdamW, from this
+# run's own history (meaningful for the float64 run; used by check_train.adapter_bound). Per element
+# and step t, with m = m_hat_t and s = sqrt(v_hat_t) the bias-corrected moments after step t and
+# g_i the clipped gradients so far: update_t = lr * m / (s + eps). A gradient error |dg_i| <= D
+# changes m_hat by <= D (its weights sum to 1) and v_hat by <= 2 max_i|g_i| D (+ D^2), so
+#   |d update_t| <= lr * D * k_t,  k_t = 1 / (s + eps) + |m| max_i|g_i| / (s (s + eps)^2).
+# Written per tensor as [steps, *shape]: lr * G_t * k_t with G_t = max|g_t| over the tensor, i.e.
+# the update change per unit of relative gradient error D / G_t. Large exactly where Adam amplifies
+# rounding (an element's gradient near 0 relative to the tensor's largest, s small).
+def adam_sensitivity(params, names, opt, grads, hist):
+    b1, b2 = opt.param_groups[0]["betas"]
+    lr, eps = opt.param_groups[0]["lr"], opt.param_groups[0]["eps"]
+    for p, name, g in zip(params, names, grads):
+        h = hist.setdefault(name, {"gmax": torch.zeros_like(g, dtype=torch.float64), "terms": []})
+        h["gmax"] = torch.maximum(h["gmax"], g.double().abs())
+        st_ = opt.state[p]
+        t = int(st_["step"])
+        m = st_["exp_avg"].double() / (1 - b1 ** t)
+        s = (st_["exp_avg_sq"].double() / (1 - b2 ** t)).sqrt()
+        k = 1.0 / (s + eps) + m.abs() * h["gmax"] / (s * (s + eps) ** 2).clamp_min(1e-300)
+        h["terms"].append(lr * g.double().abs().max() * k)
+
+
 def adapter_tensors(wrapped, grads=False):
     out = {}
     for name, lin in wrapped.items():
@@ -151,6 +174,8 @@ def cmd_step(a):
         steps = qwen3_ref.load_batches(a.batch)
     wrapped, _ = attach(model, a.adapter, dtype)
     params = [p for lin in wrapped.values() for p in (lin.lora_A, lin.lora_B)]
+    names = [f"{n}.{k}.weight" for n in wrapped for k in ("lora_A", "lora_B")]
+    hist = {}
     opt = torch.optim.AdamW([{"params": params, "weight_decay": a.weight_decay}], lr=a.lr, betas=(a.beta1, a.beta2),
                             eps=a.eps)
     os.makedirs(a.out, exist_ok=True)
@@ -179,8 +204,12 @@ def cmd_step(a):
         norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
         metrics["loss"].append(loss)
         metrics["grad_norm"].append(norm)
+        grads = [p.grad.detach().clone() for p in params]
         opt.step()
+        adam_sensitivity(params, names, opt, grads, hist)
     st.save(os.path.join(a.out, "final.safetensors"), adapter_tensors(wrapped), dtype="F64")
+    st.save(os.path.join(a.out, "adam_sensitivity.safetensors"),
+            {n: torch.stack(h["terms"]) for n, h in hist.items()}, dtype="F64")
     with open(os.path.join(a.out, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=1)
     print(json.dumps(metrics))

@@ -63,6 +63,9 @@ struct MoeActivations {
   std::vector<float> xp;             ///< [R, H] permuted input
   std::vector<float> gate, up, act;  ///< [R, I]
   std::vector<float> y;              ///< [R, H] expert outputs (before the combine)
+  /// [R] the LoRA dropout token keys of the expert rows (lora_dropout.h; empty without dropout
+  /// on expert LoRA pairs), in the experts' row order (sent along by the dispatcher under ep).
+  std::vector<uint64_t> lora_keys;
   /// ep > 1: the alltoall dispatcher of this (layer, micro-batch slot) — its routing plan, the
   /// experts' input rows and their outputs in slot order live until this slot's backward; its
   /// transient all-to-all rows are in the stage's scratch (parallel/moe_dispatcher.h).

@@ -168,15 +168,16 @@ class Qwen3Model {
   /// forwards apply PEFT's dropout to the LoRA input with masks keyed by (seed, step, module,
   /// token identity, feature) (parallel/lora_dropout.h), so every layout draws the same masks.
   /// Qwen3-MoE: attention, the dense mlp_only_layers, the router ("gate", replicated pair) and
-  /// the experts take adapters: one pair per expert and projection (PEFT on transformers 4's
-  /// per-expert nn.Linear: mlp.experts.{e}.{gate,up,down}_proj, which all-linear and the
-  /// suffixes gate_proj / up_proj / down_proj reach), held by the expert's ep rank in the
-  /// adapter store's expert region and reduced over expert-dp (Qwen3MoeBlock::set_expert_lora).
+  /// the experts take adapters: one pair per targeted expert and projection (PEFT on
+  /// transformers 4's per-expert nn.Linear: mlp.experts.{e}.{gate,up,down}_proj, which
+  /// all-linear and the suffixes gate_proj / up_proj / down_proj reach, and names such as
+  /// "experts.0.gate_proj" reach one expert's), held by the expert's ep rank in the adapter
+  /// store's expert region and reduced over expert-dp (Qwen3MoeBlock::set_expert_lora); their
+  /// dropout masks are keyed by the routed rows' tokens, which travel with the rows under ep.
   /// Under context parallelism the masks' token identities follow the tokens through the cp
   /// split, so cp layouts draw the single process's masks too.
   /// Throws twinkle::Error on an invalid config (validate), an unknown target, a second
-  /// adapter, etp > 1 (as Megatron-Bridge), a target list reaching only some experts of a
-  /// projection, or lora_dropout > 0 on an expert target.
+  /// adapter or etp > 1 (as Megatron-Bridge).
   void add_adapter(const LoraConfig& cfg, uint64_t seed);
   /// The step the LoRA dropout masks of the next forwards / backwards belong to (MegatronModel
   /// sets it before each forward_backward; 0-based count of earlier forward_backward calls).

@@ -39,8 +39,9 @@
 //    reduce-scatters their partial outputs after them (moe_dispatcher.h). Expert gradients of a
 //    slice cover the whole etp group's rows; they are reduced over expert-dp like etp = 1's.
 //  * LoRA (parallel/lora.h): the router's pair is replicated like the router; an expert's pairs
-//    live with the expert on its ep rank (expert region of the adapter store) and run as
-//    grouped GEMMs over the expert's rows (etp = 1: the model refuses LoRA with etp > 1).
+//    live with the expert on its ep rank (expert region of the adapter store) and run over the
+//    expert's rows, with lora_dropout keyed by the rows' tokens (etp = 1: the model refuses
+//    LoRA with etp > 1).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -82,12 +83,18 @@ class Qwen3MoeBlock {
   /// tp rank runs them on its own SP token shard — lora_dropout keyed by those tokens' global
   /// identities — and their gradients are summed over tp).
   void set_router_lora(const parallel::LoraPair& p) { router_lora_ = p; }
-  /// LoRA on every expert's projection `proj` (0 gate_proj, 1 up_proj, 2 down_proj), pairs by
-  /// global expert from parallel::add_expert_lora_entries (A [r, in], B [out, r], one per
-  /// expert; PEFT's Linear.forward on each expert's nn.Linear: y_e = x_e W_e^T + scaling
-  /// (x_e A_e^T) B_e^T). They run as two more grouped GEMMs next to the base one over the same
-  /// rows (x A^T recomputed in backward). No lora_dropout on experts (the model refuses it).
-  /// Throws twinkle::Error when `pairs` does not hold num_experts active pairs.
+  /// LoRA on the experts' projection `proj` (0 gate_proj, 1 up_proj, 2 down_proj), pairs by
+  /// global expert from parallel::add_expert_lora_entries (A [r, in], B [out, r]; PEFT's
+  /// Linear.forward on each targeted expert's nn.Linear: y_e = x_e W_e^T + scaling
+  /// (dropout(x_e) A_e^T) B_e^T). Inactive pairs: that expert's projection is not a target
+  /// (PEFT's partial targeting, e.g. "experts.0.gate_proj"). Each local expert's pair runs on its
+  /// contiguous rows after the base grouped GEMM (parallel::lora_column_forward; x A^T
+  /// recomputed in backward). lora_dropout on expert rows: the masks are keyed by the rows'
+  /// token identities (lora_dropout.h) and the module (expert and projection), so a token's
+  /// mask does not depend on the layout: the keys travel with the rows under ep
+  /// (AlltoAllDispatcher::dispatch_tags), and each expert's rows are in token order as in the
+  /// reference's torch.where. Throws twinkle::Error when `pairs` does not hold num_experts
+  /// entries or the active ones differ in rank or scaling.
   void set_expert_lora(int proj, std::vector<parallel::LoraPair> pairs);
   int64_t num_experts() const { return E_; }
   int64_t num_local_experts() const { return El_; }
@@ -106,19 +113,18 @@ class Qwen3MoeBlock {
     float* dw[3];
     float* drouter;
     int64_t stride[3];
-    // LoRA of the first local expert per projection (nullptr: none), strides of A and B.
-    const float* la[3];
-    const float* lb[3];
-    float* dla[3];
-    float* dlb[3];
-    int64_t sa[3], sb[3];
   };
-  // y [R, N] += scaling (X A_e^T) B_e^T per local expert (projection j, X [R, K]).
-  void lora_forward(int j, const float* X, const int64_t* counts, int64_t R, int64_t N, int64_t K, const Weights& w,
-                    float* y, Workspace& scratch) const;
-  // Its backward: accumulates dA, dB and dX [R, K] += d(X) of the LoRA path.
-  void lora_backward(int j, const float* X, const int64_t* counts, int64_t R, int64_t N, int64_t K, const Weights& w,
-                     const float* dy, float* dX, Workspace& scratch) const;
+  struct ExpertDropout;  // the LoRA dropout context of one expert's rows (the .cpp)
+  bool has_expert_lora() const;
+  // The token keys of this rank's Tl rows when LoRA dropout is on and an expert has a pair, else nullptr.
+  const uint64_t* expert_dropout_keys(const StageBatch& b, int64_t Tl) const;
+  // y [R, N] += scaling (dropout(X_e) A_e^T) B_e^T for every local expert e with a pair in
+  // projection j (X [R, K] grouped by local expert, counts [El]; keys [R]: the rows' token keys).
+  void lora_forward(int j, const float* X, const int64_t* counts, int64_t N, int64_t K, float* y,
+                    const std::vector<uint64_t>& keys) const;
+  // Its backward: accumulates dA_e, dB_e and dX [R, K] += d(X) of the LoRA path.
+  void lora_backward(int j, const float* X, const int64_t* counts, int64_t N, int64_t K, const float* dy, float* dX,
+                     const std::vector<uint64_t>& keys) const;
   Weights weights() const;
   // The local experts on rows grouped by local expert (counts [El]): gate/up/act/y in `a`.
   void experts_forward(const float* xin, const int64_t* counts, int64_t R, const Weights& w, MoeActivations& a,

@@ -22,8 +22,8 @@
 //  * MoE experts (transformers 4's Qwen3MoeSparseMoeBlock: one nn.Linear per expert and
 //    projection, so PEFT puts one LoRA pair on each, keys mlp.experts.{e}.{proj}.lora_A/B):
 //    add_expert_lora_entries; the pairs live with their expert (ep_owner, expert region of the
-//    adapter store, reduced over expert-dp) and run inside the grouped GEMMs
-//    (model/qwen3_moe_block.h).
+//    adapter store, reduced over expert-dp) and run on the expert's rows with the column
+//    functions (out_l = out), dropout keyed by the rows' tokens (model/qwen3_moe_block.h).
 // LoRA entries are adapter entries of the TensorTable (adapter = true): they live in the
 // model's adapter ParamStore, the only one the optimizer sees.
 #pragma once
@@ -54,11 +54,11 @@ enum class LoraBase { Column, Row, Replicated };
 LoraPair add_lora_entries(TensorTable& table, const TensorParallel& tp, const std::string& module, int64_t in,
                           int64_t out, LoraBase base, int64_t r, float scaling);
 
-/// One projection of every expert of an MoE layer: for `modules` (global expert e at index e,
-/// e.g. "model.layers.0.mlp.experts.{e}.gate_proj") adds every lora_A [r, in] first, then every
-/// lora_B [out, r] (so a rank's local experts' A — and B — sit at a constant stride in the
-/// adapter store, as the grouped GEMM reads them), unsplit (etp = 1), expert = true, ep_owner =
-/// e / experts_per_rank. Returns the pairs by global expert.
+/// One projection of the experts of an MoE layer: for `modules` (global expert e at index e,
+/// e.g. "model.layers.0.mlp.experts.{e}.gate_proj"; "" = that expert is not a target and gets
+/// no pair) adds every lora_A [r, in] first, then every lora_B [out, r], unsplit (etp = 1),
+/// expert = true, ep_owner = e / experts_per_rank. Returns the pairs by global expert
+/// (inactive where the module is "").
 std::vector<LoraPair> add_expert_lora_entries(TensorTable& table, const std::vector<std::string>& modules, int64_t in,
                                               int64_t out, int64_t experts_per_rank, int64_t r, float scaling);
 

@@ -89,6 +89,13 @@ class AlltoAllDispatcher {
   const float* expert_input() const { return expert_in_.data(); }
   int64_t expert_rows() const { return R_; }
   const int64_t* local_counts() const { return local_counts_.data(); }
+  /// Sends a per-token tag along the last dispatch()'s routing plan: out [expert_rows()] gets
+  /// tag[t] of the token behind each expert_input() row, in that row order (the LoRA dropout
+  /// keys of the expert rows: the token identities of parallel/lora_dropout.h, model/qwen3_moe_block.h).
+  /// tag [T] of this rank's tokens. Collective over the EP group (one all-to-all-v of 8-byte
+  /// tags). Throws twinkle::Error with etp > 1 (not needed: LoRA refuses etp > 1) or before any
+  /// dispatch().
+  void dispatch_tags(const uint64_t* tag, std::vector<uint64_t>& out);
   /// Slots routed by THIS rank's tokens to each global expert [E] (the load statistics and the
   /// aux loss counts of the local tokens).
   const int64_t* global_counts() const { return counts_.data(); }
@@ -139,7 +146,7 @@ class AlltoAllDispatcher {
   int64_t R_own_ = 0;                    // rows received over ep by this rank (= R_ for etp 1)
   std::vector<int64_t> own_counts_;      // [El] of them per local expert
   std::vector<int64_t> etp_counts_;      // [etp][El] every etp rank's own_counts_
-  int64_t etp_block_ = 0;                // padded rows per etp rank in etp_buf_
+  int64_t etp_block_ = 0;                // padded rows per etp rank in the "moe.a2a.etp" block
   std::vector<int64_t> send_rows_, recv_rows_;  // [ep] rows to / from each peer
   std::vector<int32_t> row_of_slot_, slot_of_row_;
   // saved until the backward (grow-only): the experts' input rows, their outputs in slot order

@@ -126,7 +126,7 @@ class MegatronModel:
         config_or_dir: a LoraConfig (this package's, with PEFT's field names and defaults), a
         peft.LoraConfig, a dict of those fields, or a PEFT adapter directory (str: its config
         and weights are loaded). Fields as PEFT reads them: r, lora_alpha (scaling
-        lora_alpha / r, / sqrt(r) with use_rslora), lora_dropout (not on MoE experts),
+        lora_alpha / r, / sqrt(r) with use_rslora), lora_dropout (MoE experts included),
         init_lora_weights (True: A kaiming-uniform, B zeros; 'gaussian'; False: B random too),
         target_modules: 'all-linear' (every linear layer but the lm head), a list of module
         names or suffixes ('q_proj', 'self_attn.o_proj'), a str other than 'all-linear' as a
