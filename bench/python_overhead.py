@@ -3,7 +3,9 @@
 
 Runs the loop of examples/python/tp.py (--recipe tp: dp2 tp2 pp2, models/qwen3-tiny, global batch
 8) or of examples/python/tp_moe_cp.py (--recipe moe_cp: tp2 pp2 cp2 ep2, models/qwen3-moe-tiny,
-global batch 2) on 8 ranks under twinkle-run (or one process) and times, on rank 0, per step:
+global batch 2) on 8 ranks under twinkle-run (or one process), with MegatronModel's default
+mixed_precision as the scripts (Twinkle's 'bf16'; --mixed-precision no for fp32), and times, on
+rank 0, per step:
   step      wall time of the whole loop body (next batch, forward_backward, clip_grad_and_step,
             calculate_metric), as the Python user sees it;
   python    the work the Python layer adds to the C++ calls: building the batch's row dicts
@@ -16,6 +18,7 @@ global batch 2) on 8 ranks under twinkle-run (or one process) and times, on rank
 Prints the means and python/step, outside/step in percent (target < 2 %).
 
   build/bin/twinkle-run --nproc_per_node=8 bench/python_overhead.py [--recipe tp|moe_cp] [--rows 64]
+                        [--mixed-precision bf16|no]
 """
 import argparse
 import os
@@ -41,6 +44,8 @@ def main():
     ap.add_argument('--recipe', choices=sorted(RECIPES), default='tp')
     ap.add_argument('--rows', type=int, default=64)
     ap.add_argument('--model', default=None, help='default: the recipe\'s embedded model')
+    ap.add_argument('--mixed-precision', default='bf16', choices=('bf16', 'no'),
+                    help="MegatronModel's mixed_precision (default 'bf16': Twinkle's and the scripts')")
     a = ap.parse_args()
     sizes, model_name, batch_size = RECIPES[a.recipe]
     a.model = a.model or os.path.join(ROOT, 'models', model_name)
@@ -52,7 +57,7 @@ def main():
     ds.map(SelfCognitionProcessor('twinkle大模型', 'ModelScope社区'))
     ds.encode()
     dl = DataLoader(dataset=ds, batch_size=batch_size)
-    model = MegatronModel(model_id=a.model)
+    model = MegatronModel(model_id=a.model, mixed_precision=a.mixed_precision)
     model.set_optimizer(optimizer_cls='default', lr=1e-4)
     model.set_lr_scheduler(scheduler_cls='default', lr_warmup_steps=2, lr_decay_steps=max(len(dl), 3))
     steps, py, core_fb, core_step, core_metric, outside = [], [], [], [], [], []
@@ -81,7 +86,7 @@ def main():
     if _core.world_rank() == 0:
         k = 1 if len(steps) > 1 else 0  # drop the first step (warm-up)
         mean = lambda v: sum(v[k:]) / max(1, len(v) - k)  # noqa: E731
-        print(f'{a.recipe}: ranks {world}, steps {len(steps)} (first dropped): step {mean(steps) * 1e3:.1f} ms, '
+        print(f'{a.recipe} ({a.mixed_precision}): ranks {world}, steps {len(steps)} (first dropped): step {mean(steps) * 1e3:.1f} ms, '
               f'python layer {mean(py) * 1e3:.3f} ms = {100 * mean(py) / mean(steps):.3f} % of the step '
               f'(forward_backward {mean(core_fb) * 1e3:.1f} ms, clip_grad_and_step {mean(core_step) * 1e3:.1f} ms, '
               f'calculate_metric {mean(core_metric) * 1e3:.2f} ms); outside the C++ step {mean(outside) * 1e3:.3f} ms = '

@@ -2,7 +2,7 @@
 // cookbook/megatron/ascend/tp_moe_cp_npu.py (the seed's third recipe).
 //
 //   twinkle-run --nproc_per_node=8 build/examples/moe_cp_recipe [--model DIR] [--cp-comm-type p2p|a2a]
-//               [--max-steps N] [--output-dir output/moe_cp_recipe]
+//               [--max-steps N] [--output-dir output/moe_cp_recipe] [--bf16 | --fp32] [--lora ...]
 //
 // The seed's run (spec twinkle-behaviour.md §0, tp_moe_cp_npu): mesh dp=1 x tp=2 x pp=2 x cp=2
 // with ep=2 — the ep groups are the tp groups and the expert-data-parallel groups the cp groups

@@ -2,7 +2,8 @@
 // cookbook/megatron/ascend/tp_moe_npu.py (the seed's second recipe; GPU twin tp_moe.py).
 //
 //   twinkle-run --nproc_per_node=8 build/examples/moe_recipe [--model DIR|ms://Qwen/Qwen3-30B-A3B]
-//               [--device cpu] [--max-steps N] [--output-dir output/moe_recipe]
+//               [--device cpu] [--max-steps N] [--output-dir output/moe_recipe] [--bf16 | --fp32]
+//               [--lora [--lora-r 8 --lora-alpha 32 --lora-targets all-linear]]
 //
 // The seed's run (spec twinkle-behaviour.md §0, tp_moe_npu): mesh dp=2 x tp=2 x pp=2 x cp=1 with
 // ep=2 (the ep groups are the tp groups, the expert-dp groups the dp groups, spec §1.1),
@@ -11,6 +12,11 @@
 // distributed optimizer (dense state sharded over dp, expert state over expert-dp), cosine
 // schedule with 2 warm-up steps over the epoch. Model id and device also come from
 // TWINKLE_MODEL / TWINKLE_DEVICE; default the embedded models/qwen3-moe-tiny (seeded init).
+// --lora is the seed's add_adapter_to_model('default', LoraConfig(r=8, lora_alpha=32,
+// target_modules='all-linear')) line switched on: an adapter pair on every attention linear and on
+// every expert's gate/up/down (PEFT's per-expert keys; the router is not a target), the rest frozen;
+// the save writes PEFT's adapter directory. --bf16 is Twinkle's default mixed precision (fp32 here
+// unless given, as every C++ entry point).
 #include "moe_recipe.h"
 
 int main(int argc, char** argv) {

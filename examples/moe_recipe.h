@@ -41,7 +41,8 @@ inline int run(int argc, char** argv, const Defaults& d) {
   std::string resume;
   double lr = 1e-4, aux_coeff = 0.0;
   int dp = d.dp, tp = d.tp, pp = d.pp, cp = d.cp, ep = d.ep;
-  bool bf16 = false, fp32 = false;
+  bool use_lora = false, bf16 = false, fp32 = false;
+  LoraConfig lora{.r = 8, .lora_alpha = 32, .target_modules = "all-linear"};  // the seed's LoraConfig
   CLI::App app{d.title, d.name};
   app.option_defaults()->always_capture_default();  // --help shows every default
   app.add_option("--model", model_id, "model directory or hub id (default: models/qwen3-moe-tiny)");
@@ -65,6 +66,12 @@ inline int run(int argc, char** argv, const Defaults& d) {
   app.add_option("--ep", ep, "expert-parallel size");
   app.add_option("--moe-aux-loss-coeff", aux_coeff, "load-balancing loss coefficient (Twinkle's Megatron path: 0)");
   app.add_option("--moe-aux-loss-type", aux_type, "global (transformers, pp = 1) | per_layer (Megatron)");
+  app.add_flag("--lora", use_lora,
+               "train a LoRA adapter (the seed's add_adapter_to_model line; all-linear includes every expert's "
+               "gate/up/down, PEFT's per-expert keys) instead of the full model");
+  app.add_option("--lora-r", lora.r, "LoRA rank (with --lora)");
+  app.add_option("--lora-alpha", lora.lora_alpha, "LoRA alpha: scaling alpha / r (with --lora)");
+  app.add_option("--lora-targets", lora.target_modules, "all-linear or comma-separated module names (with --lora)");
   auto* bf16_flag = app.add_flag("--bf16", bf16, "bf16 mixed precision (fp32 master weights; CPU only)");
   app.add_flag("--fp32", fp32, "fp32 everywhere (the default)")->excludes(bf16_flag);
   bool overlap_grad = false, overlap_param = false;
@@ -83,6 +90,7 @@ inline int run(int argc, char** argv, const Defaults& d) {
   validate(OptimizerConfig{.lr = lr});
   validate(TemplateOptions{.model_id = model_id, .max_length = max_length});
   validate(DataLoaderOptions{.batch_size = batch_size, .dp_rank = 0, .dp_size = dp});
+  if (use_lora) validate(lora);
 
   // 1. mesh and runtime (experts: etp=1, ep, edp = world / (ep*pp))
   DeviceMesh mesh = DeviceMesh::from_sizes({.dp = dp, .tp = tp, .pp = pp, .cp = cp, .ep = ep, .device_type = device});
@@ -105,6 +113,7 @@ inline int run(int argc, char** argv, const Defaults& d) {
                                  .mixed_precision = bf16 ? "bf16" : "fp32",
                                  .overlap_grad_reduce = overlap_grad,
                                  .overlap_param_gather = overlap_param});
+  if (use_lora) model.add_adapter_to_model("default", lora);  // only the adapter trains from here on
   model.set_optimizer("default", {.lr = lr});
   const int64_t steps = resolve_max_steps(max_steps, loader.size());  // 0 = one epoch
   model.set_lr_scheduler("default",
@@ -163,15 +172,18 @@ inline int run(int argc, char** argv, const Defaults& d) {
     }
   }
 
-  // 5. save (Hugging Face format: every expert gathered from its ep rank) and summary
+  // 5. save (Hugging Face format, every expert gathered from its ep rank; with --lora PEFT's adapter
+  // directory, every expert's pair gathered) and summary
   std::filesystem::path out(output_dir);
   std::string dir = model.save("", {.output_dir = out.string()});
   if (rank0) {
     char buf[512];
     std::snprintf(buf, sizeof buf,
-                  "summary: %lld steps, loss %.4f -> %.4f, mean step %.2f s (after the first), checkpoint %s, "
+                  "summary: %lld steps, loss %.4f -> %.4f, mean step %.2f s (after the first), %s %s, "
                   "metrics %s",
                   static_cast<long long>(step), first_loss, last_loss, time_sum / std::max<int64_t>(1, step - 1),
+                  use_lora ? "PEFT adapter (adapter_config.json, adapter_model.safetensors)"
+                           : "checkpoint (config.json, safetensors, tokenizer files)",
                   dir.c_str(), (out / "metrics.jsonl").string().c_str());
     log.info(buf);
   }

@@ -5,19 +5,24 @@ if(TARGET twinkle_python)
   add_test(NAME python_bindings
            COMMAND ${Python_EXECUTABLE} -m unittest discover -s ${CMAKE_SOURCE_DIR}/tests/python -p "test_*.py" -v)
   set_tests_properties(python_bindings PROPERTIES ENVIRONMENT "${TWINKLE_PY_ENV}" TIMEOUT 300)
+  # The three seed recipes vs their C++ twins (loss / grad norm / lr 1e-6 per step, checkpoint bytes), each
+  # on a different setting so no 8-rank run is added: tp.py with MegatronModel's default mixed_precision
+  # (Twinkle's 'bf16') vs tp_recipe --bf16; tp_moe.py with the seed's adapter line on (TWINKLE_LORA=1,
+  # expert LoRA) in bf16 vs moe_recipe --bf16 --lora; tp_moe_cp.py with mixed_precision='no' vs
+  # moe_cp_recipe --fp32 (the fp32 comparison).
   add_test(NAME python_tp_recipe_equals_cpp_recipe
            COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_recipe.py
-                   --build ${CMAKE_BINARY_DIR} --rows 32)
+                   --build ${CMAKE_BINARY_DIR} --rows 32 --precision bf16)
   set_tests_properties(python_tp_recipe_equals_cpp_recipe PROPERTIES TIMEOUT 600 PROCESSORS 2)
-  add_test(NAME python_tp_moe_equals_cpp_moe_recipe
+  add_test(NAME python_tp_moe_lora_equals_cpp_moe_recipe_lora
            COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_recipe.py
-                   --build ${CMAKE_BINARY_DIR} --recipe moe --rows 16 --steps 3)
-  set_tests_properties(python_tp_moe_equals_cpp_moe_recipe PROPERTIES TIMEOUT 600 PROCESSORS 2)
+                   --build ${CMAKE_BINARY_DIR} --recipe moe --rows 16 --steps 3 --precision bf16 --lora)
+  set_tests_properties(python_tp_moe_lora_equals_cpp_moe_recipe_lora PROPERTIES TIMEOUT 600 PROCESSORS 2)
   # the seed's third recipe: examples/python/tp_moe_cp.py (tp2 pp2 cp2 ep2) vs examples/moe_cp_recipe
-  add_test(NAME python_tp_moe_cp_equals_cpp_moe_cp_recipe
+  add_test(NAME python_tp_moe_cp_fp32_equals_cpp_moe_cp_recipe
            COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_recipe.py
-                   --build ${CMAKE_BINARY_DIR} --recipe moe_cp --rows 16 --steps 3)
-  set_tests_properties(python_tp_moe_cp_equals_cpp_moe_cp_recipe PROPERTIES TIMEOUT 600 PROCESSORS 2)
+                   --build ${CMAKE_BINARY_DIR} --recipe moe_cp --rows 16 --steps 3 --precision fp32)
+  set_tests_properties(python_tp_moe_cp_fp32_equals_cpp_moe_cp_recipe PROPERTIES TIMEOUT 600 PROCESSORS 2)
   # load(..., load_optimizer=True): a saved and resumed Python run equals the uninterrupted one
   add_test(NAME python_resume_equals_uninterrupted
            COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_resume.py

@@ -1,15 +1,19 @@
 # examples/python/tp.py — the seed's dense recipe (Twinkle cookbook/megatron/ascend/tp_npu.py and
 # its GPU twin cookbook/megatron/tp.py; call sequence in /work/shared/spec/twinkle-behaviour.md §0)
 # as a Python script on twinkle's C++ core. Differences from the seed: device_type='cpu', the
-# default model is the embedded models/qwen3-tiny (TWINKLE_MODEL overrides it), the LoRA adapter
-# line is commented out (full-parameter training, as the seed's comment allows, like
-# examples/tp_recipe.cpp, which this script is checked against; uncomment it for the seed's adapter:
-# add_adapter_to_model is implemented), and rank 0 writes metrics.jsonl next to the final checkpoint.
+# default model is the embedded models/qwen3-tiny (TWINKLE_MODEL overrides it), the seed's LoRA
+# adapter line runs only with TWINKLE_LORA=1 (default: full-parameter training, as the seed's
+# comment "Comment this to use full-parameter training" allows, like examples/tp_recipe.cpp), and
+# rank 0 writes metrics.jsonl next to the final checkpoint. mixed_precision keeps Twinkle's default
+# 'bf16' (TWINKLE_MIXED_PRECISION=no for fp32). Checked against the C++ recipe:
+# tests/reference/check_python_recipe.py (this script == `examples/tp_recipe --bf16`).
 #
 #   build/bin/twinkle-run --nproc_per_node=8 examples/python/tp.py      (make demo RECIPE=python)
 #
 # Environment: TWINKLE_MODEL (model dir or hub id), TWINKLE_DATA_ROWS (data_slice = range(N),
-# default 256), TWINKLE_OUTPUT_DIR (default output/python_tp).
+# default 256), TWINKLE_OUTPUT_DIR (default output/python_tp), TWINKLE_MIXED_PRECISION (MegatronModel's
+# mixed_precision: bf16, Twinkle's default, or no = fp32), TWINKLE_LORA (1: the seed's
+# add_adapter_to_model line, only the adapter trains and the save is PEFT's adapter directory; 0 default).
 import json
 import os
 
@@ -24,6 +28,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MODEL_ID = os.environ.get('TWINKLE_MODEL') or os.path.join(ROOT, 'models', 'qwen3-tiny')
 DATA_ROWS = int(os.environ.get('TWINKLE_DATA_ROWS', '256'))
 OUTPUT_DIR = os.environ.get('TWINKLE_OUTPUT_DIR', 'output/python_tp')
+MIXED_PRECISION = os.environ.get('TWINKLE_MIXED_PRECISION', 'bf16')  # MegatronModel's default, Twinkle's
+USE_LORA = os.environ.get('TWINKLE_LORA', '0')
+if USE_LORA not in ('0', '1'):
+    raise SystemExit(f'TWINKLE_LORA={USE_LORA!r}: 1 (the seed\'s add_adapter_to_model line) or 0 (full training)')
 
 # dp=2, tp=2, pp=2 on 8 processes
 device_mesh = DeviceMesh.from_sizes(dp_size=2, tp_size=2, pp_size=2, device_type='cpu')
@@ -40,10 +48,11 @@ def train():
     # global batch 8: 4 rows per data-parallel rank
     dataloader = DataLoader(dataset=dataset, batch_size=8, num_workers=0)
 
-    model = MegatronModel(model_id=MODEL_ID)
-    lora_config = LoraConfig(r=8, lora_alpha=32, target_modules='all-linear')  # noqa: F841
-    # full-parameter training as examples/tp_recipe.cpp; uncomment for the seed's LoRA adapter
-    # model.add_adapter_to_model('default', lora_config)
+    model = MegatronModel(model_id=MODEL_ID, mixed_precision=MIXED_PRECISION)
+    lora_config = LoraConfig(r=8, lora_alpha=32, target_modules='all-linear')
+    # the seed's adapter line ("Comment this to use full-parameter training"): on with TWINKLE_LORA=1
+    if USE_LORA == '1':
+        model.add_adapter_to_model('default', lora_config)
     model.set_optimizer(optimizer_cls='default', lr=1e-4)
     model.set_lr_scheduler(scheduler_cls='default', lr_warmup_steps=2, lr_decay_steps=len(dataloader))
     logger.info(get_device_placement())

@@ -6,17 +6,20 @@
 # Differences from the seed:
 #  - device_type='cpu', and the default model is the embedded models/qwen3-moe-tiny (Qwen3-MoE's
 #    architecture at a size that trains on two cores; TWINKLE_MODEL overrides it);
-#  - the LoRA adapter line stays commented out: twinkle's LoRA covers the dense linear layers
-#    (issue 12), not the grouped experts the seed's 'all-linear' targets on Qwen3-MoE (adding it
-#    to a Qwen3-MoE model fails today), so this recipe trains all parameters (as the seed's
-#    comment allows, and as examples/moe_recipe.cpp);
+#  - the seed's LoRA adapter line runs only with TWINKLE_LORA=1 ('all-linear': attention and every
+#    expert's gate/up/down, PEFT's per-expert keys; the C++ recipe's --lora); by default all
+#    parameters train (as the seed's comment "Comment this to use full-parameter training" allows,
+#    and as the C++ recipe without --lora);
+#  - mixed_precision keeps Twinkle's default 'bf16' (the C++ recipe's --bf16; TWINKLE_MIXED_PRECISION=no
+#    for fp32);
 #  - rank 0 writes metrics.jsonl (with the MoE router losses) and the final checkpoint.
 # TWINKLE_MOE_MESH picks another layout: seed (default), dp4pp2 (8 ranks, no tp/ep), dp2pp2 (4 ranks).
 #
 #   build/bin/twinkle-run --nproc_per_node=8 examples/python/tp_moe.py
 #
 # Environment: TWINKLE_MODEL, TWINKLE_DATA_ROWS (default 128), TWINKLE_MAX_STEPS (default: 10, the
-# seed's), TWINKLE_OUTPUT_DIR (default output/python_tp_moe), TWINKLE_MOE_MESH (see above).
+# seed's), TWINKLE_OUTPUT_DIR (default output/python_tp_moe), TWINKLE_MOE_MESH (see above),
+# TWINKLE_MIXED_PRECISION (bf16, Twinkle's default, or no = fp32), TWINKLE_LORA (1: the seed's adapter line).
 import json
 import os
 
@@ -32,6 +35,10 @@ MODEL_ID = os.environ.get('TWINKLE_MODEL') or os.path.join(ROOT, 'models', 'qwen
 DATA_ROWS = int(os.environ.get('TWINKLE_DATA_ROWS', '128'))
 MAX_STEPS = int(os.environ.get('TWINKLE_MAX_STEPS', '10'))
 OUTPUT_DIR = os.environ.get('TWINKLE_OUTPUT_DIR', 'output/python_tp_moe')
+MIXED_PRECISION = os.environ.get('TWINKLE_MIXED_PRECISION', 'bf16')  # MegatronModel's default, Twinkle's
+USE_LORA = os.environ.get('TWINKLE_LORA', '0')
+if USE_LORA not in ('0', '1'):
+    raise SystemExit(f'TWINKLE_LORA={USE_LORA!r}: 1 (the seed\'s add_adapter_to_model line) or 0 (full training)')
 MESHES = {
     'seed': dict(dp_size=2, tp_size=2, pp_size=2, cp_size=1, ep_size=2),  # the seed's
     'dp4pp2': dict(dp_size=4, pp_size=2),                                 # 8 ranks, no tp / ep
@@ -55,10 +62,11 @@ def train():
     # global batch 2 as the seed (the dp 4 mesh needs a batch divisible by 4)
     dataloader = DataLoader(dataset=dataset, batch_size=max(2, device_mesh.data_world_size), num_workers=0)
 
-    model = MegatronModel(model_id=MODEL_ID)
-    lora_config = LoraConfig(r=8, lora_alpha=32, target_modules='all-linear')  # noqa: F841
-    # the seed adds the adapter; twinkle's LoRA does not cover the grouped experts yet: full training
-    # model.add_adapter_to_model('default', lora_config)
+    model = MegatronModel(model_id=MODEL_ID, mixed_precision=MIXED_PRECISION)
+    lora_config = LoraConfig(r=8, lora_alpha=32, target_modules='all-linear')
+    # the seed's adapter line ("Comment this to use full-parameter training"): on with TWINKLE_LORA=1
+    if USE_LORA == '1':
+        model.add_adapter_to_model('default', lora_config)
     model.set_optimizer(optimizer_cls='default', lr=1e-4)
     # (examples/moe_recipe.cpp: decay over max(len, 3) steps so a tiny data slice keeps warm-up < decay)
     model.set_lr_scheduler(scheduler_cls='default', lr_warmup_steps=2, lr_decay_steps=max(len(dataloader), 3))

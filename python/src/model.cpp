@@ -42,6 +42,7 @@ twinkle::MegatronModelOptions model_options(const py::dict& kw) {
     else if (k == "overlap_grad_reduce") o.overlap_grad_reduce = v.cast<bool>();
     else if (k == "overlap_param_gather") o.overlap_param_gather = v.cast<bool>();
     else if (k == "bucket_size") o.bucket_size = v.is_none() ? 0 : v.cast<int64_t>();
+    else if (k == "mixed_precision") o.mixed_precision = v.cast<std::string>();  // from Twinkle's name
     else unknown_kw("MegatronModel", k, "micro_batch_size, load_weights, seed, layers_per_stage, pipeline_split, "
                     "recompute_granularity, packing, lm_head_chunk_tokens, on_nonfinite, kernels, cp_comm_type, "
                     "moe_aux_loss_type, moe_aux_loss_coeff, moe_z_loss_coeff, overlap_grad_reduce, "

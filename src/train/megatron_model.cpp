@@ -321,6 +321,13 @@ std::string MegatronModel::get_train_configs() const {
   o << "DP size: " << mesh.dp_size() << "\nTP size: " << mesh.tp_size() << "\nPP size: " << mesh.pp_size()
     << "\nCP size: " << mesh.cp_size() << "\nEP size: " << mesh.ep_size()
     << "\nSequence Parallel: " << (mesh.sequence_parallel() ? "True" : "False") << "\n";
+  if (model_->has_adapter()) {  // Twinkle's "Adapter config:" line (the LoraConfig fields)
+    const LoraConfig& a = model_->adapter_config();
+    o << "Adapter config: " << adapter_name_ << " {\"r\": " << a.r << ", \"lora_alpha\": " << a.lora_alpha
+      << ", \"target_modules\": \"" << a.target_modules << "\", \"lora_dropout\": " << a.lora_dropout
+      << ", \"use_rslora\": " << (a.use_rslora ? "true" : "false") << ", \"init_lora_weights\": \""
+      << a.init_lora_weights << "\"}\n";
+  }
   o << "Model: " << model_dir_ << " (" << c.model_type << ", " << c.num_hidden_layers << " layers, hidden "
     << c.hidden_size << ", heads " << c.num_attention_heads << "/" << c.num_key_value_heads << ", head_dim "
     << c.head_dim << ", vocab " << c.vocab_size << (c.tie_word_embeddings ? ", tied" : ", untied") << ", "

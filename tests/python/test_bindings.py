@@ -360,7 +360,9 @@ class MegatronModelTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.ds = encoded_dataset(rows=8)
-        cls.model = MegatronModel(model_id=MODEL)
+        # fp32 (Twinkle's mixed_precision='no'): test_02 holds the loss to the float64 PyTorch reference
+        # at 2e-5, which bf16 GEMM inputs exceed; the bf16 default is test_08's
+        cls.model = MegatronModel(model_id=MODEL, mixed_precision='no')
         cls.init_dir = cls.model.save('init', output_dir=cls.tmp.name)
 
     @classmethod
@@ -430,7 +432,7 @@ class MegatronModelTest(unittest.TestCase):
         full = os.path.join(self.tmp.name, d)
         for f in ('config.json', 'model.safetensors', 'tokenizer.json'):
             self.assertTrue(os.path.exists(os.path.join(full, f)), f)
-        fresh = MegatronModel(MODEL)
+        fresh = MegatronModel(MODEL, mixed_precision='no')
         fresh.load(full)
         self.assertEqual(fresh.forward_only(inputs=batch).loss, after)
 
@@ -504,7 +506,8 @@ class MegatronModelTest(unittest.TestCase):
         m.forward_backward(inputs=batches[0])
         want = m.clip_grad_and_step()
         want_loss = m.last_metrics()['loss']
-        fresh = MegatronModel(MODEL, seed=12345)  # other initial weights: the checkpoint must replace them
+        # other initial weights: the checkpoint must replace them
+        fresh = MegatronModel(MODEL, seed=12345, mixed_precision='no')
         fresh.set_optimizer(optimizer_cls='default', lr=1e-3)
         fresh.set_lr_scheduler(scheduler_cls='default', lr_warmup_steps=0, lr_decay_steps=4)
         p = fresh.resume_from_checkpoint(self.tmp.name)  # the output dir: 'latest' names the checkpoint
@@ -517,7 +520,7 @@ class MegatronModelTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, 'not a checkpoint'):
             fresh.resume_from_checkpoint(os.path.join(self.tmp.name, 'init'))
         # Twinkle's load(name, output_dir, load_optimizer=True): the same exact continuation
-        loaded = MegatronModel(MODEL, seed=777)
+        loaded = MegatronModel(MODEL, seed=777, mixed_precision='no')
         loaded.set_optimizer(optimizer_cls='default', lr=1e-3)
         loaded.set_lr_scheduler(scheduler_cls='default', lr_warmup_steps=0, lr_decay_steps=4)
         self.assertEqual(loaded.load('resume', output_dir=self.tmp.name, load_optimizer=True), p)
@@ -527,7 +530,7 @@ class MegatronModelTest(unittest.TestCase):
         self.assertEqual(loaded.last_metrics()['loss'], want_loss)
         self.assertEqual((got['grad_norm'], got['lr'], got['step']), (want['grad_norm'], want['lr'], want['step']))
         # a Hugging Face checkpoint without optimizer state: the weights only, with Twinkle's warning
-        hf_only = MegatronModel(MODEL, seed=777)
+        hf_only = MegatronModel(MODEL, seed=777, mixed_precision='no')
         hf_only.set_optimizer(optimizer_cls='default', lr=1e-3)
         with self.assertLogs(twinkle.get_logger(), level='WARNING') as logs:
             self.assertIsNone(hf_only.load('init', output_dir=self.tmp.name, load_optimizer=True))
@@ -538,7 +541,25 @@ class MegatronModelTest(unittest.TestCase):
             hf_only.load('init', output_dir=self.tmp.name, no_load_rng=True)
 
     def model_at_init_loss(self, batch):
-        return MegatronModel(self.init_dir).forward_only(inputs=batch).loss
+        return MegatronModel(self.init_dir, mixed_precision='no').forward_only(inputs=batch).loss
+
+    def test_08_mixed_precision_reaches_the_cpp_model(self):
+        # Twinkle's default mixed_precision='bf16' builds the C++ model with bf16 GEMM inputs
+        # (MegatronModelOptions::mixed_precision, `--bf16`); 'no' and its C++ name 'fp32' build it in fp32.
+        # A binding that dropped the option would build fp32 for the default: its configs would say so and
+        # its loss would equal the fp32 one (bf16 rounding of the GEMM inputs moves it by ~1e-5..1e-3).
+        batch = [self.ds[0], self.ds[1], self.ds[2]]
+        init = self.init_dir  # the class model's initial weights (test_03 trains the class model)
+        bf16, fp32, alias = MegatronModel(init), MegatronModel(init, mixed_precision='no'), \
+            MegatronModel(init, mixed_precision='fp32')
+        self.assertIn('Mixed precision: bf16', bf16.get_train_configs())
+        for m in (fp32, alias):
+            self.assertIn('Mixed precision: fp32', m.get_train_configs())
+        lb, lf = bf16.forward_only(inputs=batch).loss, fp32.forward_only(inputs=batch).loss
+        self.assertEqual(alias.forward_only(inputs=batch).loss, lf)
+        self.assertGreater(abs(lb - lf) / lf, 1e-6)  # bf16 really computed in bf16
+        self.assertLess(abs(lb - lf) / lf, 1e-2)     # and is the same model
+        self.assertEqual(lf, self.model_at_init_loss(batch))
     def test_05_bad_model_arguments(self):
         with self.assertRaisesRegex(ValueError, 'micro_batch_size'):
             MegatronModel(MODEL, micro_batch_size=-1)
@@ -546,6 +567,8 @@ class MegatronModelTest(unittest.TestCase):
             MegatronModel(MODEL, on_nonfinite='ignore')
         with self.assertRaisesRegex(ValueError, 'mixed_precision'):
             MegatronModel(MODEL, mixed_precision='int8')
+        with self.assertRaisesRegex(ValueError, "mixed_precision='fp16' is not implemented"):
+            MegatronModel(MODEL, mixed_precision='fp16')
         with self.assertRaisesRegex(TypeError, "unexpected keyword argument 'use_flash'"):
             MegatronModel(MODEL, use_flash=True)
         with self.assertRaisesRegex(RuntimeError, 'nonexistent_model'):
@@ -630,7 +653,10 @@ class LoraAdapterTest(unittest.TestCase):
         m = MegatronModel(MODEL)
         batch = [self.ds[0], self.ds[1]]
         base = m.forward_only(inputs=batch).loss
+        self.assertNotIn('Adapter config', m.get_train_configs())
         m.add_adapter_to_model('default', peft_like)
+        self.assertIn('Adapter config: default {"r": 4, "lora_alpha": 16, "target_modules": "q_proj,down_proj"',
+                      m.get_train_configs())  # Twinkle's get_train_configs line
         with_adapter = m.forward_only(inputs=batch).loss
         self.assertNotEqual(with_adapter, base)
         m.set_optimizer(lr=1e-3)

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """A LoRA run written in Python (tests/reference/python_lora_run.py: PEFT's LoraConfig given to
 MegatronModel.add_adapter_to_model) equals the C++ command line's LoRA run (`twinkle train
---lora-*`) on the same data, seed and layout (4 ranks, tp 2 x dp 2): every step's loss, grad norm
+--lora-* --bf16`: the Python side keeps MegatronModel's default mixed_precision, Twinkle's 'bf16') on
+the same data, seed and layout (4 ranks, tp 2 x dp 2): every step's loss, grad norm
 and lr within 1e-6 relative, and the saved PEFT adapters identical (adapter_model.safetensors byte
 for byte, adapter_config.json equal). The LoraConfig sets every field the binding maps to a
 non-default value (r 4, lora_alpha 16, use_rslora, init_lora_weights False so the adapter is not a
@@ -40,7 +41,7 @@ def main():
              '--dataset', 'ms://swift/self-cognition', '--self-cognition', 'twinkle大模型,ModelScope社区',
              '--data-slice', f'0:{a.rows}', '--batch-size', '8', '--lr', lr, '--tp', '2', '--dp', '2',
              '--lora-r', '4', '--lora-alpha', '16', '--lora-targets', 'q_proj,v_proj,down_proj', '--lora-rslora',
-             '--lora-init', 'false', '--metrics-file', os.path.join(cpp, 'metrics.jsonl'),
+             '--lora-init', 'false', '--bf16', '--metrics-file', os.path.join(cpp, 'metrics.jsonl'),
              '--output-dir', os.path.join(cpp, 'adapter')], env)
         run([launcher, '--nproc_per_node=4', os.path.join(ROOT, 'tests', 'reference', 'python_lora_run.py')],
             dict(env, TWINKLE_MODEL=model, TWINKLE_DATA_ROWS=str(a.rows), TWINKLE_OUTPUT_DIR=py, TWINKLE_LR=lr))

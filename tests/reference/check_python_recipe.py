@@ -4,14 +4,23 @@
 same data and seed (one epoch of --data-rows rows, global batch 8); with --recipe moe
 examples/python/tp_moe.py against examples/moe_recipe (Qwen3-MoE, dp2 tp2 pp2 ep2, global batch 2,
 --steps steps; the aux loss too); with --recipe moe_cp examples/python/tp_moe_cp.py against
-examples/moe_cp_recipe (Qwen3-MoE, tp2 pp2 cp2 ep2 with ring attention, global batch 2, --steps steps):
+examples/moe_cp_recipe (Qwen3-MoE, tp2 pp2 cp2 ep2 with ring attention, global batch 2, --steps steps).
+--precision bf16 (default) runs the Python script with MegatronModel's default mixed_precision
+(Twinkle's 'bf16') against the C++ recipe with --bf16; --precision fp32 runs it with
+TWINKLE_MIXED_PRECISION=no (mixed_precision='no') against the C++ recipe with --fp32. --lora switches
+on the seed's adapter line (TWINKLE_LORA=1) against the C++ recipe's --lora and compares PEFT's
+adapter directory instead of the full checkpoint. Checks:
 
 1. every step's loss, grad norm and lr in metrics.jsonl agree within 1e-6 relative, and the loss
    the Python script logs per step (Twinkle's metric dict, '%.4f') is the C++ loss formatted;
 2. the saved checkpoints are identical byte for byte (config.json, model.safetensors, tokenizer
-   files).
+   files; with --lora adapter_model.safetensors and adapter_config.json);
+3. both runs log the same "Mixed precision:" line of get_train_configs (bf16 or fp32 as asked), and
+   with --lora both log the adapter.
 Catches: a binding that changes the rows (columns, labels, order, dp split), the optimizer or
-scheduler options, the step sequence, or the save path. Run with /usr/bin/python3.
+scheduler options, the step sequence, or the save path; one that drops mixed_precision (a Python
+run in fp32 differs from the C++ --bf16 run by far more than 1e-6: bf16 GEMM inputs change the
+loss in the 3rd-4th digit) or the adapter. Run with /usr/bin/python3.
 """
 import argparse
 import ast
@@ -38,6 +47,11 @@ def main():
                          'examples/python/tp_moe.py vs examples/moe_recipe (global batch 2, --steps of them); '
                          'moe_cp: examples/python/tp_moe_cp.py vs examples/moe_cp_recipe (as moe)')
     ap.add_argument('--steps', type=int, default=3, help='moe, moe_cp: optimizer steps of both runs')
+    ap.add_argument('--precision', choices=('bf16', 'fp32'), default='bf16',
+                    help="bf16: the script's default mixed_precision ('bf16', Twinkle's) vs the C++ recipe --bf16; "
+                         "fp32: TWINKLE_MIXED_PRECISION=no vs the C++ recipe --fp32")
+    ap.add_argument('--lora', action='store_true',
+                    help="the seed's add_adapter_to_model line (TWINKLE_LORA=1) vs the C++ recipe --lora")
     args = ap.parse_args()
     launcher = os.path.join(args.build, 'bin', 'twinkle-run')
     tmp = tempfile.mkdtemp(prefix='twinkle-python-recipe-')
@@ -48,12 +62,26 @@ def main():
         moe = args.recipe != 'tp'
         cpp_prog, py_prog = RECIPES[args.recipe]
         extra = ['--max-steps', str(args.steps)] if moe else []
-        run([launcher, '--nproc_per_node=8', os.path.join(args.build, 'examples', cpp_prog), '--data-rows',
-             str(args.rows), '--output-dir', cpp_dir] + extra, env)
-        py_env = dict(env, TWINKLE_DATA_ROWS=str(args.rows), TWINKLE_OUTPUT_DIR=py_dir)
+        extra += ['--' + args.precision] + (['--lora'] if args.lora else [])
+        cpp_out = run([launcher, '--nproc_per_node=8', os.path.join(args.build, 'examples', cpp_prog), '--data-rows',
+                       str(args.rows), '--output-dir', cpp_dir] + extra, env)
+        py_env = dict(env, TWINKLE_DATA_ROWS=str(args.rows), TWINKLE_OUTPUT_DIR=py_dir,
+                      TWINKLE_LORA='1' if args.lora else '0')
+        py_env.pop('TWINKLE_MIXED_PRECISION', None)  # bf16: the script's (MegatronModel's) default
+        if args.precision == 'fp32':
+            py_env['TWINKLE_MIXED_PRECISION'] = 'no'  # Twinkle's name for fp32
         if moe:
             py_env['TWINKLE_MAX_STEPS'] = str(args.steps)
         out = run([launcher, '--nproc_per_node=8', os.path.join(ROOT, 'examples', 'python', py_prog)], py_env)
+        # get_train_configs (logged by both) names the precision the C++ model was built with
+        want = f'Mixed precision: {args.precision}'
+        for who, text in (('C++', cpp_out), ('Python', out)):
+            if want not in text:
+                got = re.findall(r'Mixed precision: \w+', text)
+                failures.append(f'the {who} run logged {got[:1] or "no Mixed precision line"}, expected {want!r}')
+            if args.lora and 'Adapter config: default {"r": 8, "lora_alpha": 32, "target_modules": "all-linear"' \
+                    not in text:
+                failures.append(f'the {who} run logged no adapter in get_train_configs (--lora)')
         mc, mp = read_metrics(os.path.join(cpp_dir, 'metrics.jsonl')), read_metrics(os.path.join(py_dir, 'metrics.jsonl'))
         steps = args.steps if moe else (args.rows + 7) // 8
         if len(mc) != steps or len(mp) != steps:
@@ -71,7 +99,9 @@ def main():
             if shown != f"{b['loss']:.4f}":
                 failures.append(f"step {b['step']}: the Python script logged loss {shown!r}, C++ {b['loss']:.4f}")
         ck = os.path.join(py_dir, 'last-checkpoint')
-        for f in ('config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json'):
+        files = (('adapter_config.json', 'adapter_model.safetensors') if args.lora else
+                 ('config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json'))
+        for f in files:
             a, b = os.path.join(ck, f), os.path.join(cpp_dir, f)
             if not os.path.exists(a) or not os.path.exists(b):
                 failures.append(f'{f}: missing in the Python ({os.path.exists(a)}) or C++ ({os.path.exists(b)}) '

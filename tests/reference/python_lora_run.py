@@ -2,7 +2,8 @@
 """The Python side of check_python_lora.py, launched by twinkle-run: the same run as
 `twinkle train --dataset ms://swift/self-cognition --self-cognition NAME,AUTHOR --data-slice 0:N
 --batch-size 8 --lr LR --tp 2 --dp 2 --lora-r 4 --lora-alpha 16 --lora-targets q_proj,v_proj,down_proj
---lora-rslora --lora-init false` written with Twinkle's Python API: LoRA given as PEFT's LoraConfig.
+--lora-rslora --lora-init false --bf16` written with Twinkle's Python API: LoRA given as PEFT's
+LoraConfig, mixed_precision left at MegatronModel's default ('bf16', Twinkle's).
 Environment: TWINKLE_MODEL, TWINKLE_DATA_ROWS, TWINKLE_OUTPUT_DIR (metrics.jsonl + the adapter in
 adapter/), TWINKLE_LR."""
 import json

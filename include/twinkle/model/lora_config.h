@@ -10,7 +10,7 @@
 // init_lora_weights=False).
 // target_modules: "all-linear" (PEFT / Twinkle: every linear layer but the lm head and the MoE
 // router; on a dense Qwen3 q/k/v/o_proj and gate/up/down_proj of every layer, on Qwen3-MoE also
-// every expert's gate/up/down_proj — which Qwen3Model::add_adapter refuses by name for now) or a comma-separated list of HF
+// every expert's gate/up/down_proj, one pair per expert, PEFT's per-expert keys) or a comma-separated list of HF
 // module names or suffixes ("q_proj,v_proj", "self_attn.o_proj", "model.layers.0.mlp.up_proj")
 // matched like PEFT does: a module is targeted when its full name equals an entry or ends
 // with "." + entry.

@@ -211,7 +211,8 @@ class MegatronModel {
     double expert_grad_norm = 0;  ///< the expert part of grad_norm (DistributedOptimizer, anchors §2.9)
   };
   const StepMetrics& last_metrics() const { return last_; }
-  /// Layout, optimizer, scheduler and model settings as text (Twinkle's get_train_configs).
+  /// Layout, adapter (Twinkle's "Adapter config:" line, when one was added), model, kernels, mixed
+  /// precision, optimizer and scheduler settings as text (Twinkle's get_train_configs, spec §5.8).
   std::string get_train_configs() const;
 
   /// Saves a Hugging Face checkpoint to output_dir/name (output_dir itself when name is empty;

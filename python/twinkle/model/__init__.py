@@ -22,7 +22,9 @@ class ModelOutput(dict):
         return self['loss']
 
 
-_MIXED_PRECISION = ('bf16', 'fp16', 'no')
+# Twinkle's mixed_precision values -> twinkle::MegatronModelOptions::mixed_precision ('fp32' is
+# accepted too, the C++ name of Twinkle's 'no'); 'fp16' has no CPU path (ValueError)
+_MIXED_PRECISION = {'bf16': 'bf16', 'no': 'fp32', 'fp32': 'fp32'}
 _RECOMPUTE = ('full', 'selective', None)
 
 
@@ -75,9 +77,17 @@ class MegatronModel:
                  load_weights=True, recompute_granularity='full', recompute_method='uniform', recompute_num_layers=1,
                  recompute_modules=None, **kwargs):
         """model_id: a Hugging Face Qwen3 directory or hub id. Twinkle's keywords are accepted:
-        mixed_precision ('bf16', 'fp16', 'no') is checked but not yet passed to the C++ bf16 path
-        (MegatronModelOptions::mixed_precision, `twinkle train --bf16`): the binding computes in
-        fp32 and saves in the config's dtype, so tp.py equals the fp32 C++ recipe; recompute_granularity ('full' default,
+        mixed_precision: 'bf16' (Twinkle's default, and this binding's) trains with bf16 GEMM inputs,
+        fp32 accumulation and fp32 master weights / gradients / AdamW state:
+        twinkle::MegatronModelOptions::mixed_precision "bf16", the C++ recipes' --bf16 (CPU only;
+        on a device without the bf16 path the C++ error names it: pass 'no'). Twinkle's Megatron
+        backend keeps bf16 params and activations (Float16Module) with fp32 main params in the
+        distributed optimizer; twinkle rounds only the GEMM inputs to bf16 and keeps activations,
+        norms, softmax and cross entropy in fp32.
+        'no' (or 'fp32') computes everything in fp32 (the C++ API's default, --fp32); 'fp16'
+        is not implemented (ValueError). The checkpoint is saved in config.json's dtype either
+        way. So examples/python/tp.py, which keeps Twinkle's default, equals
+        `examples/tp_recipe --bf16`; recompute_granularity ('full' default,
         'selective', None) selects activation recompute (bit-identical results, less memory;
         recompute_method / recompute_num_layers / recompute_modules: only uniform, 1, core_attn);
         config / ddp_config (mcore objects) are not supported. Other keywords are twinkle's
@@ -96,8 +106,11 @@ class MegatronModel:
         if config is not None or ddp_config is not None:
             raise ValueError('MegatronModel: config / ddp_config (Megatron-core objects) are not supported; pass '
                              'TransformerConfig-like settings as keywords')
+        if mixed_precision == 'fp16':
+            raise ValueError("MegatronModel: mixed_precision='fp16' is not implemented by twinkle (fp16 with loss "
+                             "scaling); use 'bf16' (the default) or 'no' (fp32)")
         if mixed_precision not in _MIXED_PRECISION:
-            raise ValueError(f"MegatronModel: mixed_precision must be one of 'bf16', 'fp16', 'no', "
+            raise ValueError(f"MegatronModel: mixed_precision must be one of 'bf16', 'no' ('fp32'), "
                              f'got {mixed_precision!r}')
         if recompute_granularity not in _RECOMPUTE:
             raise ValueError(f"MegatronModel: recompute_granularity must be 'full', 'selective' or None, "
@@ -107,6 +120,7 @@ class MegatronModel:
             raise ValueError('MegatronModel: device_mesh must be the mesh given to twinkle.initialize')
         opts = dict(kwargs)
         opts['load_weights'] = bool(load_weights)
+        opts['mixed_precision'] = _MIXED_PRECISION[mixed_precision]
         opts.setdefault('moe_aux_loss_type', 'per_layer')  # Twinkle's Megatron backend (mcore's aux loss)
         opts['recompute_granularity'] = recompute_granularity or 'none'  # Twinkle's None = no recompute
         os.environ.setdefault('TOKENIZERS_PARALLELISM', 'true')
