@@ -250,10 +250,10 @@ const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActi
     // dispatcher), with the etp all-gather / reduce-scatter around the experts when etp > 1.
     if (!a.dispatcher) a.dispatcher = std::make_shared<parallel::AlltoAllDispatcher>(ep_, E_, H_, etp_);
     parallel::AlltoAllDispatcher& d = *a.dispatcher;
-    d.dispatch(x, a.topk_idx.data(), T, k_);
+    d.dispatch(x, a.topk_idx.data(), T, k_, &scratch);  // transient rows in the stage's scratch
     if (const uint64_t* keys = expert_dropout_keys(b, T)) d.dispatch_tags(keys, a.lora_keys);
     experts_forward(d.expert_input(), d.local_counts(), d.expert_rows(), w, a, scratch);
-    d.combine(a.y.data(), a.topk_w.data(), out);
+    d.combine(a.y.data(), a.topk_w.data(), out, &scratch);
     return out;
   }
   // One ep rank: permute the k copies of each token into expert order, run the experts, combine.
@@ -285,10 +285,10 @@ const float* Qwen3MoeBlock::backward(const float* dout, const StageBatch& b, con
     parallel::AlltoAllDispatcher& d = *a.dispatcher;
     const int64_t Rr = d.expert_rows();
     float* dy = scratch.get("moe.dy", {Rr, H_}).f32();
-    d.combine_backward(dout, a.topk_w.data(), dy, dtopk_w);
+    d.combine_backward(dout, a.topk_w.data(), dy, dtopk_w, &scratch);
     float* dxin = scratch.get("moe.dxp", {Rr, H_}).f32();
     experts_backward(d.expert_input(), d.local_counts(), Rr, w, a, dy, dxin, scratch);
-    d.dispatch_backward(dxin, dx);
+    d.dispatch_backward(dxin, dx, /*accumulate=*/false, &scratch);
   } else {
     float* dy = scratch.get("moe.dy", {R, H_}).f32();
     k::moe_unpermute_backward(a.y.data(), a.row_of_slot.data(), a.topk_w.data(), dout, dy, dtopk_w, T, k_, H_);

@@ -50,7 +50,11 @@ AlltoAllDispatcher::AlltoAllDispatcher(std::shared_ptr<dist::ProcessGroup> ep, i
   sd_ = rc_ = rd_ = sc_;
 }
 
-void AlltoAllDispatcher::dispatch(const float* x, const int32_t* topk_idx, int64_t T, int64_t k) {
+float* AlltoAllDispatcher::scratch_rows(Workspace* ws, const char* key, int64_t n) {
+  return scratch_of(ws).get(key, {std::max<int64_t>(n, 1)}).f32();
+}
+
+void AlltoAllDispatcher::dispatch(const float* x, const int32_t* topk_idx, int64_t T, int64_t k, Workspace* scratch) {
   if (T < 0 || k < 1 || k > E_)
     throw Error("AlltoAllDispatcher::dispatch: need T >= 0 and 1 <= k <= num_experts (" + std::to_string(E_) +
                 "), got T=" + std::to_string(T) + " k=" + std::to_string(k));
@@ -59,10 +63,10 @@ void AlltoAllDispatcher::dispatch(const float* x, const int32_t* topk_idx, int64
   const int64_t S = T * k;
   grow(row_of_slot_, static_cast<size_t>(S));
   grow(slot_of_row_, static_cast<size_t>(S));
-  grow(permuted_, static_cast<size_t>(S * H_));
+  float* permuted = scratch_rows(scratch, "moe.a2a.send", S * H_);
   // 1. permute this rank's slots by global expert = by destination rank, then local expert
   kc::moe_sort_by_expert(topk_idx, T, k, E_, counts_.data(), row_of_slot_.data(), slot_of_row_.data());
-  kc::moe_permute_forward(x, slot_of_row_.data(), permuted_.data(), S, k, H_);
+  kc::moe_permute_forward(x, slot_of_row_.data(), permuted, S, k, H_);
   // 2. exchange the per-expert counts: rank r gets counts_[r*El, (r+1)*El) from every source
   for (int r = 0; r < ep_size_; ++r) {
     sc_[r] = rc_[r] = El_;
@@ -83,8 +87,8 @@ void AlltoAllDispatcher::dispatch(const float* x, const int32_t* topk_idx, int64
     R_own_ += q;
   }
   // 3. all-to-all-v of the rows, 4. [src][local expert] -> [local expert][src]
-  grow(recv_buf_, static_cast<size_t>(R_own_ * H_));
-  exchange(permuted_.data(), recv_buf_.data(), true);
+  float* recv = scratch_rows(scratch, "moe.a2a.recv", R_own_ * H_);
+  exchange(permuted, recv, true);
   last_bytes_ = 0;
   for (int r = 0; r < ep_size_; ++r)
     if (r != ep_rank_) last_bytes_ += send_rows_[r] * H_ * static_cast<int64_t>(sizeof(float));
@@ -92,12 +96,12 @@ void AlltoAllDispatcher::dispatch(const float* x, const int32_t* topk_idx, int64
     local_counts_ = own_counts_;
     R_ = R_own_;
     grow(expert_in_, static_cast<size_t>(R_ * H_));
-    src_to_expert_order(recv_buf_.data(), expert_in_.data());
+    src_to_expert_order(recv, expert_in_.data());
     return;
   }
   // 5. etp > 1: the etp group's rows of each local expert (counts first, then the rows)
-  grow(own_, static_cast<size_t>(R_own_ * H_));
-  src_to_expert_order(recv_buf_.data(), own_.data());
+  float* own = scratch_rows(scratch, "moe.a2a.own", R_own_ * H_);
+  src_to_expert_order(recv, own);
   etp_->all_gather(own_counts_.data(), etp_counts_.data(), El_, DType::I64);
   R_ = 0;
   etp_block_ = 0;
@@ -112,15 +116,15 @@ void AlltoAllDispatcher::dispatch(const float* x, const int32_t* topk_idx, int64
     etp_block_ = std::max(etp_block_, rows);
   }
   grow(expert_in_, static_cast<size_t>(R_ * H_));
-  etp_gather(own_.data(), expert_in_.data());
+  etp_gather(own, expert_in_.data(), scratch_of(scratch));
 }
 
-void AlltoAllDispatcher::etp_gather(const float* own, float* all) {
+void AlltoAllDispatcher::etp_gather(const float* own, float* all, Workspace& ws) {
   const int64_t block = etp_block_ * H_;
-  grow(etp_buf_, static_cast<size_t>(std::max<int64_t>(1, etp_size_ * block)));
-  float* mine = etp_buf_.data() + etp_rank_ * block;
+  float* buf = scratch_rows(&ws, "moe.a2a.etp", etp_size_ * block);
+  float* mine = buf + etp_rank_ * block;
   if (R_own_) std::memcpy(mine, own, static_cast<size_t>(R_own_ * H_) * sizeof(float));
-  etp_->all_gather(mine, etp_buf_.data(), block, DType::F32);  // in place
+  etp_->all_gather(mine, buf, block, DType::F32);  // in place
   // [etp rank][local expert] -> [local expert][etp rank]
   int64_t o = 0;
   for (int64_t e = 0; e < El_; ++e)
@@ -128,14 +132,14 @@ void AlltoAllDispatcher::etp_gather(const float* own, float* all) {
       int64_t i = r * etp_block_;
       for (int64_t e2 = 0; e2 < e; ++e2) i += etp_counts_[r * El_ + e2];
       const int64_t n = etp_counts_[r * El_ + e];
-      if (n) std::memcpy(all + o * H_, etp_buf_.data() + i * H_, static_cast<size_t>(n * H_) * sizeof(float));
+      if (n) std::memcpy(all + o * H_, buf + i * H_, static_cast<size_t>(n * H_) * sizeof(float));
       o += n;
     }
 }
 
-void AlltoAllDispatcher::etp_reduce_scatter(const float* all, float* own) {
+void AlltoAllDispatcher::etp_reduce_scatter(const float* all, float* own, Workspace& ws) {
   const int64_t block = etp_block_ * H_;
-  grow(etp_buf_, static_cast<size_t>(std::max<int64_t>(1, etp_size_ * block)));
+  float* buf = scratch_rows(&ws, "moe.a2a.etp", etp_size_ * block);
   // [local expert][etp rank] -> [etp rank][local expert] (padding rows keep stale values: never read)
   int64_t o = 0;
   for (int64_t e = 0; e < El_; ++e)
@@ -143,51 +147,52 @@ void AlltoAllDispatcher::etp_reduce_scatter(const float* all, float* own) {
       int64_t i = r * etp_block_;
       for (int64_t e2 = 0; e2 < e; ++e2) i += etp_counts_[r * El_ + e2];
       const int64_t n = etp_counts_[r * El_ + e];
-      if (n) std::memcpy(etp_buf_.data() + i * H_, all + o * H_, static_cast<size_t>(n * H_) * sizeof(float));
+      if (n) std::memcpy(buf + i * H_, all + o * H_, static_cast<size_t>(n * H_) * sizeof(float));
       o += n;
     }
-  etp_->reduce_scatter(etp_buf_.data(), etp_buf_.data(), block);  // in place: the sum of my block first
-  if (R_own_) std::memcpy(own, etp_buf_.data(), static_cast<size_t>(R_own_ * H_) * sizeof(float));
+  etp_->reduce_scatter(buf, buf, block);  // in place: the sum of my block first
+  if (R_own_) std::memcpy(own, buf, static_cast<size_t>(R_own_ * H_) * sizeof(float));
 }
 
-void AlltoAllDispatcher::combine(const float* y, const float* topk_w, float* out) {
+void AlltoAllDispatcher::combine(const float* y, const float* topk_w, float* out, Workspace* scratch) {
   if (etp_size_ > 1) {  // sum the etp-partial outputs; keep this rank's own rows
-    grow(own_, static_cast<size_t>(R_own_ * H_));
-    etp_reduce_scatter(y, own_.data());
-    y = own_.data();
+    float* own = scratch_rows(scratch, "moe.a2a.own", R_own_ * H_);
+    etp_reduce_scatter(y, own, scratch_of(scratch));
+    y = own;
   }
-  grow(tmp_, static_cast<size_t>(R_own_ * H_));
+  float* tmp = scratch_rows(scratch, "moe.a2a.recv", R_own_ * H_);
   grow(y_perm_, static_cast<size_t>(T_ * k_ * H_));
-  expert_to_src_order(y, tmp_.data());
-  exchange(tmp_.data(), y_perm_.data(), false);
+  expert_to_src_order(y, tmp);
+  exchange(tmp, y_perm_.data(), false);
   kc::moe_unpermute_forward(y_perm_.data(), row_of_slot_.data(), topk_w, out, T_, k_, H_);
 }
 
-void AlltoAllDispatcher::combine_backward(const float* dout, const float* topk_w, float* dy, float* dtopk_w) {
-  grow(back_buf_, static_cast<size_t>(T_ * k_ * H_));
-  grow(tmp_, static_cast<size_t>(R_own_ * H_));
-  kc::moe_unpermute_backward(y_perm_.data(), row_of_slot_.data(), topk_w, dout, back_buf_.data(), dtopk_w, T_, k_, H_);
-  exchange(back_buf_.data(), tmp_.data(), true);
+void AlltoAllDispatcher::combine_backward(const float* dout, const float* topk_w, float* dy, float* dtopk_w,
+                                          Workspace* scratch) {
+  float* back = scratch_rows(scratch, "moe.a2a.send", T_ * k_ * H_);
+  float* tmp = scratch_rows(scratch, "moe.a2a.recv", R_own_ * H_);
+  kc::moe_unpermute_backward(y_perm_.data(), row_of_slot_.data(), topk_w, dout, back, dtopk_w, T_, k_, H_);
+  exchange(back, tmp, true);
   if (etp_size_ == 1) {
-    src_to_expert_order(tmp_.data(), dy);
+    src_to_expert_order(tmp, dy);
     return;
   }
-  grow(own_, static_cast<size_t>(R_own_ * H_));
-  src_to_expert_order(tmp_.data(), own_.data());
-  etp_gather(own_.data(), dy);  // every etp rank's slice of the experts needs all the group's rows
+  float* own = scratch_rows(scratch, "moe.a2a.own", R_own_ * H_);
+  src_to_expert_order(tmp, own);
+  etp_gather(own, dy, scratch_of(scratch));  // every etp rank's slice of the experts needs all the group's rows
 }
 
-void AlltoAllDispatcher::dispatch_backward(const float* d_expert_input, float* dx, bool accumulate) {
+void AlltoAllDispatcher::dispatch_backward(const float* d_expert_input, float* dx, bool accumulate, Workspace* scratch) {
   if (etp_size_ > 1) {  // d(input) of a column-parallel slice is etp-partial: sum, keep my rows
-    grow(own_, static_cast<size_t>(R_own_ * H_));
-    etp_reduce_scatter(d_expert_input, own_.data());
-    d_expert_input = own_.data();
+    float* own = scratch_rows(scratch, "moe.a2a.own", R_own_ * H_);
+    etp_reduce_scatter(d_expert_input, own, scratch_of(scratch));
+    d_expert_input = own;
   }
-  grow(back_buf_, static_cast<size_t>(T_ * k_ * H_));
-  grow(tmp_, static_cast<size_t>(R_own_ * H_));
-  expert_to_src_order(d_expert_input, tmp_.data());
-  exchange(tmp_.data(), back_buf_.data(), false);
-  kc::moe_permute_backward(back_buf_.data(), row_of_slot_.data(), dx, T_, k_, H_, accumulate);
+  float* back = scratch_rows(scratch, "moe.a2a.send", T_ * k_ * H_);
+  float* tmp = scratch_rows(scratch, "moe.a2a.recv", R_own_ * H_);
+  expert_to_src_order(d_expert_input, tmp);
+  exchange(tmp, back, false);
+  kc::moe_permute_backward(back, row_of_slot_.data(), dx, T_, k_, H_, accumulate);
 }
 
 void AlltoAllDispatcher::dispatch_tags(const uint64_t* tag, std::vector<uint64_t>& out) {
@@ -195,7 +200,7 @@ void AlltoAllDispatcher::dispatch_tags(const uint64_t* tag, std::vector<uint64_t
   if (k_ < 1) throw Error("AlltoAllDispatcher::dispatch_tags: no dispatch() before");
   const int64_t S = T_ * k_;
   std::vector<int64_t> send(static_cast<size_t>(S)), recv(static_cast<size_t>(R_own_));
-  for (int64_t r = 0; r < S; ++r)  // the rows in permuted_'s order (moe_permute_forward)
+  for (int64_t r = 0; r < S; ++r)  // the rows in the permuted send order (moe_permute_forward)
     send[static_cast<size_t>(r)] = static_cast<int64_t>(tag[slot_of_row_[static_cast<size_t>(r)] / k_]);
   std::vector<int64_t> sc(static_cast<size_t>(ep_size_)), sd(sc), rc(sc), rd(sc);
   int64_t so = 0, ro = 0;

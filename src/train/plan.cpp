@@ -38,8 +38,8 @@ struct Gemm {
 //    fp32 Workspace logits plus a bf16 LinearOp call (whole [vocab/tp, H] shard through Weight);
 //  * oneDNN's matmul scratchpad (user mode, one grow-only buffer) and JIT code are small and in
 //    the runtime constant.
-// MoE experts: a local expert's GEMM is bounded by T rows (one rank's tokens; an upper bound that
-// ignores rows received over ep).
+// MoE experts: a local expert's GEMM (its etp slice) is bounded by T·etp rows (one rank's tokens,
+// all-gathered over etp; rows received over ep are not counted).
 struct Bf16Workspace {
   double gemm_scratch = 0;  ///< the Input + Weight + Grad bf16 scratch
   double fused_head = 0;    ///< the bf16 fused head's logits + scale (replaces the fp32 kernel's logits)
@@ -218,9 +218,8 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
         double f = static_cast<double>(3 * Tm * E + Tm + 2 * Tm * K + 3 * Rg * Iml + Rg * H);
         if (!dispatched)
           f += static_cast<double>(2 * R + R * H);  // row_of_slot, slot_of_row, the permuted input xp
-        else  // parallel/moe_dispatcher.h: slot maps; permuted, received, expert input, y_perm, back, tmp
-          f += static_cast<double>(2 * R + 5 * R * H + Rg * H) +
-               (etp > 1 ? static_cast<double>(R * H + etp * R * H) : 0.0);  // own rows, the etp buffer
+        else  // parallel/moe_dispatcher.h, saved for the backward: slot maps, y_perm, the expert input
+          f += static_cast<double>(2 * R + R * H + Rg * H);
         act += 4.0 * f + 8.0 * static_cast<double>(3 * E);
       }
     }
@@ -238,12 +237,14 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     }
     if (any_moe)  // moe.out, dx, dtopk_w, dlogits; dy, dxp over the expert rows; dact, dgate, dup
       w += 2 * ws(Tm * H) + ws(Tm * K) + ws(Tm * E) + 2 * ws(Rg * H) + 3 * ws(Rg * Iml);
+    if (any_moe && dispatched)  // the dispatchers' transient rows, one set per rank: moe.a2a.send, recv
+      w += 2 * ws(R * H) + (etp > 1 ? ws(R * H) + ws(etp * R * H) : 0.0);  // etp: moe.a2a.own, etp
     if (first && t > 1) w += ws(T * H);                // tp.emb_full
     std::vector<Gemm> gemms;  // the stage's linears, for the bf16 scratch
     for (int64_t l = l0; l < l0 + nl; ++l) {
       gemms.push_back({T, nq, H}), gemms.push_back({T, nkv, H}), gemms.push_back({T, H, nq});
       if (c.is_moe() && c.is_moe_layer(l))
-        gemms.push_back({T, E, H}), gemms.push_back({T, Im, H}), gemms.push_back({T, H, Im});
+        gemms.push_back({T, E, H}), gemms.push_back({T * etp, Iml, H}), gemms.push_back({T * etp, H, Iml});
       else
         gemms.push_back({T, 2 * I, H}), gemms.push_back({T, H, I});
     }

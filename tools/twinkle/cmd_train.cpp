@@ -9,7 +9,8 @@
 // is undefined — no labelled token — or non-finite is null); the final weights are saved to
 // --output-dir in Hugging Face format. Every option is checked by the validate() of its
 // option set (the C++ API's checks) before anything is loaded; --max-steps 0 (the default)
-// trains one epoch.
+// trains one epoch. --report-memory prints every rank's peak resident set over the training
+// steps (VmHWM reset once the model and optimizer are built), the figure `twinkle plan` predicts.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,7 @@
 #include "twinkle/data/hub.h"
 #include "twinkle/data/pretokenized.h"
 #include "twinkle/core/option_check.h"
+#include "twinkle/core/peak_rss.h"
 #include "twinkle/io/model_config.h"
 #include "twinkle/dist/runtime.h"
 #include "twinkle/io/safetensors.h"
@@ -73,7 +75,8 @@ int train_main(int argc, char** argv) {
   bool bf16 = false, fp32 = false;
   std::string save_dtype;
   std::vector<int64_t> layers_per_stage;
-  bool sp = false, dist_opt = true, shuffle = false, packing = false, skip_bad = false, no_save = false;
+  bool sp = false, dist_opt = true, shuffle = false, packing = false, skip_bad = false, no_save = false,
+       report_memory = false;
   bool drop_last = false, ignore_empty_think = false;
   // LoRA (model/lora_config.h; PEFT's LoraConfig): on when --lora-r > 0 or --adapter is given.
   twinkle::LoraConfig lora;
@@ -157,6 +160,9 @@ int train_main(int argc, char** argv) {
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
   app.add_flag("--skip-bad-rows", skip_bad, "drop malformed rows with a warning naming file:line instead of failing");
   app.add_flag("--no-save", no_save, "do not save the final checkpoint");
+  app.add_flag("--report-memory", report_memory,
+               "print each rank's peak resident set over the steps (Linux VmHWM after the model is built; "
+               "what twinkle plan predicts)");
   app.add_option("--dump-grads", dump_grads, "write the step-1 gradients (HF names, f32) to this safetensors file (dp=1 only; default: none)");
   app.add_option("--lora-r", lora.r, "LoRA rank (> 0 trains a LoRA adapter instead of the full model; default 0 = full)");
   app.add_option("--lora-alpha", lora.lora_alpha, "LoRA alpha (scaling alpha/r, alpha/sqrt(r) with --lora-rslora; default 32)");
@@ -325,6 +331,11 @@ int train_main(int argc, char** argv) {
              ", " + std::to_string(rs.dataloader.consumed_samples) + " samples consumed)");
   }
   twinkle::LocalBatch batch;
+  int64_t rss_at_start = 0;
+  if (report_memory) {  // the steps' memory, not the init's transients
+    twinkle::reset_peak_rss();
+    rss_at_start = twinkle::current_rss_bytes();
+  }
   while (step < steps) {
     if (!loader.next(batch)) {
       loader.next_epoch();
@@ -385,6 +396,14 @@ int train_main(int argc, char** argv) {
       const std::string dir = m.save(std::nullopt, cs);  // "" when step % interval != 0
       if (!dir.empty()) log.info("saved checkpoint " + dir + (save_optimizer ? " (with the optimizer state)" : ""));
     }
+  }
+  if (report_memory) {  // every rank, one whole line each (before saving: the checkpoint gathers)
+    std::printf("memory: rank %d (tp %d pp %d dp %d cp %d ep %d): step peak RSS %.1f MiB over %lld steps "
+                "(resident before the first step: %.1f MiB)\n",
+                ps.global_rank, ps.coord.tp, ps.coord.pp, ps.coord.dp, ps.coord.cp, ps.coord.ep,
+                static_cast<double>(twinkle::step_peak_rss_bytes()) / 1048576.0, static_cast<long long>(step),
+                static_cast<double>(rss_at_start) / 1048576.0);
+    std::fflush(stdout);
   }
   const auto& last = m.last_metrics();
   log.info("summary: " + std::to_string(step) + " steps, " + std::to_string(last.skipped_steps) +

@@ -66,8 +66,9 @@ struct MoeActivations {
   /// [R] the LoRA dropout token keys of the expert rows (lora_dropout.h; empty without dropout
   /// on expert LoRA pairs), in the experts' row order (sent along by the dispatcher under ep).
   std::vector<uint64_t> lora_keys;
-  /// ep > 1: the alltoall dispatcher of this (layer, micro-batch slot) — its routing plan and
-  /// received rows live until this slot's backward (parallel/moe_dispatcher.h).
+  /// ep > 1: the alltoall dispatcher of this (layer, micro-batch slot) — its routing plan, the
+  /// experts' input rows and their outputs in slot order live until this slot's backward; its
+  /// transient all-to-all rows are in the stage's scratch (parallel/moe_dispatcher.h).
   std::shared_ptr<parallel::AlltoAllDispatcher> dispatcher;
   std::vector<int64_t> real_counts;  ///< [E] slots routed to each expert from real tokens
   std::vector<double> real_prob_sum; ///< [E] sum of probs over real tokens

@@ -40,16 +40,27 @@
 // the same order, as one process running the whole group's tokens, so expert GEMMs and
 // their weight gradients are equal to the single-process ones.
 //
-// The dispatcher keeps its buffers between calls (grow-only) and the routing plan of the
-// last dispatch(); call dispatch / combine / combine_backward / dispatch_backward in that
-// order for each micro-batch and layer. The plan belongs to one micro-batch: under 1F1B
-// (stage 0 of p = 2 runs F0 F1 B0) use one dispatcher per (MoE layer, pipeline slot), never
-// one per layer, or B0 would run with micro-batch 1's routing.
+// Saved and transient buffers. A dispatcher keeps, from dispatch() until its backward, only
+// what the backward reads: the routing plan (counts, row_of_slot), expert_input() (the
+// experts' weight gradients need their input rows; Megatron keeps the permuted tokens and the
+// routing map / probabilities per layer the same way) and the experts' outputs back in slot
+// order (y_perm, [T*k, hidden]: the combine weights' gradient dot(dout[t], y[slot])). Every
+// other row buffer — the permuted send rows, the all-to-all receive rows, the reordering and
+// un-permute scratch and the etp all-gather / reduce-scatter block — is needed only inside one
+// call, so it lives in a caller's Workspace (keys "moe.a2a.send", "moe.a2a.recv",
+// "moe.a2a.own", "moe.a2a.etp", grow-only) that every dispatcher of a stage shares: one set
+// of them per rank instead of one per (layer, micro-batch slot). Without a workspace the
+// dispatcher uses a private one. Results do not depend on which workspace is used (no stale
+// row is read). Call dispatch / combine / combine_backward / dispatch_backward in that order
+// for each micro-batch and layer. The plan belongs to one micro-batch: under 1F1B (stage 0 of
+// p = 2 runs F0 F1 B0) use one dispatcher per (MoE layer, pipeline slot), never one per
+// layer, or B0 would run with micro-batch 1's routing.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "twinkle/core/workspace.h"
 #include "twinkle/dist/process_group.h"
 
 namespace twinkle::parallel {
@@ -72,8 +83,9 @@ class AlltoAllDispatcher {
   /// topk_idx [T, k] i32 (global expert ids in [0, E), distinct per token; else
   /// twinkle::Error). Collective over the EP group (and the etp group). Afterwards
   /// expert_input() holds expert_rows() rows [R, hidden] grouped by local expert,
-  /// local_counts() [El] rows each.
-  void dispatch(const float* x, const int32_t* topk_idx, int64_t T, int64_t k);
+  /// local_counts() [El] rows each. scratch: the shared workspace of the transient buffers
+  /// (see above; nullptr: the dispatcher's own), here and in the three calls below.
+  void dispatch(const float* x, const int32_t* topk_idx, int64_t T, int64_t k, Workspace* scratch = nullptr);
   const float* expert_input() const { return expert_in_.data(); }
   int64_t expert_rows() const { return R_; }
   const int64_t* local_counts() const { return local_counts_.data(); }
@@ -92,15 +104,17 @@ class AlltoAllDispatcher {
   /// topk_w [T, k] the combine weights -> out [T, hidden] (OVERWRITTEN). With etp > 1, y holds
   /// this etp rank's partial sums (summed over etp here). Collective. Keeps the returned
   /// expert outputs for combine_backward.
-  void combine(const float* y, const float* topk_w, float* out);
+  void combine(const float* y, const float* topk_w, float* out, Workspace* scratch = nullptr);
 
   /// Backward of combine given dout [T, hidden]: dy [R, hidden] (OVERWRITTEN; the gradient of
   /// the experts' outputs in expert_input()'s order) and dtopk_w [T, k] (OVERWRITTEN). Collective.
-  void combine_backward(const float* dout, const float* topk_w, float* dy, float* dtopk_w);
+  void combine_backward(const float* dout, const float* topk_w, float* dy, float* dtopk_w,
+                        Workspace* scratch = nullptr);
 
   /// Backward of dispatch given d_expert_input [R, hidden] -> dx [T, hidden] (OVERWRITTEN, or
   /// added to when accumulate). Collective.
-  void dispatch_backward(const float* d_expert_input, float* dx, bool accumulate = false);
+  void dispatch_backward(const float* d_expert_input, float* dx, bool accumulate = false,
+                         Workspace* scratch = nullptr);
 
   /// Bytes of token rows this rank sent to other ranks in the last dispatch (each direction
   /// of the forward moves the same volume): sum over destinations != self of rows * hidden * 4.
@@ -113,9 +127,13 @@ class AlltoAllDispatcher {
   // All-to-all of [rows, hidden] rows: forward direction (to expert owners) or back.
   void exchange(const float* send, float* recv, bool to_experts);
   // etp > 1: own rows [R_own, hidden] ([local expert][src] order) -> the group's rows [R, hidden]
-  // ([local expert][etp rank][src]) by all-gather, and the reverse by reduce-scatter (sum).
-  void etp_gather(const float* own, float* all);
-  void etp_reduce_scatter(const float* all, float* own);
+  // ([local expert][etp rank][src]) by all-gather, and the reverse by reduce-scatter (sum),
+  // through the workspace's "moe.a2a.etp" block.
+  void etp_gather(const float* own, float* all, Workspace& ws);
+  void etp_reduce_scatter(const float* all, float* own, Workspace& ws);
+  // A transient buffer of n floats (at least 1) under `key` of `ws`, or of the private workspace.
+  float* scratch_rows(Workspace* ws, const char* key, int64_t n);
+  Workspace& scratch_of(Workspace* ws) { return ws ? *ws : own_scratch_; }
 
   std::shared_ptr<dist::ProcessGroup> ep_, etp_;
   int64_t E_ = 0, El_ = 0, H_ = 0, first_ = 0;
@@ -128,11 +146,12 @@ class AlltoAllDispatcher {
   int64_t R_own_ = 0;                    // rows received over ep by this rank (= R_ for etp 1)
   std::vector<int64_t> own_counts_;      // [El] of them per local expert
   std::vector<int64_t> etp_counts_;      // [etp][El] every etp rank's own_counts_
-  int64_t etp_block_ = 0;                // padded rows per etp rank in etp_buf_
+  int64_t etp_block_ = 0;                // padded rows per etp rank in the "moe.a2a.etp" block
   std::vector<int64_t> send_rows_, recv_rows_;  // [ep] rows to / from each peer
   std::vector<int32_t> row_of_slot_, slot_of_row_;
-  // buffers (grow-only)
-  std::vector<float> permuted_, recv_buf_, expert_in_, back_buf_, y_perm_, tmp_, own_, etp_buf_;
+  // saved until the backward (grow-only): the experts' input rows, their outputs in slot order
+  std::vector<float> expert_in_, y_perm_;
+  Workspace own_scratch_;  // the transient buffers when the caller passes no workspace
   std::vector<int64_t> sc_, sd_, rc_, rd_;
   int64_t last_bytes_ = 0;
 };

@@ -13,11 +13,13 @@
 //    shard of scratch;
 //  * activations — the saved activations of the micro-batches in flight on the stage (1F1B:
 //    min(pp - stage, micro-batches) slots, model/qwen3_activations.h layout incl. its 25 %
-//    headroom, MoE blocks' routed buffers and, with ep or etp > 1, the alltoall dispatcher's
-//    buffers of every (MoE layer, slot) for balanced routing), the recompute buffers and the
+//    headroom, MoE blocks' routed buffers and, with ep or etp > 1, what the alltoall
+//    dispatcher of every (MoE layer, slot) saves for its backward — routing maps, expert input
+//    rows, expert outputs in slot order — for balanced routing), the recompute buffers and the
 //    pipeline receive buffers;
 //  * workspace — the largest scratch buffers of one layer's backward and of the fused lm head +
-//    cross entropy ([chunk, vocab/tp] logits), with core/workspace.h's 25 % headroom;
+//    cross entropy ([chunk, vocab/tp] logits), and the dispatchers' transient send / receive
+//    (and etp) rows shared by all MoE layers and slots, with core/workspace.h's 25 % headroom;
 //  * runtime — the process itself (code, MPI, OpenMP, oneDNN), a measured constant.
 // mixed_precision "bf16" (`--bf16`) keeps every item above in fp32 as the CPU bf16 kernel set does
 // (fp32 master weights, grads and Adam state, fp32 saved activations) and changes only the
