@@ -182,11 +182,18 @@ void check_mixed_precision(const std::string& mp) {
         "mixed_precision: unknown value '" + mp + "' (option mixed_precision / --bf16 / --fp32: fp32 or bf16)");
 }
 
+void check_mixed_precision_on(const std::string& device, const std::string& mp) {
+  check_mixed_precision(mp);
+  check(mp == "fp32" || device == "cpu",
+        "mixed_precision 'bf16' (--bf16) is not implemented on device '" + device +
+            "' yet (the CUDA backend runs fp32 GEMMs only): use fp32 there (--fp32 on the command line, "
+            "mixed_precision='no' in Python)");
+}
+
 void apply_mixed_precision(KernelTable& t, const std::string& mp) {
   check_mixed_precision(mp);
   if (mp == "fp32") return;
-  check(t.device == "cpu", "mixed_precision 'bf16' (--bf16) is not implemented on device '" + t.device +
-                               "' yet (the CUDA backend runs fp32 GEMMs only): use --fp32 there");
+  check_mixed_precision_on(t.device, mp);
   for (const auto& op : mixed_precision_ops()) t.set("bf16", Registry::global().get(op, t.device, "bf16"));
 }
 

@@ -12,10 +12,7 @@ namespace twinkle {
 
 Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelState> ps, Qwen3ModelOptions opts)
     : cfg_(cfg), ps_(std::move(ps)), opts_(std::move(opts)) {
-  kernels::check_mixed_precision(opts_.mixed_precision);
-  check(opts_.mixed_precision == "fp32" || ps_->mesh.device_type() == "cpu",
-        "mixed_precision 'bf16' (--bf16) is not implemented on device '" + ps_->mesh.device_type() +
-            "' yet (the CUDA backend runs fp32 GEMMs only): use --fp32 there");
+  kernels::check_mixed_precision_on(ps_->mesh.device_type(), opts_.mixed_precision);
   kernels_ = kernels::resolve_kernels(ps_->mesh.device_type(), opts_.kernels);
   kernels::apply_mixed_precision(kernels_, opts_.mixed_precision);
   if (opts_.mixed_precision == "bf16" && !kernels::cpu::bf16_gemm_native()) {

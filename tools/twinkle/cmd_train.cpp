@@ -31,6 +31,7 @@
 #include "twinkle/io/model_config.h"
 #include "twinkle/dist/runtime.h"
 #include "twinkle/io/safetensors.h"
+#include "twinkle/kernels/registry.h"
 #include "twinkle/train/megatron_model.h"
 
 namespace {
@@ -231,8 +232,7 @@ int train_main(int argc, char** argv) {
   mo.recompute_granularity = recompute;
   mo.mixed_precision = bf16 ? "bf16" : "fp32";
   // refused before the runtime touches a device (Qwen3Model refuses it too, for the API)
-  twinkle::check(!bf16 || device == "cpu", "mixed_precision 'bf16' (--bf16) is not implemented on device '" + device +
-                                               "' yet (the CUDA backend runs fp32 GEMMs only): use --fp32 there");
+  twinkle::kernels::check_mixed_precision_on(device, mo.mixed_precision);
   mo.layers_per_stage = layers_per_stage;
   mo.overlap_grad_reduce = overlap_grad;
   mo.overlap_param_gather = overlap_param;

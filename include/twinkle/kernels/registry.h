@@ -112,6 +112,11 @@ const std::vector<std::string>& mixed_precision_ops();
 /// Throws twinkle::Error naming the option unless mp is "fp32" or "bf16".
 void check_mixed_precision(const std::string& mp);
 
+/// Throws twinkle::Error unless mixed precision `mp` is available on `device`: check_mixed_precision,
+/// then "bf16" only on "cpu" (the CUDA backend has fp32 GEMMs only). The message names the way out
+/// for each front end: --fp32 on the command line, mixed_precision='no' in Python.
+void check_mixed_precision_on(const std::string& device, const std::string& mp);
+
 /// Lays mixed precision `mp` over a resolved table: "fp32" leaves it; "bf16" puts the CPU "bf16"
 /// implementations (twinkle/kernels/cpu/bf16_ops.h: bf16 GEMM inputs, fp32 accumulation and outputs;
 /// attention_bf16.h: the attention backward's tile products in bf16) into the mixed_precision_ops()
