@@ -242,15 +242,7 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
   }
 }
 
-namespace {
-
 // ---------------------------------------------------------------- backward
-
-struct BwdTask {
-  int64_t seg, g, kt_begin, kt_end, cost;
-};
-
-}  // namespace
 
 void flash_attention_backward_ex(const float* q, const float* k, const float* v, const float* out, const float* lse,
                                  const float* dout, float* dq, float* dk, float* dv, const int32_t* cu,
@@ -284,46 +276,17 @@ void flash_attention_backward_ex(const float* q, const float* k, const float* v,
   pack_t(k, T0, Tn, Hkv, D, ldT, KT);
   pack_t(v, T0, Tn, Hkv, D, ldT, VT);
 
-  // delta[t,h] = sum_d dO*O (FA2's D_i); lse in log2 units.
-#pragma omp parallel for schedule(static) if (Tn * Hq * D > 65536)
-  for (int64_t i = 0; i < Tn * Hq; ++i) {
-    const float* o = out + (T0 * Hq + i) * D;
-    const float* go = dout + (T0 * Hq + i) * D;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t d = 0; d < D; ++d) s += o[d] * go[d];
-    delta[i] = s;
-    lse2[i] = lse[T0 * Hq + i] * kLog2e;
-  }
+  backward_delta(out, dout, lse, T0, Tn, Hq, D, delta, lse2);
 
-  // Tasks: (segment, kv head, key-tile range). Cost ~ number of tile pairs.
-  const int nthreads = omp_get_max_threads();
-  std::vector<BwdTask> per_head, per_tile;
-  int64_t total = 0, max_head = 0;
-  for (int64_t s = 0; s < n_seqs; ++s) {
-    const int64_t nt = (cu[s + 1] - cu[s] + kB - 1) / kB;
-    if (nt == 0) continue;
-    const int64_t c = nt * (nt + 1) / 2 * group;
-    for (int64_t g = 0; g < Hkv; ++g) {
-      per_head.push_back({s, g, 0, nt, c});
-      for (int64_t j = 0; j < nt; ++j) per_tile.push_back({s, g, j, j + 1, (nt - j) * group});
-      total += c;
-      max_head = std::max(max_head, c);
-    }
-  }
-  bool by_head = schedule == AttnBwdSchedule::PerKvHead;
-  if (schedule == AttnBwdSchedule::Auto)
-    by_head = nthreads == 1 || (static_cast<int64_t>(per_head.size()) >= 2 * nthreads &&
-                                2 * max_head * nthreads <= total);
-  std::vector<BwdTask>& tasks = by_head ? per_head : per_tile;
-  std::stable_sort(tasks.begin(), tasks.end(), [](const BwdTask& a, const BwdTask& b) { return a.cost > b.cost; });
+  // Tasks: (segment, kv head, key-tile range), and dq_acc's locks for PerKeyTile.
+  const BwdSchedule sched =
+      backward_schedule(cu, n_seqs, Hq, Hkv, omp_get_max_threads(),
+                        schedule == AttnBwdSchedule::Auto ? -1 : schedule == AttnBwdSchedule::PerKvHead ? 1 : 0);
+  const std::vector<BwdTask>& tasks = sched.tasks;
+  const bool by_head = sched.by_head;
+  const std::vector<int64_t>& tile_base = sched.tile_base;
+  const std::unique_ptr<std::mutex[]>& locks = sched.locks;
   const int64_t ntasks = static_cast<int64_t>(tasks.size());
-
-  // One lock per (segment, q head, query tile) of dq_acc, used when key tiles of one kv head run
-  // concurrently (PerKeyTile).
-  std::vector<int64_t> tile_base(static_cast<size_t>(n_seqs) + 1, 0);
-  for (int64_t s = 0; s < n_seqs; ++s) tile_base[s + 1] = tile_base[s] + (cu[s + 1] - cu[s] + kB - 1) / kB * Hq;
-  std::unique_ptr<std::mutex[]> locks(by_head ? nullptr : new std::mutex[std::max<int64_t>(1, tile_base[n_seqs])]);
 
 #pragma omp parallel if (ntasks > 1)
   {

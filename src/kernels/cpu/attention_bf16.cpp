@@ -237,10 +237,6 @@ void pack_pairs_t(const uint16_t* rows, int64_t H, int64_t Tp, int64_t Dp, uint3
   }
 }
 
-struct BwdTask {
-  int64_t seg, g, kt_begin, kt_end, cost;
-};
-
 thread_local Scratch tl_s, tl_dkv, tl_dq;
 thread_local std::vector<uint32_t> tl_dsw, tl_pv, tl_dsv;
 
@@ -290,39 +286,14 @@ void flash_attention_backward_bf16(const float* q, const float* k, const float* 
   float* dq_acc = g_dq.get(static_cast<size_t>(Tn * Hq * Dp), true);
   float* delta = g_delta.get(static_cast<size_t>(2 * Tn * Hq), false);
   float* lse2 = delta + Tn * Hq;
-#pragma omp parallel for schedule(static) if (Tn * Hq * D > 65536)
-  for (int64_t i = 0; i < Tn * Hq; ++i) {
-    const float* o = out + (T0 * Hq + i) * D;
-    const float* go = dout + (T0 * Hq + i) * D;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t d = 0; d < D; ++d) s += o[d] * go[d];
-    delta[i] = s;
-    lse2[i] = lse[T0 * Hq + i] * kLog2e;
-  }
+  backward_delta(out, dout, lse, T0, Tn, Hq, D, delta, lse2);
 
-  const int nthreads = omp_get_max_threads();
-  std::vector<BwdTask> per_head, per_tile;
-  int64_t total = 0, max_head = 0;
-  for (int64_t s = 0; s < n_seqs; ++s) {
-    const int64_t nt = (cu[s + 1] - cu[s] + kB - 1) / kB;
-    if (nt == 0) continue;
-    const int64_t c = nt * (nt + 1) / 2 * group;
-    for (int64_t g = 0; g < Hkv; ++g) {
-      per_head.push_back({s, g, 0, nt, c});
-      for (int64_t j = 0; j < nt; ++j) per_tile.push_back({s, g, j, j + 1, (nt - j) * group});
-      total += c;
-      max_head = std::max(max_head, c);
-    }
-  }
-  const bool by_head =
-      nthreads == 1 || (static_cast<int64_t>(per_head.size()) >= 2 * nthreads && 2 * max_head * nthreads <= total);
-  std::vector<BwdTask>& tasks = by_head ? per_head : per_tile;
-  std::stable_sort(tasks.begin(), tasks.end(), [](const BwdTask& a, const BwdTask& b) { return a.cost > b.cost; });
+  const BwdSchedule sched = backward_schedule(cu, n_seqs, Hq, Hkv, omp_get_max_threads(), -1);  // Auto's
+  const std::vector<BwdTask>& tasks = sched.tasks;
+  const bool by_head = sched.by_head;
+  const std::vector<int64_t>& tile_base = sched.tile_base;
+  const std::unique_ptr<std::mutex[]>& locks = sched.locks;
   const int64_t ntasks = static_cast<int64_t>(tasks.size());
-  std::vector<int64_t> tile_base(static_cast<size_t>(n_seqs) + 1, 0);
-  for (int64_t s = 0; s < n_seqs; ++s) tile_base[s + 1] = tile_base[s] + (cu[s + 1] - cu[s] + kB - 1) / kB * Hq;
-  std::unique_ptr<std::mutex[]> locks(by_head ? nullptr : new std::mutex[std::max<int64_t>(1, tile_base[n_seqs])]);
 
 #pragma omp parallel if (ntasks > 1)
   {

@@ -7,8 +7,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "twinkle/core/error.h"
 #include "twinkle/kernels/cpu/vmath.h"
@@ -122,6 +125,70 @@ inline void prob_dscore_row(float* p, float* ds, int64_t n, float c2, float l2, 
   }
   for (int64_t c = n; c < rup16(n); ++c) p[c] = 0.0f, ds[c] = 0.0f;
 #endif
+}
+
+// ---------------------------------------------------------------- backward
+
+// delta[i] = sum_d dO*O (FlashAttention-2's D_i) and lse2[i] = lse in log2 units, for the rows
+// i = t*Hq + h of the tokens [T0, T0+Tn) (out, dout [T][Hq][D]; lse [T][Hq]).
+inline void backward_delta(const float* out, const float* dout, const float* lse, int64_t T0, int64_t Tn,
+                           int64_t Hq, int64_t D, float* delta, float* lse2) {
+#pragma omp parallel for schedule(static) if (Tn * Hq * D > 65536)
+  for (int64_t i = 0; i < Tn * Hq; ++i) {
+    const float* o = out + (T0 * Hq + i) * D;
+    const float* go = dout + (T0 * Hq + i) * D;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t d = 0; d < D; ++d) s += o[d] * go[d];
+    delta[i] = s;
+    lse2[i] = lse[T0 * Hq + i] * kLog2e;
+  }
+}
+
+// One task of the backward: key tiles [kt_begin, kt_end) of kv head g in segment seg; cost ~ the
+// number of (query tile, key tile) pairs it computes.
+struct BwdTask {
+  int64_t seg, g, kt_begin, kt_end, cost;
+};
+
+// The backward's work list, most expensive first: one task per (segment, kv head) when by_head, else
+// one per key tile; with key tiles of one kv head running concurrently, dq_acc's rows of (segment,
+// q head, query tile) are guarded by locks[tile_base[seg] + h * n_query_tiles(seg) + qi].
+struct BwdSchedule {
+  std::vector<BwdTask> tasks;
+  bool by_head = false;
+  std::vector<int64_t> tile_base;
+  std::unique_ptr<std::mutex[]> locks;  // null when by_head
+};
+
+// by_head: 1 = per kv head, 0 = per key tile, -1 = choose (per head on one thread, or when there are
+// at least two heads per thread and no head costs more than half a thread's share).
+inline BwdSchedule backward_schedule(const int32_t* cu, int64_t n_seqs, int64_t Hq, int64_t Hkv, int nthreads,
+                                     int by_head) {
+  const int64_t group = Hq / Hkv;
+  std::vector<BwdTask> per_head, per_tile;
+  int64_t total = 0, max_head = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const int64_t nt = (cu[s + 1] - cu[s] + kB - 1) / kB;
+    if (nt == 0) continue;
+    const int64_t c = nt * (nt + 1) / 2 * group;
+    for (int64_t g = 0; g < Hkv; ++g) {
+      per_head.push_back({s, g, 0, nt, c});
+      for (int64_t j = 0; j < nt; ++j) per_tile.push_back({s, g, j, j + 1, (nt - j) * group});
+      total += c;
+      max_head = std::max(max_head, c);
+    }
+  }
+  BwdSchedule r;
+  r.by_head = by_head >= 0 ? by_head == 1
+                           : nthreads == 1 || (static_cast<int64_t>(per_head.size()) >= 2 * nthreads &&
+                                               2 * max_head * nthreads <= total);
+  r.tasks = std::move(r.by_head ? per_head : per_tile);
+  std::stable_sort(r.tasks.begin(), r.tasks.end(), [](const BwdTask& a, const BwdTask& b) { return a.cost > b.cost; });
+  r.tile_base.assign(static_cast<size_t>(n_seqs) + 1, 0);
+  for (int64_t s = 0; s < n_seqs; ++s) r.tile_base[s + 1] = r.tile_base[s] + (cu[s + 1] - cu[s] + kB - 1) / kB * Hq;
+  if (!r.by_head) r.locks.reset(new std::mutex[std::max<int64_t>(1, r.tile_base[n_seqs])]);
+  return r;
 }
 
 inline void zero_prefix(float* x, int64_t rows, int64_t row_len) {
