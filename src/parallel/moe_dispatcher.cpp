@@ -218,9 +218,7 @@ void AlltoAllDispatcher::dispatch_tags(const uint64_t* tag, std::vector<uint64_t
   int64_t o = 0;
   for (int64_t e = 0; e < El_; ++e)
     for (int s = 0; s < ep_size_; ++s) {
-      int64_t i = 0;
-      for (int s2 = 0; s2 < s; ++s2) i += recv_rows_[s2];
-      for (int64_t e2 = 0; e2 < e; ++e2) i += recv_counts_[s * El_ + e2];
+      const int64_t i = src_block_row(s, e);
       for (int64_t n = 0; n < recv_counts_[s * El_ + e]; ++n)
         out[static_cast<size_t>(o++)] = static_cast<uint64_t>(recv[static_cast<size_t>(i + n)]);
     }
@@ -241,14 +239,19 @@ void AlltoAllDispatcher::exchange(const float* send, float* recv, bool to_expert
   ep_->all_to_all_v(send, sc_, sd_, recv, rc_, rd_, DType::F32);
 }
 
+int64_t AlltoAllDispatcher::src_block_row(int s, int64_t e) const {
+  int64_t i = 0;
+  for (int s2 = 0; s2 < s; ++s2) i += recv_rows_[s2];
+  for (int64_t e2 = 0; e2 < e; ++e2) i += recv_counts_[s * El_ + e2];
+  return i;
+}
+
 void AlltoAllDispatcher::src_to_expert_order(const float* in, float* out) const {
   // in: for s, for e: recv_counts_[s][e] rows;  out: for e, for s: the same blocks
   int64_t o = 0;
   for (int64_t e = 0; e < El_; ++e)
     for (int s = 0; s < ep_size_; ++s) {
-      int64_t i = 0;  // offset of block (s, e) in the input
-      for (int s2 = 0; s2 < s; ++s2) i += recv_rows_[s2];
-      for (int64_t e2 = 0; e2 < e; ++e2) i += recv_counts_[s * El_ + e2];
+      const int64_t i = src_block_row(s, e);
       const int64_t n = recv_counts_[s * El_ + e] * H_;
       if (n) std::memcpy(out + o, in + i * H_, static_cast<size_t>(n) * sizeof(float));
       o += n;
@@ -259,9 +262,7 @@ void AlltoAllDispatcher::expert_to_src_order(const float* in, float* out) const 
   int64_t o = 0;
   for (int64_t e = 0; e < El_; ++e)
     for (int s = 0; s < ep_size_; ++s) {
-      int64_t i = 0;
-      for (int s2 = 0; s2 < s; ++s2) i += recv_rows_[s2];
-      for (int64_t e2 = 0; e2 < e; ++e2) i += recv_counts_[s * El_ + e2];
+      const int64_t i = src_block_row(s, e);
       const int64_t n = recv_counts_[s * El_ + e] * H_;
       if (n) std::memcpy(out + i * H_, in + o, static_cast<size_t>(n) * sizeof(float));
       o += n;

@@ -124,6 +124,8 @@ class AlltoAllDispatcher {
   // [src][local expert] <-> [local expert][src] chunk reordering of R rows.
   void src_to_expert_order(const float* in, float* out) const;
   void expert_to_src_order(const float* in, float* out) const;
+  // First row of block (source rank s, local expert e) in the [src][local expert] receive order.
+  int64_t src_block_row(int s, int64_t e) const;
   // All-to-all of [rows, hidden] rows: forward direction (to expert owners) or back.
   void exchange(const float* send, float* recv, bool to_experts);
   // etp > 1: own rows [R_own, hidden] ([local expert][src] order) -> the group's rows [R, hidden]
