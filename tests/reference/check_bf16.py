@@ -32,6 +32,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from check_train import make_batch, read_metrics, run, write_rows  # noqa: E402
+import harness  # noqa: E402
 
 PY = os.environ.get("TWINKLE_REF_PYTHON") or "/usr/bin/python3"
 
@@ -147,11 +148,7 @@ def main():
                                 "the test could not catch it")
             if d_tw == 0.0:
                 failures.append("twinkle --bf16 equals --fp32 bit for bit: bf16 was not applied")
-        if failures:
-            print("FAILED:\n  " + "\n  ".join(failures))
-            return 1
-        print("OK")
-        return 0
+        return harness.report(failures)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

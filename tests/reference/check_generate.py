@@ -111,11 +111,7 @@ def main():
             failures.append("a stop case does not stop early: the test could not fail")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print("OK")
-    return 0
+    return harness.report(failures)
 
 
 if __name__ == "__main__":

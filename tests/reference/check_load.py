@@ -32,6 +32,7 @@ import qwen3_ref  # noqa: E402
 import safetensors_py  # noqa: E402
 
 import torch  # noqa: E402
+import harness  # noqa: E402
 
 TOL = 1e-5
 
@@ -131,11 +132,7 @@ def main():
                     print(f"    if {what}: loss {ml:.9f} (rel change {mr:.2e})")
                     if mr <= 20 * TOL:
                         failures.append(f"{tag}: '{what}' moves the loss only {mr:.2e}: the test cannot see it")
-        if failures:
-            print("FAILED:\n  " + "\n  ".join(failures))
-            return 1
-        print("OK: twinkle loads sharded F32/BF16 checkpoints with non-trivial norms and biases like the reference")
-        return 0
+        return harness.report(failures, ok="OK: twinkle loads sharded F32/BF16 checkpoints with non-trivial norms and biases like the reference")
     finally:
         if args.keep:
             print("scratch kept in", tmp)

@@ -167,11 +167,7 @@ def main():
 
 def finish(tmp, failures):
     shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print("OK")
-    return 0
+    return harness.report(failures)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import harness  # noqa: E402
 from harness import read_metrics, rel, run, write_rows  # noqa: E402
 
 
@@ -117,11 +118,7 @@ def main():
             failures.append("the loss did not fall over the run")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print("OK")
-    return 0
+    return harness.report(failures)
 
 
 if __name__ == "__main__":

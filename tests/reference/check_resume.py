@@ -36,6 +36,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import check_train as ct  # noqa: E402
+import harness  # noqa: E402
 from harness import read_metrics, rel, run, run_any, write_rows  # noqa: E402
 import check_train_moe as ctm  # noqa: E402
 import safetensors_py  # noqa: E402
@@ -322,11 +323,8 @@ def main():
     try:
         r = Runner(args, tmp)
         failures = {"exact": check_exact, "crash": check_crash, "bad": check_bad}[args.mode](args, r)
-        if failures:
-            print("FAILED:\n  " + "\n  ".join(failures))
-            return 1
-        print(f"resume check OK ({args.mode}, {args.model}{', lora' if args.lora_r else ''}, np {args.np} '{args.layout}')")
-        return 0
+        ok = f"resume check OK ({args.mode}, {args.model}{', lora' if args.lora_r else ''}, np {args.np} '{args.layout}')"
+        return harness.report(failures, ok=ok)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

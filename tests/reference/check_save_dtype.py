@@ -27,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import safetensors_py  # noqa: E402
 from check_train import load_ckpt, make_batch, read_metrics, run, write_rows  # noqa: E402
+import harness  # noqa: E402
 
 PY = "/usr/bin/python3"
 
@@ -109,11 +110,7 @@ def main():
         out_d, m_d = train(out_c, "fp32_from_bf16_roundtrip", ["--fp32", "--save-dtype", "float16"])
         check_loss(out_c, m_d, "round-trip bf16 checkpoint in fp32 training")
         expect(out_d, "float16", torch.float16)
-        if failures:
-            print("FAILED:\n  " + "\n  ".join(failures))
-            return 1
-        print("OK")
-        return 0
+        return harness.report(failures)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

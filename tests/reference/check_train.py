@@ -33,6 +33,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import safetensors_py  # noqa: E402
+import harness  # noqa: E402
 from harness import random_rows, read_metrics, rel, run, write_rows  # noqa: E402
 
 import torch  # noqa: E402
@@ -301,11 +302,7 @@ def main():
 
 
 def report(failures):
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures[:40]))
-        return 1
-    print("OK")
-    return 0
+    return harness.report(failures, limit=40)
 
 
 def check_lora_vs_torch(args, tmp, model, init_adapter, batch_json, tw_metrics, tw_out, cfg):

@@ -39,6 +39,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import check_train as ct  # noqa: E402
+import harness  # noqa: E402
 from harness import read_metrics, rel, run, write_rows  # noqa: E402
 import safetensors_py  # noqa: E402
 
@@ -147,11 +148,7 @@ def main():
             # (check_train.compare_params_strict); full training keeps the per-tensor rule.
             cmp = ct.compare_params_strict if args.lora_r else ct.compare_params
             failures += cmp(ct.load_ckpt(lay_out), ct.load_ckpt(base_out), args)
-            if failures:
-                print("FAILED:\n  " + "\n  ".join(failures[:40]))
-                return 1
-            print("OK")
-            return 0
+            return harness.report(failures, limit=40)
 
         grads_path = os.path.join(tmp, "tw_grads0.safetensors")
         init_adapter = os.path.join(tmp, "init_adapter")
@@ -233,11 +230,7 @@ def main():
             failures += ct.compare_adapter_f64(p_tw, ref_out, ref_out + "_f32", args)
         else:
             failures += ct.compare_params(p_tw, safetensors_py.load(os.path.join(ref_out, "final.safetensors")), args)
-        if failures:
-            print("FAILED:\n  " + "\n  ".join(failures[:40]))
-            return 1
-        print("OK")
-        return 0
+        return harness.report(failures, limit=40)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -41,6 +41,16 @@ def read_metrics(path, missing_ok=False):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def report(failures, ok="OK", limit=None):
+    """Prints the failures (the first `limit` of them when given) and returns 1, or prints `ok`
+    and returns 0: the exit code of a check's main()."""
+    if failures:
+        print("FAILED:\n  " + "\n  ".join(failures[:limit] if limit else failures))
+        return 1
+    print(ok)
+    return 0
+
+
 def rel(a, b):
     """|a - b| / |b| (b taken as at least 1e-12 in magnitude)."""
     return abs(a - b) / max(abs(b), 1e-12)
