@@ -1,6 +1,6 @@
 // bench/kernels_bench — throughput of twinkle's CPU kernels (see bench/README.md, section "CPU kernels").
 //
-//   build/bench/kernels_bench [--threads N] [--quick] [--cpu-time] [--fusions]
+//   build/bench/kernels_bench [--threads N] [--quick] [--cpu-time] [--fusions] [--lm-head]
 //
 // --cpu-time times with the process CPU clock instead of wall time: with --threads 1 on a shared,
 // busy machine this removes time-slicing by other processes from the figures.
@@ -30,6 +30,7 @@
 #include "twinkle/kernels/cpu/cross_entropy.h"
 #include "twinkle/kernels/cpu/gate_up_swiglu.h"
 #include "twinkle/kernels/cpu/gemm.h"
+#include "twinkle/kernels/cpu/linear_cross_entropy.h"
 #include "twinkle/kernels/cpu/qk_norm_rope.h"
 #include "twinkle/kernels/cpu/reduce.h"
 #include "twinkle/kernels/cpu/rmsnorm.h"
@@ -156,18 +157,56 @@ void bench_fusions(int reps) {
   }
 }
 
+// The lm head + cross entropy of bench configs a (hidden 256, vocab 151,936, 2048 tokens in chunks of
+// 1024) and b (hidden 1024, vocab 32,000, 1024 tokens): linear_cross_entropy against the sequence it
+// replaced per chunk (logits GEMM over the whole vocabulary, cross_entropy_forward, ce_backward in
+// place, the dX and dW GEMMs). GFLOP/s counts the three GEMMs (6 T V H).
+void bench_lm_head(const char* name, int64_t T, int64_t V, int64_t H, int64_t chunk, int reps) {
+  auto x = randv(T * H, 20), w = randv(V * H, 21, 0.05f);
+  std::vector<int32_t> lab(T);
+  for (int64_t t = 0; t < T; ++t) lab[t] = static_cast<int32_t>((t * 7919) % V);
+  std::vector<float> lse(T), dx(T * H), dw(V * H), scale(chunk, 1.0f / T);
+  std::vector<float> logits;
+  const double flops = 6.0 * T * V * H;
+  const int r = std::max(2, reps / 3);
+  const double unfused = best_seconds([&] {
+    logits.resize(static_cast<size_t>(chunk * V));
+    for (int64_t c0 = 0; c0 < T; c0 += chunk) {
+      linear_forward(x.data() + c0 * H, w.data(), logits.data(), chunk, V, H);
+      cross_entropy_forward(logits.data(), lab.data() + c0, chunk, V, lse.data() + c0);
+      ce_backward(logits.data(), lab.data() + c0, lse.data() + c0, chunk, V, V, 0, scale.data(), logits.data());
+      linear_backward(x.data() + c0 * H, w.data(), logits.data(), dx.data() + c0 * H, dw.data(), chunk, V, H);
+    }
+  }, r);
+  std::vector<float>().swap(logits);  // give it back before the fused kernel takes its own
+  const double fused = best_seconds([&] {
+    linear_cross_entropy(x.data(), w.data(), lab.data(), T, V, H, 1.0f / T, lse.data(), dx.data(), dw.data(), chunk);
+  }, r);
+  const std::string shape = "T" + std::to_string(T) + " V" + std::to_string(V) + " H" + std::to_string(H);
+  report_fusion(name, shape, unfused, fused);
+  std::printf("%-26s %-24s %9.1f GF/s %7.1f GF/s (the three GEMMs' 6TVH)\n", "", "", flops / unfused / 1e9,
+              flops / fused / 1e9);
+}
+
+void bench_lm_heads(int reps) {
+  std::printf("\n%-26s %-24s %12s %12s %8s\n", "lm head + cross entropy", "shape", "unfused", "fused", "gain");
+  bench_lm_head("fwd+bwd (config a)", 2048, 151936, 256, 1024, reps);
+  bench_lm_head("fwd+bwd (config b)", 1024, 32000, 1024, 1024, reps);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 0;
-  bool quick = false, fusions_only = false;
+  bool quick = false, fusions_only = false, lm_head_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--cpu-time")) g_cpu_time = true;
     else if (!std::strcmp(argv[i], "--fusions")) fusions_only = true;
+    else if (!std::strcmp(argv[i], "--lm-head")) lm_head_only = true;
     else {
-      std::fprintf(stderr, "usage: kernels_bench [--threads N] [--quick] [--cpu-time] [--fusions]\n");
+      std::fprintf(stderr, "usage: kernels_bench [--threads N] [--quick] [--cpu-time] [--fusions] [--lm-head]\n");
       return 2;
     }
   }
@@ -175,8 +214,9 @@ int main(int argc, char** argv) {
   std::printf("kernels_bench: %d OpenMP thread(s), %s\n", omp_get_max_threads(),
               g_cpu_time ? "process CPU time" : "wall time");
   const int reps = quick ? 3 : 10;
-  if (fusions_only) {
-    bench_fusions(reps);
+  if (fusions_only || lm_head_only) {
+    if (fusions_only) bench_fusions(reps);
+    bench_lm_heads(reps);
     return 0;
   }
 
@@ -270,5 +310,6 @@ int main(int argc, char** argv) {
                 tf * 1e3, ffl / tf / 1e9, tb * 1e3, bfl / tb / 1e9);
   }
   bench_fusions(reps);
+  bench_lm_heads(reps);
   return 0;
 }

@@ -5,6 +5,7 @@
 
 #include "twinkle/core/error.h"
 #include "twinkle/dist/device_mesh.h"
+#include "twinkle/kernels/cpu/linear_cross_entropy.h"
 #include "twinkle/model/qwen3_activations.h"
 #include "twinkle/model/qwen3_flops.h"
 #include "twinkle/parallel/expert_layout.h"
@@ -251,8 +252,10 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     const int64_t chunk = std::min(o.lm_head_chunk_tokens, T);
     if (last && t > 1) gemms.push_back({chunk, Vl, H});
     if (last) {
-      if (t == 1 && !bf16)  // the fused linear_cross_entropy kernel: its own [chunk, vocab] logits, lse in scratch
-        w += 4.0 * static_cast<double>(chunk * c.vocab_size + chunk) + ws(T);
+      if (t == 1 && !bf16)  // the fused linear_cross_entropy kernel: its own buffers (logits...), lse in scratch
+        w += static_cast<double>(kernels::cpu::linear_cross_entropy_scratch_bytes(T, c.vocab_size, H,
+                                                                                  o.lm_head_chunk_tokens, true)) +
+             ws(T);
       else if (t == 1)      // its bf16 twin: see bf16_workspace; lse in scratch
         w += ws(T);
       else                  // head.logits, lse, rmax/tgt/rscale

@@ -7,6 +7,7 @@
 
 #include "twinkle/core/error.h"
 #include "twinkle/kernels/cpu/vmath.h"
+#include "ce_rows.h"
 
 namespace twinkle::kernels::cpu {
 
@@ -14,64 +15,9 @@ namespace {
 
 constexpr int64_t kParWork = 32768;  // elements below which rows run serially
 
-inline float row_max(const float* x, int64_t n) {
-  float m = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : m)
-  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
-  return m;
-}
-
-#ifdef __AVX512F__
-inline double hsum(__m512 v) {
-  alignas(64) float t[16];
-  _mm512_store_ps(t, v);
-  double s = 0.0;
-  for (float x : t) s += x;
-  return s;
-}
-#endif
-
-// sum_j exp(x[j] - mx), float partial sums over blocks of 512, blocks summed in double.
-inline double row_sumexp(const float* x, int64_t n, float mx) {
-  double total = 0.0;
-#ifdef __AVX512F__
-  const __m512 m = _mm512_set1_ps(mx);
-  for (int64_t b = 0; b < n; b += 512) {
-    const int64_t e = b + 512 < n ? b + 512 : n;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t j = b; j < e; j += 16) {
-      const __mmask16 k = vmath::tail_mask(e - j);
-      const __m512 v = vmath::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), m));
-      acc = _mm512_mask_add_ps(acc, k, acc, v);
-    }
-    total += hsum(acc);
-  }
-#else
-  for (int64_t b = 0; b < n; b += 512) {
-    const int64_t e = b + 512 < n ? b + 512 : n;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = b; j < e; ++j) s += vmath::exp(x[j] - mx);
-    total += s;
-  }
-#endif
-  return total;
-}
-
-// d[j] = sc * exp(x[j] - l), j < n (d may alias x)
-inline void row_softmax_scaled(const float* x, float* d, int64_t n, float l, float sc) {
-#ifdef __AVX512F__
-  const __m512 lv = _mm512_set1_ps(l), sv = _mm512_set1_ps(sc);
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 k = vmath::tail_mask(n - j);
-    const __m512 v = vmath::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), lv));
-    _mm512_mask_storeu_ps(d + j, k, _mm512_mul_ps(sv, v));
-  }
-#else
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j) d[j] = sc * vmath::exp(x[j] - l);
-#endif
-}
+using ce_rows::row_max;
+using ce_rows::row_softmax_scaled;
+using ce_rows::row_sumexp;
 
 }  // namespace
 

@@ -1,31 +1,160 @@
 #include "twinkle/kernels/cpu/linear_cross_entropy.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
 #include <vector>
 
+#include "ce_rows.h"
+#include "twinkle/core/error.h"
 #include "twinkle/kernels/cpu/cross_entropy.h"
 #include "twinkle/kernels/cpu/gemm.h"
 
 namespace twinkle::kernels::cpu {
 
+namespace {
+
+// Vocab columns per block. A block of the logits is a [rows, 512] matrix of its own (2 MiB for 1024
+// rows, cache-resident): right after its GEMM each row's max m is taken and the row replaced by
+// exp(logit - m) (one exp per logit, summed as one float partial sum, ce_rows::kSumBlock); in the
+// backward the block is scaled to dlogits (exp(m - lse) per row) and feeds the dX and dW GEMMs right
+// away, so the [rows, V] logits are written once and read once, never read by the GEMMs from DRAM.
+constexpr int64_t kVocabBlock = ce_rows::kSumBlock;
+constexpr int64_t kParWork = 32768;  // logits elements below which one thread does the chunk
+constexpr int64_t kSlabs = 16;       // at most this many dX partial sums in the backward (each [rows, H])
+constexpr int64_t kSlabBytes = 16 << 20;  // ... and at most about this many bytes of them
+
+struct Sizes {
+  int64_t chunk, nblk, nslab;
+};
+
+Sizes sizes(int64_t T, int64_t V, int64_t H, int64_t chunk_rows) {
+  Sizes z;
+  z.chunk = std::max<int64_t>(1, std::min<int64_t>(chunk_rows > 0 ? chunk_rows : 1024, T));
+  z.nblk = (V + kVocabBlock - 1) / kVocabBlock;
+  z.nslab = std::min(z.nblk, std::clamp<int64_t>(kSlabBytes / (4 * z.chunk * H), 2, kSlabs));
+  return z;
+}
+
+struct Scratch {  // grow-only, kept between calls (one per calling thread)
+  std::vector<float> logits, bmax, bsum, target, dx_part;
+  std::vector<double> row_loss;
+};
+
+template <class T>
+T* grow(std::vector<T>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+}  // namespace
+
 double linear_cross_entropy(const float* X, const float* W, const int32_t* labels, int64_t T, int64_t V, int64_t H,
                             float grad_scale, float* lse, float* dX, float* dW, int64_t chunk_rows) {
-  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(chunk_rows > 0 ? chunk_rows : 1024, T));
-  thread_local std::vector<float> logits, scale;  // grow-only, kept between calls
-  if (logits.size() < static_cast<size_t>(chunk * V)) logits.resize(static_cast<size_t>(chunk * V));
-  if (scale.size() < static_cast<size_t>(chunk)) scale.resize(static_cast<size_t>(chunk));
+  for (int64_t t = 0; t < T; ++t)
+    if (labels[t] != kIgnoreIndex && (labels[t] < 0 || labels[t] >= V))
+      throw Error("linear_cross_entropy: label " + std::to_string(labels[t]) + " of row " + std::to_string(t) +
+                  " is outside [0, " + std::to_string(V) + ") and is not -100");
+  const Sizes z = sizes(T, V, H, chunk_rows);
+  const int64_t chunk = z.chunk, nblk = z.nblk, nslab = z.nslab;
+  thread_local Scratch s;
+  float* buf = grow(s.logits, chunk * V);
+  float* bmax = grow(s.bmax, nblk * chunk);
+  float* bsum = grow(s.bsum, nblk * chunk);
+  float* target = grow(s.target, chunk);
+  double* row_loss = grow(s.row_loss, chunk);
+  // Blocks are spread over the threads dynamically (a thread preempted on a shared machine does not hold
+  // the others up); each block's GEMMs run on one thread (oneDNN runs single-threaded inside a parallel
+  // region): no fork/join per block. The backward sums dX over a fixed number of slabs of consecutive
+  // blocks, each into its own buffer, added in slab order: the result depends neither on the thread
+  // count nor on timing.
+  const bool par = nblk > 1 && chunk * V > kParWork && omp_get_max_threads() > 1 && !omp_in_parallel();
+  const int nthr = par ? std::min<int>(omp_get_max_threads(), static_cast<int>(nblk)) : 1;
+  float* part = dX && nslab > 1 ? grow(s.dx_part, (nslab - 1) * chunk * H) : nullptr;
   double loss = 0.0;
   for (int64_t c0 = 0; c0 < T; c0 += chunk) {
     const int64_t c = std::min(chunk, T - c0);
-    linear_forward(X + c0 * H, W, logits.data(), c, V, H);
-    loss += cross_entropy_forward(logits.data(), labels + c0, c, V, lse + c0);
-    if (dX) {
-      std::fill(scale.begin(), scale.begin() + c, grad_scale);
-      ce_backward(logits.data(), labels + c0, lse + c0, c, V, V, 0, scale.data(), logits.data());
-      linear_backward(X + c0 * H, W, logits.data(), dX + c0 * H, dW, c, V, H);
+    const float* Xc = X + c0 * H;
+    const int32_t* lab = labels + c0;
+    // Block b: columns [b*512, b*512 + n) of the chunk's logits, stored as its own [c, n] matrix.
+    auto block = [&](int64_t b, int64_t& v0, int64_t& n) {
+      v0 = b * kVocabBlock;
+      n = std::min(kVocabBlock, V - v0);
+      return buf + v0 * c;
+    };
+    // 1. logits block by block; the block's row max and sum-exp while it is in cache
+#pragma omp parallel for schedule(dynamic, 2) num_threads(nthr) if (par)
+    for (int64_t b = 0; b < nblk; ++b) {
+      int64_t v0, n;
+      float* Y = block(b, v0, n);
+      sgemm(false, true, c, n, H, 1.0f, Xc, H, W + v0 * H, H, 0.0f, Y, n);
+      for (int64_t t = 0; t < c; ++t) {
+        float* y = Y + t * n;
+        const int64_t l = lab[t];
+        if (l >= v0 && l < v0 + n) target[t] = y[l - v0];
+        const float m = ce_rows::row_max(y, n);
+        bmax[b * c + t] = m;
+        bsum[b * c + t] = static_cast<float>(ce_rows::row_exp_inplace_sum(y, n, m));  // y = exp(logit - m)
+      }
+    }
+    // 2. lse = M + log(sum_b sum_b' exp(max_b - M)), M the row max, in double
+#pragma omp parallel for schedule(static) num_threads(nthr) if (par)
+    for (int64_t t = 0; t < c; ++t) {
+      float M = -std::numeric_limits<float>::infinity();
+      for (int64_t b = 0; b < nblk; ++b) M = std::max(M, bmax[b * c + t]);
+      double S = 0.0;
+      for (int64_t b = 0; b < nblk; ++b)
+        S += static_cast<double>(bsum[b * c + t]) *
+             std::exp(static_cast<double>(bmax[b * c + t]) - static_cast<double>(M));
+      const double l = static_cast<double>(M) + std::log(S);
+      lse[c0 + t] = static_cast<float>(l);
+      row_loss[t] = lab[t] != kIgnoreIndex ? l - static_cast<double>(target[t]) : 0.0;
+    }
+    for (int64_t t = 0; t < c; ++t) loss += row_loss[t];  // row order: independent of the thread count
+    if (!dX) continue;
+    // 3. per block: dlogits = grad_scale * (softmax - onehot) in place, then dX += dlogits W_b and
+    //    dW_b += dlogits^T X while the block is in cache
+    float* dXc = dX + c0 * H;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (par)
+    for (int64_t sl = 0; sl < nslab; ++sl) {
+      float* dx = sl == 0 ? dXc : part + (sl - 1) * c * H;
+      const int64_t b0 = sl * nblk / nslab, b1 = (sl + 1) * nblk / nslab;
+      for (int64_t b = b0; b < b1; ++b) {
+        int64_t v0, n;
+        float* Y = block(b, v0, n);
+        for (int64_t t = 0; t < c; ++t) {
+          float* d = Y + t * n;
+          const int64_t l = lab[t];
+          if (l == kIgnoreIndex) {
+            std::fill(d, d + n, 0.0f);
+            continue;
+          }
+          // softmax = exp(logit - m) * exp(m - lse), the first factor stored by the forward
+          const double f = std::exp(static_cast<double>(bmax[b * c + t]) - static_cast<double>(lse[c0 + t]));
+          ce_rows::row_scale(d, n, static_cast<float>(static_cast<double>(grad_scale) * f));
+          if (l >= v0 && l < v0 + n) d[l - v0] -= grad_scale;
+        }
+        sgemm(false, false, c, H, n, 1.0f, Y, n, W + v0 * H, H, b == b0 ? 0.0f : 1.0f, dx, H);
+        if (dW) sgemm(true, false, n, H, c, 1.0f, Y, n, Xc, H, 1.0f, dW + v0 * H, H);
+      }
+    }
+    if (nslab > 1) {
+#pragma omp parallel for schedule(static) num_threads(nthr) if (par)
+      for (int64_t i = 0; i < c * H; ++i)
+        for (int64_t k = 1; k < nslab; ++k) dXc[i] += part[(k - 1) * c * H + i];
     }
   }
   return loss;
+}
+
+int64_t linear_cross_entropy_scratch_bytes(int64_t T, int64_t V, int64_t H, int64_t chunk_rows, bool backward) {
+  const Sizes z = sizes(T, V, H, chunk_rows);
+  int64_t b = 4 * (z.chunk * V + 2 * z.nblk * z.chunk + z.chunk) + 8 * z.chunk;
+  if (backward && z.nslab > 1) b += 4 * (z.nslab - 1) * z.chunk * H;
+  return b;
 }
 
 }  // namespace twinkle::kernels::cpu

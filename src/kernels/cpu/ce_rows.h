@@ -1,0 +1,114 @@
+// src/kernels/cpu/ce_rows.h — the per-row pieces of the softmax cross entropy shared by
+// cross_entropy.cpp (one row of a [T, V] logits matrix at a time) and linear_cross_entropy.cpp
+// (one row of a [rows, <= 512] vocab block at a time). Internal to the CPU kernels.
+#pragma once
+#include <cstdint>
+#include <limits>
+
+#include "twinkle/kernels/cpu/vmath.h"
+
+namespace twinkle::kernels::cpu::ce_rows {
+
+/// max_{j < n} x[j] (-inf when n == 0).
+inline float row_max(const float* x, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+#ifdef __AVX512F__
+inline double hsum(__m512 v) {
+  alignas(64) float t[16];
+  _mm512_store_ps(t, v);
+  double s = 0.0;
+  for (float x : t) s += x;
+  return s;
+}
+#endif
+
+/// Columns per float partial sum of row_sumexp.
+constexpr int64_t kSumBlock = 512;
+
+/// sum_{j < n} exp(x[j] - mx): float partial sums over blocks of kSumBlock columns, the blocks summed in
+/// double (one block when n <= kSumBlock).
+inline double row_sumexp(const float* x, int64_t n, float mx) {
+  double total = 0.0;
+#ifdef __AVX512F__
+  const __m512 m = _mm512_set1_ps(mx);
+  for (int64_t b = 0; b < n; b += kSumBlock) {
+    const int64_t e = b + kSumBlock < n ? b + kSumBlock : n;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j = b; j < e; j += 16) {
+      const __mmask16 k = vmath::tail_mask(e - j);
+      const __m512 v = vmath::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), m));
+      acc = _mm512_mask_add_ps(acc, k, acc, v);
+    }
+    total += hsum(acc);
+  }
+#else
+  for (int64_t b = 0; b < n; b += kSumBlock) {
+    const int64_t e = b + kSumBlock < n ? b + kSumBlock : n;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = b; j < e; ++j) s += vmath::exp(x[j] - mx);
+    total += s;
+  }
+#endif
+  return total;
+}
+
+/// x[j] = exp(x[j] - mx) for j < n, in place; returns their sum with row_sumexp's summation order
+/// (float partial sums over blocks of kSumBlock columns, the blocks summed in double).
+inline double row_exp_inplace_sum(float* x, int64_t n, float mx) {
+  double total = 0.0;
+#ifdef __AVX512F__
+  const __m512 m = _mm512_set1_ps(mx);
+  for (int64_t b = 0; b < n; b += kSumBlock) {
+    const int64_t e = b + kSumBlock < n ? b + kSumBlock : n;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j = b; j < e; j += 16) {
+      const __mmask16 k = vmath::tail_mask(e - j);
+      const __m512 v = vmath::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), m));
+      _mm512_mask_storeu_ps(x + j, k, v);
+      acc = _mm512_mask_add_ps(acc, k, acc, v);
+    }
+    total += hsum(acc);
+  }
+#else
+  for (int64_t b = 0; b < n; b += kSumBlock) {
+    const int64_t e = b + kSumBlock < n ? b + kSumBlock : n;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = b; j < e; ++j) {
+      x[j] = vmath::exp(x[j] - mx);
+      s += x[j];
+    }
+    total += s;
+  }
+#endif
+  return total;
+}
+
+/// x[j] *= sc for j < n.
+inline void row_scale(float* x, int64_t n, float sc) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) x[j] *= sc;
+}
+
+/// d[j] = sc * exp(x[j] - l) for j < n (d may alias x).
+inline void row_softmax_scaled(const float* x, float* d, int64_t n, float l, float sc) {
+#ifdef __AVX512F__
+  const __m512 lv = _mm512_set1_ps(l), sv = _mm512_set1_ps(sc);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = vmath::tail_mask(n - j);
+    const __m512 v = vmath::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), lv));
+    _mm512_mask_storeu_ps(d + j, k, _mm512_mul_ps(sv, v));
+  }
+#else
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) d[j] = sc * vmath::exp(x[j] - l);
+#endif
+}
+
+}  // namespace twinkle::kernels::cpu::ce_rows

@@ -1,0 +1,156 @@
+// linear_cross_entropy (src/kernels/cpu/linear_cross_entropy.cpp) over several vocab blocks of 512
+// columns, a partial last block, chunks of rows, ignored rows and labels on block edges, against a
+// float64 loop written here (logits = X W^T, lse, loss sum, dX = s (softmax - onehot) W,
+// dW += s (softmax - onehot)^T X, as torch.nn.functional.cross_entropy(reduction="sum") and its autograd
+// give them). The conformance table (kernel_conformance.cpp, PyTorch float64) covers V = 37, one block.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "twinkle/core/error.h"
+#include "twinkle/kernels/cpu/linear_cross_entropy.h"
+
+namespace {
+
+using twinkle::kernels::cpu::linear_cross_entropy;
+
+std::vector<float> randv(size_t n, uint32_t seed, float scale) {
+  std::vector<float> v(n);
+  uint32_t s = seed * 2654435761u + 12345u;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = scale * (static_cast<float>(s >> 8) / 16777216.0f * 2.0f - 1.0f);
+  }
+  return v;
+}
+
+struct Ref {
+  double loss = 0;
+  std::vector<double> lse, dx, dw;
+};
+
+Ref reference(const std::vector<float>& X, const std::vector<float>& W, const std::vector<int32_t>& lab, int64_t T,
+              int64_t V, int64_t H, double scale) {
+  Ref r;
+  r.lse.assign(T, 0.0);
+  r.dx.assign(T * H, 0.0);
+  r.dw.assign(V * H, 0.0);
+  std::vector<double> z(V);
+  for (int64_t t = 0; t < T; ++t) {
+    double mx = -1e300;
+    for (int64_t v = 0; v < V; ++v) {
+      double a = 0;
+      for (int64_t h = 0; h < H; ++h) a += static_cast<double>(X[t * H + h]) * W[v * H + h];
+      z[v] = a;
+      mx = std::max(mx, a);
+    }
+    double s = 0;
+    for (int64_t v = 0; v < V; ++v) s += std::exp(z[v] - mx);
+    r.lse[t] = mx + std::log(s);
+    if (lab[t] == -100) continue;
+    r.loss += r.lse[t] - z[lab[t]];
+    for (int64_t v = 0; v < V; ++v) {
+      const double d = scale * (std::exp(z[v] - r.lse[t]) - (v == lab[t] ? 1.0 : 0.0));
+      for (int64_t h = 0; h < H; ++h) {
+        r.dx[t * H + h] += d * W[v * H + h];
+        r.dw[v * H + h] += d * X[t * H + h];
+      }
+    }
+  }
+  return r;
+}
+
+double rel_err(const std::vector<float>& got, const std::vector<double>& ref, double offset = 0.0) {
+  double mx = 1e-30, err = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    mx = std::max(mx, std::fabs(ref[i]));
+    const double e = std::fabs(static_cast<double>(got[i]) - offset - ref[i]);
+    if (!(e <= err)) err = e;  // NaN counts as worst
+  }
+  return err / mx;
+}
+
+struct Out {
+  double loss;
+  std::vector<float> lse, dx, dw;
+};
+
+Out run(const std::vector<float>& X, const std::vector<float>& W, const std::vector<int32_t>& lab, int64_t T, int64_t V,
+        int64_t H, float scale, int64_t chunk, int threads) {
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  Out o;
+  o.lse.assign(T, 7.0f);
+  o.dx.assign(T * H, 7.0f);     // overwritten
+  o.dw.assign(V * H, 0.25f);    // accumulated
+  o.loss = linear_cross_entropy(X.data(), W.data(), lab.data(), T, V, H, scale, o.lse.data(), o.dx.data(),
+                                o.dw.data(), chunk);
+  omp_set_num_threads(before);
+  return o;
+}
+
+// 3 blocks of 512 + a partial block of 176; labels on both sides of every block edge, the last
+// column, column 0 and ignored rows.
+TEST(LinearCrossEntropy, ManyVocabBlocksMatchFloat64Loop) {
+  const int64_t T = 45, V = 1712, H = 24;
+  const auto X = randv(T * H, 1, 1.0f), W = randv(V * H, 2, 0.6f);
+  std::vector<int32_t> lab(T);
+  const int32_t edges[] = {0, 511, 512, 1023, 1024, 1535, 1536, 1711, -100};
+  for (int64_t t = 0; t < T; ++t) lab[t] = t < 9 ? edges[t] : (t % 7 == 0 ? -100 : static_cast<int32_t>((t * 389) % V));
+  int64_t nv = 0;
+  for (auto l : lab) nv += l != -100;
+  const float scale = 1.0f / static_cast<float>(nv);
+  const Ref ref = reference(X, W, lab, T, V, H, scale);
+  // chunk 0 = one chunk of all 45 rows; 16: chunks of 16, 16, 13 rows; 7: seven chunks, the last of
+  // 3 rows.
+  const std::pair<int64_t, int> runs[] = {{0, 2}, {16, 2}, {0, 1}, {7, 1}};
+  for (auto [chunk, threads] : runs) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk) + ", " + std::to_string(threads) + " thread(s)");
+    const Out o = run(X, W, lab, T, V, H, scale, chunk, threads);
+    EXPECT_LE(std::fabs(o.loss - ref.loss) / std::fabs(ref.loss), 1e-6) << o.loss << " vs " << ref.loss;
+    EXPECT_LE(rel_err(o.lse, ref.lse), 1e-6);
+    EXPECT_LE(rel_err(o.dx, ref.dx), 1e-5);
+    EXPECT_LE(rel_err(o.dw, ref.dw, 0.25), 1e-5);
+  }
+  // Without dX the loss and lse are the same and nothing else is written.
+  std::vector<float> lse(T);
+  const double lf = linear_cross_entropy(X.data(), W.data(), lab.data(), T, V, H, scale, lse.data(), nullptr, nullptr, 0);
+  EXPECT_LE(std::fabs(lf - ref.loss) / std::fabs(ref.loss), 1e-6);
+  EXPECT_LE(rel_err(lse, ref.lse), 1e-6);
+}
+
+// dX sums over a fixed set of slabs of blocks: the results are bit-identical for 1, 2 and 3 threads.
+TEST(LinearCrossEntropy, ResultsDoNotDependOnTheThreadCount) {
+  const int64_t T = 64, V = 20000, H = 16;  // 40 blocks: 16 slabs
+  const auto X = randv(T * H, 3, 1.0f), W = randv(V * H, 4, 0.5f);
+  std::vector<int32_t> lab(T);
+  for (int64_t t = 0; t < T; ++t) lab[t] = t % 9 == 4 ? -100 : static_cast<int32_t>((t * 7919) % V);
+  const Out one = run(X, W, lab, T, V, H, 0.01f, 0, 1);
+  for (int threads : {2, 3}) {
+    const Out o = run(X, W, lab, T, V, H, 0.01f, 0, threads);
+    EXPECT_EQ(o.loss, one.loss) << threads << " threads";
+    EXPECT_EQ(0, std::memcmp(o.lse.data(), one.lse.data(), o.lse.size() * 4)) << threads << " threads";
+    EXPECT_EQ(0, std::memcmp(o.dx.data(), one.dx.data(), o.dx.size() * 4)) << threads << " threads";
+    EXPECT_EQ(0, std::memcmp(o.dw.data(), one.dw.data(), o.dw.size() * 4)) << threads << " threads";
+  }
+}
+
+TEST(LinearCrossEntropy, LabelOutsideTheVocabularyNamesTheRow) {
+  const int64_t T = 3, V = 600, H = 4;
+  const auto X = randv(T * H, 5, 1.0f), W = randv(V * H, 6, 1.0f);
+  const std::vector<int32_t> lab = {1, 600, 2};
+  std::vector<float> lse(T), dx(T * H), dw(V * H);
+  try {
+    linear_cross_entropy(X.data(), W.data(), lab.data(), T, V, H, 1.0f, lse.data(), dx.data(), dw.data(), 0);
+    FAIL() << "no error";
+  } catch (const twinkle::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("label 600 of row 1"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
