@@ -1,5 +1,7 @@
 #include "twinkle/data/pretokenized.h"
 
+#include <cstdint>
+
 #include "twinkle/core/error.h"
 
 namespace twinkle {
@@ -11,6 +13,12 @@ std::vector<int32_t> int_list(const nlohmann::json& j, const char* field, const 
   out.reserve(j.size());
   for (const auto& v : j) {
     check(v.is_number_integer(), where + ": field '" + field + "' must contain only integers");
+    // A token id outside int32 would wrap in get<int32_t>() (4294967297 -> 1) and pass the
+    // vocabulary check as a valid id: refuse it by value and position.
+    const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(INT32_MAX)
+                                             : v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX;
+    check(fits, where + ": " + field + "[" + std::to_string(out.size()) + "] = " + v.dump() +
+                    " does not fit a 32-bit token id");
     out.push_back(v.get<int32_t>());
   }
   return out;
