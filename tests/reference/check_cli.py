@@ -8,10 +8,14 @@
   option is refused by name;
 - `twinkle train --data-slice` text that is not A:B, N or i,j,k is refused naming the option and the
   text, before any model or data is loaded (it died with std::stoll's bare "stoll", and read
-  "1:2:3" as 1:2 and "5x" as 5).
+  "1:2:3" as 1:2 and "5x" as 5);
+- a checkpoint holding tensors the model does not use (config.json edited to fewer layers) loads
+  with a warning naming them, as transformers' from_pretrained does (it loaded silently, dropping
+  the extra layer).
 Run with /usr/bin/python3.
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -76,6 +80,35 @@ def main():
     rc, out, err = run(base + ["--data-slice", "3,1"])
     if rc != 0 or "dataset: 2 rows" not in out + err or "step 1/1" not in out + err:
         failures.append(f"--data-slice 3,1: rc {rc}, expected 2 rows and one step; {(out + err)[-400:]!r}")
+
+    # 4. unused checkpoint tensors are named (train one step at lr 0 to get a checkpoint of qwen3-tiny)
+    with tempfile.TemporaryDirectory(prefix="twinkle-cli-") as tmp:
+        ck = os.path.join(tmp, "ck")
+        rc, out, err = run([twinkle, "train", "--model", model, "--dataset", data, "--self-cognition", "a,b",
+                            "--batch-size", "2", "--max-steps", "1", "--lr", "0", "--data-slice", "2",
+                            "--output-dir", ck])
+        if rc != 0:
+            failures.append(f"making a checkpoint: rc {rc}: {err[-300:]}")
+        else:
+            rc, out, err = run([twinkle, "train", "--model", ck, "--dataset", data, "--self-cognition", "a,b",
+                                "--batch-size", "2", "--max-steps", "1", "--lr", "0", "--data-slice", "2",
+                                "--no-save"])
+            if rc != 0 or "not used" in out + err:
+                failures.append(f"the full checkpoint: rc {rc}, expected no unused-tensor warning; {err[-300:]!r}")
+            cfg_path = os.path.join(ck, "config.json")
+            with open(cfg_path) as f:
+                cfg = json.load(f)
+            cfg["num_hidden_layers"] -= 1
+            last = cfg["num_hidden_layers"]
+            with open(cfg_path, "w") as f:
+                json.dump(cfg, f)
+            rc, out, err = run([twinkle, "train", "--model", ck, "--dataset", data, "--self-cognition", "a,b",
+                                "--batch-size", "2", "--max-steps", "1", "--lr", "0", "--data-slice", "2",
+                                "--no-save"])
+            want = f"11 tensor(s) are not used by the model config.json describes (model.layers.{last}."
+            if rc != 0 or want not in out + err:
+                failures.append(f"num_hidden_layers one fewer than the checkpoint: rc {rc}, expected a warning "
+                                f"containing {want!r}; got {(out + err)[-500:]!r}")
     return harness.report(failures, "cli OK")
 
 
