@@ -9,6 +9,8 @@
 - `twinkle train --data-slice` text that is not A:B, N or i,j,k is refused naming the option and the
   text, before any model or data is loaded (it died with std::stoll's bare "stoll", and read
   "1:2:3" as 1:2 and "5x" as 5);
+- `twinkle generate --max-new-tokens` below 1 is refused naming the option (a negative value printed
+  "(empty reply)" as if the model had answered nothing);
 - a checkpoint holding tensors the model does not use (config.json edited to fewer layers) loads
   with a warning naming them, as transformers' from_pretrained does (it loaded silently, dropping
   the extra layer).
@@ -80,6 +82,13 @@ def main():
     rc, out, err = run(base + ["--data-slice", "3,1"])
     if rc != 0 or "dataset: 2 rows" not in out + err or "step 1/1" not in out + err:
         failures.append(f"--data-slice 3,1: rc {rc}, expected 2 rows and one step; {(out + err)[-400:]!r}")
+
+    for v in ("-1", "0"):
+        rc, out, err = run([twinkle, "generate", "--model", model, "--prompt", "hi", "--max-new-tokens", v])
+        want = f"'max_new_tokens' (--max-new-tokens) must be >= 1, got {v}"
+        if rc == 0 or want not in err or "empty reply" in out:
+            failures.append(f"generate --max-new-tokens {v}: rc {rc}, expected {want!r}; stdout {out[-200:]!r} "
+                            f"stderr {err[-300:]!r}")
 
     # 4. unused checkpoint tensors are named (train one step at lr 0 to get a checkpoint of qwen3-tiny)
     with tempfile.TemporaryDirectory(prefix="twinkle-cli-") as tmp:
