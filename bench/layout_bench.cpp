@@ -3,7 +3,7 @@
 //   twinkle-run --nproc_per_node=8 build/bench/layout_bench --tp 2 --pp 2 --dp 2 [--sp] [--ep 2] [--etp 2]
 //        [--config tiny|small|moe|moe_wide] [--rows 16] [--mbs 1] [--steps 3] [--no-distopt] [--check-volume]
 //        [--split even] [--recompute none|selective|full] [--seq N (fixed row length instead of 48-127)]
-//        [--no-baseline]
+//        [--no-baseline] [--baseline-threads N]
 //
 // Per step it prints: the step time of the layout (max over ranks) and of one process on the
 // same global batch (run by rank 0 first, while the others wait), the 1F1B bubble measured on
@@ -15,7 +15,9 @@
 // bench readout, not a test: tests/volume.cmake counts the bytes at the MPI layer instead
 // (tests/dist/mpi_count.cpp preloaded; the last step is bracketed by MPI_Pcontrol(1)/(0)) and
 // compares them with Megatron's formulas (tests/reference/check_comm_volume.py).
-// --no-baseline skips the single-process run.
+// --no-baseline skips the single-process run. --baseline-threads N runs it with N OpenMP threads
+// (default: the launch's OMP_NUM_THREADS, 1 under twinkle-run): the layout's ranks share the
+// machine's cores, so with N = the core count the baseline gets the same cores as the layout.
 // --config moe is a tiny Qwen3-MoE (8 experts top-2, layer 1 dense); with --ep N the expert
 // all-to-all traffic of the ep group is checked against the volume of the routing that
 // happened: per MoE layer and micro-batch the per-expert counts ((ep-1) * E/ep * 8 bytes), the
@@ -37,6 +39,7 @@
 // experts ran in the last step next to balanced routing's (its own routed slots, which is what
 // `twinkle plan` counts the expert FLOPs of a rank with).
 #include <mpi.h>
+#include <omp.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -63,6 +66,7 @@ struct Opts {
   bool sp = false, distopt = true, check = false, baseline = true;
   bool overlap_grad = false, overlap_param = false;  // DistributedOptimizer overlap switches
   int64_t bucket_bytes = 4 << 20;
+  int baseline_threads = 0;  // 0: the launch's OpenMP setting
   std::string config = "tiny";
   std::string split = "balanced";  // pipeline split: balanced | even
   std::string recompute = "none";  // activation recompute: none | selective | full
@@ -273,6 +277,7 @@ int bench(int argc, char** argv) {
     else if (a == "--bucket-bytes") o.bucket_bytes = std::stoll(next());
     else if (a == "--check-volume") o.check = true;
     else if (a == "--no-baseline") o.baseline = false;
+    else if (a == "--baseline-threads") o.baseline_threads = std::stoi(next());
     else if (a == "--config") o.config = next();
     else if (a == "--split") o.split = next();
     else if (a == "--recompute") o.recompute = next();
@@ -302,7 +307,11 @@ int bench(int argc, char** argv) {
 
   // Single-process baseline on the whole global batch (rank 0; the others wait).
   double single_s = 0;
+  int single_threads = omp_get_max_threads();
   if (root && o.baseline) {
+    const int launch_threads = omp_get_max_threads();
+    if (o.baseline_threads > 0) omp_set_num_threads(o.baseline_threads);
+    single_threads = omp_get_max_threads();
     auto ls = dist::make_single_process_state();
     Qwen3Model m1(cfg, ls);
     m1.init_random(1);
@@ -316,6 +325,7 @@ int bench(int argc, char** argv) {
       if (s > 0) single_s += std::chrono::duration<double>(Clock::now() - t0).count();
     }
     single_s /= static_cast<double>(o.steps);
+    omp_set_num_threads(launch_threads);
   }
   world.barrier();
 
@@ -438,10 +448,10 @@ int bench(int argc, char** argv) {
     std::string counts;
     for (auto n : model.layer_split().count) counts += (counts.empty() ? "" : ",") + std::to_string(n);
     std::printf("layout tp=%d pp=%d dp=%d ep=%d etp=%d%s config %s, %lld rows, micro-batch %lld, %s split [%s]: step %.4f s "
-                "vs single process %.4f s (%.2fx); 1F1B bubble theory (p-1)/m = %.3f\n",
+                "vs single process %.4f s at %d thread(s) (%.2fx); 1F1B bubble theory (p-1)/m = %.3f\n",
                 o.tp, o.pp, o.dp, o.ep, o.etp, o.sp ? " sp" : "", o.config.c_str(), static_cast<long long>(o.rows),
                 static_cast<long long>(o.mbs), o.split.c_str(), counts.c_str(), mx, single_s,
-                single_s > 0 ? mx / single_s : 0, (p - 1) / m);
+                single_threads, single_s > 0 ? mx / single_s : 0, (p - 1) / m);
     std::printf("dp communication %s: blocked %.2f ms/step mean over ranks, %.2f ms max (overlap_grad_reduce %s, "
                 "overlap_param_gather %s, bucket %lld bytes)\n",
                 o.overlap_grad || o.overlap_param ? "overlapped" : "synchronous", 1e3 * wait[0], 1e3 * wait[1],
