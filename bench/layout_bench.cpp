@@ -35,7 +35,9 @@
 // --config moe_wide is a MoE whose experts dominate the memory (16 experts of width 512 at
 // hidden 256): tests/reference/check_plan.py compares `twinkle plan --etp` with its measured peak.
 // Each rank line also gives its parameter elements (dense + expert region) and AdamW state
-// elements, the figures the planner computes exactly.
+// elements, the figures the planner computes exactly, and with --ep (routing known) the rows its
+// experts ran in the last step next to balanced routing's (its own routed slots, which is what
+// `twinkle plan` counts the expert FLOPs of a rank with).
 #include <mpi.h>
 #include <omp.h>
 #include <sys/resource.h>
@@ -133,6 +135,10 @@ int64_t rs(int64_t n, int g) { return g > 1 ? (g - 1) * n * 4 : 0; }  // n = out
 struct Volume {
   std::map<std::string, int64_t> by_group;
   bool routing_unknown = false;  // ep / etp volume not modelled (more micro-batches than pipeline slots)
+  // ep > 1, routing known: rows this rank's experts received over ep in the last step (all MoE
+  // layers and micro-batches) and this rank's own routed slots (what balanced routing gives each
+  // rank's experts; `twinkle plan` counts the expert FLOPs of a rank with it).
+  int64_t expert_rows = -1, own_slots = -1;
   int64_t total() const {
     int64_t s = 0;
     for (auto& [k, v] : by_group) s += v;
@@ -236,6 +242,10 @@ Volume analytic(Qwen3Model& model, const std::vector<MicroBatch>& mbs, const dis
           if (r != me) rows += sent[i] + got[i];
           block[static_cast<size_t>(j)] += got[i];
         }
+      if (ep > 1) {
+        v.expert_rows = v.own_slots = 0;
+        for (size_t i = 0; i < sent.size(); ++i) v.own_slots += sent[i], v.expert_rows += got[i];
+      }
       if (ep > 1) v.by_group["ep"] = Lmoe * m * (ep - 1) * (E / ep) * 8 + 2 * rows * H * 4;
       if (etp > 1) {
         // the padded etp block: the most rows any etp rank of the group holds, per j
@@ -390,13 +400,22 @@ int bench(int argc, char** argv) {
   world.all_reduce_f64(&wait[0], 1, dist::ReduceOp::Sum);
   world.all_reduce_f64(&wait[1], 1, dist::ReduceOp::Max);
   wait[0] /= world.size();
+  // Expert rows of this rank vs balanced routing (its own slots): the ratio of its expert GEMM
+  // FLOPs to what `twinkle plan` counts (plan assumes balanced routing; etp 1).
+  const double routed = want.own_slots > 0 ? static_cast<double>(want.expert_rows) / want.own_slots : 0;
+  double routed_range[2] = {want.own_slots > 0 ? -routed : -1e300, routed};  // -min, max over ranks with experts
+  world.all_reduce_f64(routed_range, 2, dist::ReduceOp::Max);
+  std::string routed_note;
+  if (want.own_slots > 0)
+    routed_note = " | expert rows " + std::to_string(want.expert_rows) + " (balanced routing " +
+                  std::to_string(want.own_slots) + ")";
   char line[2048];
   std::snprintf(line, sizeof line,
                 "rank %d (tp %d pp %d dp %d ep %d etp %d): bytes/step %lld (tp %lld, pp %lld, embedding %lld, dp-cp %lld, "
                 "world %lld, ep %lld, etp %lld, edp %lld) analytic %lld %s| stage bubble %.3f | step peak RSS %.1f MiB, "
                 "saved activations %.2f MiB | params %lld elements (expert region %lld), AdamW state %lld elements"
                 " | dp comm wait %.2f ms/step (grad %.2f, param %.2f, test %.2f; buckets early %lld/%lld, "
-                "gathers in forward %lld/%lld)",
+                "gathers in forward %lld/%lld)%s",
                 world.rank(), state.coord.tp, state.coord.pp, state.coord.dp, state.coord.ep, state.coord.etp,
                 static_cast<long long>(counted.total()), static_cast<long long>(counted.by_group["tp"]),
                 static_cast<long long>(counted.by_group["pp"]), static_cast<long long>(counted.by_group["embedding"]),
@@ -414,7 +433,8 @@ int bench(int argc, char** argv) {
                 static_cast<long long>(opt.state_elements()), 1e3 * cs.total_s() / nst,
                 1e3 * cs.grad_wait_s / nst, 1e3 * cs.param_wait_s / nst, 1e3 * cs.progress_s / nst,
                 static_cast<long long>(cs.grad_buckets_early), static_cast<long long>(cs.grad_buckets),
-                static_cast<long long>(cs.param_buckets_forward), static_cast<long long>(cs.param_buckets));
+                static_cast<long long>(cs.param_buckets_forward), static_cast<long long>(cs.param_buckets),
+                routed_note.c_str());
   std::fflush(stdout);
   for (int r = 0; r < world.size(); ++r) {
     if (world.rank() == r) std::printf("%s\n", line), std::fflush(stdout);
@@ -436,6 +456,9 @@ int bench(int argc, char** argv) {
                 "overlap_param_gather %s, bucket %lld bytes)\n",
                 o.overlap_grad || o.overlap_param ? "overlapped" : "synchronous", 1e3 * wait[0], 1e3 * wait[1],
                 o.overlap_grad ? "on" : "off", o.overlap_param ? "on" : "off", static_cast<long long>(o.bucket_bytes));
+    if (routed_range[1] > 0)
+      std::printf("expert rows per rank / balanced routing (the expert GEMM FLOPs `twinkle plan` counts): %.3f .. %.3f\n",
+                  -routed_range[0], routed_range[1]);
     if (o.check) std::printf("volume check: %s\n", nbad ? "FAILED" : "all ranks match the analytic volume");
   }
   return (o.check && nbad) ? 1 : 0;
