@@ -6,8 +6,7 @@
 
 namespace twinkle {
 
-namespace {
-std::vector<int32_t> int_list(const nlohmann::json& j, const char* field, const std::string& where) {
+std::vector<int32_t> token_ids_from_json(const nlohmann::json& j, const std::string& field, const std::string& where) {
   check(j.is_array(), where + ": field '" + field + "' must be a list of integers");
   std::vector<int32_t> out;
   out.reserve(j.size());
@@ -23,15 +22,14 @@ std::vector<int32_t> int_list(const nlohmann::json& j, const char* field, const 
   }
   return out;
 }
-}  // namespace
 
 bool is_pretokenized(const nlohmann::json& row) { return row.is_object() && row.contains("input_ids"); }
 
 EncodedRow pretokenized_row(const nlohmann::json& row, const std::string& where) {
   check(is_pretokenized(row), where + ": missing field 'input_ids'");
   EncodedRow e;
-  e.input_ids = int_list(row["input_ids"], "input_ids", where);
-  e.labels = row.contains("labels") ? int_list(row["labels"], "labels", where) : e.input_ids;
+  e.input_ids = token_ids_from_json(row["input_ids"], "input_ids", where);
+  e.labels = row.contains("labels") ? token_ids_from_json(row["labels"], "labels", where) : e.input_ids;
   check(!e.input_ids.empty(), where + ": empty 'input_ids'");
   check(e.labels.size() == e.input_ids.size(), where + ": 'labels' and 'input_ids' differ in length");
   e.length = static_cast<int64_t>(e.input_ids.size());

@@ -9,6 +9,7 @@
 - `twinkle train --data-slice` text that is not A:B, N or i,j,k is refused naming the option and the
   text, before any model or data is loaded (it died with std::stoll's bare "stoll", and read
   "1:2:3" as 1:2 and "5x" as 5);
+- `twinkle tokenize --decode` refuses an id beyond int32 naming the line (4294967297 decoded as id 1);
 - `twinkle generate --max-new-tokens` below 1 is refused naming the option (a negative value printed
   "(empty reply)" as if the model had answered nothing);
 - a checkpoint holding tensors the model does not use (config.json edited to fewer layers) loads
@@ -82,6 +83,14 @@ def main():
     rc, out, err = run(base + ["--data-slice", "3,1"])
     if rc != 0 or "dataset: 2 rows" not in out + err or "step 1/1" not in out + err:
         failures.append(f"--data-slice 3,1: rc {rc}, expected 2 rows and one step; {(out + err)[-400:]!r}")
+
+    print('+ twinkle tokenize --decode <<< [4294967297]', flush=True)
+    r = subprocess.run([twinkle, "tokenize", "--tokenizer", model, "--decode"], input="[1, 2]\n[4294967297]\n",
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    want = "stdin line 2: ids[0] = 4294967297 does not fit a 32-bit token id"
+    if r.returncode == 0 or want not in r.stderr:
+        failures.append(f"tokenize --decode [4294967297]: rc {r.returncode}, expected {want!r}; stdout {r.stdout!r} "
+                        f"stderr {r.stderr[-300:]!r}")
 
     for v in ("-1", "0"):
         rc, out, err = run([twinkle, "generate", "--model", model, "--prompt", "hi", "--max-new-tokens", v])
