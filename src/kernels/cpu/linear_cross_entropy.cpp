@@ -44,6 +44,13 @@ struct Scratch {  // grow-only, kept between calls (one per calling thread)
   std::vector<double> row_loss;
 };
 
+// First block of slab k of n over nblk blocks. Slab sizes fall linearly (weights n, n-1, ..., 1): taken
+// in order by dynamic scheduling, the last slabs are small, so the threads finish close together.
+int64_t slab_start(int64_t k, int64_t n, int64_t nblk) {
+  const int64_t w = k * n - k * (k - 1) / 2, total = n * (n + 1) / 2;
+  return nblk * w / total;
+}
+
 template <class T>
 T* grow(std::vector<T>& v, int64_t n) {
   if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
@@ -68,9 +75,9 @@ double linear_cross_entropy(const float* X, const float* W, const int32_t* label
   double* row_loss = grow(s.row_loss, chunk);
   // Blocks are spread over the threads dynamically (a thread preempted on a shared machine does not hold
   // the others up); each block's GEMMs run on one thread (oneDNN runs single-threaded inside a parallel
-  // region): no fork/join per block. The backward sums dX over a fixed number of slabs of consecutive
-  // blocks, each into its own buffer, added in slab order: the result depends neither on the thread
-  // count nor on timing.
+  // region): no fork/join per block. The backward sums dX over a fixed set of slabs of consecutive
+  // blocks (slab_start), each into its own buffer, added in slab order: the result depends neither on
+  // the thread count nor on timing.
   const bool par = nblk > 1 && chunk * V > kParWork && omp_get_max_threads() > 1 && !omp_in_parallel();
   const int nthr = par ? std::min<int>(omp_get_max_threads(), static_cast<int>(nblk)) : 1;
   float* part = dX && nslab > 1 ? grow(s.dx_part, (nslab - 1) * chunk * H) : nullptr;
@@ -121,7 +128,8 @@ double linear_cross_entropy(const float* X, const float* W, const int32_t* label
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (par)
     for (int64_t sl = 0; sl < nslab; ++sl) {
       float* dx = sl == 0 ? dXc : part + (sl - 1) * c * H;
-      const int64_t b0 = sl * nblk / nslab, b1 = (sl + 1) * nblk / nslab;
+      const int64_t b0 = slab_start(sl, nslab, nblk), b1 = slab_start(sl + 1, nslab, nblk);
+      if (b0 == b1) std::fill(dx, dx + c * H, 0.0f);
       for (int64_t b = b0; b < b1; ++b) {
         int64_t v0, n;
         float* Y = block(b, v0, n);
