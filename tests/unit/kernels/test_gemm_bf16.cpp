@@ -8,6 +8,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -213,6 +214,41 @@ TEST(GemmBf16, PackedBIsOneDnnsBlockedLayoutAndItsGemmIsTheRoundedProduct) {
   bgemm_packed_b(true, M, N, K, at.data(), M, packed.data(), 1.0f, C2.data(), N);
   EXPECT_LT(rel_err(C2, ref), kTol);
   EXPECT_THROW(bgemm_packed_b(false, M, N, K, a.data(), K, packed.data(), 2.0f, C.data(), N), Error);
+}
+
+// pack_bt_bf16 (the forward's B = W^T rounded and blocked from W [N, K] in one pass) against oneDNN's
+// own reorder of the plainly rounded W^T (a strided {1, ld} source) into BA16a64b2a, bit for bit incl.
+// the zero padding, on shapes that hit every edge of its 32-k x 16-column register tiles: K with a
+// remainder below 16 and between 16 and 32, N ending inside a 16-column group and inside a 64-column
+// block, a row stride ld > K, a tie and a NaN. Then linear_forward_bf16 (which takes the packed
+// forward where oneDNN's brgemm does) on the same odd shape against the rounded double reference.
+TEST(GemmBf16, TransposedPackIsOneDnnsReorderOfTheRoundedTranspose) {
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream st(eng);
+  using md = dnnl::memory::desc;
+  using dt = dnnl::memory::data_type;
+  for (const auto [K, N, ld] : {std::array<int64_t, 3>{45, 70, 50}, {57, 129, 57}, {32, 64, 32}, {1, 1, 3}}) {
+    auto S = randn(static_cast<size_t>(N * ld), 31 + static_cast<uint64_t>(K));  // W [N, ld], W^T(k, n) = S[n * ld + k]
+    S[static_cast<size_t>(ld + 1 < N * ld ? ld + 1 : 0)] = 1.0f + std::ldexp(1.0f, -8);  // a tie: rounds to even
+    if (N > 2) S[static_cast<size_t>(2 * ld)] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<uint16_t> packed(static_cast<size_t>(packed_b_elems(K, N)), 0xffff);
+    pack_bt_bf16(S.data(), ld, K, N, packed.data());
+    std::vector<uint16_t> plain(S.size());  // rounded by core/dtype.h's f32_to_bf16, row-major [N, ld]
+    for (size_t i = 0; i < S.size(); ++i) plain[i] = f32_to_bf16(S[i]);
+    const md src({K, N}, dt::bf16, dnnl::memory::dims{1, ld}), dst({K, N}, dt::bf16, dnnl::memory::format_tag::BA16a64b2a);
+    ASSERT_EQ(dst.get_size(), packed.size() * 2);
+    std::vector<uint16_t> want(packed.size(), 0x7777);
+    dnnl::memory sm(src, eng, plain.data()), dm(dst, eng, want.data());
+    dnnl::reorder(sm, dm).execute(st, sm, dm);
+    st.wait();
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(packed[i], want[i]) << "K=" << K << " N=" << N << " ld=" << ld << " packed element " << i;
+  }
+  const int64_t M = 37, N = 70, K = 45;  // the packed forward on an odd shape
+  auto X = randn(M * K, 33), W = randn(N * K, 34, 0.05f);
+  std::vector<float> Y(static_cast<size_t>(M * N), 123.0f);
+  linear_forward_bf16(X.data(), W.data(), Y.data(), M, N, K);
+  EXPECT_LT(rel_err(Y, ref_linear(X, W, M, N, K, r)), kTol);
 }
 
 TEST(GemmBf16, LinearCrossEntropyBf16MatchesTheRoundedReference) {
