@@ -410,16 +410,14 @@ void linear_forward_bf16(const float* X, const float* W, float* Y, int64_t M, in
   linear_forward_bf16w(X, wb, Y, M, N, K, accumulate);
 }
 
-void linear_backward_bf16(const float* X, const float* W, const float* dY, float* dX, float* dW, int64_t M, int64_t N,
-                          int64_t K, bool accumulate_dx) {
+void linear_backward_bf16_dy(const float* X, const float* W, const uint16_t* dyb, float* dX, float* dW, int64_t M,
+                             int64_t N, int64_t K, bool accumulate_dx) {
   if (M == 0 || N == 0) {
-    linear_backward_bf16w(X, nullptr, dY, dX, dW, M, N, K, accumulate_dx);
+    if (dX && !accumulate_dx && M > 0) std::memset(dX, 0, static_cast<size_t>(M * K) * 4);
     return;
   }
   if (packed_b_fast_for(false, M, K, N, N, accumulate_dx ? 1.0f : 0.0f, K) &&
       packed_b_fast_for(true, N, K, M, N, 1.0f, K)) {  // W and X rounded straight into the blocked layout
-    uint16_t* dyb = bf16_scratch(kDY, M * N);
-    f32_to_bf16_rne(dY, dyb, M * N);
     if (dX) {
       uint16_t* wp = bf16_scratch(kW, packed_b_elems(N, K));
       pack_b_bf16(W, K, N, K, wp);  // B = W [N, K]
@@ -432,12 +430,26 @@ void linear_backward_bf16(const float* X, const float* W, const float* dY, float
     }
     return;
   }
-  uint16_t* wb = nullptr;
   if (dX) {
-    wb = bf16_scratch(kW, N * K);
+    uint16_t* wb = bf16_scratch(kW, N * K);
     f32_to_bf16_rne(W, wb, N * K);
+    bgemm(false, false, M, K, N, dyb, N, wb, K, accumulate_dx ? 1.0f : 0.0f, dX, K);
   }
-  linear_backward_bf16w(X, wb, dY, dX, dW, M, N, K, accumulate_dx);
+  if (dW) {
+    uint16_t* xb = bf16_scratch(kX, M * K);
+    f32_to_bf16_rne(X, xb, M * K);
+    bgemm(true, false, N, K, M, dyb, N, xb, K, 1.0f, dW, K);
+  }
+}
+
+void linear_backward_bf16(const float* X, const float* W, const float* dY, float* dX, float* dW, int64_t M, int64_t N,
+                          int64_t K, bool accumulate_dx) {
+  uint16_t* dyb = nullptr;
+  if (M > 0 && N > 0) {
+    dyb = bf16_scratch(kDY, M * N);
+    f32_to_bf16_rne(dY, dyb, M * N);
+  }
+  linear_backward_bf16_dy(X, W, dyb, dX, dW, M, N, K, accumulate_dx);
 }
 
 }  // namespace twinkle::kernels::cpu

@@ -23,6 +23,7 @@
 #include "twinkle/kernels/cpu/bf16_ops.h"
 #include "twinkle/kernels/cpu/gemm_bf16.h"
 #include "twinkle/kernels/cpu/linear_cross_entropy.h"
+#include "twinkle/kernels/cpu/swiglu.h"
 #include "twinkle/kernels/registry.h"
 
 using namespace twinkle;
@@ -249,6 +250,41 @@ TEST(GemmBf16, TransposedPackIsOneDnnsReorderOfTheRoundedTranspose) {
   std::vector<float> Y(static_cast<size_t>(M * N), 123.0f);
   linear_forward_bf16(X.data(), W.data(), Y.data(), M, N, K);
   EXPECT_LT(rel_err(Y, ref_linear(X, W, M, N, K, r)), kTol);
+}
+
+// The bf16 gate|up + SwiGLU backward rounds d(gu) straight into its GEMM operand (8-row fp32 blocks,
+// OpenMP over blocks) instead of a [T, 2I] fp32 buffer: bit for bit the composition of the pieces that
+// are each checked against independent references (swiglu_backward_rows: kernel_conformance's PyTorch
+// table; linear_backward_bf16: the exact bf16 products above), on a T that is not a multiple of the
+// block (its last rows) and large enough for the parallel branch; the fp32 dgu scratch is untouched.
+TEST(GemmBf16, FusedSwigluBackwardRoundsTheSameGradientAsTheUnfusedPair) {
+  for (const auto [T, I, H] : {std::array<int64_t, 3>{37, 24, 40}, {203, 400, 48}}) {
+    auto X = randn(static_cast<size_t>(T * H), 41), W = randn(static_cast<size_t>(2 * I * H), 42, 0.05f);
+    auto gu = randn(static_cast<size_t>(T * 2 * I), 43), da = randn(static_cast<size_t>(T * I), 44);
+    std::vector<float> dgu(static_cast<size_t>(T * 2 * I)), dX(static_cast<size_t>(T * H), 7.0f),
+        dW(static_cast<size_t>(2 * I * H), 0.5f);
+    swiglu_backward_rows(gu.data(), 2 * I, gu.data() + I, 2 * I, da.data(), I, dgu.data(), 2 * I, dgu.data() + I,
+                         2 * I, T, I);
+    std::vector<float> dX_ref(dX), dW_ref(dW);
+    linear_backward_bf16(X.data(), W.data(), dgu.data(), dX_ref.data(), dW_ref.data(), T, 2 * I, H);
+    std::vector<float> scratch(dgu.size(), 123.0f);
+    // the Grad scratch now holds bf16(dgu) from the unfused call: poison it (NaN bits), so that rows the
+    // fused kernel failed to write cannot pass by reuse
+    std::memset(bf16_scratch(ScratchSlot::Grad, T * 2 * I), 0xff, static_cast<size_t>(T * 2 * I) * 2);
+    gate_up_swiglu_backward_bf16(X.data(), W.data(), gu.data(), da.data(), scratch.data(), dX.data(), dW.data(), T,
+                                 I, H, false);
+    for (size_t i = 0; i < dX.size(); ++i) ASSERT_EQ(dX[i], dX_ref[i]) << "T=" << T << " dX element " << i;
+    for (size_t i = 0; i < dW.size(); ++i) ASSERT_EQ(dW[i], dW_ref[i]) << "T=" << T << " dW element " << i;
+    EXPECT_TRUE(std::all_of(scratch.begin(), scratch.end(), [](float v) { return v == 123.0f; }));
+    // accumulate_dx adds onto dX (the same GEMM with beta = 1 as the unfused pair)
+    std::vector<float> dX2(dX.size(), 1.0f), dX2_ref(dX.size(), 1.0f);
+    linear_backward_bf16(X.data(), W.data(), dgu.data(), dX2_ref.data(), nullptr, T, 2 * I, H, true);
+    std::memset(bf16_scratch(ScratchSlot::Grad, T * 2 * I), 0xff, static_cast<size_t>(T * 2 * I) * 2);
+    gate_up_swiglu_backward_bf16(X.data(), W.data(), gu.data(), da.data(), scratch.data(), dX2.data(), nullptr, T, I,
+                                 H, true);
+    for (size_t i = 0; i < dX2.size(); ++i) ASSERT_EQ(dX2[i], dX2_ref[i]) << "accumulated dX " << i;
+    EXPECT_GT(std::abs(dX2[0] - dX[0]), 0.5f);  // it did add (onto 1, not 7 or 0)
+  }
 }
 
 TEST(GemmBf16, LinearCrossEntropyBf16MatchesTheRoundedReference) {

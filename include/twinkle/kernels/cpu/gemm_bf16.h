@@ -87,6 +87,12 @@ void linear_forward_bf16(const float* X, const float* W, float* Y, int64_t M, in
 void linear_backward_bf16(const float* X, const float* W, const float* dY, float* dX, float* dW, int64_t M,
                           int64_t N, int64_t K, bool accumulate_dx = false);
 
+/// The same with dY already rounded (dYb [M,N] bf16 bits, e.g. written straight into
+/// bf16_scratch(ScratchSlot::Grad) by a fused element-wise backward): same results as
+/// linear_backward_bf16 on the fp32 dY whose rounding dYb is (dYb may be that Grad scratch).
+void linear_backward_bf16_dy(const float* X, const float* W, const uint16_t* dYb, float* dX, float* dW, int64_t M,
+                             int64_t N, int64_t K, bool accumulate_dx = false);
+
 /// The same with W already rounded (Wb [N,K] bf16 bits): for callers that reuse one weight over chunks.
 void linear_forward_bf16w(const float* X, const uint16_t* Wb, float* Y, int64_t M, int64_t N, int64_t K,
                           bool accumulate = false);
