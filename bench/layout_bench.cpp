@@ -3,7 +3,7 @@
 //   twinkle-run --nproc_per_node=8 build/bench/layout_bench --tp 2 --pp 2 --dp 2 [--sp] [--ep 2] [--etp 2]
 //        [--config tiny|small|moe|moe_wide] [--rows 16] [--mbs 1] [--steps 3] [--no-distopt] [--check-volume]
 //        [--split even] [--recompute none|selective|full] [--seq N (fixed row length instead of 48-127)]
-//        [--no-baseline]
+//        [--no-baseline] [--baseline-threads N]
 //
 // Per step it prints: the step time of the layout (max over ranks) and of one process on the
 // same global batch (run by rank 0 first, while the others wait), the 1F1B bubble measured on
@@ -15,7 +15,9 @@
 // bench readout, not a test: tests/volume.cmake counts the bytes at the MPI layer instead
 // (tests/dist/mpi_count.cpp preloaded; the last step is bracketed by MPI_Pcontrol(1)/(0)) and
 // compares them with Megatron's formulas (tests/reference/check_comm_volume.py).
-// --no-baseline skips the single-process run.
+// --no-baseline skips the single-process run. --baseline-threads N runs it with N OpenMP threads
+// (default: the launch's OMP_NUM_THREADS, 1 under twinkle-run): the layout's ranks share the
+// machine's cores, so with N = the core count the baseline gets the same cores as the layout.
 // --config moe is a tiny Qwen3-MoE (8 experts top-2, layer 1 dense); with --ep N the expert
 // all-to-all traffic of the ep group is checked against the volume of the routing that
 // happened: per MoE layer and micro-batch the per-expert counts ((ep-1) * E/ep * 8 bytes), the
@@ -33,8 +35,11 @@
 // --config moe_wide is a MoE whose experts dominate the memory (16 experts of width 512 at
 // hidden 256): tests/reference/check_plan.py compares `twinkle plan --etp` with its measured peak.
 // Each rank line also gives its parameter elements (dense + expert region) and AdamW state
-// elements, the figures the planner computes exactly.
+// elements, the figures the planner computes exactly, and with --ep (routing known) the rows its
+// experts ran in the last step next to balanced routing's (its own routed slots, which is what
+// `twinkle plan` counts the expert FLOPs of a rank with).
 #include <mpi.h>
+#include <omp.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -61,6 +66,7 @@ struct Opts {
   bool sp = false, distopt = true, check = false, baseline = true;
   bool overlap_grad = false, overlap_param = false;  // DistributedOptimizer overlap switches
   int64_t bucket_bytes = 4 << 20;
+  int baseline_threads = 0;  // 0: the launch's OpenMP setting
   std::string config = "tiny";
   std::string split = "balanced";  // pipeline split: balanced | even
   std::string recompute = "none";  // activation recompute: none | selective | full
@@ -129,6 +135,10 @@ int64_t rs(int64_t n, int g) { return g > 1 ? (g - 1) * n * 4 : 0; }  // n = out
 struct Volume {
   std::map<std::string, int64_t> by_group;
   bool routing_unknown = false;  // ep / etp volume not modelled (more micro-batches than pipeline slots)
+  // ep > 1, routing known: rows this rank's experts received over ep in the last step (all MoE
+  // layers and micro-batches) and this rank's own routed slots (what balanced routing gives each
+  // rank's experts; `twinkle plan` counts the expert FLOPs of a rank with it).
+  int64_t expert_rows = -1, own_slots = -1;
   int64_t total() const {
     int64_t s = 0;
     for (auto& [k, v] : by_group) s += v;
@@ -232,6 +242,10 @@ Volume analytic(Qwen3Model& model, const std::vector<MicroBatch>& mbs, const dis
           if (r != me) rows += sent[i] + got[i];
           block[static_cast<size_t>(j)] += got[i];
         }
+      if (ep > 1) {
+        v.expert_rows = v.own_slots = 0;
+        for (size_t i = 0; i < sent.size(); ++i) v.own_slots += sent[i], v.expert_rows += got[i];
+      }
       if (ep > 1) v.by_group["ep"] = Lmoe * m * (ep - 1) * (E / ep) * 8 + 2 * rows * H * 4;
       if (etp > 1) {
         // the padded etp block: the most rows any etp rank of the group holds, per j
@@ -263,6 +277,7 @@ int bench(int argc, char** argv) {
     else if (a == "--bucket-bytes") o.bucket_bytes = std::stoll(next());
     else if (a == "--check-volume") o.check = true;
     else if (a == "--no-baseline") o.baseline = false;
+    else if (a == "--baseline-threads") o.baseline_threads = std::stoi(next());
     else if (a == "--config") o.config = next();
     else if (a == "--split") o.split = next();
     else if (a == "--recompute") o.recompute = next();
@@ -292,7 +307,11 @@ int bench(int argc, char** argv) {
 
   // Single-process baseline on the whole global batch (rank 0; the others wait).
   double single_s = 0;
+  int single_threads = omp_get_max_threads();
   if (root && o.baseline) {
+    const int launch_threads = omp_get_max_threads();
+    if (o.baseline_threads > 0) omp_set_num_threads(o.baseline_threads);
+    single_threads = omp_get_max_threads();
     auto ls = dist::make_single_process_state();
     Qwen3Model m1(cfg, ls);
     m1.init_random(1);
@@ -306,6 +325,7 @@ int bench(int argc, char** argv) {
       if (s > 0) single_s += std::chrono::duration<double>(Clock::now() - t0).count();
     }
     single_s /= static_cast<double>(o.steps);
+    omp_set_num_threads(launch_threads);
   }
   world.barrier();
 
@@ -380,13 +400,22 @@ int bench(int argc, char** argv) {
   world.all_reduce_f64(&wait[0], 1, dist::ReduceOp::Sum);
   world.all_reduce_f64(&wait[1], 1, dist::ReduceOp::Max);
   wait[0] /= world.size();
+  // Expert rows of this rank vs balanced routing (its own slots): the ratio of its expert GEMM
+  // FLOPs to what `twinkle plan` counts (plan assumes balanced routing; etp 1).
+  const double routed = want.own_slots > 0 ? static_cast<double>(want.expert_rows) / want.own_slots : 0;
+  double routed_range[2] = {want.own_slots > 0 ? -routed : -1e300, routed};  // -min, max over ranks with experts
+  world.all_reduce_f64(routed_range, 2, dist::ReduceOp::Max);
+  std::string routed_note;
+  if (want.own_slots > 0)
+    routed_note = " | expert rows " + std::to_string(want.expert_rows) + " (balanced routing " +
+                  std::to_string(want.own_slots) + ")";
   char line[2048];
   std::snprintf(line, sizeof line,
                 "rank %d (tp %d pp %d dp %d ep %d etp %d): bytes/step %lld (tp %lld, pp %lld, embedding %lld, dp-cp %lld, "
                 "world %lld, ep %lld, etp %lld, edp %lld) analytic %lld %s| stage bubble %.3f | step peak RSS %.1f MiB, "
                 "saved activations %.2f MiB | params %lld elements (expert region %lld), AdamW state %lld elements"
                 " | dp comm wait %.2f ms/step (grad %.2f, param %.2f, test %.2f; buckets early %lld/%lld, "
-                "gathers in forward %lld/%lld)",
+                "gathers in forward %lld/%lld)%s",
                 world.rank(), state.coord.tp, state.coord.pp, state.coord.dp, state.coord.ep, state.coord.etp,
                 static_cast<long long>(counted.total()), static_cast<long long>(counted.by_group["tp"]),
                 static_cast<long long>(counted.by_group["pp"]), static_cast<long long>(counted.by_group["embedding"]),
@@ -404,7 +433,8 @@ int bench(int argc, char** argv) {
                 static_cast<long long>(opt.state_elements()), 1e3 * cs.total_s() / nst,
                 1e3 * cs.grad_wait_s / nst, 1e3 * cs.param_wait_s / nst, 1e3 * cs.progress_s / nst,
                 static_cast<long long>(cs.grad_buckets_early), static_cast<long long>(cs.grad_buckets),
-                static_cast<long long>(cs.param_buckets_forward), static_cast<long long>(cs.param_buckets));
+                static_cast<long long>(cs.param_buckets_forward), static_cast<long long>(cs.param_buckets),
+                routed_note.c_str());
   std::fflush(stdout);
   for (int r = 0; r < world.size(); ++r) {
     if (world.rank() == r) std::printf("%s\n", line), std::fflush(stdout);
@@ -418,14 +448,17 @@ int bench(int argc, char** argv) {
     std::string counts;
     for (auto n : model.layer_split().count) counts += (counts.empty() ? "" : ",") + std::to_string(n);
     std::printf("layout tp=%d pp=%d dp=%d ep=%d etp=%d%s config %s, %lld rows, micro-batch %lld, %s split [%s]: step %.4f s "
-                "vs single process %.4f s (%.2fx); 1F1B bubble theory (p-1)/m = %.3f\n",
+                "vs single process %.4f s at %d thread(s) (%.2fx); 1F1B bubble theory (p-1)/m = %.3f\n",
                 o.tp, o.pp, o.dp, o.ep, o.etp, o.sp ? " sp" : "", o.config.c_str(), static_cast<long long>(o.rows),
                 static_cast<long long>(o.mbs), o.split.c_str(), counts.c_str(), mx, single_s,
-                single_s > 0 ? mx / single_s : 0, (p - 1) / m);
+                single_threads, single_s > 0 ? mx / single_s : 0, (p - 1) / m);
     std::printf("dp communication %s: blocked %.2f ms/step mean over ranks, %.2f ms max (overlap_grad_reduce %s, "
                 "overlap_param_gather %s, bucket %lld bytes)\n",
                 o.overlap_grad || o.overlap_param ? "overlapped" : "synchronous", 1e3 * wait[0], 1e3 * wait[1],
                 o.overlap_grad ? "on" : "off", o.overlap_param ? "on" : "off", static_cast<long long>(o.bucket_bytes));
+    if (routed_range[1] > 0)
+      std::printf("expert rows per rank / balanced routing (the expert GEMM FLOPs `twinkle plan` counts): %.3f .. %.3f\n",
+                  -routed_range[0], routed_range[1]);
     if (o.check) std::printf("volume check: %s\n", nbad ? "FAILED" : "all ranks match the analytic volume");
   }
   return (o.check && nbad) ? 1 : 0;

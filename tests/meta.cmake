@@ -3,3 +3,9 @@
 add_test(NAME ctest_entries_fail_when_checks_fail
          COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/meta/check_ctest_entries.py ${CMAKE_BINARY_DIR})
 set_tests_properties(ctest_entries_fail_when_checks_fail PROPERTIES TIMEOUT 300)
+
+# Every tests/mutations/*.patch applies to the tree (git apply --check): a rotted mutation fails
+# here instead of when someone next repeats it. Skipped (77) outside a git checkout.
+add_test(NAME mutation_patches_apply
+         COMMAND sh ${CMAKE_SOURCE_DIR}/tests/meta/check_mutation_patches.sh ${CMAKE_SOURCE_DIR})
+set_tests_properties(mutation_patches_apply PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 60)

@@ -251,7 +251,7 @@ const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActi
     if (!a.dispatcher) a.dispatcher = std::make_shared<parallel::AlltoAllDispatcher>(ep_, E_, H_, etp_);
     parallel::AlltoAllDispatcher& d = *a.dispatcher;
     d.dispatch(x, a.topk_idx.data(), T, k_, &scratch);  // transient rows in the stage's scratch
-    if (const uint64_t* keys = expert_dropout_keys(b, T)) d.dispatch_tags(keys, a.lora_keys);
+    if (const uint64_t* keys = expert_dropout_keys(b, T)) d.dispatch_tags(keys, a.lora_keys, &scratch);
     experts_forward(d.expert_input(), d.local_counts(), d.expert_rows(), w, a, scratch);
     d.combine(a.y.data(), a.topk_w.data(), out, &scratch);
     return out;

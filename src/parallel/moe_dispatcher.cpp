@@ -195,32 +195,35 @@ void AlltoAllDispatcher::dispatch_backward(const float* d_expert_input, float* d
   kc::moe_permute_backward(back, row_of_slot_.data(), dx, T_, k_, H_, accumulate);
 }
 
-void AlltoAllDispatcher::dispatch_tags(const uint64_t* tag, std::vector<uint64_t>& out) {
+void AlltoAllDispatcher::dispatch_tags(const uint64_t* tag, std::vector<uint64_t>& out, Workspace* scratch) {
   if (etp_size_ > 1) throw Error("AlltoAllDispatcher::dispatch_tags: etp = " + std::to_string(etp_size_) + " > 1");
   if (k_ < 1) throw Error("AlltoAllDispatcher::dispatch_tags: no dispatch() before");
   const int64_t S = T_ * k_;
-  std::vector<int64_t> send(static_cast<size_t>(S)), recv(static_cast<size_t>(R_own_));
+  // The 8-byte tags travel through the transient row buffers (two floats per tag, copied bytewise):
+  // dispatch() is done with them, and the experts' rows it keeps are in expert_in_.
+  auto* send = reinterpret_cast<unsigned char*>(scratch_rows(scratch, "moe.a2a.send", 2 * S));
+  auto* recv = reinterpret_cast<unsigned char*>(scratch_rows(scratch, "moe.a2a.recv", 2 * R_own_));
   for (int64_t r = 0; r < S; ++r)  // the rows in the permuted send order (moe_permute_forward)
-    send[static_cast<size_t>(r)] = static_cast<int64_t>(tag[slot_of_row_[static_cast<size_t>(r)] / k_]);
-  std::vector<int64_t> sc(static_cast<size_t>(ep_size_)), sd(sc), rc(sc), rd(sc);
+    std::memcpy(send + 8 * r, tag + slot_of_row_[static_cast<size_t>(r)] / k_, 8);
   int64_t so = 0, ro = 0;
   for (int r = 0; r < ep_size_; ++r) {
-    sc[r] = send_rows_[r];
-    sd[r] = so;
-    so += sc[r];
-    rc[r] = recv_rows_[r];
-    rd[r] = ro;
-    ro += rc[r];
+    sc_[r] = send_rows_[r];
+    sd_[r] = so;
+    so += sc_[r];
+    rc_[r] = recv_rows_[r];
+    rd_[r] = ro;
+    ro += rc_[r];
   }
-  ep_->all_to_all_v(send.data(), sc, sd, recv.data(), rc, rd, DType::I64);
+  ep_->all_to_all_v(send, sc_, sd_, recv, rc_, rd_, DType::I64);
   // [src][local expert] -> [local expert][src], as src_to_expert_order does for the rows
   out.resize(static_cast<size_t>(R_));
   int64_t o = 0;
   for (int64_t e = 0; e < El_; ++e)
     for (int s = 0; s < ep_size_; ++s) {
       const int64_t i = src_block_row(s, e);
-      for (int64_t n = 0; n < recv_counts_[s * El_ + e]; ++n)
-        out[static_cast<size_t>(o++)] = static_cast<uint64_t>(recv[static_cast<size_t>(i + n)]);
+      const int64_t n = recv_counts_[s * El_ + e];
+      if (n) std::memcpy(out.data() + o, recv + 8 * i, static_cast<size_t>(n) * 8);
+      o += n;
     }
 }
 

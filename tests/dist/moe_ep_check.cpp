@@ -205,6 +205,20 @@ void scenario(const char* name, const vector<int64_t>& tokens_per_rank, const ve
                     (i == 0 || got[row - 1] < tok),
                 name << ": expert row " << row << " carries tag " << tok << ", not its token (or out of order)");
     }
+  // The same tags through a caller's workspace (the model passes the stage's) whose transient row
+  // buffers hold stale bytes from an earlier user: equal tags, and the workspace does not grow (the
+  // tags fit in the rows' "moe.a2a.send" / "moe.a2a.recv" buffers; nothing is allocated per call).
+  twinkle::Workspace ws;
+  for (const char* key : {"moe.a2a.send", "moe.a2a.recv"}) ws.get(key, {(Tr * K + R) * H}).fill_(-1.0f);
+  const size_t held = ws.bytes();
+  vector<uint64_t> got_ws;
+  for (int call = 0; call < 2; ++call) {
+    d.dispatch_tags(tags.data(), got_ws, &ws);
+    MPI_CHECK(got_ws == got, name << ": dispatch_tags through a stale workspace differs from the private one (call "
+                                  << call << ")");
+    MPI_CHECK(ws.bytes() == held, name << ": dispatch_tags grew the workspace from " << held << " to " << ws.bytes()
+                                       << " bytes");
+  }
   // B10: the expert gradient norm summed over the EP group equals the single-process one
   double sq = 0.0, sq_ref = 0.0;
   for (auto v : dwg) sq += double(v) * v;

@@ -6,7 +6,10 @@
 //
 // Prints one row per pipeline stage (every tp / cp / dp rank of a stage holds the same): GiB of
 // parameters, gradients, optimizer state, activations, workspace, runtime and the peak, and the
-// TFLOPs the rank computes per step; the last line is the per-rank peak. With --memory-per-rank,
+// TFLOPs the rank computes per step; the last line is the per-rank peak. A MoE rank's expert
+// FLOPs are those of balanced routing (its experts run its own tokens x top_k rows; the job total,
+// every token through top_k experts, holds for any routing; bench/layout_bench prints the rows
+// the experts of each rank really ran). With --memory-per-rank,
 // a stage above it is reported with its biggest item and the exit code is 1. --bf16 plans the
 // mixed-precision run (`twinkle train --bf16`): fp32 master weights, grads, Adam state and
 // activations, plus the bf16 kernels' workspace (train/plan.h). A layout training would refuse
@@ -97,6 +100,9 @@ int cmd_plan(int argc, char** argv) {
                   s.optimizer / kGiB, s.activations / kGiB, s.workspace / kGiB, s.runtime / kGiB, s.peak / kGiB,
                   s.executed_flops / 1e12);
     std::printf("job: %.3f TFLOP per step (model FLOPs, forward + backward)\n", plan.job_model_flops / 1e12);
+    if (cfg.is_moe() && o.ep > 1)
+      std::printf("MoE: a rank's TFLOP/step assume balanced routing (its experts run its own tokens x top_k rows); "
+                  "real routing moves expert FLOPs between ep ranks, the job total does not change\n");
     std::printf("per-rank peak: %.3f GiB (stage %d)\n", worst.peak / kGiB, worst.stage);
   }
   if (limit_gib > 0 && worst.peak > limit_gib * kGiB) {

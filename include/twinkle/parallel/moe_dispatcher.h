@@ -46,8 +46,8 @@
 // routing map / probabilities per layer the same way) and the experts' outputs back in slot
 // order (y_perm, [T*k, hidden]: the combine weights' gradient dot(dout[t], y[slot])). Every
 // other row buffer — the permuted send rows, the all-to-all receive rows, the reordering and
-// un-permute scratch and the etp all-gather / reduce-scatter block — is needed only inside one
-// call, so it lives in a caller's Workspace (keys "moe.a2a.send", "moe.a2a.recv",
+// un-permute scratch, the etp all-gather / reduce-scatter block and dispatch_tags' 8-byte tags —
+// is needed only inside one call, so it lives in a caller's Workspace (keys "moe.a2a.send", "moe.a2a.recv",
 // "moe.a2a.own", "moe.a2a.etp", grow-only) that every dispatcher of a stage shares: one set
 // of them per rank instead of one per (layer, micro-batch slot). Without a workspace the
 // dispatcher uses a private one. Results do not depend on which workspace is used (no stale
@@ -93,9 +93,10 @@ class AlltoAllDispatcher {
   /// tag[t] of the token behind each expert_input() row, in that row order (the LoRA dropout
   /// keys of the expert rows: the token identities of parallel/lora_dropout.h, model/qwen3_moe_block.h).
   /// tag [T] of this rank's tokens. Collective over the EP group (one all-to-all-v of 8-byte
-  /// tags). Throws twinkle::Error with etp > 1 (not needed: LoRA refuses etp > 1) or before any
-  /// dispatch().
-  void dispatch_tags(const uint64_t* tag, std::vector<uint64_t>& out);
+  /// tags). scratch: the workspace of dispatch(); the tags pass through its "moe.a2a.send" and
+  /// "moe.a2a.recv" buffers (no allocation per call; out grows only). Throws twinkle::Error with
+  /// etp > 1 (not needed: LoRA refuses etp > 1) or before any dispatch().
+  void dispatch_tags(const uint64_t* tag, std::vector<uint64_t>& out, Workspace* scratch = nullptr);
   /// Slots routed by THIS rank's tokens to each global expert [E] (the load statistics and the
   /// aux loss counts of the local tokens).
   const int64_t* global_counts() const { return counts_.data(); }
