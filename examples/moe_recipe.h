@@ -12,6 +12,7 @@
 #include <fstream>
 #include <string>
 
+#include "recipe_metrics.h"
 #include "twinkle/twinkle.h"
 
 using namespace twinkle;
@@ -123,14 +124,13 @@ inline int run(int argc, char** argv, const Defaults& d) {
 
   // 4. train
   const bool rank0 = ps.global_rank == 0;
-  std::ofstream metrics;
-  if (rank0) {
-    std::filesystem::create_directories(output_dir);
-    metrics.open(std::filesystem::path(output_dir) / "metrics.jsonl", std::ios::trunc);
-  }
-  double first_loss = 0, last_loss = 0, time_sum = 0;
   int64_t step = 0;
   if (!resume.empty()) step = model.resume_from_checkpoint(resume, false, &loader).cur_step;  // Twinkle's resume
+  const int64_t start_step = step;
+  // a resumed run keeps the earlier steps' lines (recipe_metrics.h)
+  std::ofstream metrics;
+  if (rank0) metrics = recipe_metrics::open_metrics(std::filesystem::path(output_dir) / "metrics.jsonl", start_step);
+  double first_loss = 0, last_loss = 0, time_sum = 0;
   while (step < steps) {
     for (auto& batch : loader) {
       model.forward_backward(batch);
@@ -138,9 +138,9 @@ inline int run(int argc, char** argv, const Defaults& d) {
       ++step;
       const auto& m = model.last_metrics();
       model.calculate_metric(true);
-      if (step == 1) first_loss = m.loss;
+      if (step == start_step + 1) first_loss = m.loss;
       last_loss = m.loss;
-      if (step > 1) time_sum += m.step_time_s;
+      if (step > start_step + 1) time_sum += m.step_time_s;  // the run's first step warms up
       if (rank0) {
         nlohmann::json loss = m.has_loss && std::isfinite(m.loss) ? nlohmann::json(m.loss) : nlohmann::json(nullptr);
         nlohmann::json j = {{"step", step},
@@ -179,9 +179,10 @@ inline int run(int argc, char** argv, const Defaults& d) {
   if (rank0) {
     char buf[512];
     std::snprintf(buf, sizeof buf,
-                  "summary: %lld steps, loss %.4f -> %.4f, mean step %.2f s (after the first), %s %s, "
+                  "summary: %s, loss %.4f -> %.4f, mean step %.2f s (after the first), %s %s, "
                   "metrics %s",
-                  static_cast<long long>(step), first_loss, last_loss, time_sum / std::max<int64_t>(1, step - 1),
+                  recipe_metrics::steps_phrase(start_step, step).c_str(), first_loss, last_loss,
+                  time_sum / static_cast<double>(std::max<int64_t>(1, step - start_step - 1)),
                   use_lora ? "PEFT adapter (adapter_config.json, adapter_model.safetensors)"
                            : "checkpoint (config.json, safetensors, tokenizer files)",
                   dir.c_str(), (out / "metrics.jsonl").string().c_str());

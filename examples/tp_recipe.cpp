@@ -24,6 +24,7 @@
 #include <fstream>
 #include <string>
 
+#include "recipe_metrics.h"
 #include "twinkle/twinkle.h"
 
 using namespace twinkle;
@@ -123,14 +124,13 @@ int recipe(int argc, char** argv) {
 
   // 4. train
   const bool rank0 = ps.global_rank == 0;
-  std::ofstream metrics;
-  if (rank0) {
-    std::filesystem::create_directories(output_dir);
-    metrics.open(std::filesystem::path(output_dir) / "metrics.jsonl", std::ios::trunc);
-  }
-  double first_loss = 0, last_loss = 0, tok_s_sum = 0;
   int64_t step = 0;
   if (!resume.empty()) step = model.resume_from_checkpoint(resume, false, &loader).cur_step;  // Twinkle's resume
+  const int64_t start_step = step;
+  // a resumed run keeps the earlier steps' lines (recipe_metrics.h)
+  std::ofstream metrics;
+  if (rank0) metrics = recipe_metrics::open_metrics(std::filesystem::path(output_dir) / "metrics.jsonl", start_step);
+  double first_loss = 0, last_loss = 0, tok_s_sum = 0;
   while (step < steps) {
     for (auto& batch : loader) {
       model.forward_backward(batch);
@@ -138,7 +138,7 @@ int recipe(int argc, char** argv) {
       ++step;
       const auto& m = model.last_metrics();
       auto shown = model.calculate_metric(true);
-      if (step == 1) first_loss = m.loss;
+      if (step == start_step + 1) first_loss = m.loss;
       last_loss = m.loss;
       tok_s_sum += m.tokens_per_s;
       if (rank0) {
@@ -167,8 +167,9 @@ int recipe(int argc, char** argv) {
   if (rank0) {
     char buf[512];
     std::snprintf(buf, sizeof buf,
-                  "summary: %lld steps, loss %.4f -> %.4f, mean %.0f tokens/s, %s %s, metrics %s",
-                  static_cast<long long>(step), first_loss, last_loss, tok_s_sum / std::max<int64_t>(1, step),
+                  "summary: %s, loss %.4f -> %.4f, mean %.0f tokens/s, %s %s, metrics %s",
+                  recipe_metrics::steps_phrase(start_step, step).c_str(), first_loss, last_loss,
+                  tok_s_sum / static_cast<double>(std::max<int64_t>(1, step - start_step)),
                   use_lora ? "PEFT adapter (adapter_config.json, adapter_model.safetensors)"
                            : "checkpoint (config.json, safetensors, tokenizer files)",
                   dir.c_str(), (out / "metrics.jsonl").string().c_str());

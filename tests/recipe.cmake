@@ -38,3 +38,8 @@ add_test(NAME moe_cp_recipe_8ranks_equals_single_and_loads_in_torch
          COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_recipe.py --build ${CMAKE_BINARY_DIR}
                  --steps 2 --recipe moe_cp_recipe)
 set_tests_properties(moe_cp_recipe_8ranks_equals_single_and_loads_in_torch PROPERTIES TIMEOUT 600 PROCESSORS 2)
+# --resume into the recipe's own output directory (examples/recipe_metrics.h): metrics.jsonl keeps
+# the earlier steps and the summary counts the steps this run trained (tp_recipe and moe_recipe).
+add_test(NAME recipe_resume_keeps_metrics_and_summary
+         COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_recipe_resume.py --build ${CMAKE_BINARY_DIR})
+set_tests_properties(recipe_resume_keeps_metrics_and_summary PROPERTIES TIMEOUT 300)

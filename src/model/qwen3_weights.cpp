@@ -1,6 +1,7 @@
 // Qwen3Model: weights in — seeded init and Hugging Face checkpoint loading, from the table.
 #include <cstring>
 #include <random>
+#include <unordered_set>
 
 #include "twinkle/io/moe_checkpoint.h"
 #include "twinkle/model/qwen3_model.h"
@@ -132,6 +133,20 @@ void Qwen3Model::load_checkpoint(const CheckpointReader& ck) {
     if (e.param == parallel::kNoParam || e.adapter) continue;
     load_entry(ck, id);
   }
+}
+
+std::vector<std::string> Qwen3Model::unused_checkpoint_tensors(const CheckpointReader& ck) const {
+  std::unordered_set<std::string> used;
+  for (const auto& e : table_.entries())
+    if (!e.adapter)
+      for (const auto& n : e.load_names) used.insert(n);
+  std::vector<std::string> out;
+  for (const auto& n : ck.names()) {  // sorted
+    if (used.count(n) || ck.info(n).numel() == 0) continue;
+    if (n == "lm_head.weight" && cfg_.tie_word_embeddings) continue;
+    out.push_back(n);
+  }
+  return out;
 }
 
 void Qwen3Model::load_adapter(const SafetensorsFile& ck) {

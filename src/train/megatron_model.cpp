@@ -87,6 +87,7 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
   bool loaded = false;
   if (ck) {
     model_->load_checkpoint(*ck);
+    warn_unused_tensors(*ck);
     loaded = true;
   }
   if (!loaded) {
@@ -480,6 +481,19 @@ void MegatronModel::load(const std::string& dir) {
         "load: " + ck.dir() + " holds an lm_head.weight that differs from model.embed_tokens.weight but this "
         "model is tied; build the model from that checkpoint (it is then untied, as transformers 5 does)");
   model_->load_checkpoint(ck);
+  warn_unused_tensors(ck);
+}
+
+void MegatronModel::warn_unused_tensors(const CheckpointReader& ck) const {
+  if (ps_->world->rank() != 0) return;
+  const std::vector<std::string> unused = model_->unused_checkpoint_tensors(ck);
+  if (unused.empty()) return;
+  std::string list;
+  for (size_t i = 0; i < unused.size() && i < 5; ++i) list += (i ? ", " : "") + unused[i];
+  if (unused.size() > 5) list += ", ...";
+  get_logger().warning("checkpoint " + ck.dir() + ": " + std::to_string(unused.size()) +
+                       " tensor(s) are not used by the model config.json describes (" + list +
+                       "); config.json and the weights may disagree (e.g. num_hidden_layers)");
 }
 
 }  // namespace twinkle

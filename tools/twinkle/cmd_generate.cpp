@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "twinkle/core/option_check.h"
 #include "twinkle/io/generation_config.h"
 #include "twinkle/data/template.h"
 #include "twinkle/dist/runtime.h"
@@ -28,6 +29,7 @@ namespace {
 int generate_main(int argc, char** argv) {
   std::string kernels = "fused";
   CLI::App app{"Greedy generation with the chat template", "twinkle generate"};
+  app.option_defaults()->always_capture_default();  // --help shows every default
   std::string model, adapter, prompt, system = "You are a helpful assistant.";
   int64_t max_new = 64;
   bool raw = false, print_ids = false;
@@ -35,7 +37,7 @@ int generate_main(int argc, char** argv) {
   app.add_option("--adapter", adapter, "PEFT LoRA adapter directory to apply to the model (default: none)");
   app.add_option("--prompt", prompt, "user message")->required();
   app.add_option("--system", system, "system message (empty: none)");
-  app.add_option("--max-new-tokens", max_new, "at most this many new tokens");
+  app.add_option("--max-new-tokens", max_new, "at most this many new tokens (>= 1)");
   app.add_flag("--raw", raw, "print the generated text as is (with the think block)");
   app.add_flag("--ids", print_ids, "print the prompt and generated token ids as JSON instead of the text");
   app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
@@ -45,6 +47,9 @@ int generate_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  // transformers' GenerationConfig refuses max_new_tokens <= 0; a negative value used to print
+  // "(empty reply)" as if the model had answered nothing.
+  twinkle::check_option(max_new >= 1, "generate", "max_new_tokens", ">= 1", max_new);
   twinkle::Template tmpl("qwen3", {.model_id = model});
   std::vector<twinkle::Message> msgs;
   if (!system.empty()) msgs.push_back({"system", system, ""});

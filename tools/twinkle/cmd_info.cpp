@@ -1,5 +1,6 @@
 // `twinkle info`: what this build and machine are, the ISA oneDNN runs on (and whether it has bf16
 // instructions), and the measured fp32 and bf16 GEMM peaks that MFU is computed against (saved to $TWINKLE_HOME/peak.json, default ~/.cache/twinkle/peak.json).
+#include <CLI/CLI.hpp>
 #include <dnnl.h>
 #include <mpi.h>
 #include <omp.h>
@@ -67,6 +68,16 @@ std::string cpu_model() {
 }
 
 int info_main(int argc, char** argv) {
+  // No options; parsing them anyway makes --help print this instead of measuring (and
+  // rewriting peak.json), and refuses a stray argument by name.
+  CLI::App app{"Build and machine facts; measures the fp32 and bf16 GEMM peaks that MFU is computed against and "
+               "saves them to $TWINKLE_HOME/peak.json (default ~/.cache/twinkle/peak.json)",
+               "twinkle info"};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const dnnl_version_t* v = dnnl_version();
   char mpi_ver[MPI_MAX_LIBRARY_VERSION_STRING];

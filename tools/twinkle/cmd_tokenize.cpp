@@ -15,6 +15,7 @@
 #include "command.h"
 #include "twinkle/core/error.h"
 #include "twinkle/data/hub.h"
+#include "twinkle/data/pretokenized.h"
 #include "twinkle/data/tokenizer.h"
 
 namespace {
@@ -93,13 +94,8 @@ int cmd_tokenize(int argc, char** argv) {
       block_lines.push_back(lineno);
       if (block.size() == kBlock) flush_encode();
     } else {
-      if (!j.is_array()) throw twinkle::Error("stdin line " + std::to_string(lineno) + ": expected a JSON array of ids");
-      std::vector<int32_t> ids;
-      for (auto& x : j) {
-        if (!x.is_number_integer())
-          throw twinkle::Error("stdin line " + std::to_string(lineno) + ": ids must be integers");
-        ids.push_back(x.get<int32_t>());
-      }
+      // a list of integers, each within int32 (4294967297 used to decode as id 1)
+      const std::vector<int32_t> ids = twinkle::token_ids_from_json(j, "ids", "stdin line " + std::to_string(lineno));
       std::string text;
       try {
         text = tok.decode(ids, skip_special);

@@ -38,20 +38,6 @@ namespace {
 
 using json = nlohmann::json;
 
-twinkle::DataSlice parse_slice(const std::string& s) {
-  // "A:B" range, or "i,j,k" list, or "N" (= 0:N)
-  auto colon = s.find(':');
-  if (colon != std::string::npos) return twinkle::DataSlice::range(std::stoll(s.substr(0, colon)), std::stoll(s.substr(colon + 1)));
-  if (s.find(',') != std::string::npos) {
-    std::vector<int64_t> idx;
-    std::stringstream ss(s);
-    std::string tok;
-    while (std::getline(ss, tok, ',')) idx.push_back(std::stoll(tok));
-    return twinkle::DataSlice::indices(idx);
-  }
-  return twinkle::DataSlice::range(std::stoll(s));
-}
-
 // JSON number, or null for a value that is undefined (no labelled token) or non-finite.
 json num_or_null(double v, bool defined = true) { return defined && std::isfinite(v) ? json(v) : json(nullptr); }
 
@@ -247,6 +233,8 @@ int train_main(int argc, char** argv) {
   lo.seed = seed;
   lo.drop_last = drop_last;
   twinkle::validate(lo);
+  const std::optional<twinkle::DataSlice> slice =
+      data_slice.empty() ? std::nullopt : std::optional<twinkle::DataSlice>(twinkle::DataSlice::parse(data_slice));
 
   const int world = twinkle::world_size();
   if (dp == 0) dp = std::max(1, world / std::max(1, tp * pp * cp));
@@ -270,7 +258,7 @@ int train_main(int argc, char** argv) {
   twinkle::validate(lo);
 
   // ---- data ----
-  twinkle::DatasetMeta meta(dataset, data_slice.empty() ? std::nullopt : std::optional<twinkle::DataSlice>(parse_slice(data_slice)));
+  twinkle::DatasetMeta meta(dataset, slice);
   meta.skip_bad_rows = skip_bad;  // also while the file is read (bad JSON lines)
   twinkle::Dataset ds(meta);
   const bool pretokenized = ds.size() > 0 && twinkle::is_pretokenized(ds[0]);

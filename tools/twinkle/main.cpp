@@ -13,23 +13,24 @@ std::map<std::string, CommandInfo>& command_registry() {
 }
 }  // namespace twinkle::cli
 
-static void usage() {
-  std::fprintf(stderr, "usage: twinkle <command> [options]\n\ncommands:\n");
+// To stdout when asked for (--help, exit 0), to stderr after a usage error (exit 2).
+static void usage(std::FILE* out) {
+  std::fprintf(out, "usage: twinkle <command> [options]\n\ncommands:\n");
   for (auto& [name, info] : twinkle::cli::command_registry())
-    std::fprintf(stderr, "  %-10s %s\n", name.c_str(), info.help.c_str());
-  std::fprintf(stderr, "\n`twinkle <command> --help` shows a command's options.\n");
+    std::fprintf(out, "  %-10s %s\n", name.c_str(), info.help.c_str());
+  std::fprintf(out, "\n`twinkle <command> --help` shows a command's options.\n");
 }
 
 int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    usage();
+    usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   auto& reg = twinkle::cli::command_registry();
   auto it = reg.find(argv[1]);
   if (it == reg.end()) {
     std::fprintf(stderr, "twinkle: unknown command '%s'\n", argv[1]);
-    usage();
+    usage(stderr);
     return 2;
   }
   std::string prog = std::string("twinkle ") + argv[1];

@@ -22,6 +22,11 @@ class DataSlice {
   /// The listed rows, in this order (repeats allowed). Throws twinkle::Error naming the
   /// position of the first negative index.
   static DataSlice indices(std::vector<int64_t> idx);
+  /// The command line's spelling (`twinkle train --data-slice`): "A:B" = range(A, B),
+  /// "N" = range(N), "i,j,k" = indices({i, j, k}); every number a non-negative decimal
+  /// integer. Throws twinkle::Error naming `option` and the offending text for anything else
+  /// (empty parts, signs, trailing characters, "1:2:3", values beyond int64).
+  static DataSlice parse(const std::string& text, const std::string& option = "--data-slice");
 
   /// Number of selected indices (before wrap-around).
   int64_t count() const;

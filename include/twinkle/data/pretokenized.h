@@ -5,11 +5,19 @@
 // labels aligned with input_ids; the model shifts).
 #pragma once
 #include <nlohmann/json.hpp>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "twinkle/data/batch.h"
 
 namespace twinkle {
+
+/// The token ids of the JSON list `j` (a row's "input_ids" / "labels", a line of `twinkle tokenize
+/// --decode`). Throws twinkle::Error "<where>: field '<field>' must be a list of integers" for a
+/// non-list or a non-integer entry, and "<where>: <field>[k] = v does not fit a 32-bit token id"
+/// for an integer outside int32 (nlohmann's get<int32_t> would wrap it: 4294967297 -> 1).
+std::vector<int32_t> token_ids_from_json(const nlohmann::json& j, const std::string& field, const std::string& where);
 
 /// True when `row` is an object with an "input_ids" field.
 bool is_pretokenized(const nlohmann::json& row);

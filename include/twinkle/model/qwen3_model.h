@@ -147,6 +147,13 @@ class Qwen3Model {
   /// Loads this rank's shards from a HF checkpoint (any float dtype, converted to f32).
   /// Throws twinkle::Error naming a missing tensor or a wrong shape.
   void load_checkpoint(const CheckpointReader& ck);
+  /// Tensors of `ck` that load_checkpoint reads for no entry of the model (any stage or rank):
+  /// what transformers' from_pretrained reports as "Some weights of the model checkpoint ... were
+  /// not used" — e.g. model.layers.3.* when config.json says num_hidden_layers = 3, or a renamed
+  /// tensor. Not listed: zero-element tensors (legal filler, failure class B28) and, for a tied
+  /// model, a lm_head.weight copy of the embedding (transformers 5's tie rule, io/tied_head.h).
+  /// Sorted by name.
+  std::vector<std::string> unused_checkpoint_tensors(const CheckpointReader& ck) const;
   /// Full HF tensors (f32) assembled on global rank 0 from every tp/pp shard (collective
   /// over the world; other ranks return an empty list). Vocab padding is dropped; a
   /// tied lm head is not listed (HF convention).

@@ -258,6 +258,9 @@ class MegatronModel {
   /// Loads weights from a HF checkpoint directory into every shard. Throws twinkle::Error when
   /// this model is tied but the checkpoint holds an lm_head.weight different from the
   /// embedding (the constructor unties for such a checkpoint; see twinkle/io/tied_head.h).
+  /// Checkpoint tensors the model does not use (Qwen3Model::unused_checkpoint_tensors) are
+  /// named in a warning on rank 0, here and in the constructor (transformers' from_pretrained
+  /// warning "Some weights of the model checkpoint ... were not used").
   void load(const std::string& dir);
 
   Qwen3Model& model() { return *model_; }
@@ -278,6 +281,8 @@ class MegatronModel {
   void finish_param_sync() {
     if (optim_) optim_->finish_param_sync();
   }
+  // Rank 0 warns naming the checkpoint tensors the model does not use (see load()).
+  void warn_unused_tensors(const CheckpointReader& ck) const;
   // Micro-batches of `rows`; segment_row offset by row0 (the block's first global row).
   std::vector<MicroBatch> split(const std::vector<EncodedRow>& rows, int64_t row0 = 0) const;
   // megatron_resume.cpp: the optimizer part of save (collective gather, rank-0 write) and resume.

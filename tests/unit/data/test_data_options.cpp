@@ -82,6 +82,26 @@ TEST(PretokenizedRows, SkipBadRowsDropsTheRowAndCountsIt) {
   std::filesystem::remove(path);
 }
 
+// A token id beyond int32 used to wrap in the JSON conversion (4294967297 -> 1, 4294967196 ->
+// -100 = "ignore") and train as a valid id; it is refused naming the file:line, field and index.
+TEST(PretokenizedRows, IdsBeyondInt32AreRefusedNotWrapped) {
+  const std::string path = write_rows("twinkle_pretok_wide.jsonl",
+                                      "{\"input_ids\": [1, 2, 3]}\n"
+                                      "{\"input_ids\": [1, 4294967297]}\n"
+                                      "{\"input_ids\": [1, 2], \"labels\": [4294967196, -4294967297]}\n");
+  {
+    Dataset ds{DatasetMeta(path)};
+    const std::string e = error_of([&] { ds.encode_pretokenized(1000); });
+    EXPECT_NE(e.find(path + ":2: input_ids[1] = 4294967297 does not fit a 32-bit token id"), std::string::npos) << e;
+  }
+  {
+    Dataset ds{DatasetMeta(path, DataSlice::indices({2}))};
+    const std::string e = error_of([&] { ds.encode_pretokenized(); });  // no vocabulary given: still refused
+    EXPECT_NE(e.find(path + ":3: labels[0] = 4294967196 does not fit a 32-bit token id"), std::string::npos) << e;
+  }
+  std::filesystem::remove(path);
+}
+
 TEST(PretokenizedRows, AllBadIsAnError) {
   const std::string path = write_rows("twinkle_pretok_allbad.jsonl", "{\"input_ids\": [\"a\"]}\n");
   DatasetMeta meta(path);

@@ -155,6 +155,21 @@ TEST(DataSliceTest, NegativeAndEmpty) {
   expect_error([] { Dataset ds(DatasetMeta(fixture("good.jsonl"), DataSlice::range(2, 2))); }, {"empty after data_slice"});
 }
 
+// `twinkle train --data-slice`: the three spellings, and every malformed text refused with the
+// option and the text named (the command used to die with std::stoll's bare "stoll", and read
+// "1:2:3" as 1:2 and "5x" as 5).
+TEST(DataSliceTest, ParseCommandLineSpelling) {
+  EXPECT_EQ(DataSlice::parse("1:3").describe(), "range(1, 3)");
+  EXPECT_EQ(DataSlice::parse("4").describe(), "range(0, 4)");
+  EXPECT_EQ(DataSlice::parse("5,0,4").describe(), "[5, 0, 4]");
+  Dataset ds(DatasetMeta(fixture("good.jsonl"), DataSlice::parse("2,0")));
+  ASSERT_EQ(ds.size(), 2);
+  EXPECT_EQ(ds[0]["query"], "问题三");
+  for (const char* bad : {"abc", "1,x", "5x", "1:2:3", ":3", "2:", "-1", "+2", "1,,2", "1:2,3", "",
+                          "99999999999999999999"})
+    expect_error([&] { DataSlice::parse(bad, "--data-slice"); }, {"--data-slice", "'" + std::string(bad) + "'"});
+}
+
 TEST(DatasetMap, SelfCognitionAddsMessagesAndKeepsColumns) {
   Dataset ds(DatasetMeta(fixture("good.jsonl")));
   ds.map(SelfCognitionProcessor("Bot", "Lab"));

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -215,6 +216,40 @@ TEST(TensorTable, TiedModelLoadsFromLmHeadName) {
   CheckpointReader ck = CheckpointReader::open_dir(dir);
   auto full = reassemble(c, Layout{2, 2, false}, &ck, 0);
   EXPECT_TRUE(same_bits(full.at("model.embed_tokens.weight"), ref.front().second));
+  fs::remove_all(dir);
+}
+
+// A config.json that describes fewer layers than the checkpoint holds used to load silently,
+// dropping the extra layers (and the next save wrote the truncated model); transformers names the
+// unused tensors. Zero-element filler (B28) and a tied model's lm_head copy are not "unused".
+TEST(TensorTable, UnusedCheckpointTensorsAreListed) {
+  const std::string dir = (fs::temp_directory_path() / ("twinkle_table_u_" + std::to_string(::getpid()))).string();
+  for (bool tied : {true, false}) {
+    const ModelConfig c = tiny(tied, false);  // 3 layers
+    auto ref = write_checkpoint(c, dir);
+    ModelConfig two = c;
+    two.num_hidden_layers = 2;
+    Qwen3Model full_model(c, dist::make_single_process_state());
+    Qwen3Model short_model(two, dist::make_single_process_state());
+    CheckpointReader ck = CheckpointReader::open_dir(dir);
+    EXPECT_TRUE(full_model.unused_checkpoint_tensors(ck).empty());
+    std::vector<std::string> want;
+    for (const auto& [name, t] : ref)
+      if (name.rfind("model.layers.2.", 0) == 0) want.push_back(name);
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(short_model.unused_checkpoint_tensors(ck), want);
+    // on a pp 2 layout every rank sees the same list (the table holds every stage's tensors)
+    for (int s = 0; s < 2; ++s)
+      EXPECT_EQ(Qwen3Model(two, rank_state(2, 2, false, 1, s)).unused_checkpoint_tensors(ck), want) << s;
+    // extras: a renamed tensor is listed; an empty tensor and (tied) a copy of the embedding are not
+    ref.emplace_back("model.layers.0.mlp.gate_proj.weight_renamed", Tensor::zeros({2, 2}));
+    ref.emplace_back("model.empty_filler", Tensor::zeros({4, 0}));
+    if (tied) ref.emplace_back("lm_head.weight", ref.front().second);
+    fs::remove_all(dir);
+    save_checkpoint_dir(dir, ref, 1 << 30);
+    EXPECT_EQ(full_model.unused_checkpoint_tensors(CheckpointReader::open_dir(dir)),
+              std::vector<std::string>{"model.layers.0.mlp.gate_proj.weight_renamed"});
+  }
   fs::remove_all(dir);
 }
 

@@ -1,0 +1,134 @@
+#!/usr/bin/python3
+"""The `twinkle` front end as a new user meets it (faults found by trying the documented commands):
+- `twinkle --help` prints the command list on stdout with exit 0 (it went to stderr, so
+  `twinkle --help | less` showed nothing); a bare `twinkle` or an unknown command is a usage error
+  on stderr (exit 2);
+- `twinkle info --help` prints help and measures nothing: before, `info` ignored its arguments, ran
+  the GEMM measurement and rewrote $TWINKLE_HOME/peak.json (which MFU reads) on `--help`; an unknown
+  option is refused by name;
+- `twinkle train --data-slice` text that is not A:B, N or i,j,k is refused naming the option and the
+  text, before any model or data is loaded (it died with std::stoll's bare "stoll", and read
+  "1:2:3" as 1:2 and "5x" as 5);
+- `twinkle tokenize --decode` refuses an id beyond int32 naming the line (4294967297 decoded as id 1);
+- `twinkle generate --max-new-tokens` below 1 is refused naming the option (a negative value printed
+  "(empty reply)" as if the model had answered nothing);
+- a checkpoint holding tensors the model does not use (config.json edited to fewer layers) loads
+  with a warning naming them, as transformers' from_pretrained does (it loaded silently, dropping
+  the extra layer).
+Run with /usr/bin/python3.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import harness  # noqa: E402
+
+
+def run(cmd, env=None):
+    print('+', ' '.join(cmd), flush=True)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
+                       env=harness.one_thread_env(env))
+    return r.returncode, r.stdout, r.stderr
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    a = ap.parse_args()
+    twinkle = os.path.join(a.build, "bin", "twinkle")
+    src = os.path.join(HERE, "..", "..")
+    failures = []
+
+    # 1. twinkle --help / twinkle / twinkle bogus
+    for flag in ("--help", "-h"):
+        rc, out, err = run([twinkle, flag])
+        if rc != 0 or "usage: twinkle <command>" not in out or "train" not in out or err:
+            failures.append(f"twinkle {flag}: rc {rc}, expected the command list on stdout; stdout {out[:200]!r} "
+                            f"stderr {err[:200]!r}")
+    for args, what in (([], "no command"), (["frobnicate"], "unknown command 'frobnicate'")):
+        rc, out, err = run([twinkle] + args)
+        if rc != 2 or "usage: twinkle <command>" not in err or out or \
+                (args and "unknown command 'frobnicate'" not in err):
+            failures.append(f"twinkle {' '.join(args)} ({what}): rc {rc}, expected a usage error on stderr (exit 2); "
+                            f"stdout {out[:200]!r} stderr {err[:200]!r}")
+
+    # 2. twinkle info --help measures nothing and writes no peak.json; a stray option is refused
+    with tempfile.TemporaryDirectory(prefix="twinkle-cli-") as tmp:
+        home = os.path.join(tmp, "home")
+        env = dict(os.environ, TWINKLE_HOME=home)
+        rc, out, err = run([twinkle, "info", "--help"], env)
+        if rc != 0 or "Usage: twinkle info" not in out or "measured" in out or os.path.exists(home):
+            failures.append(f"twinkle info --help: rc {rc}, peak.json written: {os.path.exists(home)}; "
+                            f"stdout {out[:300]!r}")
+        rc, out, err = run([twinkle, "info", "--bogus"], env)
+        if rc == 0 or "--bogus" not in out + err or "measured" in out or os.path.exists(home):
+            failures.append(f"twinkle info --bogus: rc {rc}, expected a refusal naming --bogus; "
+                            f"stdout {out[:300]!r} stderr {err[:300]!r}")
+
+    # 3. --data-slice: malformed text refused naming the option and the text; a good one trains
+    model = os.path.join(src, "models", "qwen3-tiny")
+    data = os.path.join(src, "data", "self_cognition.jsonl")
+    base = [twinkle, "train", "--model", model, "--dataset", data, "--self-cognition", "a,b", "--no-save",
+            "--batch-size", "2", "--max-steps", "1", "--lr", "0"]
+    for bad in ("abc", "1,x", "5x", "1:2:3", "-3", "99999999999999999999"):
+        rc, out, err = run(base + ["--data-slice", bad])
+        if rc == 0 or f"--data-slice '{bad}'" not in err or "stoll" in err or "step 1/" in out + err:
+            failures.append(f"--data-slice {bad}: rc {rc}, expected an error naming --data-slice '{bad}' before "
+                            f"training; stderr {err[-300:]!r}")
+    rc, out, err = run(base + ["--data-slice", "3,1"])
+    if rc != 0 or "dataset: 2 rows" not in out + err or "step 1/1" not in out + err:
+        failures.append(f"--data-slice 3,1: rc {rc}, expected 2 rows and one step; {(out + err)[-400:]!r}")
+
+    print('+ twinkle tokenize --decode <<< [4294967297]', flush=True)
+    r = subprocess.run([twinkle, "tokenize", "--tokenizer", model, "--decode"], input="[1, 2]\n[4294967297]\n",
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    want = "stdin line 2: ids[0] = 4294967297 does not fit a 32-bit token id"
+    if r.returncode == 0 or want not in r.stderr:
+        failures.append(f"tokenize --decode [4294967297]: rc {r.returncode}, expected {want!r}; stdout {r.stdout!r} "
+                        f"stderr {r.stderr[-300:]!r}")
+
+    for v in ("-1", "0"):
+        rc, out, err = run([twinkle, "generate", "--model", model, "--prompt", "hi", "--max-new-tokens", v])
+        want = f"'max_new_tokens' (--max-new-tokens) must be >= 1, got {v}"
+        if rc == 0 or want not in err or "empty reply" in out:
+            failures.append(f"generate --max-new-tokens {v}: rc {rc}, expected {want!r}; stdout {out[-200:]!r} "
+                            f"stderr {err[-300:]!r}")
+
+    # 4. unused checkpoint tensors are named (train one step at lr 0 to get a checkpoint of qwen3-tiny)
+    with tempfile.TemporaryDirectory(prefix="twinkle-cli-") as tmp:
+        ck = os.path.join(tmp, "ck")
+        rc, out, err = run([twinkle, "train", "--model", model, "--dataset", data, "--self-cognition", "a,b",
+                            "--batch-size", "2", "--max-steps", "1", "--lr", "0", "--data-slice", "2",
+                            "--output-dir", ck])
+        if rc != 0:
+            failures.append(f"making a checkpoint: rc {rc}: {err[-300:]}")
+        else:
+            rc, out, err = run([twinkle, "train", "--model", ck, "--dataset", data, "--self-cognition", "a,b",
+                                "--batch-size", "2", "--max-steps", "1", "--lr", "0", "--data-slice", "2",
+                                "--no-save"])
+            if rc != 0 or "not used" in out + err:
+                failures.append(f"the full checkpoint: rc {rc}, expected no unused-tensor warning; {err[-300:]!r}")
+            cfg_path = os.path.join(ck, "config.json")
+            with open(cfg_path) as f:
+                cfg = json.load(f)
+            cfg["num_hidden_layers"] -= 1
+            last = cfg["num_hidden_layers"]
+            with open(cfg_path, "w") as f:
+                json.dump(cfg, f)
+            rc, out, err = run([twinkle, "train", "--model", ck, "--dataset", data, "--self-cognition", "a,b",
+                                "--batch-size", "2", "--max-steps", "1", "--lr", "0", "--data-slice", "2",
+                                "--no-save"])
+            want = f"11 tensor(s) are not used by the model config.json describes (model.layers.{last}."
+            if rc != 0 or want not in out + err:
+                failures.append(f"num_hidden_layers one fewer than the checkpoint: rc {rc}, expected a warning "
+                                f"containing {want!r}; got {(out + err)[-500:]!r}")
+    return harness.report(failures, "cli OK")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
