@@ -10,6 +10,8 @@
   text, before any model or data is loaded (it died with std::stoll's bare "stoll", and read
   "1:2:3" as 1:2 and "5x" as 5);
 - `twinkle tokenize --decode` refuses an id beyond int32 naming the line (4294967297 decoded as id 1);
+- a row longer than the model's max_position_embeddings is refused by `twinkle train` / `eval` naming
+  the dataset file:line before the model is built (the step that met it failed naming no row);
 - `twinkle generate --max-new-tokens` below 1 is refused naming the option (a negative value printed
   "(empty reply)" as if the model had answered nothing);
 - a checkpoint holding tensors the model does not use (config.json edited to fewer layers) loads
@@ -98,6 +100,29 @@ def main():
         if rc == 0 or want not in err or "empty reply" in out:
             failures.append(f"generate --max-new-tokens {v}: rc {rc}, expected {want!r}; stdout {out[-200:]!r} "
                             f"stderr {err[-300:]!r}")
+
+    # rows longer than max_position_embeddings: named before training / evaluating
+    with tempfile.TemporaryDirectory(prefix="twinkle-cli-") as tmp:
+        short = os.path.join(tmp, "short_positions")
+        os.makedirs(short)
+        for fn in ("tokenizer.json", "tokenizer_config.json"):
+            with open(os.path.join(model, fn), "rb") as src_f, open(os.path.join(short, fn), "wb") as dst_f:
+                dst_f.write(src_f.read())
+        with open(os.path.join(model, "config.json")) as f:
+            cfg = json.load(f)
+        cfg["max_position_embeddings"] = 8
+        with open(os.path.join(short, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        rows = os.path.join(tmp, "rows.jsonl")
+        with open(rows, "w") as f:
+            f.write(json.dumps({"input_ids": [1, 2, 3]}) + "\n" + json.dumps({"input_ids": list(range(1, 10))}) + "\n")
+        want = f"{rows}:2: the row has 9 tokens, more than max_position_embeddings 8 of {short}/config.json"
+        for cmd in ([twinkle, "train", "--model", short, "--dataset", rows, "--batch-size", "2", "--max-steps", "1",
+                     "--no-save"], [twinkle, "eval", "--model", short, "--dataset", rows]):
+            rc, out, err = run(cmd)
+            if rc == 0 or want not in err or "step 1/" in out + err:
+                failures.append(f"{cmd[1]} with a row past max_position_embeddings: rc {rc}, expected {want!r}; "
+                                f"stderr {err[-400:]!r}")
 
     # 4. unused checkpoint tensors are named (train one step at lr 0 to get a checkpoint of qwen3-tiny)
     with tempfile.TemporaryDirectory(prefix="twinkle-cli-") as tmp:

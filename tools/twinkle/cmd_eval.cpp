@@ -48,15 +48,20 @@ int eval_main(int argc, char** argv) {
   const twinkle::TemplateOptions to{.model_id = model, .max_length = max_length};
   twinkle::validate(to);
   twinkle::Dataset ds{twinkle::DatasetMeta(dataset)};
+  const std::string config_path = (std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string();
+  const twinkle::ModelConfig model_cfg = twinkle::load_model_config(config_path);
   if (ds.size() > 0 && twinkle::is_pretokenized(ds[0])) {
-    ds.encode_pretokenized(
-        twinkle::load_model_config((std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string())
-            .vocab_size);
+    ds.encode_pretokenized(model_cfg.vocab_size);
   } else {
     ds.map(twinkle::MessagesPreprocessor());
     ds.set_template(templ, to);
     ds.encode();
   }
+  ds.check_encoded_length(model_cfg.max_position_embeddings,
+                          "max_position_embeddings " + std::to_string(model_cfg.max_position_embeddings) + " of " +
+                              config_path +
+                              " (the model's positions; shorten it, or encode message rows with --max-length and "
+                              "--truncation left|right|delete)");
   const std::vector<twinkle::EncodedRow>& rows = ds.encoded();
   twinkle::MegatronModel m(model, {.micro_batch_size = batch_size, .kernels = kernels});
   if (!adapter.empty()) m.load_adapter(adapter);

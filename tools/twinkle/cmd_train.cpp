@@ -262,11 +262,10 @@ int train_main(int argc, char** argv) {
   meta.skip_bad_rows = skip_bad;  // also while the file is read (bad JSON lines)
   twinkle::Dataset ds(meta);
   const bool pretokenized = ds.size() > 0 && twinkle::is_pretokenized(ds[0]);
+  const std::string config_path = (std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string();
+  const twinkle::ModelConfig model_cfg = twinkle::load_model_config(config_path);
   if (pretokenized) {
-    const int64_t vocab =
-        twinkle::load_model_config((std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string())
-            .vocab_size;
-    ds.encode_pretokenized(vocab);
+    ds.encode_pretokenized(model_cfg.vocab_size);
   } else {
     if (!self_cog.empty()) {
       auto comma = self_cog.find(',');
@@ -280,6 +279,12 @@ int train_main(int argc, char** argv) {
     ds.set_template(templ.empty() ? "Template" : templ, to);
     ds.encode();
   }
+  // positions past the RoPE table are refused by the model at the step that meets the row; name it now
+  ds.check_encoded_length(model_cfg.max_position_embeddings,
+                          "max_position_embeddings " + std::to_string(model_cfg.max_position_embeddings) + " of " +
+                              config_path +
+                              " (the model's positions; shorten it, or encode message rows with --max-length and "
+                              "--truncation left|right|delete)");
   const int64_t n_rows = static_cast<int64_t>(ds.encoded().size());
   log.info("dataset: " + std::to_string(n_rows) + " rows" +
            (ds.bad_rows() ? " (" + std::to_string(ds.bad_rows()) + " bad rows skipped)" : std::string()));
