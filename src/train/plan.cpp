@@ -36,6 +36,13 @@ struct Gemm {
 //    W rounded in blocks of 4096 vocab rows (through the Weight scratch), X through the Input
 //    scratch; it replaces the fp32 kernel's [chunk, vocab] logits. With tp > 1 the head is the
 //    fp32 Workspace logits plus a bf16 LinearOp call (whole [vocab/tp, H] shard through Weight);
+//  * the forward's weight is rounded straight into oneDNN's blocked layout (pack_bt_bf16) through
+//    the same Weight scratch (K rounded up to 32 and N to 64: the same bytes for the model's shapes);
+//  * the attention backward in bf16 (kernels/cpu/attention_bf16.cpp) keeps its own per-call packed
+//    operands next to the fp32 forward's (attention.cpp): Q and dO as bf16 rows and as token pairs,
+//    K and V as rows, column pairs and K's token pairs ([heads, Tp, Dp] each, Tp = tokens with every
+//    sequence padded to 64, Dp = head_dim rounded up to 16), an fp32 dQ accumulator [T, hq, Dp] and
+//    the row statistics [2, T, hq] (bf16_attention_backward_scratch);
 //  * oneDNN's matmul scratchpad (user mode, one grow-only buffer) and JIT code are small and in
 //    the runtime constant.
 // MoE experts: a local expert's GEMM (its etp slice) is bounded by T·etp rows (one rank's tokens,
@@ -43,7 +50,20 @@ struct Gemm {
 struct Bf16Workspace {
   double gemm_scratch = 0;  ///< the Input + Weight + Grad bf16 scratch
   double fused_head = 0;    ///< the bf16 fused head's logits + scale (replaces the fp32 kernel's logits)
+  double attention = 0;     ///< the bf16 attention backward's packed operands (bf16_attention_backward_scratch)
 };
+// flash_attention_backward_bf16's grow-only scratch for one call over T tokens (Tp padded), hq / hkv
+// local heads of head_dim D: the exact vector / Scratch sizes of attention_bf16.cpp (the per-thread
+// 64-token tiles, ~60 KB a thread, are left to the runtime constant).
+double bf16_attention_backward_scratch(int64_t T, int64_t Tp, int64_t hq, int64_t hkv, int64_t D) {
+  const int64_t Dp = (D + 15) / 16 * 16;
+  const double rows_q = 2.0 * static_cast<double>(hq * Tp * Dp), rows_kv = 2.0 * static_cast<double>(hkv * Tp * Dp);
+  return 4 * rows_q                                           // Q, dO rows; Q, dO token pairs (transposed)
+         + 5 * rows_kv                                        // K, V rows; K, V column pairs; K token pairs
+         + 2.0 * static_cast<double>(Tp * Dp)                 // the pairs' transpose buffer
+         + bytes64(4 * std::max<int64_t>(T * hq * Dp, 16))    // dQ accumulator (fp32)
+         + bytes64(4 * std::max<int64_t>(2 * T * hq, 16));    // delta and lse rows (fp32)
+}
 Bf16Workspace bf16_workspace(const std::vector<Gemm>& gemms, bool fused_head, int64_t chunk_rows, int64_t T, int64_t V,
                              int64_t H) {
   int64_t x = 0, w = 0, dy = 0;  // elements
@@ -259,8 +279,12 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
         w += ws(chunk * Vl) + 4 * ws(chunk);
     }
     if (bf16) {
-      const Bf16Workspace b = bf16_workspace(gemms, last && t == 1, o.lm_head_chunk_tokens, T, c.vocab_size, H);
-      w += b.gemm_scratch + b.fused_head;
+      Bf16Workspace b = bf16_workspace(gemms, last && t == 1, o.lm_head_chunk_tokens, T, c.vocab_size, H);
+      if (nl > 0) {
+        const int64_t Tp = o.micro_batch_size * ((o.seq_length / cp + 63) / 64 * 64);  // rows padded to 64
+        b.attention = bf16_attention_backward_scratch(T, Tp, hq, c.num_key_value_heads / t, D);
+      }
+      w += b.gemm_scratch + b.fused_head + b.attention;
     }
     st.workspace = w;
     st.runtime = static_cast<double>(o.runtime_bytes);

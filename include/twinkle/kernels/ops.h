@@ -91,7 +91,8 @@ struct GateUpSwigluOp {
   static constexpr const char* kName = "gate_up_swiglu";
   /// gu [T, 2I] = X [T, H] Wgu^T (saved for backward); a [T, I] = silu(gu[:, :I]) * gu[:, I:].
   void (*forward)(const float* X, const float* Wgu, float* gu, float* a, int64_t T, int64_t I, int64_t H);
-  /// Given the saved gu and da [T, I]: dgu [T, 2I] (scratch, OVERWRITTEN with the gradient of gu),
+  /// Given the saved gu and da [T, I]: dgu [T, 2I] (scratch, OVERWRITTEN with the gradient of gu; the
+  /// "bf16" set rounds that gradient straight into its bf16 GEMM operand and leaves dgu untouched),
   /// dX [T, H] (OVERWRITTEN unless accumulate_dx), dWgu [2I, H] ACCUMULATED (skipped when null).
   void (*backward)(const float* X, const float* Wgu, const float* gu, const float* da, float* dgu, float* dX,
                    float* dWgu, int64_t T, int64_t I, int64_t H, bool accumulate_dx);

@@ -23,10 +23,27 @@ void gate_up_swiglu_forward_bf16(const float* X, const float* Wgu, float* gu, fl
   swiglu_forward_rows(gu, 2 * I, gu + I, 2 * I, a, I, T, I);
 }
 
-void gate_up_swiglu_backward_bf16(const float* X, const float* Wgu, const float* gu, const float* da, float* dgu,
+void gate_up_swiglu_backward_bf16(const float* X, const float* Wgu, const float* gu, const float* da, float* /*dgu*/,
                                   float* dX, float* dWgu, int64_t T, int64_t I, int64_t H, bool accumulate_dx) {
-  swiglu_backward_rows(gu, 2 * I, gu + I, 2 * I, da, I, dgu, 2 * I, dgu + I, 2 * I, T, I);
-  linear_backward_bf16(X, Wgu, dgu, dX, dWgu, T, 2 * I, H, accumulate_dx);
+  // d(gu) goes straight to bf16 (the GEMMs' operand) through an L2-sized fp32 block of rows instead of
+  // a [T, 2I] fp32 buffer written and read back: the same fp32 values (swiglu_backward_rows), rounded
+  // by the same f32_to_bf16_rne as linear_backward_bf16 would; the fp32 dgu scratch is left untouched.
+  uint16_t* dgub = bf16_scratch(ScratchSlot::Grad, T * 2 * I);
+  constexpr int64_t kRows = 8;
+  const int64_t nb = (T + kRows - 1) / kRows;
+#pragma omp parallel if (nb > 1 && T * I > 65536)
+  {
+    thread_local std::vector<float> blk;  // grow-only, per thread
+    if (blk.size() < static_cast<size_t>(kRows * 2 * I)) blk.resize(static_cast<size_t>(kRows * 2 * I));
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t r0 = b * kRows, rn = std::min(kRows, T - r0);
+      swiglu_backward_rows(gu + r0 * 2 * I, 2 * I, gu + r0 * 2 * I + I, 2 * I, da + r0 * I, I, blk.data(), 2 * I,
+                           blk.data() + I, 2 * I, rn, I);
+      f32_to_bf16_rne(blk.data(), dgub + r0 * 2 * I, rn * 2 * I);
+    }
+  }
+  linear_backward_bf16_dy(X, Wgu, dgub, dX, dWgu, T, 2 * I, H, accumulate_dx);
 }
 
 namespace {

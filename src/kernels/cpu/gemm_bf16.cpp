@@ -144,6 +144,83 @@ void pack_block(const float* S, int64_t ld, int64_t K, int64_t N, int64_t k0, in
 #endif
 }
 
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+// In-register transpose of 16 rows of 16 dwords (r[c][j] -> r[j][c]): unpack 32 / 64-bit pairs within
+// 128-bit lanes, then two rounds of 128-bit lane shuffles. (The all-lanes maskz forms: GCC 12 warns
+// about the undefined pass-through operand of the unmasked intrinsics.)
+inline __m512i unlo32(__m512i a, __m512i b) { return _mm512_maskz_unpacklo_epi32(__mmask16(0xffff), a, b); }
+inline __m512i unhi32(__m512i a, __m512i b) { return _mm512_maskz_unpackhi_epi32(__mmask16(0xffff), a, b); }
+inline __m512i unlo64(__m512i a, __m512i b) { return _mm512_maskz_unpacklo_epi64(__mmask8(0xff), a, b); }
+inline __m512i unhi64(__m512i a, __m512i b) { return _mm512_maskz_unpackhi_epi64(__mmask8(0xff), a, b); }
+template <int Imm>
+inline __m512i lanes(__m512i a, __m512i b) {
+  return _mm512_maskz_shuffle_i32x4(__mmask16(0xffff), a, b, Imm);
+}
+inline void transpose16x16_epi32(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = unlo32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = unhi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int g = 0; g < 4; ++g) {  // r[4g + e]: lane L holds element 4L + e of rows 4g..4g+3
+    r[4 * g] = unlo64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 1] = unhi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 2] = unlo64(t[4 * g + 1], t[4 * g + 3]);
+    r[4 * g + 3] = unhi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  for (int e = 0; e < 4; ++e) {
+    const __m512i x0 = lanes<0x88>(r[e], r[4 + e]), y0 = lanes<0xdd>(r[e], r[4 + e]);
+    const __m512i x1 = lanes<0x88>(r[8 + e], r[12 + e]), y1 = lanes<0xdd>(r[8 + e], r[12 + e]);
+    t[e] = lanes<0x88>(x0, x1);       // element e of lane 0 -> output row e
+    t[8 + e] = lanes<0xdd>(x0, x1);   // lane 2 -> row 8 + e
+    t[4 + e] = lanes<0x88>(y0, y1);   // lane 1 -> row 4 + e
+    t[12 + e] = lanes<0xdd>(y0, y1);  // lane 3 -> row 12 + e
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+#endif
+
+// The transposed source, B(k, n) = S[n * ld + k], for the 16 columns n0..n0+15 of one 64-column block
+// column (d = its first element): row n of S holds column n, its values along k contiguous. Per 32 k
+// (one block row): 16 rows rounded to 16 bf16 pairs each (one dword per pair), transposed in registers
+// so that pair j of the 16 columns is one 64-byte store. 16 sequential read streams; the block column
+// written (Kp x 64 bf16) stays in L2 across the four 16-column passes.
+void pack_cols_t(const float* S, int64_t ld, int64_t K, int64_t N, int64_t n0, uint16_t* d) {
+  const int64_t Kp = round_up(K, kPackK);
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+  for (int64_t k0 = 0; k0 < Kp; k0 += kPackK) {
+    const int64_t kl = K - k0;
+    const __mmask16 mlo = kl >= 16 ? __mmask16(0xffff) : __mmask16((1u << kl) - 1);
+    const __mmask16 mhi = kl >= 32 ? __mmask16(0xffff) : kl <= 16 ? __mmask16(0) : __mmask16((1u << (kl - 16)) - 1);
+    __m512i r[16];
+    for (int64_t c = 0; c < 16; ++c) {
+      if (n0 + c < N) {
+        const float* row = S + (n0 + c) * ld + k0;
+        const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(mhi, row + 16), _mm512_maskz_loadu_ps(mlo, row));
+        r[c] = reinterpret_cast<const __m512i&>(b);
+      } else {
+        r[c] = _mm512_setzero_si512();
+      }
+    }
+    transpose16x16_epi32(r);
+    uint16_t* o = d + k0 * kPackN;
+    for (int64_t j = 0; j < 16; ++j) _mm512_storeu_si512(o + j * 128, r[j]);
+  }
+#else
+  for (int64_t k = 0; k < Kp; ++k)
+    for (int64_t c = 0; c < 16; ++c) {
+      const int64_t n = n0 + c;
+      uint16_t v = 0;
+      if (k < K && n < N) {
+        uint32_t u;
+        std::memcpy(&u, S + n * ld + k, 4);
+        v = rne(u);
+      }
+      d[(k / 2) * 128 + c * 2 + (k & 1)] = v;
+    }
+#endif
+}
+
 // Whether oneDNN runs a matmul with BA16a64b2a weights on its brgemm bf16 kernels (probed once): the
 // packed operand then saves the kernel's own copy of B into that layout (5-10 % of a training GEMM).
 bool packed_b_fast() {
@@ -178,6 +255,13 @@ void pack_b_bf16(const float* S, int64_t ld, int64_t K, int64_t N, uint16_t* dst
   for (int64_t kb = 0; kb < nkb; ++kb)
     for (int64_t nb = 0; nb < nnb; ++nb)
       pack_block(S, ld, K, N, kb * kPackK, nb * kPackN, dst + nb * Kp * kPackN + kb * kPackK * kPackN);
+}
+
+void pack_bt_bf16(const float* S, int64_t ld, int64_t K, int64_t N, uint16_t* dst) {
+  const int64_t Kp = round_up(K, kPackK), ng = round_up(N, kPackN) / 16;
+#pragma omp parallel for schedule(static) if (K * N > 65536)
+  for (int64_t g = 0; g < ng; ++g)  // 16-column group g: block column g / 4, columns 16 (g % 4)..
+    pack_cols_t(S, ld, K, N, 16 * g, dst + (g / 4) * Kp * kPackN + (g % 4) * 32);
 }
 
 bool packed_b_native() { return packed_b_fast(); }
@@ -313,21 +397,27 @@ void linear_backward_bf16w(const float* X, const uint16_t* Wb, const float* dY, 
 
 void linear_forward_bf16(const float* X, const float* W, float* Y, int64_t M, int64_t N, int64_t K, bool accumulate) {
   if (M == 0 || N == 0) return;
+  if (packed_b_fast_for(false, M, N, K, K, accumulate ? 1.0f : 0.0f, N)) {  // W^T rounded straight into the blocked layout
+    uint16_t* wp = bf16_scratch(kW, packed_b_elems(K, N));
+    pack_bt_bf16(W, K, K, N, wp);  // B = W^T, B(k, n) = W[n * K + k]
+    uint16_t* xb = bf16_scratch(kX, M * K);
+    f32_to_bf16_rne(X, xb, M * K);
+    bgemm_packed_b(false, M, N, K, xb, K, wp, accumulate ? 1.0f : 0.0f, Y, N);
+    return;
+  }
   uint16_t* wb = bf16_scratch(kW, N * K);
   f32_to_bf16_rne(W, wb, N * K);
   linear_forward_bf16w(X, wb, Y, M, N, K, accumulate);
 }
 
-void linear_backward_bf16(const float* X, const float* W, const float* dY, float* dX, float* dW, int64_t M, int64_t N,
-                          int64_t K, bool accumulate_dx) {
+void linear_backward_bf16_dy(const float* X, const float* W, const uint16_t* dyb, float* dX, float* dW, int64_t M,
+                             int64_t N, int64_t K, bool accumulate_dx) {
   if (M == 0 || N == 0) {
-    linear_backward_bf16w(X, nullptr, dY, dX, dW, M, N, K, accumulate_dx);
+    if (dX && !accumulate_dx && M > 0) std::memset(dX, 0, static_cast<size_t>(M * K) * 4);
     return;
   }
   if (packed_b_fast_for(false, M, K, N, N, accumulate_dx ? 1.0f : 0.0f, K) &&
       packed_b_fast_for(true, N, K, M, N, 1.0f, K)) {  // W and X rounded straight into the blocked layout
-    uint16_t* dyb = bf16_scratch(kDY, M * N);
-    f32_to_bf16_rne(dY, dyb, M * N);
     if (dX) {
       uint16_t* wp = bf16_scratch(kW, packed_b_elems(N, K));
       pack_b_bf16(W, K, N, K, wp);  // B = W [N, K]
@@ -340,12 +430,26 @@ void linear_backward_bf16(const float* X, const float* W, const float* dY, float
     }
     return;
   }
-  uint16_t* wb = nullptr;
   if (dX) {
-    wb = bf16_scratch(kW, N * K);
+    uint16_t* wb = bf16_scratch(kW, N * K);
     f32_to_bf16_rne(W, wb, N * K);
+    bgemm(false, false, M, K, N, dyb, N, wb, K, accumulate_dx ? 1.0f : 0.0f, dX, K);
   }
-  linear_backward_bf16w(X, wb, dY, dX, dW, M, N, K, accumulate_dx);
+  if (dW) {
+    uint16_t* xb = bf16_scratch(kX, M * K);
+    f32_to_bf16_rne(X, xb, M * K);
+    bgemm(true, false, N, K, M, dyb, N, xb, K, 1.0f, dW, K);
+  }
+}
+
+void linear_backward_bf16(const float* X, const float* W, const float* dY, float* dX, float* dW, int64_t M, int64_t N,
+                          int64_t K, bool accumulate_dx) {
+  uint16_t* dyb = nullptr;
+  if (M > 0 && N > 0) {
+    dyb = bf16_scratch(kDY, M * N);
+    f32_to_bf16_rne(dY, dyb, M * N);
+  }
+  linear_backward_bf16_dy(X, W, dyb, dX, dW, M, N, K, accumulate_dx);
 }
 
 }  // namespace twinkle::kernels::cpu

@@ -8,6 +8,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -22,6 +23,7 @@
 #include "twinkle/kernels/cpu/bf16_ops.h"
 #include "twinkle/kernels/cpu/gemm_bf16.h"
 #include "twinkle/kernels/cpu/linear_cross_entropy.h"
+#include "twinkle/kernels/cpu/swiglu.h"
 #include "twinkle/kernels/registry.h"
 
 using namespace twinkle;
@@ -213,6 +215,76 @@ TEST(GemmBf16, PackedBIsOneDnnsBlockedLayoutAndItsGemmIsTheRoundedProduct) {
   bgemm_packed_b(true, M, N, K, at.data(), M, packed.data(), 1.0f, C2.data(), N);
   EXPECT_LT(rel_err(C2, ref), kTol);
   EXPECT_THROW(bgemm_packed_b(false, M, N, K, a.data(), K, packed.data(), 2.0f, C.data(), N), Error);
+}
+
+// pack_bt_bf16 (the forward's B = W^T rounded and blocked from W [N, K] in one pass) against oneDNN's
+// own reorder of the plainly rounded W^T (a strided {1, ld} source) into BA16a64b2a, bit for bit incl.
+// the zero padding, on shapes that hit every edge of its 32-k x 16-column register tiles: K with a
+// remainder below 16 and between 16 and 32, N ending inside a 16-column group and inside a 64-column
+// block, a row stride ld > K, a tie and a NaN. Then linear_forward_bf16 (which takes the packed
+// forward where oneDNN's brgemm does) on the same odd shape against the rounded double reference.
+TEST(GemmBf16, TransposedPackIsOneDnnsReorderOfTheRoundedTranspose) {
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream st(eng);
+  using md = dnnl::memory::desc;
+  using dt = dnnl::memory::data_type;
+  for (const auto [K, N, ld] : {std::array<int64_t, 3>{45, 70, 50}, {57, 129, 57}, {32, 64, 32}, {1, 1, 3}}) {
+    auto S = randn(static_cast<size_t>(N * ld), 31 + static_cast<uint64_t>(K));  // W [N, ld], W^T(k, n) = S[n * ld + k]
+    S[static_cast<size_t>(ld + 1 < N * ld ? ld + 1 : 0)] = 1.0f + std::ldexp(1.0f, -8);  // a tie: rounds to even
+    if (N > 2) S[static_cast<size_t>(2 * ld)] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<uint16_t> packed(static_cast<size_t>(packed_b_elems(K, N)), 0xffff);
+    pack_bt_bf16(S.data(), ld, K, N, packed.data());
+    std::vector<uint16_t> plain(S.size());  // rounded by core/dtype.h's f32_to_bf16, row-major [N, ld]
+    for (size_t i = 0; i < S.size(); ++i) plain[i] = f32_to_bf16(S[i]);
+    const md src({K, N}, dt::bf16, dnnl::memory::dims{1, ld}), dst({K, N}, dt::bf16, dnnl::memory::format_tag::BA16a64b2a);
+    ASSERT_EQ(dst.get_size(), packed.size() * 2);
+    std::vector<uint16_t> want(packed.size(), 0x7777);
+    dnnl::memory sm(src, eng, plain.data()), dm(dst, eng, want.data());
+    dnnl::reorder(sm, dm).execute(st, sm, dm);
+    st.wait();
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(packed[i], want[i]) << "K=" << K << " N=" << N << " ld=" << ld << " packed element " << i;
+  }
+  const int64_t M = 37, N = 70, K = 45;  // the packed forward on an odd shape
+  auto X = randn(M * K, 33), W = randn(N * K, 34, 0.05f);
+  std::vector<float> Y(static_cast<size_t>(M * N), 123.0f);
+  linear_forward_bf16(X.data(), W.data(), Y.data(), M, N, K);
+  EXPECT_LT(rel_err(Y, ref_linear(X, W, M, N, K, r)), kTol);
+}
+
+// The bf16 gate|up + SwiGLU backward rounds d(gu) straight into its GEMM operand (8-row fp32 blocks,
+// OpenMP over blocks) instead of a [T, 2I] fp32 buffer: bit for bit the composition of the pieces that
+// are each checked against independent references (swiglu_backward_rows: kernel_conformance's PyTorch
+// table; linear_backward_bf16: the exact bf16 products above), on a T that is not a multiple of the
+// block (its last rows) and large enough for the parallel branch; the fp32 dgu scratch is untouched.
+TEST(GemmBf16, FusedSwigluBackwardRoundsTheSameGradientAsTheUnfusedPair) {
+  for (const auto [T, I, H] : {std::array<int64_t, 3>{37, 24, 40}, {203, 400, 48}}) {
+    auto X = randn(static_cast<size_t>(T * H), 41), W = randn(static_cast<size_t>(2 * I * H), 42, 0.05f);
+    auto gu = randn(static_cast<size_t>(T * 2 * I), 43), da = randn(static_cast<size_t>(T * I), 44);
+    std::vector<float> dgu(static_cast<size_t>(T * 2 * I)), dX(static_cast<size_t>(T * H), 7.0f),
+        dW(static_cast<size_t>(2 * I * H), 0.5f);
+    swiglu_backward_rows(gu.data(), 2 * I, gu.data() + I, 2 * I, da.data(), I, dgu.data(), 2 * I, dgu.data() + I,
+                         2 * I, T, I);
+    std::vector<float> dX_ref(dX), dW_ref(dW);
+    linear_backward_bf16(X.data(), W.data(), dgu.data(), dX_ref.data(), dW_ref.data(), T, 2 * I, H);
+    std::vector<float> scratch(dgu.size(), 123.0f);
+    // the Grad scratch now holds bf16(dgu) from the unfused call: poison it (NaN bits), so that rows the
+    // fused kernel failed to write cannot pass by reuse
+    std::memset(bf16_scratch(ScratchSlot::Grad, T * 2 * I), 0xff, static_cast<size_t>(T * 2 * I) * 2);
+    gate_up_swiglu_backward_bf16(X.data(), W.data(), gu.data(), da.data(), scratch.data(), dX.data(), dW.data(), T,
+                                 I, H, false);
+    for (size_t i = 0; i < dX.size(); ++i) ASSERT_EQ(dX[i], dX_ref[i]) << "T=" << T << " dX element " << i;
+    for (size_t i = 0; i < dW.size(); ++i) ASSERT_EQ(dW[i], dW_ref[i]) << "T=" << T << " dW element " << i;
+    EXPECT_TRUE(std::all_of(scratch.begin(), scratch.end(), [](float v) { return v == 123.0f; }));
+    // accumulate_dx adds onto dX (the same GEMM with beta = 1 as the unfused pair)
+    std::vector<float> dX2(dX.size(), 1.0f), dX2_ref(dX.size(), 1.0f);
+    linear_backward_bf16(X.data(), W.data(), dgu.data(), dX2_ref.data(), nullptr, T, 2 * I, H, true);
+    std::memset(bf16_scratch(ScratchSlot::Grad, T * 2 * I), 0xff, static_cast<size_t>(T * 2 * I) * 2);
+    gate_up_swiglu_backward_bf16(X.data(), W.data(), gu.data(), da.data(), scratch.data(), dX2.data(), nullptr, T, I,
+                                 H, true);
+    for (size_t i = 0; i < dX2.size(); ++i) ASSERT_EQ(dX2[i], dX2_ref[i]) << "accumulated dX " << i;
+    EXPECT_GT(std::abs(dX2[0] - dX[0]), 0.5f);  // it did add (onto 1, not 7 or 0)
+  }
 }
 
 TEST(GemmBf16, LinearCrossEntropyBf16MatchesTheRoundedReference) {

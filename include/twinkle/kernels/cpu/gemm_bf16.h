@@ -55,6 +55,11 @@ int64_t packed_b_elems(int64_t K, int64_t N);
 /// (round-to-nearest-even, the same bits as f32_to_bf16_rne) into dst[packed_b_elems(K, N)] in that
 /// layout. OpenMP-parallel over blocks.
 void pack_b_bf16(const float* S, int64_t ld, int64_t K, int64_t N, uint16_t* dst);
+/// The same from a transposed source, B(k, n) = S[n * ld + k] (S row-major [N, ld], ld >= K): the
+/// forward's B = W^T of a weight W [N, K] in the HF [out, in] layout (ld = K), rounded and blocked in
+/// one pass (16x16 dword transposes in registers) instead of a plain bf16 copy that oneDNN then
+/// reorders itself on every call. Same bits and zero padding as pack_b_bf16 of the transposed matrix.
+void pack_bt_bf16(const float* S, int64_t ld, int64_t K, int64_t N, uint16_t* dst);
 /// Whether bgemm_packed_b is available and fast here: native bf16 instructions, a build with
 /// AVX512-BF16 intrinsics, and oneDNN taking BA16a64b2a weights on its brgemm kernels (probed once).
 bool packed_b_native();
@@ -81,6 +86,12 @@ void linear_forward_bf16(const float* X, const float* W, float* Y, int64_t M, in
 /// gradient (Megatron's main_grad / grad_reduce_in_fp32; skipped when null).
 void linear_backward_bf16(const float* X, const float* W, const float* dY, float* dX, float* dW, int64_t M,
                           int64_t N, int64_t K, bool accumulate_dx = false);
+
+/// The same with dY already rounded (dYb [M,N] bf16 bits, e.g. written straight into
+/// bf16_scratch(ScratchSlot::Grad) by a fused element-wise backward): same results as
+/// linear_backward_bf16 on the fp32 dY whose rounding dYb is (dYb may be that Grad scratch).
+void linear_backward_bf16_dy(const float* X, const float* W, const uint16_t* dYb, float* dX, float* dW, int64_t M,
+                             int64_t N, int64_t K, bool accumulate_dx = false);
 
 /// The same with W already rounded (Wb [N,K] bf16 bits): for callers that reuse one weight over chunks.
 void linear_forward_bf16w(const float* X, const uint16_t* Wb, float* Y, int64_t M, int64_t N, int64_t K,
