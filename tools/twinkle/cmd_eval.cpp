@@ -36,7 +36,7 @@ int eval_main(int argc, char** argv) {
   app.add_option("--dataset", dataset, "JSONL/JSON/CSV file or hub id")->required();
   app.add_option("--batch-size", batch_size, "rows per forward pass");
   app.add_option("--template", templ, "chat template for message rows");
-  app.add_option("--max-length", max_length, "template max_length");
+  app.add_option("--max-length", max_length, "template max_length of message rows (pre-tokenized rows are used as they are)");
   app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
       ->check(CLI::IsMember({"fused", "reference"}));
   try {
@@ -51,6 +51,10 @@ int eval_main(int argc, char** argv) {
   const std::string config_path = (std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string();
   const twinkle::ModelConfig model_cfg = twinkle::load_model_config(config_path);
   if (ds.size() > 0 && twinkle::is_pretokenized(ds[0])) {
+    for (const char* opt : {"--template", "--max-length"})  // as twinkle train: not for token-id rows
+      twinkle::check(app.count(opt) == 0, std::string(opt) + " applies to message rows encoded with the chat template, but " +
+                                              ds.row_name(0) + " is a pre-tokenized row (input_ids), used as it is: "
+                                              "drop the option (or give message rows)");
     ds.encode_pretokenized(model_cfg.vocab_size);
   } else {
     ds.map(twinkle::MessagesPreprocessor());

@@ -125,7 +125,7 @@ int train_main(int argc, char** argv) {
                  "gradient bucket size in elements (Megatron's bucket_size; 0 = 4 MiB = 1,048,576)");
   app.add_option("--device", device, "cpu | cuda | npu");
   app.add_option("--template", templ, "chat template for message datasets (default: Template = qwen3)");
-  app.add_option("--max-length", max_length, "template max_length (>= 1)");
+  app.add_option("--max-length", max_length, "template max_length of message rows (>= 1; pre-tokenized rows are used as they are)");
   app.add_option("--truncation", truncation, "raise | left | right | delete | split");
   app.add_flag("--ignore-empty-think", ignore_empty_think,
                "no loss on the empty <think>\\n\\n</think>\\n\\n block of assistant turns (ms-swift ignore_empty_think)");
@@ -265,6 +265,12 @@ int train_main(int argc, char** argv) {
   const std::string config_path = (std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string();
   const twinkle::ModelConfig model_cfg = twinkle::load_model_config(config_path);
   if (pretokenized) {
+    // The template's options do nothing to rows that are already token ids: refuse them rather
+    // than train, e.g., rows longer than the --max-length the user asked for.
+    for (const char* opt : {"--template", "--self-cognition", "--max-length", "--truncation", "--ignore-empty-think"})
+      twinkle::check(app.count(opt) == 0, std::string(opt) + " applies to message rows encoded with the chat template, but " +
+                                              ds.row_name(0) + " is a pre-tokenized row (input_ids), used as it is: "
+                                              "drop the option (or give message rows)");
     ds.encode_pretokenized(model_cfg.vocab_size);
   } else {
     if (!self_cog.empty()) {
