@@ -14,6 +14,7 @@
   the dataset file:line before the model is built (the step that met it failed naming no row);
 - the chat template's options (--max-length, --template, --self-cognition, ...) given with pre-tokenized
   rows are refused naming the option and the row (they were ignored: --max-length 4 trained 9-token rows);
+- an error that already names its command is not prefixed twice ("twinkle plan: error: twinkle plan: ...");
 - a resume in the other mixed precision (--bf16 after an fp32 run) warns as a changed lr does (it
   continued silently);
 - `twinkle generate --max-new-tokens` below 1 is refused naming the option (a negative value printed
@@ -62,6 +63,13 @@ def main():
                 (args and "unknown command 'frobnicate'" not in err):
             failures.append(f"twinkle {' '.join(args)} ({what}): rc {rc}, expected a usage error on stderr (exit 2); "
                             f"stdout {out[:200]!r} stderr {err[:200]!r}")
+
+    rc, out, err = run([twinkle, "plan", "--model", os.path.join(HERE, "..", "..", "models", "qwen3-tiny"), "--tp", "8",
+                        "--micro-batch-size", "1", "--seq-length", "16"])
+    if rc != 1 or "twinkle plan: error: num_attention_heads 4 is not divisible by tp 8" not in err or \
+            err.count("twinkle plan:") != 1:
+        failures.append(f"twinkle plan --tp 8: rc {rc}, expected one 'twinkle plan: error: num_attention_heads ...' "
+                        f"line; stderr {err[-300:]!r}")
 
     # 2. twinkle info --help measures nothing and writes no peak.json; a stray option is refused
     with tempfile.TemporaryDirectory(prefix="twinkle-cli-") as tmp:
