@@ -288,6 +288,14 @@ int64_t Dataset::encoded_source(int64_t i) const {
   return encoded_source_idx_[static_cast<size_t>(i)];
 }
 
+void Dataset::check_encoded_length(int64_t max_tokens, const std::string& limit) const {
+  const auto& rows = encoded();
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].length > max_tokens)
+      throw Error(encoded_row_name(static_cast<int64_t>(i)) + ": the row has " + std::to_string(rows[i].length) +
+                  " tokens, more than " + limit);
+}
+
 std::string Dataset::encoded_row_name(int64_t i) const {
   check(encoded_ && i >= 0 && i < static_cast<int64_t>(encoded_->size()),
         "dataset '" + id_ + "': encoded row index " + std::to_string(i) + " out of range");

@@ -174,6 +174,7 @@ void MegatronModel::write_training_state(const std::string& dir, const TrainingS
   } else {
     st["adapter"] = nullptr;
   }
+  st["mixed_precision"] = opts_.mixed_precision;  // checked on resume (a warning, like the optimizer settings)
   const auto& mesh = ps_->mesh;
   st["saved_layout"] = {{"tp", mesh.tp_size()}, {"pp", mesh.pp_size()}, {"dp", mesh.dp_size()},
                         {"cp", mesh.cp_size()}, {"ep", mesh.ep_size()}, {"etp", mesh.etp_size()}};
@@ -267,6 +268,12 @@ ResumeState MegatronModel::resume_from_checkpoint(const std::string& dir, bool r
           if (oc.contains(k) && oc[k] != mine)
             get_logger().warning("resume: optimizer setting " + k + " was " + oc[k].dump() + " in " + state_path.string() +
                                  ", this run uses " + mine.dump() + " (the continued run differs from an uninterrupted one)");
+      // bf16 vs fp32 GEMM inputs change every later step as much as a new lr does (checkpoints
+      // written before this field was saved say nothing)
+      if (world.rank() == 0 && st.contains("mixed_precision") && st["mixed_precision"] != json(opts_.mixed_precision))
+        get_logger().warning("resume: mixed_precision was " + st["mixed_precision"].dump() + " in " + state_path.string() +
+                             ", this run uses \"" + opts_.mixed_precision + "\" (--bf16 / --fp32; the continued run "
+                             "differs from an uninterrupted one)");
     }
     if (loader) {
       const json dl = st.contains("dataloader") ? st["dataloader"] : json();

@@ -10,6 +10,13 @@
   text, before any model or data is loaded (it died with std::stoll's bare "stoll", and read
   "1:2:3" as 1:2 and "5x" as 5);
 - `twinkle tokenize --decode` refuses an id beyond int32 naming the line (4294967297 decoded as id 1);
+- a row longer than the model's max_position_embeddings is refused by `twinkle train` / `eval` naming
+  the dataset file:line before the model is built (the step that met it failed naming no row);
+- the chat template's options (--max-length, --template, --self-cognition, ...) given with pre-tokenized
+  rows are refused naming the option and the row (they were ignored: --max-length 4 trained 9-token rows);
+- an error that already names its command is not prefixed twice ("twinkle plan: error: twinkle plan: ...");
+- a resume in the other mixed precision (--bf16 after an fp32 run) warns as a changed lr does (it
+  continued silently);
 - `twinkle generate --max-new-tokens` below 1 is refused naming the option (a negative value printed
   "(empty reply)" as if the model had answered nothing);
 - a checkpoint holding tensors the model does not use (config.json edited to fewer layers) loads
@@ -57,6 +64,13 @@ def main():
             failures.append(f"twinkle {' '.join(args)} ({what}): rc {rc}, expected a usage error on stderr (exit 2); "
                             f"stdout {out[:200]!r} stderr {err[:200]!r}")
 
+    rc, out, err = run([twinkle, "plan", "--model", os.path.join(HERE, "..", "..", "models", "qwen3-tiny"), "--tp", "8",
+                        "--micro-batch-size", "1", "--seq-length", "16"])
+    if rc != 1 or "twinkle plan: error: num_attention_heads 4 is not divisible by tp 8" not in err or \
+            err.count("twinkle plan:") != 1:
+        failures.append(f"twinkle plan --tp 8: rc {rc}, expected one 'twinkle plan: error: num_attention_heads ...' "
+                        f"line; stderr {err[-300:]!r}")
+
     # 2. twinkle info --help measures nothing and writes no peak.json; a stray option is refused
     with tempfile.TemporaryDirectory(prefix="twinkle-cli-") as tmp:
         home = os.path.join(tmp, "home")
@@ -99,6 +113,41 @@ def main():
             failures.append(f"generate --max-new-tokens {v}: rc {rc}, expected {want!r}; stdout {out[-200:]!r} "
                             f"stderr {err[-300:]!r}")
 
+    # rows longer than max_position_embeddings: named before training / evaluating
+    with tempfile.TemporaryDirectory(prefix="twinkle-cli-") as tmp:
+        short = os.path.join(tmp, "short_positions")
+        os.makedirs(short)
+        for fn in ("tokenizer.json", "tokenizer_config.json"):
+            with open(os.path.join(model, fn), "rb") as src_f, open(os.path.join(short, fn), "wb") as dst_f:
+                dst_f.write(src_f.read())
+        with open(os.path.join(model, "config.json")) as f:
+            cfg = json.load(f)
+        cfg["max_position_embeddings"] = 8
+        with open(os.path.join(short, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        rows = os.path.join(tmp, "rows.jsonl")
+        with open(rows, "w") as f:
+            f.write(json.dumps({"input_ids": [1, 2, 3]}) + "\n" + json.dumps({"input_ids": list(range(1, 10))}) + "\n")
+        want = f"{rows}:2: the row has 9 tokens, more than max_position_embeddings 8 of {short}/config.json"
+        for cmd in ([twinkle, "train", "--model", short, "--dataset", rows, "--batch-size", "2", "--max-steps", "1",
+                     "--no-save"], [twinkle, "eval", "--model", short, "--dataset", rows]):
+            rc, out, err = run(cmd)
+            if rc == 0 or want not in err or "step 1/" in out + err:
+                failures.append(f"{cmd[1]} with a row past max_position_embeddings: rc {rc}, expected {want!r}; "
+                                f"stderr {err[-400:]!r}")
+
+        # template options with pre-tokenized rows: refused, not ignored
+        for cmd, opt in (([twinkle, "train", "--model", model, "--dataset", rows, "--batch-size", "2",
+                           "--max-steps", "1", "--no-save", "--max-length", "4"], "--max-length"),
+                         ([twinkle, "train", "--model", model, "--dataset", rows, "--batch-size", "2",
+                           "--max-steps", "1", "--no-save", "--self-cognition", "a,b"], "--self-cognition"),
+                         ([twinkle, "eval", "--model", model, "--dataset", rows, "--template", "qwen3"], "--template")):
+            rc, out, err = run(cmd)
+            want = f"{opt} applies to message rows encoded with the chat template, but {rows}:1 is a pre-tokenized row"
+            if rc == 0 or want not in err or "step 1/" in out + err:
+                failures.append(f"{cmd[1]} {opt} with pre-tokenized rows: rc {rc}, expected {want!r}; "
+                                f"stderr {err[-400:]!r}")
+
     # 4. unused checkpoint tensors are named (train one step at lr 0 to get a checkpoint of qwen3-tiny)
     with tempfile.TemporaryDirectory(prefix="twinkle-cli-") as tmp:
         ck = os.path.join(tmp, "ck")
@@ -127,6 +176,22 @@ def main():
             if rc != 0 or want not in out + err:
                 failures.append(f"num_hidden_layers one fewer than the checkpoint: rc {rc}, expected a warning "
                                 f"containing {want!r}; got {(out + err)[-500:]!r}")
+
+    # 5. resuming an fp32 checkpoint with --bf16 warns (the loss curve changes, as with a new --lr)
+    with tempfile.TemporaryDirectory(prefix="twinkle-cli-") as tmp:
+        run_args = [twinkle, "train", "--model", model, "--dataset", data, "--self-cognition", "a,b", "--batch-size",
+                    "2", "--max-steps", "2", "--data-slice", "4", "--no-save", "--output-dir", tmp]
+        rc, out, err = run(run_args + ["--save-interval", "1", "--save-optimizer"])
+        if rc != 0:
+            failures.append(f"making a resumable checkpoint: rc {rc}: {err[-300:]}")
+        else:
+            ck1 = os.path.join(tmp, "checkpoint-step-1")
+            for extra, warned in (([], False), (["--bf16"], True)):
+                rc, out, err = run(run_args + ["--resume", ck1] + extra)
+                has = 'resume: mixed_precision was "fp32"' in out + err and 'this run uses "bf16"' in out + err
+                if rc != 0 or has != warned:
+                    failures.append(f"resume {' '.join(extra) or '(same precision)'}: rc {rc}, warning "
+                                    f"{'missing' if warned else 'unexpected'}; stderr {err[-400:]!r}")
     return harness.report(failures, "cli OK")
 
 

@@ -36,7 +36,7 @@ int eval_main(int argc, char** argv) {
   app.add_option("--dataset", dataset, "JSONL/JSON/CSV file or hub id")->required();
   app.add_option("--batch-size", batch_size, "rows per forward pass");
   app.add_option("--template", templ, "chat template for message rows");
-  app.add_option("--max-length", max_length, "template max_length");
+  app.add_option("--max-length", max_length, "template max_length of message rows (pre-tokenized rows are used as they are)");
   app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
       ->check(CLI::IsMember({"fused", "reference"}));
   try {
@@ -48,15 +48,24 @@ int eval_main(int argc, char** argv) {
   const twinkle::TemplateOptions to{.model_id = model, .max_length = max_length};
   twinkle::validate(to);
   twinkle::Dataset ds{twinkle::DatasetMeta(dataset)};
+  const std::string config_path = (std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string();
+  const twinkle::ModelConfig model_cfg = twinkle::load_model_config(config_path);
   if (ds.size() > 0 && twinkle::is_pretokenized(ds[0])) {
-    ds.encode_pretokenized(
-        twinkle::load_model_config((std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string())
-            .vocab_size);
+    for (const char* opt : {"--template", "--max-length"})  // as twinkle train: not for token-id rows
+      twinkle::check(app.count(opt) == 0, std::string(opt) + " applies to message rows encoded with the chat template, but " +
+                                              ds.row_name(0) + " is a pre-tokenized row (input_ids), used as it is: "
+                                              "drop the option (or give message rows)");
+    ds.encode_pretokenized(model_cfg.vocab_size);
   } else {
     ds.map(twinkle::MessagesPreprocessor());
     ds.set_template(templ, to);
     ds.encode();
   }
+  ds.check_encoded_length(model_cfg.max_position_embeddings,
+                          "max_position_embeddings " + std::to_string(model_cfg.max_position_embeddings) + " of " +
+                              config_path +
+                              " (the model's positions; shorten it, or encode message rows with --max-length and "
+                              "--truncation left|right|delete)");
   const std::vector<twinkle::EncodedRow>& rows = ds.encoded();
   twinkle::MegatronModel m(model, {.micro_batch_size = batch_size, .kernels = kernels});
   if (!adapter.empty()) m.load_adapter(adapter);

@@ -125,7 +125,7 @@ int train_main(int argc, char** argv) {
                  "gradient bucket size in elements (Megatron's bucket_size; 0 = 4 MiB = 1,048,576)");
   app.add_option("--device", device, "cpu | cuda | npu");
   app.add_option("--template", templ, "chat template for message datasets (default: Template = qwen3)");
-  app.add_option("--max-length", max_length, "template max_length (>= 1)");
+  app.add_option("--max-length", max_length, "template max_length of message rows (>= 1; pre-tokenized rows are used as they are)");
   app.add_option("--truncation", truncation, "raise | left | right | delete | split");
   app.add_flag("--ignore-empty-think", ignore_empty_think,
                "no loss on the empty <think>\\n\\n</think>\\n\\n block of assistant turns (ms-swift ignore_empty_think)");
@@ -262,11 +262,16 @@ int train_main(int argc, char** argv) {
   meta.skip_bad_rows = skip_bad;  // also while the file is read (bad JSON lines)
   twinkle::Dataset ds(meta);
   const bool pretokenized = ds.size() > 0 && twinkle::is_pretokenized(ds[0]);
+  const std::string config_path = (std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string();
+  const twinkle::ModelConfig model_cfg = twinkle::load_model_config(config_path);
   if (pretokenized) {
-    const int64_t vocab =
-        twinkle::load_model_config((std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string())
-            .vocab_size;
-    ds.encode_pretokenized(vocab);
+    // The template's options do nothing to rows that are already token ids: refuse them rather
+    // than train, e.g., rows longer than the --max-length the user asked for.
+    for (const char* opt : {"--template", "--self-cognition", "--max-length", "--truncation", "--ignore-empty-think"})
+      twinkle::check(app.count(opt) == 0, std::string(opt) + " applies to message rows encoded with the chat template, but " +
+                                              ds.row_name(0) + " is a pre-tokenized row (input_ids), used as it is: "
+                                              "drop the option (or give message rows)");
+    ds.encode_pretokenized(model_cfg.vocab_size);
   } else {
     if (!self_cog.empty()) {
       auto comma = self_cog.find(',');
@@ -280,6 +285,12 @@ int train_main(int argc, char** argv) {
     ds.set_template(templ.empty() ? "Template" : templ, to);
     ds.encode();
   }
+  // positions past the RoPE table are refused by the model at the step that meets the row; name it now
+  ds.check_encoded_length(model_cfg.max_position_embeddings,
+                          "max_position_embeddings " + std::to_string(model_cfg.max_position_embeddings) + " of " +
+                              config_path +
+                              " (the model's positions; shorten it, or encode message rows with --max-length and "
+                              "--truncation left|right|delete)");
   const int64_t n_rows = static_cast<int64_t>(ds.encoded().size());
   log.info("dataset: " + std::to_string(n_rows) + " rows" +
            (ds.bad_rows() ? " (" + std::to_string(ds.bad_rows()) + " bad rows skipped)" : std::string()));

@@ -38,7 +38,11 @@ int main(int argc, char** argv) {
   try {
     return it->second.fn(argc - 1, argv + 1);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "twinkle %s: error: %s\n", it->first.c_str(), e.what());
+    // "twinkle plan: error: twinkle plan: ..." when the message already names the command
+    std::string msg = e.what();
+    const std::string self = "twinkle " + it->first + ": ";
+    if (msg.rfind(self, 0) == 0) msg.erase(0, self.size());
+    std::fprintf(stderr, "twinkle %s: error: %s\n", it->first.c_str(), msg.c_str());
     return 1;
   }
 }

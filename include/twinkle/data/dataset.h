@@ -104,6 +104,11 @@ class Dataset {
   int64_t encoded_source(int64_t i) const;
   /// "<file>:<line>" of encoded row `i`.
   std::string encoded_row_name(int64_t i) const;
+  /// Throws twinkle::Error "<file>:<line>: the row has N tokens, more than <limit>" for the first
+  /// encoded row longer than `max_tokens` (e.g. the model's max_position_embeddings, which the
+  /// training step would otherwise refuse mid-run without naming the row). Not affected by
+  /// skip_bad_rows (the rows are already encoded; shorten them, or truncate with the template).
+  void check_encoded_length(int64_t max_tokens, const std::string& limit) const;
 
   /// Turns later row errors (map, filter, encode) into counted warnings.
   void set_skip_bad_rows(bool on) { skip_bad_rows_ = on; }

@@ -237,6 +237,23 @@ TEST(DatasetEncode, FakeEncoderAndSourceRows) {
   EXPECT_EQ(ds.encoded_row_name(3), fixture("good.jsonl") + ":1");
 }
 
+// A row longer than the model's positions used to fail only at the training step that met it
+// ("position id N exceeds max_position_embeddings", no row named); twinkle train / eval now check
+// every encoded row first and name the file:line.
+TEST(DatasetEncode, CheckEncodedLengthNamesTheRow) {
+  Dataset ds(DatasetMeta(fixture("good.jsonl")));
+  ds.map(SelfCognitionProcessor("N", "A"));
+  ds.set_encoder(fake_encode);
+  ds.encode();
+  int64_t longest = 0, at = 0;
+  for (size_t i = 0; i < ds.encoded().size(); ++i)
+    if (ds.encoded()[i].length > longest) longest = ds.encoded()[i].length, at = static_cast<int64_t>(i);
+  EXPECT_NO_THROW(ds.check_encoded_length(longest, "the limit"));
+  expect_error([&] { ds.check_encoded_length(longest - 1, "max_position_embeddings X"); },
+               {ds.encoded_row_name(at) + ": the row has " + std::to_string(longest) +
+                " tokens, more than max_position_embeddings X"});
+}
+
 TEST(DatasetEncode, DeleteAndSplitAndEmpty) {
   std::vector<json> rows;
   for (int i = 0; i < 5; ++i) rows.push_back(sc_row("q" + std::to_string(i), std::string(static_cast<size_t>(i), 'x')));
