@@ -263,28 +263,42 @@ int bench(int argc, char** argv) {
   Opts o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto next = [&]() { return std::string(i + 1 < argc ? argv[++i] : "0"); };
-    if (a == "--tp") o.tp = std::stoi(next());
-    else if (a == "--pp") o.pp = std::stoi(next());
-    else if (a == "--dp") o.dp = std::stoi(next());
-    else if (a == "--ep") o.ep = std::stoi(next());
-    else if (a == "--etp") o.etp = std::stoi(next());
+    auto next = [&]() { return std::string(i + 1 < argc ? argv[++i] : ""); };
+    // a whole positive integer, or an error naming the option (std::stoll alone said "stoll")
+    auto num = [&]() {
+      const std::string v = next();
+      size_t used = 0;
+      long long x = 0;
+      try {
+        x = std::stoll(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (v.empty() || used != v.size() || x < 1)
+        throw Error("layout_bench: " + a + " needs a positive integer, got '" + v + "'");
+      return static_cast<int64_t>(x);
+    };
+    if (a == "--tp") o.tp = static_cast<int>(num());
+    else if (a == "--pp") o.pp = static_cast<int>(num());
+    else if (a == "--dp") o.dp = static_cast<int>(num());
+    else if (a == "--ep") o.ep = static_cast<int>(num());
+    else if (a == "--etp") o.etp = static_cast<int>(num());
     else if (a == "--sp") o.sp = true;
     else if (a == "--no-distopt") o.distopt = false;
     else if (a == "--overlap") o.overlap_grad = o.overlap_param = true;
     else if (a == "--overlap-grad-reduce") o.overlap_grad = true;
     else if (a == "--overlap-param-gather") o.overlap_param = true;
-    else if (a == "--bucket-bytes") o.bucket_bytes = std::stoll(next());
+    else if (a == "--bucket-bytes") o.bucket_bytes = num();
     else if (a == "--check-volume") o.check = true;
     else if (a == "--no-baseline") o.baseline = false;
-    else if (a == "--baseline-threads") o.baseline_threads = std::stoi(next());
+    else if (a == "--baseline-threads") o.baseline_threads = static_cast<int>(num());
     else if (a == "--config") o.config = next();
     else if (a == "--split") o.split = next();
     else if (a == "--recompute") o.recompute = next();
-    else if (a == "--seq") o.seq = std::stoll(next());
-    else if (a == "--rows") o.rows = std::stoll(next());
-    else if (a == "--mbs") o.mbs = std::stoll(next());
-    else if (a == "--steps") o.steps = std::stoll(next());
+    else if (a == "--seq") o.seq = num();
+    else if (a == "--rows") o.rows = num();
+    else if (a == "--mbs") o.mbs = num();
+    else if (a == "--steps") o.steps = num();
     else throw Error("layout_bench: unknown option " + a);
   }
   MeshSizes ms;

@@ -166,10 +166,12 @@ int recipe(int argc, char** argv) {
   std::string dir = model.save("", {.output_dir = out.string()});
   if (rank0) {
     char buf[512];
-    std::snprintf(buf, sizeof buf,
-                  "summary: %s, loss %.4f -> %.4f, mean %.0f tokens/s, %s %s, metrics %s",
-                  recipe_metrics::steps_phrase(start_step, step).c_str(), first_loss, last_loss,
-                  tok_s_sum / static_cast<double>(std::max<int64_t>(1, step - start_step)),
+    char trained[96] = "";  // no loss or speed to report when a resumed run had no step left
+    if (step > start_step)
+      std::snprintf(trained, sizeof trained, ", loss %.4f -> %.4f, mean %.0f tokens/s", first_loss, last_loss,
+                    tok_s_sum / static_cast<double>(step - start_step));
+    std::snprintf(buf, sizeof buf, "summary: %s%s, %s %s, metrics %s",
+                  recipe_metrics::steps_phrase(start_step, step).c_str(), trained,
                   use_lora ? "PEFT adapter (adapter_config.json, adapter_model.safetensors)"
                            : "checkpoint (config.json, safetensors, tokenizer files)",
                   dir.c_str(), (out / "metrics.jsonl").string().c_str());

@@ -83,9 +83,10 @@ const float* ColumnParallelLinear::forward_swiglu(const float* x_local, float* x
 const float* ColumnParallelLinear::backward_swiglu(const float* x, const float* gu, const float* dact, int64_t T,
                                                    Workspace& scratch) const {
   const int64_t I = local_out_[0];
-  float* dgu = scratch.get("tp.dgu", {T, 2 * I}).f32();
+  const kernels::GateUpSwigluOp& op = table_->kernels().gate_up_swiglu;
+  float* dgu = op.uses_dgu ? scratch.get("tp.dgu", {T, 2 * I}).f32() : nullptr;  // bf16: never written
   float* dx_full = scratch.get("tp.dx_full", {T, in_}).f32();
-  table_->kernels().gate_up_swiglu.backward(x, weight_block(), gu, dact, dgu, dx_full, table_->grad(weight_[0]), T, I,
+  op.backward(x, weight_block(), gu, dact, dgu, dx_full, table_->grad(weight_[0]), T, I,
                                             in_, false);
   float* dx_local = tp_.sequence_parallel ? scratch.get("tp.dx_local", {tp_.local_rows(T), in_}).f32() : nullptr;
   return tp_reduce_rows(tp_, dx_full, dx_local, T, in_);

@@ -55,7 +55,8 @@ struct Bf16Workspace {
 };
 // flash_attention_backward_bf16's grow-only scratch for one call over T tokens (Tp padded), hq / hkv
 // local heads of head_dim D: the exact vector / Scratch sizes of attention_bf16.cpp (the per-thread
-// 64-token tiles, ~60 KB a thread, are left to the runtime constant).
+// 64-token tiles, ~60 KB a thread, are left to the runtime constant). With ring cp the kernel runs the
+// fp32 attention_block_backward instead, so there this over-counts (conservative).
 double bf16_attention_backward_scratch(int64_t T, int64_t Tp, int64_t hq, int64_t hkv, int64_t D) {
   const int64_t Dp = (D + 15) / 16 * 16;
   const double rows_q = 2.0 * static_cast<double>(hq * Tp * Dp), rows_kv = 2.0 * static_cast<double>(hkv * Tp * Dp);
@@ -252,7 +253,10 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     if (nl > 0) {
       w += ws(Tl * H);                                 // layer.dh
       w += 2 * ws(T * nq) + 2 * ws(T * nkv);           // attn.dctx, dq, dk, dv
-      w += ws(T * I) + ws(2 * T * I);                  // mlp.dact, gate|up gradient
+      w += ws(T * I);                                  // mlp.dact
+      // the fp32 gate|up gradient (tp.dgu, mlp.dgu unfused): the bf16 set's fused backward rounds it
+      // straight into its GEMM operand (GateUpSwigluOp::uses_dgu false), so without LoRA it is never made
+      if (!bf16 || o.lora_rank > 0) w += ws(2 * T * I);
       w += ws(T * H);                                  // tp.y_full
       if (sp) w += 3 * ws(Tl * H) + ws(T * H);         // tp.y_local, tp.dx_local, tp.dy_full
     }

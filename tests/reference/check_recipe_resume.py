@@ -5,7 +5,8 @@ directory. OUTPUT_DIR/metrics.jsonl must stay the whole loss curve (steps 1-2 of
 3-4 logged again with the same losses: the same layout resumes bit for bit), and the summary must
 speak of the steps this run trained. Before the fix the resumed run truncated metrics.jsonl to its
 own two steps and printed "4 steps, loss 0.0000 -> ..." with the tokens/s (tp_recipe) or step time
-(moe_recipe) mean divided by steps it never ran.
+(moe_recipe) mean divided by steps it never ran; resumed at the last step it printed
+"loss 0.0000 -> 0.0000" and a mean of 0.
 Single process (dp = tp = pp = ep = 1), one thread. Run with /usr/bin/python3.
 """
 import argparse
@@ -60,6 +61,13 @@ def main():
                 if abs(mean - ref) > 1.0:
                     failures.append(f"{name}: summary mean {mean} tokens/s, the resumed steps' mean is {ref:.1f}")
             print(f"{name}: steps {steps}, {summary[-1:]}")
+            # resumed at the last step: nothing left to train, so no loss or speed in the summary
+            log = harness.run(base + ["--resume", os.path.join(out, "checkpoint-step-4")], env=env, timeout=300)
+            summary = [l for l in log.splitlines() if "summary:" in l]
+            if not summary or "no step (resumed at step 4" not in summary[-1] or "loss" in summary[-1] \
+                    or "mean" in summary[-1]:
+                failures.append(f"{name}: summary after resuming at the last step {summary[-1:]!r}: expected "
+                                "'no step (resumed at step 4, the last one)' and no loss or mean")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return harness.report(failures, "recipe resume OK")

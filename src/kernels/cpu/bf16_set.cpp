@@ -138,7 +138,7 @@ void grouped_linear_backward_bf16(const float* X, const float* W, int64_t w_stri
 void register_bf16_kernels(Registry& r) {
   const std::string dev = "cpu", name = "bf16";
   r.add(dev, name, LinearOp{linear_forward_bf16, linear_backward_bf16});
-  r.add(dev, name, GateUpSwigluOp{gate_up_swiglu_forward_bf16, gate_up_swiglu_backward_bf16});
+  r.add(dev, name, GateUpSwigluOp{gate_up_swiglu_forward_bf16, gate_up_swiglu_backward_bf16, false});
   r.add(dev, name, LinearCrossEntropyOp{linear_cross_entropy_bf16});
   r.add(dev, name, GroupedLinearOp{grouped_linear_forward_bf16, grouped_linear_backward_bf16});
   r.add(dev, name, AttentionOp{flash_attention_forward, flash_attention_backward_bf16});

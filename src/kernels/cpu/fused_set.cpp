@@ -25,7 +25,7 @@ void register_fused_kernels(Registry& r) {
   r.add(dev, name, QkNormRopeOp{qk_norm_rope_forward, qk_norm_rope_backward});
   r.add(dev, name, RopeOp{rope_forward, rope_backward});
   r.add(dev, name, SwigluOp{swiglu_forward, swiglu_backward});
-  r.add(dev, name, GateUpSwigluOp{gate_up_swiglu_forward, gate_up_swiglu_backward});
+  r.add(dev, name, GateUpSwigluOp{gate_up_swiglu_forward, gate_up_swiglu_backward, true});
   r.add(dev, name, AttentionOp{flash_attention_forward, flash_attention_backward});
   r.add(dev, name, LinearOp{linear_forward, linear_backward});
   r.add(dev, name, GroupedLinearOp{grouped_linear_forward, grouped_linear_backward});

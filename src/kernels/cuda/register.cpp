@@ -14,7 +14,7 @@ std::vector<kernels::OpImpl> fused_kernels() {
       QkNormRopeOp{ops::qk_norm_rope_forward, ops::qk_norm_rope_backward},
       RopeOp{ops::rope_forward, ops::rope_backward},
       SwigluOp{ops::swiglu_forward, ops::swiglu_backward},
-      GateUpSwigluOp{ops::gate_up_swiglu_forward, ops::gate_up_swiglu_backward},
+      GateUpSwigluOp{ops::gate_up_swiglu_forward, ops::gate_up_swiglu_backward, true},
       AttentionOp{ops::attention_forward, ops::attention_backward},
       LinearOp{ops::linear_forward, ops::linear_backward},
       GroupedLinearOp{ops::grouped_linear_forward, ops::grouped_linear_backward},

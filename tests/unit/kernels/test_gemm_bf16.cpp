@@ -280,8 +280,9 @@ TEST(GemmBf16, FusedSwigluBackwardRoundsTheSameGradientAsTheUnfusedPair) {
     std::vector<float> dX2(dX.size(), 1.0f), dX2_ref(dX.size(), 1.0f);
     linear_backward_bf16(X.data(), W.data(), dgu.data(), dX2_ref.data(), nullptr, T, 2 * I, H, true);
     std::memset(bf16_scratch(ScratchSlot::Grad, T * 2 * I), 0xff, static_cast<size_t>(T * 2 * I) * 2);
-    gate_up_swiglu_backward_bf16(X.data(), W.data(), gu.data(), da.data(), scratch.data(), dX2.data(), nullptr, T, I,
-                                 H, true);
+    // dgu null, as ColumnParallelLinear passes it when the op says uses_dgu == false
+    gate_up_swiglu_backward_bf16(X.data(), W.data(), gu.data(), da.data(), nullptr, dX2.data(), nullptr, T, I, H,
+                                 true);
     for (size_t i = 0; i < dX2.size(); ++i) ASSERT_EQ(dX2[i], dX2_ref[i]) << "accumulated dX " << i;
     EXPECT_GT(std::abs(dX2[0] - dX[0]), 0.5f);  // it did add (onto 1, not 7 or 0)
   }
@@ -367,6 +368,10 @@ TEST(GemmBf16, MixedPrecisionTableSwapsOnlyTheGemmOps) {
                                 twinkle::kernels::mixed_precision_ops().end(), op) != twinkle::kernels::mixed_precision_ops().end();
     EXPECT_EQ(t.impl(op), gemm ? "bf16" : "fused") << op;
   }
+  // the bf16 gate|up + SwiGLU backward never writes the fp32 d(gu): callers may skip that [T, 2I] buffer
+  EXPECT_FALSE(t.gate_up_swiglu.uses_dgu);
+  EXPECT_TRUE(twinkle::kernels::resolve_kernels("cpu", "fused").gate_up_swiglu.uses_dgu);
+  EXPECT_TRUE(twinkle::kernels::resolve_kernels("cpu", "reference").gate_up_swiglu.uses_dgu);
   EXPECT_THROW(twinkle::kernels::apply_mixed_precision(t, "fp16"), Error);
   twinkle::kernels::KernelTable cuda;
   cuda.device = "cuda";

@@ -13,7 +13,7 @@ void register_reference_kernels(Registry& r) {
   r.add(dev, name, QkNormRopeOp{R::qk_norm_rope_forward, R::qk_norm_rope_backward});
   r.add(dev, name, RopeOp{R::rope_forward, R::rope_backward});
   r.add(dev, name, SwigluOp{R::swiglu_forward, R::swiglu_backward});
-  r.add(dev, name, GateUpSwigluOp{R::gate_up_swiglu_forward, R::gate_up_swiglu_backward});
+  r.add(dev, name, GateUpSwigluOp{R::gate_up_swiglu_forward, R::gate_up_swiglu_backward, true});
   r.add(dev, name, AttentionOp{R::attention_forward, R::attention_backward});
   r.add(dev, name, LinearOp{R::linear_forward, R::linear_backward});
   r.add(dev, name, GroupedLinearOp{R::grouped_linear_forward, R::grouped_linear_backward});
