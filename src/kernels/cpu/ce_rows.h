@@ -31,8 +31,9 @@ inline double hsum(__m512 v) {
 constexpr int64_t kSumBlock = 512;
 
 /// sum_{j < n} exp(x[j] - mx): float partial sums over blocks of kSumBlock columns, the blocks summed in
-/// double (one block when n <= kSumBlock).
-inline double row_sumexp(const float* x, int64_t n, float mx) {
+/// double (one block when n <= kSumBlock). With kStore, out[j] = exp(x[j] - mx) too (out may be x).
+template <bool kStore>
+inline double row_exp_sum(const float* x, float* out, int64_t n, float mx) {
   double total = 0.0;
 #ifdef __AVX512F__
   const __m512 m = _mm512_set1_ps(mx);
@@ -42,35 +43,7 @@ inline double row_sumexp(const float* x, int64_t n, float mx) {
     for (int64_t j = b; j < e; j += 16) {
       const __mmask16 k = vmath::tail_mask(e - j);
       const __m512 v = vmath::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), m));
-      acc = _mm512_mask_add_ps(acc, k, acc, v);
-    }
-    total += hsum(acc);
-  }
-#else
-  for (int64_t b = 0; b < n; b += kSumBlock) {
-    const int64_t e = b + kSumBlock < n ? b + kSumBlock : n;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = b; j < e; ++j) s += vmath::exp(x[j] - mx);
-    total += s;
-  }
-#endif
-  return total;
-}
-
-/// x[j] = exp(x[j] - mx) for j < n, in place; returns their sum with row_sumexp's summation order
-/// (float partial sums over blocks of kSumBlock columns, the blocks summed in double).
-inline double row_exp_inplace_sum(float* x, int64_t n, float mx) {
-  double total = 0.0;
-#ifdef __AVX512F__
-  const __m512 m = _mm512_set1_ps(mx);
-  for (int64_t b = 0; b < n; b += kSumBlock) {
-    const int64_t e = b + kSumBlock < n ? b + kSumBlock : n;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t j = b; j < e; j += 16) {
-      const __mmask16 k = vmath::tail_mask(e - j);
-      const __m512 v = vmath::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), m));
-      _mm512_mask_storeu_ps(x + j, k, v);
+      if constexpr (kStore) _mm512_mask_storeu_ps(out + j, k, v);
       acc = _mm512_mask_add_ps(acc, k, acc, v);
     }
     total += hsum(acc);
@@ -81,14 +54,21 @@ inline double row_exp_inplace_sum(float* x, int64_t n, float mx) {
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
     for (int64_t j = b; j < e; ++j) {
-      x[j] = vmath::exp(x[j] - mx);
-      s += x[j];
+      const float v = vmath::exp(x[j] - mx);
+      if constexpr (kStore) out[j] = v;
+      s += v;
     }
     total += s;
   }
 #endif
   return total;
 }
+
+/// sum_{j < n} exp(x[j] - mx), summed as row_exp_sum says.
+inline double row_sumexp(const float* x, int64_t n, float mx) { return row_exp_sum<false>(x, nullptr, n, mx); }
+
+/// x[j] = exp(x[j] - mx) for j < n, in place; returns their sum with row_sumexp's summation order.
+inline double row_exp_inplace_sum(float* x, int64_t n, float mx) { return row_exp_sum<true>(x, x, n, mx); }
 
 /// x[j] *= sc for j < n.
 inline void row_scale(float* x, int64_t n, float sc) {
