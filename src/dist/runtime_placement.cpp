@@ -66,7 +66,8 @@ std::string format_device_placement(const DeviceMesh& mesh) {
   const bool accel = dev != "cpu";
   std::string out = rule() + centered("DEVICE PLACEMENT TOPOLOGY") + rule();
   out += row("device type: " + dev + "    world size: " + std::to_string(world) +
-             "    sequence parallel: " + (mesh.sequence_parallel() ? "on" : "off"));
+             "    sequence parallel: " +
+             (!mesh.sequence_parallel() ? "off" : mesh.tp_size() > 1 ? "on" : "off (tp = 1)"));
   out += row("mesh: " + mesh.describe());
   out += rule();
   // The expert grid's etp coordinate appears when expert tensor parallelism is on (etp > 1).

@@ -49,6 +49,9 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   sp_ = tp_ > 1 && (ps_->sequence_parallel() || cfg_.is_moe());
   if (tp_ > 1 && cfg_.is_moe() && !ps_->sequence_parallel() && ps_->world->rank() == 0)
     get_logger().info("Qwen3-MoE with tp = " + std::to_string(tp_) + ": sequence parallelism switched on");
+  // Megatron's arguments.py: "Disabling sequence parallelism because tensor model parallel size is 1"
+  if (tp_ == 1 && ps_->sequence_parallel() && ps_->world->rank() == 0)
+    get_logger().warning("sequence parallelism needs tp > 1: off (tp = 1), as Megatron disables it");
   auto fail = [&](const std::string& m) { throw Error("model does not fit the mesh: " + m); };
   if (cfg_.num_attention_heads % tp_) fail("num_attention_heads " + std::to_string(cfg_.num_attention_heads) + " is not divisible by tp " + std::to_string(tp_));
   if (cfg_.num_key_value_heads % tp_) fail("num_key_value_heads " + std::to_string(cfg_.num_key_value_heads) + " is not divisible by tp " + std::to_string(tp_));

@@ -321,7 +321,9 @@ std::string MegatronModel::get_train_configs() const {
   o << "Backend: twinkle (Megatron-style, " << mesh.device_type() << ")\n";
   o << "DP size: " << mesh.dp_size() << "\nTP size: " << mesh.tp_size() << "\nPP size: " << mesh.pp_size()
     << "\nCP size: " << mesh.cp_size() << "\nEP size: " << mesh.ep_size()
-    << "\nSequence Parallel: " << (mesh.sequence_parallel() ? "True" : "False") << "\n";
+    // what the model runs: on only with tp > 1 (Megatron drops it at tp 1), forced on for MoE with tp > 1
+    << "\nSequence Parallel: "
+    << (mesh.tp_size() > 1 && (mesh.sequence_parallel() || c.is_moe()) ? "True" : "False") << "\n";
   if (model_->has_adapter()) {  // Twinkle's "Adapter config:" line (the LoraConfig fields)
     const LoraConfig& a = model_->adapter_config();
     o << "Adapter config: " << adapter_name_ << " {\"r\": " << a.r << ", \"lora_alpha\": " << a.lora_alpha

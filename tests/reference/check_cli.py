@@ -98,6 +98,12 @@ def main():
     if rc != 0 or "dataset: 2 rows" not in out + err or "step 1/1" not in out + err:
         failures.append(f"--data-slice 3,1: rc {rc}, expected 2 rows and one step; {(out + err)[-400:]!r}")
 
+    # --sequence-parallel with tp 1: Megatron disables it with a warning; the configs line says what runs
+    rc, out, err = run(base + ["--data-slice", "3,1", "--sequence-parallel"])
+    if rc != 0 or "Sequence Parallel: False" not in out + err or "sequence parallelism needs tp > 1" not in out + err:
+        failures.append(f"--sequence-parallel at tp 1: rc {rc}, expected the warning and 'Sequence Parallel: False'; "
+                        f"{(out + err)[-600:]!r}")
+
     print('+ twinkle tokenize --decode <<< [4294967297]', flush=True)
     r = subprocess.run([twinkle, "tokenize", "--tokenizer", model, "--decode"], input="[1, 2]\n[4294967297]\n",
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
