@@ -198,6 +198,12 @@ def main():
                 if rc != 0 or has != warned:
                     failures.append(f"resume {' '.join(extra) or '(same precision)'}: rc {rc}, warning "
                                     f"{'missing' if warned else 'unexpected'}; stderr {err[-400:]!r}")
+            # resumed at or past --max-steps: nothing is trained, and the run says so
+            ck2 = os.path.join(tmp, "checkpoint-step-2")
+            rc, out, err = run(run_args + ["--resume", ck2])
+            want = "nothing to train: the checkpoint is at step 2 and --max-steps gives 2 steps"
+            if rc != 0 or want not in out + err or "step 3/" in out + err:
+                failures.append(f"resume at --max-steps: rc {rc}, expected {want!r}; {(out + err)[-400:]!r}")
     return harness.report(failures, "cli OK")
 
 

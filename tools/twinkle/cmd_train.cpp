@@ -328,6 +328,9 @@ int train_main(int argc, char** argv) {
     log.info("resuming at step " + std::to_string(step) + " of " + std::to_string(steps) + " from " + rs.dir +
              " (epoch " + std::to_string(rs.dataloader.epoch) + ", batch " + std::to_string(rs.dataloader.next_batch) +
              ", " + std::to_string(rs.dataloader.consumed_samples) + " samples consumed)");
+    if (step >= steps && rank0)
+      log.warning("nothing to train: the checkpoint is at step " + std::to_string(step) + " and --max-steps gives " +
+                  std::to_string(steps) + " steps; raise --max-steps to continue training");
   }
   twinkle::LocalBatch batch;
   int64_t rss_at_start = 0;
