@@ -97,3 +97,7 @@ add_test(NAME dist_twinkle_run_ok COMMAND ${TWINKLE_RUN} --nproc_per_node 2 ${TW
 set_tests_properties(dist_twinkle_run_ok PROPERTIES TIMEOUT 60)
 add_test(NAME dist_twinkle_run_usage_error
          COMMAND ${TWINKLE_EXPECT_FAIL} 10 "--nnodes=2 needs --hostfile=F" ${TWINKLE_RUN} --nnodes=2 prog)
+# "-n 2 prog" (mpirun's spelling) was taken as PROGRAM "-n": mpirun then read -n 2 as its own option
+add_test(NAME dist_twinkle_run_short_option_refused
+         COMMAND ${TWINKLE_EXPECT_FAIL} 10 "unknown option -n .twinkle-run.s options are torchrun.s long ones, e.g. --nproc_per_node=N"
+                 ${TWINKLE_RUN} -n 2 prog)

@@ -113,6 +113,9 @@ Options parse(int argc, char** argv) {
       print_help();
       std::exit(0);
     }
+    if (a.size() > 1 && a[0] == '-' && a[1] != '-')  // "-n 2" would become PROGRAM "-n" and mpirun's own -n
+      usage_error("unknown option " + a + " (twinkle-run's options are torchrun's long ones, e.g. "
+                  "--nproc_per_node=N; put -- before a PROGRAM whose name starts with '-')");
     if (a.rfind("--", 0) != 0) break;  // PROGRAM
     std::string name = a.substr(2), value;
     bool has_value = false;
