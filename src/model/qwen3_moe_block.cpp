@@ -159,36 +159,42 @@ bool Qwen3MoeBlock::has_expert_lora() const {
   return !expert_lora_[0].empty() || !expert_lora_[1].empty() || !expert_lora_[2].empty();
 }
 
+namespace {
+// f(row, m, pair) for each local expert e with m = counts[e] > 0 rows (rows [row, row + m) of the
+// expert-ordered block) whose LoRA pair on this target is active; pairs holds every expert's pair.
+template <class F>
+void for_each_lora_expert(const std::vector<parallel::LoraPair>& pairs, int64_t first, int64_t El,
+                          const int64_t* counts, F&& f) {
+  int64_t row = 0;
+  for (int64_t e = 0; e < El; ++e) {
+    const int64_t m = counts[e];
+    const parallel::LoraPair& p = pairs[static_cast<size_t>(first + e)];
+    if (m > 0 && p.active()) f(row, m, p);
+    row += m;
+  }
+}
+}  // namespace
+
 void Qwen3MoeBlock::lora_forward(int j, const float* X, const int64_t* counts, int64_t N, int64_t K, float* y,
                                  const std::vector<uint64_t>& keys) const {
   if (expert_lora_[j].empty()) return;
   const parallel::LoraDropout* d = parallel::current_lora_dropout();
-  int64_t row = 0;
-  for (int64_t e = 0; e < El_; ++e) {
-    const int64_t m = counts[e];
-    const parallel::LoraPair& p = expert_lora_[j][static_cast<size_t>(first_ + e)];
-    if (m > 0 && p.active()) {  // PEFT's Linear.forward on this expert's rows: y += s (dropout(x) A^T) B^T
-      const ExpertDropout ed(d, keys, row, m, ep_size_ == 1 && tp_.size == 1);
-      parallel::lora_column_forward(*table_, p, X + row * K, y + row * N, m, K, N);
-    }
-    row += m;
-  }
+  for_each_lora_expert(expert_lora_[j], first_, El_, counts, [&](int64_t row, int64_t m, const parallel::LoraPair& p) {
+    // PEFT's Linear.forward on this expert's rows: y += s (dropout(x) A^T) B^T
+    const ExpertDropout ed(d, keys, row, m, ep_size_ == 1 && tp_.size == 1);
+    parallel::lora_column_forward(*table_, p, X + row * K, y + row * N, m, K, N);
+  });
 }
 
 void Qwen3MoeBlock::lora_backward(int j, const float* X, const int64_t* counts, int64_t N, int64_t K, const float* dy,
                                   float* dX, const std::vector<uint64_t>& keys) const {
   if (expert_lora_[j].empty()) return;
   const parallel::LoraDropout* d = parallel::current_lora_dropout();
-  int64_t row = 0;
-  for (int64_t e = 0; e < El_; ++e) {
-    const int64_t m = counts[e];
-    const parallel::LoraPair& p = expert_lora_[j][static_cast<size_t>(first_ + e)];
-    if (m > 0 && p.active()) {  // dA, dB accumulate; dX += dropout'(s dy B A)
-      const ExpertDropout ed(d, keys, row, m, false);
-      parallel::lora_column_backward(*table_, p, X + row * K, dy + row * N, dX + row * K, m, K, N);
-    }
-    row += m;
-  }
+  for_each_lora_expert(expert_lora_[j], first_, El_, counts, [&](int64_t row, int64_t m, const parallel::LoraPair& p) {
+    // dA, dB accumulate; dX += dropout'(s dy B A)
+    const ExpertDropout ed(d, keys, row, m, false);
+    parallel::lora_column_backward(*table_, p, X + row * K, dy + row * N, dX + row * K, m, K, N);
+  });
 }
 
 void Qwen3MoeBlock::experts_forward(const float* xin, const int64_t* counts, int64_t R, const Weights& w,
