@@ -13,9 +13,9 @@
 
 #include <atomic>
 #include <cstring>
-#include <random>
 #include <vector>
 
+#include "randn.h"
 #include "twinkle/core/dtype.h"
 #include "twinkle/kernels/cpu/bf16_ops.h"
 #include "twinkle/kernels/cpu/gemm_bf16.h"
@@ -39,13 +39,7 @@ namespace {
 
 using namespace twinkle::kernels::cpu;
 
-std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+using twinkle::testutil::randn;
 
 TEST(Bf16OmpNesting, FusedSwigluBackwardOpensNoNestedRegion) {
   const int64_t T = 61, I = 4352, H = 16;
