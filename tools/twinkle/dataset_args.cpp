@@ -1,6 +1,8 @@
 // tools/twinkle/dataset_args.cpp — see dataset_args.h.
 #include "dataset_args.h"
 
+#include "dataset_checks.h"
+
 #include <optional>
 
 #include "twinkle/core/error.h"
@@ -46,10 +48,8 @@ Dataset load_encoded_dataset(const CLI::App& app, const DatasetArgs& a, const Te
   if (ds.size() > 0 && is_pretokenized(ds[0])) {
     // The template's options do nothing to rows that are already token ids: refuse them rather
     // than run, e.g., rows longer than the --max-length the user asked for.
-    for (const char* opt : {"--template", "--self-cognition", "--max-length", "--truncation", "--ignore-empty-think"})
-      check(app.count(opt) == 0, std::string(opt) + " applies to message rows encoded with the chat template, but " +
-                                     ds.row_name(0) + " is a pre-tokenized row (input_ids), used as it is: "
-                                     "drop the option (or give message rows)");
+    refuse_template_options(
+        app, {"--template", "--self-cognition", "--max-length", "--truncation", "--ignore-empty-think"}, ds);
     ds.encode_pretokenized(model_cfg.vocab_size);
   } else {
     if (!a.self_cognition.empty()) {
@@ -63,12 +63,7 @@ Dataset load_encoded_dataset(const CLI::App& app, const DatasetArgs& a, const Te
     ds.set_template(a.templ.empty() ? "Template" : a.templ, to);
     ds.encode();
   }
-  // positions past the RoPE table are refused by the model at the step that meets the row; name it now
-  ds.check_encoded_length(model_cfg.max_position_embeddings,
-                          "max_position_embeddings " + std::to_string(model_cfg.max_position_embeddings) + " of " +
-                              config_path +
-                              " (the model's positions; shorten it, or encode message rows with --max-length and "
-                              "--truncation left|right|delete)");
+  check_rows_fit_positions(ds, model_cfg, config_path);
   return ds;
 }
 
