@@ -34,6 +34,37 @@ std::shared_ptr<dist::ParallelState> global_state() {
   return std::shared_ptr<dist::ParallelState>(&parallel_state(), [](dist::ParallelState*) {});
 }
 
+// A model directory without model.safetensors / model.safetensors.index.json gets the seeded
+// random init (the embedded tiny models are config + tokenizer only). Throws twinkle::Error
+// instead when the directory holds weights of another kind, which the random init would silently
+// replace: a PEFT adapter directory (adapter_config.json; transformers with peft loads
+// base_model_name_or_path plus the adapter from it, twinkle takes them as --model / --adapter), or
+// weight files twinkle does not read (PyTorch pickles, other safetensors names).
+void refuse_unread_weights(const std::string& dir) {
+  std::error_code ec;
+  if (fs::is_regular_file(fs::path(dir) / "adapter_config.json", ec)) {
+    const std::string base = peft_base_model((fs::path(dir) / "adapter_config.json").string());
+    throw Error("model " + dir + " is a PEFT adapter directory (adapter_config.json, no model.safetensors), not a "
+                "model: load its base model with the adapter, `--model " + (base.empty() ? std::string("BASE") : base) +
+                " --adapter " + dir + "` (Python: MegatronModel(base), then add_adapter_to_model('default', '" + dir +
+                "')); `twinkle export --model BASE --adapter DIR --merge -o OUT` writes a merged model");
+  }
+  std::vector<std::string> found;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string(), x = e.path().extension().string();
+    if (x == ".bin" || x == ".pt" || x == ".pth" || x == ".safetensors" || x == ".gguf" ||
+        n == "pytorch_model.bin.index.json")
+      found.push_back(n);
+  }
+  if (found.empty()) return;
+  std::sort(found.begin(), found.end());
+  std::string list;
+  for (const auto& f : found) list += (list.empty() ? "" : ", ") + f;
+  throw Error("model " + dir + ": holds weight files twinkle does not read (" + list +
+              "); it reads model.safetensors, or shards listed in model.safetensors.index.json (transformers' "
+              "save_pretrained(dir, safe_serialization=True) writes them)");
+}
+
 std::string fmt_double(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
@@ -70,7 +101,10 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
   std::optional<CheckpointReader> ck;
   if (opts_.load_weights) {
     ck = CheckpointReader::open_dir(model_dir_);
-    if (!ck->has_weights()) ck.reset();
+    if (!ck->has_weights()) {
+      refuse_unread_weights(model_dir_);
+      ck.reset();
+    }
   }
   // A tied config with a checkpoint holding a different lm_head: untie (transformers 5).
   if (ck) {

@@ -23,7 +23,9 @@
   with a warning naming them, as transformers' from_pretrained does (it loaded silently, dropping
   the extra layer);
 - `twinkle eval` reads a dataset as `twinkle train` does: Alpaca rows (it refused them as malformed
-  message rows), --self-cognition, --data-slice (it had neither), a directory of several files.
+  message rows), --self-cognition, --data-slice (it had neither), a directory of several files;
+- a PEFT adapter directory given as --model, or a directory of pytorch_model.bin weights, is refused
+  naming what to do (it got the seeded random init with only a warning: garbage generations).
 Run with /usr/bin/python3.
 """
 import argparse
@@ -258,6 +260,46 @@ def main():
         rc, out, err = run([twinkle, "eval", "--model", model, "--dataset", files["alpaca.jsonl"], "--data-slice", "1x"])
         if rc == 0 or "--data-slice '1x'" not in err:
             failures.append(f"eval --data-slice 1x: rc {rc}, expected an error naming it; {err[-300:]!r}")
+
+    # 7. a directory whose weights twinkle would not load is refused, not replaced by the seeded
+    # random init with a warning: a PEFT adapter directory given as --model (what `train --lora-r`
+    # writes, with config.json and tokenizer files next to the adapter), and PyTorch-pickle weights.
+    # The embedded models (config + tokenizer, no weights) still get the random init.
+    with tempfile.TemporaryDirectory(prefix="twinkle-cli-") as tmp:
+        lora_dir = os.path.join(tmp, "lora")
+        rc, out, err = run([twinkle, "train", "--model", model, "--dataset", data, "--self-cognition", "a,b",
+                            "--batch-size", "2", "--max-steps", "1", "--data-slice", "2", "--lora-r", "2",
+                            "--output-dir", lora_dir])
+        if rc != 0 or not os.path.exists(os.path.join(lora_dir, "adapter_config.json")):
+            failures.append(f"making a LoRA adapter: rc {rc}: {err[-300:]}")
+        else:
+            want = (f"model {lora_dir} is a PEFT adapter directory (adapter_config.json, no model.safetensors), not a "
+                    f"model: load its base model with the adapter, `--model {model} --adapter {lora_dir}`")
+            for cmd in ([twinkle, "generate", "--model", lora_dir, "--prompt", "hi", "--max-new-tokens", "2"],
+                        [twinkle, "eval", "--model", lora_dir, "--dataset", data, "--self-cognition", "a,b",
+                         "--data-slice", "2"]):
+                rc, out, err = run(cmd)
+                if rc == 0 or want not in err or "random init" in err:
+                    failures.append(f"{cmd[1]} --model <adapter dir>: rc {rc}, expected {want!r}; {err[-400:]!r}")
+            rc, out, err = run([twinkle, "generate", "--model", model, "--adapter", lora_dir, "--prompt", "hi",
+                                "--max-new-tokens", "2"])
+            if rc != 0:
+                failures.append(f"generate --adapter (the way the message names): rc {rc}: {err[-300:]!r}")
+        pt = os.path.join(tmp, "pt")
+        os.makedirs(pt)
+        for fn in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+            with open(os.path.join(model, fn), "rb") as src_f, open(os.path.join(pt, fn), "wb") as dst_f:
+                dst_f.write(src_f.read())
+        with open(os.path.join(pt, "pytorch_model.bin"), "wb") as f:
+            f.write(b"PK\x03\x04 not read")
+        rc, out, err = run([twinkle, "generate", "--model", pt, "--prompt", "hi", "--max-new-tokens", "2"])
+        want = f"model {pt}: holds weight files twinkle does not read (pytorch_model.bin)"
+        if rc == 0 or want not in err:
+            failures.append(f"generate --model <pytorch_model.bin dir>: rc {rc}, expected {want!r}; {err[-400:]!r}")
+        rc, out, err = run([twinkle, "generate", "--model", model, "--prompt", "hi", "--max-new-tokens", "2"])
+        if rc != 0 or "seeded random init" not in err:
+            failures.append(f"generate --model models/qwen3-tiny (no weights): rc {rc}, expected the random-init "
+                            f"warning; {err[-300:]!r}")
     return harness.report(failures, "cli OK")
 
 

@@ -145,7 +145,10 @@ class MegatronModel {
   /// mesh of twinkle::initialize (a single-process mesh when initialize was not called).
   /// A tied config whose checkpoint holds a different lm_head.weight is untied (transformers 5;
   /// rank 0 warns once naming both tensors; save() then writes both and tie false).
-  /// Throws twinkle::Error when the model does not fit the mesh.
+  /// Throws twinkle::Error when the model does not fit the mesh, and (load_weights on) when the
+  /// directory has no model.safetensors / index but other weights the random init would hide: a
+  /// PEFT adapter directory (adapter_config.json; the message names its base model and --adapter)
+  /// or unread weight files (*.bin, *.pt, *.pth, *.gguf, other *.safetensors names).
   explicit MegatronModel(const std::string& model_id, const MegatronModelOptions& options = {});
 
   /// Adds LoRA adapter `name` (Twinkle's add_adapter_to_model; one adapter per model,
