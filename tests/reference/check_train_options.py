@@ -95,6 +95,11 @@ def main():
             (["--min-lr", "1e-3"], r"'min_lr' \(--min-lr\) must be <= lr \(0.0001"),
             (["--lr-warmup-steps", "5", "--lr-decay-steps", "5"], r"'lr_warmup_steps' .*smaller than lr_decay_steps \(5\)"),
             (["--lr-warmup-steps", "-1"], r"'lr_warmup_steps' .*>= 0"),
+            # --lr-decay-steps 0 = the run's steps (Megatron: lr_decay_iters defaults to train_iters and the
+            # scheduler asserts warm-up < decay); a longer warm-up stretched the decay and never reached --lr
+            (["--max-steps", "2", "--lr-warmup-steps", "2"], r"'lr_warmup_steps' .*smaller than the run's 2 steps.*got 2"),
+            (["--lr-warmup-steps", "5", "--lr-decay-style", "cosine"],
+             r"'lr_warmup_steps' .*smaller than the run's 1 steps.*got 5"),
             (["--lr-decay-steps", "-3"], r"'lr_decay_steps' .*>= 0"),
             (["--lr-decay-style", "exponential"], r"'lr_decay_style' .*cosine, linear, constant"),
             (["--micro-batch-size", "-1"], r"'micro_batch_size' \(--micro-batch-size\) must be >= 0"),

@@ -264,7 +264,16 @@ int train_main(int argc, char** argv) {
     m.save(od.filename().string(), {od.parent_path().empty() ? "." : od.parent_path().string()});
   }
   if (use_sched) {
-    if (sc.lr_decay_steps == 0) sc.lr_decay_steps = std::max<int64_t>(steps, warmup + 1);
+    // --lr-decay-steps 0: the run's steps, as Megatron's lr_decay_iters defaults to train_iters, and
+    // its OptimizerParamScheduler asserts warm-up < decay (a warm-up past the run's end used to stretch
+    // the decay silently, so the run never reached --lr)
+    if (sc.lr_decay_steps == 0) {
+      twinkle::check_option(warmup < steps, "lr scheduler", "lr_warmup_steps",
+                            "smaller than the run's " + std::to_string(steps) +
+                                " steps (lr_decay_steps 0 = the run's steps: --max-steps, or one epoch)",
+                            warmup);
+      sc.lr_decay_steps = steps;
+    }
     m.set_lr_scheduler("default", sc);
   }
   log.info(twinkle::get_device_placement());
