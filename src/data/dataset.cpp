@@ -184,6 +184,12 @@ Dataset& Dataset::encode(int num_threads) {
       auto it = row.find("messages");
       if (it == row.end())
         throw Error("column 'messages' is missing (map a preprocessor such as SelfCognitionProcessor first)");
+      // ms-swift renders a "tools" column (function schemas) into the system prompt; the chat
+      // template here has no tools (template.h), so such a row would train without them, silently.
+      auto tools = row.find("tools");
+      if (tools != row.end() && !tools->is_null() && !((tools->is_array() || tools->is_string()) && tools->empty()))
+        throw Error("column 'tools' (tool schemas for the system prompt) is not supported by the chat template "
+                    "implementation: the row would train without them (drop the column, or the row)");
       std::vector<Message> msgs = parse_messages(*it);
       out[i] = encoder_(msgs, row_name(static_cast<int64_t>(i)));
       for (size_t k = 0; k < out[i].size(); ++k) {

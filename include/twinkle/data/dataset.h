@@ -78,7 +78,9 @@ class Dataset {
   /// Uses a custom encoder instead of a Template (tests, other chat formats).
   void set_encoder(EncodeFn fn);
 
-  /// Runs the encoder on every row's "messages" column (see parse_messages).
+  /// Runs the encoder on every row's "messages" column (see parse_messages). A non-empty
+  /// "tools" column (ms-swift's tool schemas, rendered into the system prompt) is a row error:
+  /// the template has no tools.
   /// Rows the encoder returns nothing for (truncation "delete") or only empty rows for
   /// are dropped and counted in deleted_rows(); "split" rows expand to several encoded
   /// rows. Each encoded row keeps the index of its source row (encoded_source()).

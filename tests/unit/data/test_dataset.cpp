@@ -306,6 +306,24 @@ TEST(DatasetEncode, ErrorsNameTheRow) {
   expect_error([&] { d3.encode(); }, {"mem:1:", "labels has"});
 }
 
+// A "tools" column (ms-swift / OpenAI rows with function schemas) was ignored: the row trained
+// without the tool descriptions its assistant turns rely on. Refused naming the row; empty or null
+// tools are no tools.
+TEST(DatasetEncode, ToolsColumnIsRefusedNamingTheRow) {
+  auto msgs = json::array({{{"role", "user"}, {"content", "weather?"}}, {{"role", "assistant"}, {"content", "sunny"}}});
+  json with_tools = {{"messages", msgs},
+                     {"tools", json::array({{{"type", "function"}, {"function", {{"name", "get_weather"}}}}})}};
+  json no_tools = {{"messages", msgs}, {"tools", json::array()}};
+  json null_tools = {{"messages", msgs}, {"tools", nullptr}};
+  Dataset ds = Dataset::from_rows({no_tools, with_tools, null_tools}, "mem");
+  ds.set_encoder(fake_encode);
+  expect_error([&] { ds.encode(); }, {"mem:2:", "column 'tools'", "not supported"});
+  ds.set_skip_bad_rows(true);
+  ds.encode();
+  EXPECT_EQ(ds.encoded().size(), 2u);
+  EXPECT_EQ(ds.bad_rows(), 1);
+}
+
 TEST(DatasetEncode, ThreadedEqualsSerial) {
   Dataset ds(DatasetMeta(std::string(TWINKLE_SOURCE_DIR) + "/data/self_cognition.jsonl", DataSlice::range(300)));
   ds.map(SelfCognitionProcessor());
