@@ -4,7 +4,8 @@
 # forward) — tests/dist/overlap_check.cpp. dp4 reduces over 4 ranks (summation order matters);
 # short_batch leaves one replica without a micro-batch (its buckets start in finalize_grads, in
 # the same order as its peer's); the MoE layouts reduce the expert buckets over expert-dp
-# (ep2·dp2: expert-dp 1; dp4·ep2 and dp4·etp2: expert-dp 2).
+# (ep2·dp2: expert-dp 1; dp4·ep2 and dp4·etp2: expert-dp 2). Without pp, a second forward_backward
+# before the step under overlap_grad_reduce must be refused with the error naming the option.
 add_executable(overlap_check ${CMAKE_SOURCE_DIR}/tests/dist/overlap_check.cpp)
 set_target_properties(overlap_check PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 target_compile_options(overlap_check PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})

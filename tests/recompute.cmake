@@ -1,6 +1,7 @@
 # Activation recompute (issue 14): "selective" and "full" are bit-identical to "none" (losses,
 # grad norms, gradients, parameters over 3 steps) and save fewer activation bytes, on one process
-# and on parallel layouts (tests/dist/recompute_check.cpp).
+# and on parallel layouts (tests/dist/recompute_check.cpp); with a LoRA adapter whose dropout masks
+# the recomputed forwards must draw again (_lora), and with the bf16 kernel set (_bf16).
 add_executable(recompute_check ${CMAKE_SOURCE_DIR}/tests/dist/recompute_check.cpp)
 set_target_properties(recompute_check PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 target_compile_options(recompute_check PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
@@ -10,7 +11,11 @@ set(TWINKLE_RECOMPUTE_LAYOUTS
   "np1_moe|1|--moe"
   "tp2_pp2|4|--tp 2 --pp 2"
   "tp2_pp2_sp|4|--tp 2 --pp 2 --sp"
-  "cp2|2|--cp 2")
+  "cp2|2|--cp 2"
+  "np1_lora|1|--lora"
+  "np1_moe_lora_bf16|1|--moe --lora --bf16"
+  "tp2_pp2_sp_lora_bf16|4|--tp 2 --pp 2 --sp --lora --bf16"
+  "cp2_lora|2|--cp 2 --lora")
 foreach(spec ${TWINKLE_RECOMPUTE_LAYOUTS})
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)

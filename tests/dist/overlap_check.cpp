@@ -7,6 +7,8 @@
 // that ran a backward with a dp group) and, with the distributed optimizer, waited for
 // parameter all-gathers inside a forward (param_buckets_forward > 0); the "off" run none.
 // Small buckets (4 KiB) put several buckets in every stage and cut parameters across buckets.
+// A second forward_backward before the step under overlap_grad_reduce (its buckets already started)
+// must be refused with the error naming the option, not reduce a partial sum (layouts without pp).
 //
 // Usage: overlap_check [--tp N] [--pp N] [--dp N] [--ep N] [--etp N] [--sp] [--moe] [--no-distopt]
 //                      [--short]   (--short: one row in the global batch, so a dp replica runs
@@ -73,6 +75,36 @@ Run run(bool grad_overlap, bool param_overlap, bool moe, bool distopt, int64_t r
   return r;
 }
 
+// overlap_grad_reduce with a second forward_backward before the step: the buckets the first call
+// started would miss the second call's gradients. Returns the error text (empty: nothing refused);
+// the optimizer then discards the step (waits for the started collectives on every rank).
+std::string second_forward_backward_error(bool moe, bool distopt, int64_t rows_n) {
+  auto& st = parallel_state();
+  auto ps = std::shared_ptr<dist::ParallelState>(&st, [](dist::ParallelState*) {});
+  Qwen3ModelOptions mo;
+  mo.moe_aux_loss_type = "per_layer";
+  mo.moe_aux_loss_coeff = moe ? 0.01 : 0.0;
+  Qwen3Model m(testutil::tiny_layout_config(moe), ps, mo);
+  m.init_random(5);
+  Engine eng(m);
+  OptimizerConfig oc;
+  oc.use_distributed_optimizer = distopt;
+  oc.bucket_bytes = 4096;
+  oc.overlap_grad_reduce = true;
+  DistributedOptimizer opt(m.store(), ps, oc);
+  eng.set_optimizer(&opt);
+  const auto mbs = testutil::seeded_micro_batches(st.mesh.dp_size(), st.coord.dp, rows_n, 17);
+  eng.forward_backward(mbs);
+  std::string err;
+  try {
+    eng.forward_backward(mbs);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  opt.discard_gradients();
+  return err;
+}
+
 int body(int argc, char** argv) {
   MeshSizes ms;
   bool moe = false, distopt = true, short_batch = false;
@@ -119,6 +151,15 @@ int body(int argc, char** argv) {
       expect(both.stats.param_buckets_forward > 0, "overlap_param_gather: no all-gather was waited for in a forward");
   }
   expect(grad.stats.param_buckets_forward == 0, "overlap_grad_reduce alone deferred a parameter all-gather");
+  // (every rank the same way: not under pp, where the last stage throws mid-backward while its peer
+  // waits for the gradient, nor with a replica that has no micro-batch)
+  if (has_buckets && !short_batch && st.pp_size() == 1) {
+    const std::string err = second_forward_backward_error(moe, distopt, rows_n);
+    expect(err.find("was reported final twice in one step (overlap_grad_reduce needs exactly one forward_backward "
+                    "per optimizer step") != std::string::npos,
+           "a second forward_backward before the step under overlap_grad_reduce was not refused (error: '" + err +
+               "')");
+  }
   world.all_reduce(&bad, 1);
   if (world.rank() == 0 && bad == 0)
     std::printf("overlap_check OK: %d ranks%s%s, 3 steps bit-identical off / grad / grad+param; rank 0: %lld of %lld "

@@ -4,7 +4,11 @@
 // none, so a recompute that silently kept everything fails). Each mode runs from the same seeded
 // init on the same rows (bench/layout_bench's generator); the comparison is memcmp.
 //
-// Usage: recompute_check [--tp N] [--pp N] [--dp N] [--cp N] [--sp] [--moe]
+// --lora adds a LoRA adapter (r 4, random A and B, dropout 0.1 on every linear module): the trained
+// tensors are then the adapter's, and the recomputed forwards must draw the forward's dropout masks.
+// --bf16 runs the mixed-precision kernel set (bf16 GEMMs, bf16 attention backward).
+//
+// Usage: recompute_check [--tp N] [--pp N] [--dp N] [--cp N] [--sp] [--moe] [--lora] [--bf16]
 //   (world size = tp * pp * dp * cp; prints "recompute_check OK ..." on rank 0)
 #include <algorithm>
 #include <cstdio>
@@ -16,6 +20,7 @@
 #include "twinkle/core/error.h"
 #include "twinkle/data/batch.h"
 #include "twinkle/dist/runtime.h"
+#include "twinkle/model/lora_config.h"
 #include "twinkle/model/qwen3_model.h"
 #include "twinkle/optim/distributed_optimizer.h"
 #include "twinkle/train/engine.h"
@@ -30,30 +35,45 @@ struct Run {
   size_t saved = 0;
 };
 
-Run run(const std::string& mode, bool moe) {
+struct Flags {
+  bool moe = false, lora = false, bf16 = false;
+};
+
+Run run(const std::string& mode, const Flags& f) {
+  const bool moe = f.moe;
   auto& st = parallel_state();
   auto ps = std::shared_ptr<dist::ParallelState>(&st, [](dist::ParallelState*) {});
   Qwen3ModelOptions mo;
   mo.recompute_granularity = mode;
   mo.moe_aux_loss_type = "per_layer";
   mo.moe_aux_loss_coeff = moe ? 0.01 : 0.0;
+  if (f.bf16) mo.mixed_precision = "bf16";
   Qwen3Model m(testutil::tiny_layout_config(moe), ps, mo);
   m.init_random(3);
+  if (f.lora) {
+    LoraConfig lc;
+    lc.r = 4;
+    lc.lora_alpha = 8;
+    lc.lora_dropout = 0.1;
+    lc.init_lora_weights = "false";  // B random too: every adapter tensor has a gradient at step 1
+    m.add_adapter(lc, 5);
+  }
   Engine eng(m);
   OptimizerConfig oc;
-  DistributedOptimizer opt(m.store(), ps, oc);
+  DistributedOptimizer opt(m.trainable_store(), ps, oc);
   const auto mbs = testutil::seeded_micro_batches(st.mesh.dp_size(), st.coord.dp, 8, 11);
   Run r;
   for (int s = 0; s < 3; ++s) {
+    m.set_lora_dropout_step(s);
     StepResult res = eng.forward_backward(mbs);
     r.trace.losses.push_back(res.loss);
     if (s == 2) {
-      const Tensor& g = m.store().flat_grads();
+      const Tensor& g = m.trainable_store().flat_grads();
       r.trace.grads.assign(g.f32(), g.f32() + g.numel());
     }
     r.trace.norms.push_back(opt.step(1e-3, 1.0).grad_norm);
   }
-  const Tensor& p = m.store().flat_params();
+  const Tensor& p = m.trainable_store().flat_params();
   r.trace.params.assign(p.f32(), p.f32() + p.numel());
   r.saved = m.saved_activation_bytes();
   return r;
@@ -61,7 +81,7 @@ Run run(const std::string& mode, bool moe) {
 
 int body(int argc, char** argv) {
   MeshSizes ms;
-  bool moe = false;
+  Flags f;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return std::stoi(i + 1 < argc ? argv[++i] : "1"); };
@@ -70,12 +90,14 @@ int body(int argc, char** argv) {
     else if (a == "--dp") ms.dp = next();
     else if (a == "--cp") ms.cp = next();
     else if (a == "--sp") ms.sequence_parallel = true;
-    else if (a == "--moe") moe = true;
+    else if (a == "--moe") f.moe = true;
+    else if (a == "--lora") f.lora = true;
+    else if (a == "--bf16") f.bf16 = true;
     else throw Error("recompute_check: unknown option " + a);
   }
   initialize({.global_device_mesh = DeviceMesh::from_sizes(ms)});
   auto& world = *parallel_state().world;
-  const Run none = run("none", moe), sel = run("selective", moe), full = run("full", moe);
+  const Run none = run("none", f), sel = run("selective", f), full = run("full", f);
   int64_t bad = 0;
   auto same = [&](const Run& r, const char* name) {
     bad += testutil::count_bitwise_differences(world.rank(), r.trace, name, none.trace, "none");
@@ -88,10 +110,12 @@ int body(int argc, char** argv) {
     ++bad;
   }
   world.all_reduce(&bad, 1);
+  std::string tag = std::string(f.moe ? " MoE" : "") + (f.lora ? " LoRA" : "") + (f.bf16 ? " bf16" : "");
+  if (!tag.empty()) tag = " (" + tag.substr(1) + ")";
   if (world.rank() == 0 && bad == 0)
     std::printf("recompute_check OK: %d ranks%s, 3 steps bit-identical, saved activations rank 0: none %zu, "
                 "selective %zu, full %zu bytes, losses %.9f %.9f %.9f\n",
-                world.size(), moe ? " (MoE)" : "", none.saved, sel.saved, full.saved, none.trace.losses[0], none.trace.losses[1],
+                world.size(), tag.c_str(), none.saved, sel.saved, full.saved, none.trace.losses[0], none.trace.losses[1],
                 none.trace.losses[2]);
   return bad ? 1 : 0;
 }

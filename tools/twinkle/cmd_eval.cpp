@@ -13,6 +13,7 @@
 #include <cstdio>
 
 #include "command.h"
+#include "dataset_checks.h"
 #include "twinkle/core/option_check.h"
 #include "twinkle/data/dataset.h"
 #include "twinkle/data/preprocessor.h"
@@ -51,21 +52,14 @@ int eval_main(int argc, char** argv) {
   const std::string config_path = (std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string();
   const twinkle::ModelConfig model_cfg = twinkle::load_model_config(config_path);
   if (ds.size() > 0 && twinkle::is_pretokenized(ds[0])) {
-    for (const char* opt : {"--template", "--max-length"})  // as twinkle train: not for token-id rows
-      twinkle::check(app.count(opt) == 0, std::string(opt) + " applies to message rows encoded with the chat template, but " +
-                                              ds.row_name(0) + " is a pre-tokenized row (input_ids), used as it is: "
-                                              "drop the option (or give message rows)");
+    twinkle::cli::refuse_template_options(app, {"--template", "--max-length"}, ds);  // as twinkle train
     ds.encode_pretokenized(model_cfg.vocab_size);
   } else {
     ds.map(twinkle::MessagesPreprocessor());
     ds.set_template(templ, to);
     ds.encode();
   }
-  ds.check_encoded_length(model_cfg.max_position_embeddings,
-                          "max_position_embeddings " + std::to_string(model_cfg.max_position_embeddings) + " of " +
-                              config_path +
-                              " (the model's positions; shorten it, or encode message rows with --max-length and "
-                              "--truncation left|right|delete)");
+  twinkle::cli::check_rows_fit_positions(ds, model_cfg, config_path);
   const std::vector<twinkle::EncodedRow>& rows = ds.encoded();
   twinkle::MegatronModel m(model, {.micro_batch_size = batch_size, .kernels = kernels});
   if (!adapter.empty()) m.load_adapter(adapter);

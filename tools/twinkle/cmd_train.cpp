@@ -21,6 +21,7 @@
 #include <iostream>
 
 #include "command.h"
+#include "dataset_checks.h"
 #include "twinkle/data/dataloader.h"
 #include "twinkle/data/dataset.h"
 #include "twinkle/data/preprocessor.h"
@@ -267,10 +268,8 @@ int train_main(int argc, char** argv) {
   if (pretokenized) {
     // The template's options do nothing to rows that are already token ids: refuse them rather
     // than train, e.g., rows longer than the --max-length the user asked for.
-    for (const char* opt : {"--template", "--self-cognition", "--max-length", "--truncation", "--ignore-empty-think"})
-      twinkle::check(app.count(opt) == 0, std::string(opt) + " applies to message rows encoded with the chat template, but " +
-                                              ds.row_name(0) + " is a pre-tokenized row (input_ids), used as it is: "
-                                              "drop the option (or give message rows)");
+    twinkle::cli::refuse_template_options(
+        app, {"--template", "--self-cognition", "--max-length", "--truncation", "--ignore-empty-think"}, ds);
     ds.encode_pretokenized(model_cfg.vocab_size);
   } else {
     if (!self_cog.empty()) {
@@ -285,12 +284,7 @@ int train_main(int argc, char** argv) {
     ds.set_template(templ.empty() ? "Template" : templ, to);
     ds.encode();
   }
-  // positions past the RoPE table are refused by the model at the step that meets the row; name it now
-  ds.check_encoded_length(model_cfg.max_position_embeddings,
-                          "max_position_embeddings " + std::to_string(model_cfg.max_position_embeddings) + " of " +
-                              config_path +
-                              " (the model's positions; shorten it, or encode message rows with --max-length and "
-                              "--truncation left|right|delete)");
+  twinkle::cli::check_rows_fit_positions(ds, model_cfg, config_path);
   const int64_t n_rows = static_cast<int64_t>(ds.encoded().size());
   log.info("dataset: " + std::to_string(n_rows) + " rows" +
            (ds.bad_rows() ? " (" + std::to_string(ds.bad_rows()) + " bad rows skipped)" : std::string()));

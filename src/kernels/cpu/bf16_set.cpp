@@ -38,9 +38,10 @@ void gate_up_swiglu_backward_bf16(const float* X, const float* Wgu, const float*
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t r0 = b * kRows, rn = std::min(kRows, T - r0);
-      swiglu_backward_rows(gu + r0 * 2 * I, 2 * I, gu + r0 * 2 * I + I, 2 * I, da + r0 * I, I, blk.data(), 2 * I,
-                           blk.data() + I, 2 * I, rn, I);
-      f32_to_bf16_rne(blk.data(), dgub + r0 * 2 * I, rn * 2 * I);
+      // the block's work stays on this thread: no nested region (OMP_MAX_ACTIVE_LEVELS > 1 oversubscribes)
+      swiglu_backward_rows_serial(gu + r0 * 2 * I, 2 * I, gu + r0 * 2 * I + I, 2 * I, da + r0 * I, I, blk.data(),
+                                  2 * I, blk.data() + I, 2 * I, rn, I);
+      f32_to_bf16_rne_serial(blk.data(), dgub + r0 * 2 * I, rn * 2 * I);
     }
   }
   linear_backward_bf16_dy(X, Wgu, dgub, dX, dWgu, T, 2 * I, H, accumulate_dx);

@@ -231,12 +231,11 @@ void pack_bt_bf16(const float* S, int64_t ld, int64_t K, int64_t N, uint16_t* ds
 
 bool packed_b_native() { return packed_b_fast(); }
 
-void f32_to_bf16_rne(const float* src, uint16_t* dst, int64_t n) {
+void f32_to_bf16_rne_serial(const float* src, uint16_t* dst, int64_t n) {
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
   // vcvtneps2bf16: round to nearest even in one instruction (1.6x the integer sequence); it treats fp32
   // denormal inputs (|x| < 2^-126) as zero, the only inputs where it differs from rne().
   const int64_t nb = n / 16;
-#pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t b = 0; b < nb; ++b) {
     const __m256bh r = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + 16 * b));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16 * b), reinterpret_cast<const __m256i&>(r));
@@ -247,13 +246,22 @@ void f32_to_bf16_rne(const float* src, uint16_t* dst, int64_t n) {
     dst[i] = rne(u);
   }
 #else
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     uint32_t u;
     std::memcpy(&u, src + i, 4);
     dst[i] = rne(u);
   }
 #endif
+}
+
+void f32_to_bf16_rne(const float* src, uint16_t* dst, int64_t n) {
+  // element-wise: the blocks (a multiple of 16 values) give the serial function's bits
+  constexpr int64_t kBlock = 4096;
+  const int64_t nb = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t b = 0; b < nb; ++b)
+    f32_to_bf16_rne_serial(src + b * kBlock, dst + b * kBlock, std::min(kBlock, n - b * kBlock));
 }
 
 std::string dnnl_isa_name() {

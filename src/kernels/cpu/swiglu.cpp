@@ -83,4 +83,11 @@ void swiglu_backward_rows(const float* gate, int64_t ld_gate, const float* up, i
     bwd_row(gate + r * ld_gate, up + r * ld_up, dh + r * ld_dh, dgate + r * ld_dgate, dup + r * ld_dup, cols);
 }
 
+void swiglu_backward_rows_serial(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, const float* dh,
+                                 int64_t ld_dh, float* dgate, int64_t ld_dgate, float* dup, int64_t ld_dup,
+                                 int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    bwd_row(gate + r * ld_gate, up + r * ld_up, dh + r * ld_dh, dgate + r * ld_dgate, dup + r * ld_dup, cols);
+}
+
 }  // namespace twinkle::kernels::cpu

@@ -16,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "randn.h"
 #include "twinkle/core/dtype.h"
 #include "twinkle/core/error.h"
 #include "twinkle/kernels/cpu/attention.h"
@@ -31,13 +32,7 @@ using namespace twinkle::kernels::cpu;
 
 namespace {
 
-std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+using twinkle::testutil::randn;
 double r(float x) { return static_cast<double>(bf16_to_f32(f32_to_bf16(x))); }
 double trunc_bf16(float x) {
   uint32_t u;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "twinkle/dist/parallel_state.h"
@@ -95,4 +96,45 @@ TEST(Engine, MicroBatchSplitAndPackingDoNotChangeLossOrGrads) {
     ASSERT_NEAR(g1[i], g2[i], 1e-5f * gmax) << i;
     ASSERT_NEAR(g1[i], g3[i], 1e-5f * gmax) << i;
   }
+}
+
+// A step skipped for a non-finite gradient norm (DistributedOptimizer::step -> discard_gradients,
+// failure class B26) leaves nothing behind: the next step's gradients, update and step count are
+// those of a run that never saw the bad step (its weights were not touched), bit for bit. A discard
+// that kept the gradient buffer adds the NaN (and the old batch's gradient) onto the next step's.
+// (train_nonfinite_stops_or_skips cannot see it: every step after its first bad one is bad too.)
+TEST(Engine, AStepSkippedForANonFiniteGradientLeavesNoGradientBehind) {
+  auto ps = dist::make_single_process_state();
+  const std::vector<MicroBatch> bad{collate_padded(rows(3, 21), 0)}, good{collate_padded(rows(4, 22), 0)};
+  OptimizerConfig oc;
+  oc.lr = 1e-3;
+  auto run = [&](bool with_bad_step, std::vector<float>& grads, std::vector<float>& params, int64_t& steps) {
+    Qwen3Model model(tiny_config(true), ps);
+    model.init_random(5);
+    Engine eng(model);
+    DistributedOptimizer opt(model.store(), ps, oc);
+    if (with_bad_step) {
+      eng.forward_backward(bad);
+      model.store().flat_grads().f32()[7] = std::numeric_limits<float>::quiet_NaN();
+      const StepStats st = opt.step(oc.lr);
+      EXPECT_TRUE(st.skipped);
+      EXPECT_TRUE(std::isnan(st.grad_norm));
+    }
+    eng.forward_backward(good);
+    grads = model.store().flat_grads().to_vector();
+    const StepStats st = opt.step(oc.lr);
+    EXPECT_FALSE(st.skipped);
+    EXPECT_TRUE(std::isfinite(st.grad_norm));
+    params = model.store().flat_params().to_vector();
+    steps = opt.steps();
+  };
+  std::vector<float> g_ref, p_ref, g, p;
+  int64_t s_ref = 0, s = 0;
+  run(false, g_ref, p_ref, s_ref);
+  run(true, g, p, s);
+  ASSERT_EQ(g.size(), g_ref.size());
+  for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(g[i], g_ref[i]) << "gradient " << i << " after the skipped step";
+  for (size_t i = 0; i < p.size(); ++i) ASSERT_EQ(p[i], p_ref[i]) << "parameter " << i << " after the next step";
+  EXPECT_EQ(s, s_ref);
+  EXPECT_EQ(s, 1);
 }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <random>
 
 #include "twinkle/core/error.h"
@@ -235,4 +236,33 @@ TEST(TrainOptions, MaxStepsZeroIsOneEpoch) {
   EXPECT_EQ(resolve_max_steps(12, 7), 12);
   const std::string e = error_of([] { resolve_max_steps(-1, 7); });
   EXPECT_NE(e.find("'max_steps' (--max-steps) must be >= 0 (0 = one epoch), got -1"), std::string::npos) << e;
+}
+
+// clip_grad_and_step(max_grad_norm) honours its argument (megatron_model.h; Twinkle ignores it): an
+// argument clips exactly as the same value set as OptimizerConfig::clip_grad does (that path is checked
+// against torch.nn.utils.clip_grad_norm_ by train_vs_torch_*), and an argument <= 0 turns a configured
+// clipping off. The coefficient is torch's max_norm / (norm + 1e-6). adam_eps 1e-3 makes the update
+// depend on the gradient's scale (with eps 1e-8 Adam's first step is nearly lr * sign(g)).
+TEST(MaxGradNorm, TheArgumentClipsAsTheConfiguredValueDoes) {
+  auto train = [](double configured, std::optional<double> arg, StepStats& st) {
+    MegatronModel m(model_dir());
+    m.set_optimizer("default", {.lr = 1e-2, .adam_eps = 1e-3, .clip_grad = configured});
+    m.forward_backward(rows(2, 5));
+    st = m.clip_grad_and_step(arg);
+    return m.model().store().flat_params().to_vector();
+  };
+  StepStats a, b, c, d;
+  const std::vector<float> off = train(0.0, std::nullopt, d);
+  ASSERT_GT(d.grad_norm, 0.0);
+  const double clip = d.grad_norm / 4;  // active: a quarter of the step's norm
+  const std::vector<float> clipped = train(clip, std::nullopt, a), by_arg = train(0.0, clip, b),
+                           off_by_arg = train(clip, 0.0, c);
+  EXPECT_EQ(a.grad_norm, d.grad_norm);
+  EXPECT_NEAR(a.clip_coef, clip / (a.grad_norm + 1e-6), 1e-9);
+  EXPECT_EQ(b.clip_coef, a.clip_coef);
+  EXPECT_TRUE(same_bits(by_arg, clipped)) << "max_grad_norm did not clip as the same clip_grad does";
+  EXPECT_EQ(c.clip_coef, 1.0);
+  EXPECT_EQ(d.clip_coef, 1.0);
+  EXPECT_TRUE(same_bits(off_by_arg, off)) << "max_grad_norm 0 did not turn the configured clipping off";
+  EXPECT_FALSE(same_bits(clipped, off));  // the clipping moves the weights
 }

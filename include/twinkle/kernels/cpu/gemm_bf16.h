@@ -24,6 +24,10 @@ namespace twinkle::kernels::cpu {
 /// bits as twinkle::f32_to_bf16, core/dtype.h, except that a build with AVX512-BF16 (vcvtneps2bf16)
 /// turns fp32 denormals, |x| < 2^-126, into signed zeros). OpenMP-parallel. src and dst must not overlap.
 void f32_to_bf16_rne(const float* src, uint16_t* dst, int64_t n);
+/// f32_to_bf16_rne (the same bits) on the calling thread, opening no OpenMP region: for callers that
+/// are already inside a parallel loop (with OMP_MAX_ACTIVE_LEVELS > 1 an inner region would start a
+/// team per outer thread and oversubscribe the cores).
+void f32_to_bf16_rne_serial(const float* src, uint16_t* dst, int64_t n);
 
 /// oneDNN's effective CPU ISA (dnnl_get_effective_cpu_isa) as a name: "avx512_core_amx",
 /// "avx512_core_bf16", "avx512_core_vnni", "avx512_core", "avx2", ... (DNNL_MAX_CPU_ISA caps it).

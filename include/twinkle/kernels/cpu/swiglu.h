@@ -22,5 +22,10 @@ void swiglu_forward_rows(const float* gate, int64_t ld_gate, const float* up, in
 void swiglu_backward_rows(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, const float* dh,
                           int64_t ld_dh, float* dgate, int64_t ld_dgate, float* dup, int64_t ld_dup, int64_t rows,
                           int64_t cols);
+/// swiglu_backward_rows (the same values) on the calling thread, opening no OpenMP region: for callers
+/// inside a parallel loop (the fused bf16 gate|up backward's row blocks, bf16_ops.h).
+void swiglu_backward_rows_serial(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, const float* dh,
+                                 int64_t ld_dh, float* dgate, int64_t ld_dgate, float* dup, int64_t ld_dup,
+                                 int64_t rows, int64_t cols);
 
 }  // namespace twinkle::kernels::cpu
