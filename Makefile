@@ -25,8 +25,9 @@ test: build
 # make demo RECIPE=python   the same recipe as a Python script (examples/python/tp.py)
 # make demo RECIPE=moe      the Qwen3-MoE recipe, dp2 tp2 pp2 ep2 (examples/moe_recipe.cpp)
 # make demo RECIPE=moe_cp   the Qwen3-MoE recipe with context parallelism, tp2 pp2 cp2 ep2 (examples/moe_cp_recipe.cpp)
+# make demo ARGS="--max-steps 4"   options for the recipe (the Python scripts take the C++ recipes' names)
 demo: build
-	@RECIPE=$(RECIPE) scripts/demo
+	@RECIPE=$(RECIPE) scripts/demo $(ARGS)
 
 bench: build
 	@scripts/bench

@@ -20,13 +20,17 @@
 #
 #   build/bin/twinkle-run --nproc_per_node=8 examples/python/tp_moe_cp.py
 #
-# Environment: TWINKLE_MODEL, TWINKLE_DATA_ROWS (default 128), TWINKLE_MAX_STEPS (default: 10, the
-# seed's), TWINKLE_OUTPUT_DIR (default output/python_tp_moe_cp), TWINKLE_MIXED_PRECISION (bf16,
-# Twinkle's default, or no = fp32), TWINKLE_LORA (1: the seed's adapter line).
+# Options (examples/python/recipe_args.py, the names and meanings of examples/moe_recipe's; --help
+# lists them): --model, --dataset, --data-rows (default 128), --max-steps (default 10, the seed's;
+# 0 = one epoch), --batch-size (default 2), --lr, --output-dir (default output/python_tp_moe_cp),
+# --dp/--tp/--pp/--cp/--ep (1/2/2/2/2), --lora [--lora-r --lora-alpha --lora-targets] (the seed's adapter line), --bf16 (Twinkle's default
+# mixed_precision) / --fp32. TWINKLE_MODEL, TWINKLE_DATA_ROWS, TWINKLE_MAX_STEPS, TWINKLE_OUTPUT_DIR,
+# TWINKLE_MIXED_PRECISION and TWINKLE_LORA give their defaults. Other options are refused by name.
 import json
 import os
 
 import twinkle
+from recipe_args import parse_recipe_args
 from twinkle import DeviceMesh, LoraConfig, Platform, get_device_placement, get_logger
 from twinkle.dataloader import DataLoader
 from twinkle.dataset import Dataset, DatasetMeta
@@ -34,36 +38,34 @@ from twinkle.model import MegatronModel
 from twinkle.preprocessor import SelfCognitionProcessor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL_ID = os.environ.get('TWINKLE_MODEL') or os.path.join(ROOT, 'models', 'qwen3-moe-tiny')
-DATA_ROWS = int(os.environ.get('TWINKLE_DATA_ROWS', '128'))
-MAX_STEPS = int(os.environ.get('TWINKLE_MAX_STEPS', '10'))
-OUTPUT_DIR = os.environ.get('TWINKLE_OUTPUT_DIR', 'output/python_tp_moe_cp')
-MIXED_PRECISION = os.environ.get('TWINKLE_MIXED_PRECISION', 'bf16')  # MegatronModel's default, Twinkle's
-USE_LORA = os.environ.get('TWINKLE_LORA', '0')
-if USE_LORA not in ('0', '1'):
-    raise SystemExit(f'TWINKLE_LORA={USE_LORA!r}: 1 (the seed\'s add_adapter_to_model line) or 0 (full training)')
 
 # dp=1, tp=2, pp=2, cp=2 on 8 processes; ep=2 re-splits the same ranks for the experts
-device_mesh = DeviceMesh.from_sizes(dp_size=1, tp_size=2, pp_size=2, cp_size=2, ep_size=2, device_type='cpu')
+ARGS = parse_recipe_args('tp_moe_cp.py', model=os.path.join(ROOT, 'models', 'qwen3-moe-tiny'), data_rows=128,
+                         max_steps=10, batch_size=2, output_dir='output/python_tp_moe_cp',
+                         mesh=dict(dp_size=1, tp_size=2, pp_size=2, cp_size=2, ep_size=2))
+MODEL_ID = ARGS.model
+OUTPUT_DIR = ARGS.output_dir
+
+device_mesh = DeviceMesh.from_sizes(**ARGS.mesh, device_type='cpu')
 twinkle.initialize(mode='local', global_device_mesh=device_mesh)
 
 logger = get_logger()
 
 
 def train():
-    dataset = Dataset(dataset_meta=DatasetMeta('ms://swift/self-cognition', data_slice=range(DATA_ROWS)))
+    dataset = Dataset(dataset_meta=DatasetMeta(ARGS.dataset, data_slice=range(ARGS.data_rows)))
     dataset.set_template('Template', model_id=MODEL_ID, max_length=512)
     dataset.map(SelfCognitionProcessor('twinkle大模型', 'ModelScope社区'))
     dataset.encode()
     # global batch 2: both rows on the one data-parallel rank, each split over the cp ranks
-    dataloader = DataLoader(dataset=dataset, batch_size=2, num_workers=0)
+    dataloader = DataLoader(dataset=dataset, batch_size=ARGS.batch_size, num_workers=0)
 
-    model = MegatronModel(model_id=MODEL_ID, mixed_precision=MIXED_PRECISION)
-    lora_config = LoraConfig(r=8, lora_alpha=32, target_modules='all-linear')
-    # the seed's adapter line ("Comment this to use full-parameter training"): on with TWINKLE_LORA=1
-    if USE_LORA == '1':
+    model = MegatronModel(model_id=MODEL_ID, mixed_precision=ARGS.mixed_precision)
+    lora_config = LoraConfig(r=ARGS.lora_r, lora_alpha=ARGS.lora_alpha, target_modules=ARGS.target_modules)
+    # the seed's adapter line ("Comment this to use full-parameter training"): on with --lora
+    if ARGS.lora:
         model.add_adapter_to_model('default', lora_config)
-    model.set_optimizer(optimizer_cls='default', lr=1e-4)
+    model.set_optimizer(optimizer_cls='default', lr=ARGS.lr)
     # (examples/moe_recipe.h: decay over max(len, 3) steps so a tiny data slice keeps warm-up < decay)
     model.set_lr_scheduler(scheduler_cls='default', lr_warmup_steps=2, lr_decay_steps=max(len(dataloader), 3))
     logger.info(get_device_placement())
@@ -74,19 +76,23 @@ def train():
     if Platform.get_rank() == 0:
         os.makedirs(OUTPUT_DIR, exist_ok=True)
         metrics_file = open(os.path.join(OUTPUT_DIR, 'metrics.jsonl'), 'w')
-    for step, batch in enumerate(dataloader):
-        if step >= MAX_STEPS:
-            break
-        model.forward_backward(inputs=batch)
-        model.clip_grad_and_step()
-        metric = model.calculate_metric(is_training=True)
-        logger.info(f'Current is step {step} of {len(dataloader)}, metric: {metric}')
-        if metrics_file is not None:
-            m = model.last_metrics()
-            metrics_file.write(json.dumps({k: m[k] for k in m if k in (
-                'step', 'loss', 'grad_norm', 'lr', 'tokens', 'lm_loss', 'aux_loss', 'z_loss', 'expert_load_max',
-                'expert_load_min', 'tokens_per_s', 'mfu', 'step_time_s')}) + '\n')
-            metrics_file.flush()
+    steps = ARGS.max_steps or len(dataloader)  # --max-steps: 0 = one epoch
+    step = 0
+    while step < steps:  # past one epoch the next begins, as in the C++ recipe
+        for batch in dataloader:
+            model.forward_backward(inputs=batch)
+            model.clip_grad_and_step()
+            metric = model.calculate_metric(is_training=True)
+            logger.info(f'Current is step {step} of {len(dataloader)}, metric: {metric}')
+            if metrics_file is not None:
+                m = model.last_metrics()
+                metrics_file.write(json.dumps({k: m[k] for k in m if k in (
+                    'step', 'loss', 'grad_norm', 'lr', 'tokens', 'lm_loss', 'aux_loss', 'z_loss', 'expert_load_max',
+                    'expert_load_min', 'tokens_per_s', 'mfu', 'step_time_s')}) + '\n')
+                metrics_file.flush()
+            step += 1
+            if step >= steps:
+                break
     if metrics_file is not None:
         metrics_file.close()
     path = model.save('last-checkpoint', output_dir=OUTPUT_DIR)

@@ -180,15 +180,21 @@ void bind_data(py::module_& m) {
       .def_property_readonly("deleted_rows", &Dataset::deleted_rows);
 
   py::class_<PyDataLoader>(m, "DataLoader")
-      .def(py::init([](std::shared_ptr<Dataset> ds, int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last) {
-             DataLoaderOptions o{.batch_size = batch_size, .shuffle = shuffle, .seed = seed, .drop_last = drop_last};
+      .def(py::init([](std::shared_ptr<Dataset> ds, int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last,
+                       int64_t min_batch_size) {
+             DataLoaderOptions o{.batch_size = batch_size,
+                                 .shuffle = shuffle,
+                                 .seed = seed,
+                                 .drop_last = drop_last,
+                                 .min_batch_size = min_batch_size};
              arg_check([&] { validate(o); });
              auto p = std::make_unique<PyDataLoader>();
              p->dataset = ds;
              p->loader = std::make_unique<DataLoader>(*ds, o);
              return p;
            }),
-           py::arg("dataset"), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"), py::arg("drop_last"))
+           py::arg("dataset"), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"), py::arg("drop_last"),
+           py::arg("min_batch_size") = 0)
       .def("__len__", [](const PyDataLoader& p) { return p.loader->size(); })
       .def_property_readonly("num_rows", [](const PyDataLoader& p) { return p.loader->num_rows(); })
       .def("epoch_finished",

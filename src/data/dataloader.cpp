@@ -50,6 +50,8 @@ void validate(const DataLoaderOptions& o) {
                  "divisible by dp_size " + std::to_string(o.dp_size) + " (each data-parallel rank needs an equal share)",
                  o.batch_size);
   }
+  check_option(o.min_batch_size >= 0 && o.min_batch_size <= o.batch_size, s, "min_batch_size",
+               "in [0, batch_size=" + std::to_string(o.batch_size) + "] (0 = keep every final batch)", o.min_batch_size);
 }
 
 nlohmann::json DataLoaderState::to_json() const {
@@ -103,10 +105,12 @@ void DataLoader::init() {
   const int64_t bs = opts_.batch_size, n = opts_.dp_size;
   const int64_t N = num_rows();
   const int64_t full = N / bs, rem = N % bs;
-  num_batches_ = full + ((rem > 0 && !opts_.drop_last) ? 1 : 0);
-  check(num_batches_ > 0, N == 0 ? std::string("DataLoader: the dataset has no rows")
-                                 : "DataLoader: " + std::to_string(N) + " rows make no full batch of batch_size " +
-                                       std::to_string(bs) + " with drop_last");
+  const bool keep_tail = rem > 0 && !opts_.drop_last && rem >= opts_.min_batch_size;
+  num_batches_ = full + (keep_tail ? 1 : 0);
+  check(num_batches_ > 0,
+        "DataLoader: " + std::to_string(N) + " rows make no batch: " +
+            (opts_.drop_last ? "no full batch of batch_size " + std::to_string(bs) + " with drop_last"
+                             : "fewer than min_batch_size " + std::to_string(opts_.min_batch_size)));
   auto& log = get_logger();
   if (bs > N && !opts_.drop_last)
     log.warning("DataLoader: batch_size " + std::to_string(bs) + " is larger than the dataset (" + std::to_string(N) +
@@ -114,7 +118,10 @@ void DataLoader::init() {
   else if (rem > 0 && opts_.drop_last)
     log.warning("DataLoader: drop_last drops the last " + std::to_string(rem) + " rows of every epoch (" +
                 std::to_string(N) + " rows, batch_size " + std::to_string(bs) + ")");
-  if (!opts_.drop_last && rem > 0 && rem < n)
+  else if (rem > 0 && !keep_tail)
+    log.warning("DataLoader: min_batch_size " + std::to_string(opts_.min_batch_size) + " ends every epoch before its last " +
+                std::to_string(rem) + " rows (" + std::to_string(N) + " rows, batch_size " + std::to_string(bs) + ")");
+  if (keep_tail && rem < n)
     log.warning("DataLoader: the last batch of each epoch has " + std::to_string(rem) + " rows for dp_size " +
                 std::to_string(n) + ": " + std::to_string(n - rem) +
                 " data-parallel ranks get no row in that step (they contribute 0 tokens; the loss is the "

@@ -194,53 +194,86 @@ std::vector<fs::path> list_files(const fs::path& dir) {
   return out;
 }
 
+// The keywords by which Hugging Face datasets recognises a split in a file name
+// (datasets/data_files.py SPLIT_KEYWORDS); another split name is its own keyword.
+std::vector<std::string> split_keywords(const std::string& split) {
+  if (split == "train") return {"train", "training"};
+  if (split == "validation") return {"validation", "valid", "dev", "val"};
+  if (split == "test") return {"test", "testing", "eval", "evaluation"};
+  return {split};
+}
+
+// datasets' KEYWORDS_IN_FILENAME_BASE_PATTERNS "{keyword}[{sep}]*" and "*[{sep}]{keyword}[{sep}]*"
+// with sep = NON_WORDS_CHARS "-._ 0-9": the keyword starts the file name or follows a separator,
+// and a separator follows it ("train.jsonl", "sft_train-0.jsonl"; not "trainer.jsonl").
+bool names_split(const std::string& file_name, const std::string& keyword) {
+  auto sep = [](char c) { return c == '-' || c == '.' || c == '_' || c == ' ' || (c >= '0' && c <= '9'); };
+  for (size_t at = file_name.find(keyword); at != std::string::npos; at = file_name.find(keyword, at + 1)) {
+    const size_t after = at + keyword.size();
+    if ((at == 0 || sep(file_name[at - 1])) && after < file_name.size() && sep(file_name[after])) return true;
+  }
+  return false;
+}
+
+bool names_split_of(const std::string& file_name, const std::string& split) {
+  for (const auto& k : split_keywords(split))
+    if (names_split(file_name, k)) return true;
+  return false;
+}
+
+// The reader a data file goes to (.json and .jsonl are both the json loader's).
+std::string data_format(const fs::path& p) { return p.extension() == ".csv" ? "csv" : "json"; }
+
 // Data files of directory `d` for subset/split (rules in hub.h), or throws Error with `d` named.
 std::vector<std::string> dir_data_files(const fs::path& d, const std::string& subset, const std::string& split) {
-  static const char* exts[] = {".jsonl", ".json", ".csv"};
-  std::error_code ec;
-  std::vector<fs::path> sub_dirs;
-  if (subset != "default" && !subset.empty()) sub_dirs.push_back(d / subset);
-  // 1-2: exact split files.
-  std::vector<fs::path> exact_dirs = sub_dirs;
-  exact_dirs.push_back(d);
-  exact_dirs.push_back(d / "data");
-  for (const auto& dir : exact_dirs)
-    for (const char* e : exts) {
-      fs::path p = dir / (split + e);
-      if (fs::is_regular_file(p, ec)) return {p.string()};
-    }
-  // 3: shards <split>-*.ext
-  for (const auto& dir : exact_dirs) {
-    std::vector<std::string> shards;
-    for (const auto& f : list_files(dir)) {
-      std::string fn = f.filename().string();
-      if (is_data_ext(f) && fn.rfind(split + "-", 0) == 0) shards.push_back(f.string());
-    }
-    if (!shards.empty()) return shards;
-  }
-  // 4: the only data file.
-  std::vector<fs::path> any_dirs = sub_dirs;
-  any_dirs.push_back(d);
-  any_dirs.push_back(d / "data");
+  // The subset's directory alone if it has data files, else D and D/data together.
+  std::vector<std::vector<fs::path>> groups;
+  if (subset != "default" && !subset.empty()) groups.push_back({d / subset});
+  groups.push_back({d, d / "data"});
+  const std::string what = "split '" + split + "'" + (subset != "default" ? " of subset '" + subset + "'" : "");
   std::vector<std::string> unsupported;
-  for (const auto& dir : any_dirs) {
-    std::vector<std::string> found;
-    for (const auto& f : list_files(dir)) {
-      if (is_data_ext(f) && !is_metadata(f)) found.push_back(f.string());
-      auto e = f.extension().string();
-      if (e == ".parquet" || e == ".arrow") unsupported.push_back(f.string());
+  for (const auto& group : groups) {
+    std::vector<fs::path> found;
+    for (const auto& dir : group)
+      for (const auto& f : list_files(dir)) {
+        const std::string fn = f.filename().string();
+        if (fn.rfind('.', 0) == 0 || fn.rfind("__", 0) == 0) continue;  // hidden files, as datasets skips them
+        if (is_data_ext(f) && !is_metadata(f)) found.push_back(f);
+        auto e = f.extension().string();
+        if (e == ".parquet" || e == ".arrow") unsupported.push_back(f.string());
+      }
+    // sorted by path, as datasets' glob returns them
+    std::sort(found.begin(), found.end(), [](const fs::path& a, const fs::path& b) { return a.string() < b.string(); });
+    if (found.empty()) continue;
+    // Files that name a split (any of datasets' default splits, or the one asked for) make the
+    // directory split by file name: only the asked split's files load. Else every data file is
+    // the one split, in sorted order (datasets' DEFAULT_PATTERNS_ALL: {"train": ["**"]}).
+    std::vector<fs::path> sel;
+    std::string named;
+    for (const auto& f : found) {
+      const std::string fn = f.filename().string();
+      if (names_split_of(fn, split)) sel.push_back(f);
+      for (const char* s : {"train", "validation", "test"})
+        if (names_split_of(fn, s)) {
+          named += "\n  " + f.string() + " (" + s + ")";
+          break;
+        }
     }
-    if (found.size() == 1) return found;
-    if (found.size() > 1) {
-      std::string msg = "dataset directory '" + d.string() + "': no file for split '" + split + "'" +
-                        (subset != "default" ? " of subset '" + subset + "'" : "") + " and several candidates:";
-      for (const auto& f : found) msg += "\n  " + f;
-      msg += "\npass one of them as the dataset path";
-      throw Error(msg);
-    }
+    if (sel.empty() && !named.empty())
+      throw Error("dataset directory '" + d.string() + "': no file for " + what +
+                  "; its files name other splits (Hugging Face datasets' split keywords in the file name):" + named +
+                  "\npass a file as the dataset path, or ask for one of those splits");
+    if (sel.empty()) sel = found;
+    for (const auto& f : sel)
+      if (data_format(f) != data_format(sel.front()))
+        throw Error("dataset directory '" + d.string() + "': " + what + " mixes file formats (" +
+                    sel.front().filename().string() + " and " + f.filename().string() +
+                    "); Hugging Face datasets reads one format per split: pass a file, or keep one format");
+    std::vector<std::string> out;
+    for (const auto& f : sel) out.push_back(f.string());
+    return out;
   }
-  std::string msg = "dataset directory '" + d.string() + "' has no .jsonl/.json/.csv data file for split '" + split +
-                    "'" + (subset != "default" ? " of subset '" + subset + "'" : "");
+  std::string msg = "dataset directory '" + d.string() + "' has no .jsonl/.json/.csv data file for " + what;
   if (!unsupported.empty()) msg += " (found " + unsupported.front() + ": parquet/arrow are not supported; convert to jsonl)";
   throw Error(msg);
 }

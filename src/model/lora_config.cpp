@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <regex>
 
 #include "twinkle/core/error.h"
 #include "twinkle/core/option_check.h"
@@ -21,10 +22,23 @@ void validate(const LoraConfig& c) {
                "lora", "lora_init", "one of true, gaussian, false", c.init_lora_weights);
   check_option(!lora_target_list(c).empty(), "lora", "lora_targets", "all-linear or a list of module names",
                c.target_modules);
+  if (c.target_modules_regex) {
+    try {
+      std::regex re(c.target_modules);
+    } catch (const std::regex_error& e) {
+      throw Error(option_name("lora", "lora_targets") + ": target_modules '" + c.target_modules +
+                  "' is PEFT's regular expression (a string other than all-linear), but not one std::regex "
+                  "(ECMAScript) compiles: " + e.what());
+    }
+  }
 }
 
 std::vector<std::string> lora_target_list(const LoraConfig& c) {
   std::vector<std::string> out;
+  if (c.target_modules_regex) {
+    if (!c.target_modules.empty()) out.push_back(c.target_modules);
+    return out;
+  }
   size_t i = 0;
   const std::string& s = c.target_modules;
   while (i <= s.size()) {
@@ -40,6 +54,18 @@ std::vector<std::string> lora_target_list(const LoraConfig& c) {
 
 std::vector<std::string> resolve_lora_targets(const LoraConfig& cfg, const std::vector<std::string>& linear_modules) {
   const auto targets = lora_target_list(cfg);
+  if (cfg.target_modules_regex) {  // PEFT: re.fullmatch(target_modules, module name)
+    validate(cfg);
+    const std::regex re(cfg.target_modules);
+    std::vector<std::string> out;
+    for (const auto& m : linear_modules)
+      if (std::regex_match(m, re)) out.push_back(m);
+    if (out.empty())
+      throw Error(option_name("lora", "lora_targets") + ": target_modules '" + cfg.target_modules +
+                  "' (PEFT's regular expression, matched against whole module names) matches no linear module, e.g. " +
+                  (linear_modules.empty() ? std::string("-") : linear_modules[0]));
+    return out;
+  }
   auto matches = [](const std::string& module, const std::string& t) {
     return module == t || (module.size() > t.size() && module.compare(module.size() - t.size(), t.size(), t) == 0 &&
                            module[module.size() - t.size() - 1] == '.');

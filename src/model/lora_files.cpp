@@ -21,7 +21,8 @@ std::string peft_adapter_config_json(const LoraConfig& cfg, const std::string& b
   j["lora_alpha"] = cfg.lora_alpha;
   j["lora_dropout"] = cfg.lora_dropout;
   const auto t = lora_target_list(cfg);
-  if (t.size() == 1 && t[0] == "all-linear") j["target_modules"] = "all-linear";
+  if (cfg.target_modules_regex) j["target_modules"] = cfg.target_modules;  // PEFT's regex string, as read
+  else if (t.size() == 1 && t[0] == "all-linear") j["target_modules"] = "all-linear";
   else j["target_modules"] = t;
   j["use_rslora"] = cfg.use_rslora;
   if (cfg.init_lora_weights == "gaussian") j["init_lora_weights"] = "gaussian";
@@ -91,7 +92,10 @@ LoraConfig read_peft_adapter_config(const std::string& path) {
                   "down_proj, as in the released Qwen3-MoE checkpoints)");
     const json& t = field("target_modules");
     if (t.is_string()) {
+      // PEFT: a string other than "all-linear" is a regular expression full-matched against every
+      // module name (check_target_module_exists), not a module name.
       c.target_modules = t.get<std::string>();
+      c.target_modules_regex = c.target_modules != "all-linear";
     } else {
       c.target_modules.clear();
       for (const auto& x : t) c.target_modules += (c.target_modules.empty() ? "" : ",") + x.get<std::string>();
@@ -103,6 +107,18 @@ LoraConfig read_peft_adapter_config(const std::string& path) {
     off("bias", j.contains("bias") && j["bias"].is_string() && j["bias"].get<std::string>() != "none", "bias must be none");
     off("modules_to_save", j.contains("modules_to_save") && !j["modules_to_save"].is_null(), "must be null");
     off("layers_to_transform", j.contains("layers_to_transform") && !j["layers_to_transform"].is_null(), "must be null");
+    // PEFT fields that change what the adapter computes or which modules it holds: a non-default
+    // value would otherwise be dropped silently (e.g. alpha_pattern's per-module scaling).
+    auto non_empty = [&](const char* k) {
+      return j.contains(k) && !j[k].is_null() && !((j[k].is_object() || j[k].is_array()) && j[k].empty());
+    };
+    off("rank_pattern", non_empty("rank_pattern"), "per-module ranks; must be {}");
+    off("alpha_pattern", non_empty("alpha_pattern"), "per-module lora_alpha; must be {}");
+    off("exclude_modules", non_empty("exclude_modules"), "must be null");
+    off("lora_bias", j.contains("lora_bias") && j["lora_bias"].is_boolean() && j["lora_bias"].get<bool>(),
+        "a bias on lora_B; must be false");
+    off("trainable_token_indices", non_empty("trainable_token_indices"), "trained embedding rows; must be null");
+    off("layer_replication", non_empty("layer_replication"), "must be null");
     return c;
   } catch (const json::exception& e) {
     throw Error(path + ": a field has the wrong type (" + e.what() + ")");

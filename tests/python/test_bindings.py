@@ -315,6 +315,19 @@ class DataLoaderTest(unittest.TestCase):
         self.assertEqual(len(list(dl)), 3)  # a second epoch
         self.assertEqual(dl.get_state()['consumed_train_samples'], 20)
 
+    def test_min_batch_size_ends_the_epoch_before_a_short_final_batch(self):
+        # Twinkle's DeviceMeshSampler: a final batch shorter than min_batch_size ends iteration
+        # (10 rows in batches of 4: 4, 4, 2); None keeps it (the C++ DataLoader's default).
+        self.assertEqual([len(b) for b in DataLoader(self.ds, batch_size=4, min_batch_size=None)], [4, 4, 2])
+        self.assertEqual([len(b) for b in DataLoader(self.ds, batch_size=4, min_batch_size=2)], [4, 4, 2])
+        dl = DataLoader(self.ds, batch_size=4, min_batch_size=3)
+        self.assertEqual(len(dl), 2)
+        self.assertEqual([len(b) for b in dl], [4, 4])
+        self.assertEqual(dl.get_state()['consumed_train_samples'], 8)
+        for bad in (5, -1, 2.5, True):
+            with self.assertRaisesRegex(ValueError, 'min_batch_size'):
+                DataLoader(self.ds, batch_size=4, min_batch_size=bad)
+
     def test_resume(self):
         dl = DataLoader(self.ds, batch_size=2)
         dl.resume_from_checkpoint(4)

@@ -21,7 +21,9 @@
   "(empty reply)" as if the model had answered nothing);
 - a checkpoint holding tensors the model does not use (config.json edited to fewer layers) loads
   with a warning naming them, as transformers' from_pretrained does (it loaded silently, dropping
-  the extra layer).
+  the extra layer);
+- `twinkle eval` reads a dataset as `twinkle train` does: Alpaca rows (it refused them as malformed
+  message rows), --self-cognition, --data-slice (it had neither), a directory of several files.
 Run with /usr/bin/python3.
 """
 import argparse
@@ -204,6 +206,58 @@ def main():
             want = "nothing to train: the checkpoint is at step 2 and --max-steps gives 2 steps"
             if rc != 0 or want not in out + err or "step 3/" in out + err:
                 failures.append(f"resume at --max-steps: rc {rc}, expected {want!r}; {(out + err)[-400:]!r}")
+
+    # 6. `twinkle eval` reads a dataset as `twinkle train` does: Alpaca rows (AlpacaPreprocessor; eval
+    # refused them as message rows), --self-cognition, --data-slice, a directory of several files. The
+    # expected loss is eval's on the same conversations written by this script as message rows
+    # (ms-swift's rules: Alpaca user = instruction + "\n" + input when input is non-empty, the row's
+    # system if any; self-cognition: the system "You are a helpful assistant.", {{NAME}} / {{AUTHOR}}
+    # replaced): the same tokens give the same forward, so the losses are equal to the last digit.
+    with tempfile.TemporaryDirectory(prefix="twinkle-cli-") as tmp:
+        def write_rows(path, rows):
+            with open(path, "w") as f:
+                f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+        def msgs(system, user, assistant):
+            m = [{"role": "system", "content": system}] if system else []
+            return {"messages": m + [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]}
+
+        alpaca = [{"instruction": "Add the numbers.", "input": "2 and 3", "output": "5"},
+                  {"instruction": "Name a colour.", "output": "Blue.", "system": "Answer briefly."},
+                  {"instruction": "Say hi.", "input": "", "output": "Hi!"}]
+        as_msgs = [msgs("", "Add the numbers.\n2 and 3", "5"), msgs("Answer briefly.", "Name a colour.", "Blue."),
+                   msgs("", "Say hi.", "Hi!")]
+        with open(data, encoding="utf-8") as f:
+            sc = [json.loads(line) for line in f if line.strip()][:3]
+        sub = lambda t: t.replace("{{NAME}}", "Nova").replace("{{AUTHOR}}", "Acme")  # noqa: E731
+        sc_msgs = [msgs("You are a helpful assistant.", sub(r["query"]), sub(r["response"])) for r in sc]
+        files = {}
+        for name, rows in (("alpaca.jsonl", alpaca), ("alpaca_msgs.jsonl", as_msgs), ("sc_msgs.jsonl", sc_msgs),
+                           ("all_msgs.jsonl", as_msgs + sc_msgs), ("dir/a.jsonl", as_msgs), ("dir/b.jsonl", sc_msgs)):
+            files[name] = os.path.join(tmp, name)
+            os.makedirs(os.path.dirname(files[name]), exist_ok=True)
+            write_rows(files[name], rows)
+
+        def eval_loss(*args):
+            rc, out, err = run([twinkle, "eval", "--model", model, "--batch-size", "2"] + list(args))
+            if rc != 0:
+                failures.append(f"eval {' '.join(args)}: rc {rc}: {err[-400:]!r}")
+                return None
+            return json.loads(out.strip().splitlines()[-1])
+
+        for got_args, want_args in (
+                (["--dataset", files["alpaca.jsonl"]], ["--dataset", files["alpaca_msgs.jsonl"]]),
+                (["--dataset", files["alpaca.jsonl"], "--data-slice", "2,0"],
+                 ["--dataset", files["alpaca_msgs.jsonl"], "--data-slice", "2,0"]),
+                (["--dataset", data, "--self-cognition", "Nova,Acme", "--data-slice", "3"],
+                 ["--dataset", files["sc_msgs.jsonl"]]),
+                (["--dataset", os.path.join(tmp, "dir")], ["--dataset", files["all_msgs.jsonl"]])):
+            got, want = eval_loss(*got_args), eval_loss(*want_args)
+            if got is not None and want is not None and (got != want or not want["label_tokens"]):
+                failures.append(f"eval {' '.join(got_args)}: {got}, expected {want} (eval {' '.join(want_args)})")
+        rc, out, err = run([twinkle, "eval", "--model", model, "--dataset", files["alpaca.jsonl"], "--data-slice", "1x"])
+        if rc == 0 or "--data-slice '1x'" not in err:
+            failures.append(f"eval --data-slice 1x: rc {rc}, expected an error naming it; {err[-300:]!r}")
     return harness.report(failures, "cli OK")
 
 

@@ -5,11 +5,14 @@ same data and seed (one epoch of --data-rows rows, global batch 8); with --recip
 examples/python/tp_moe.py against examples/moe_recipe (Qwen3-MoE, dp2 tp2 pp2 ep2, global batch 2,
 --steps steps; the aux loss too); with --recipe moe_cp examples/python/tp_moe_cp.py against
 examples/moe_cp_recipe (Qwen3-MoE, tp2 pp2 cp2 ep2 with ring attention, global batch 2, --steps steps).
---precision bf16 (default) runs the Python script with MegatronModel's default mixed_precision
-(Twinkle's 'bf16') against the C++ recipe with --bf16; --precision fp32 runs it with
-TWINKLE_MIXED_PRECISION=no (mixed_precision='no') against the C++ recipe with --fp32. --lora switches
-on the seed's adapter line (TWINKLE_LORA=1) against the C++ recipe's --lora and compares PEFT's
+Both programs get the same command line (--data-rows, --max-steps, --bf16 / --fp32, --lora: what
+scripts/demo and `make demo RECIPE=python ARGS=...` pass on): --precision bf16 (default) is
+MegatronModel's default mixed_precision (Twinkle's 'bf16') and the C++ recipe's --bf16; --precision
+fp32 is mixed_precision='no' and --fp32. --lora switches on the seed's adapter line and compares PEFT's
 adapter directory instead of the full checkpoint. Checks:
+
+0. every option of the script's --help is one of the C++ recipe's, and an option the script lacks
+   (--save-interval) is refused with exit 2 naming it (the scripts took no options and ignored them);
 
 1. every step's loss, grad norm and lr in metrics.jsonl agree within 1e-6 relative, and the loss
    the Python script logs per step (Twinkle's metric dict, '%.4f') is the C++ loss formatted;
@@ -28,6 +31,7 @@ import filecmp
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -61,18 +65,26 @@ def main():
         cpp_dir, py_dir = os.path.join(tmp, 'cpp'), os.path.join(tmp, 'py')
         moe = args.recipe != 'tp'
         cpp_prog, py_prog = RECIPES[args.recipe]
-        extra = ['--max-steps', str(args.steps)] if moe else []
+        cpp_path, py_path = os.path.join(args.build, 'examples', cpp_prog), os.path.join(ROOT, 'examples', 'python', py_prog)
+        # 0. the script's options are the C++ recipe's (same names), and one it lacks is refused by name
+        help_env = dict(env, PYTHONPATH=os.path.join(args.build, 'python'))
+        py_opts = set(re.findall(r'(--[a-z][a-z0-9-]+)', run(['/usr/bin/python3', py_path, '--help'], help_env)))
+        cpp_opts = set(re.findall(r'(--[a-z][a-z0-9-]+)', run([cpp_path, '--help'], env)))
+        if not py_opts or py_opts - cpp_opts:
+            failures.append(f'{py_prog} options missing from {cpp_prog} --help: {sorted(py_opts - cpp_opts)}')
+        r = subprocess.run(['/usr/bin/python3', py_path, '--save-interval', '2'], env=help_env, capture_output=True,
+                           text=True)
+        if r.returncode != 2 or 'unrecognized arguments: --save-interval 2' not in r.stderr:
+            failures.append(f'{py_prog} --save-interval 2 (an option it lacks): exit {r.returncode}, stderr '
+                            f'{r.stderr[-300:]!r}; expected exit 2 naming it')
+        # the same command line for both programs (what scripts/demo passes on)
+        extra = ['--data-rows', str(args.rows)] + (['--max-steps', str(args.steps)] if moe else [])
         extra += ['--' + args.precision] + (['--lora'] if args.lora else [])
-        cpp_out = run([launcher, '--nproc_per_node=8', os.path.join(args.build, 'examples', cpp_prog), '--data-rows',
-                       str(args.rows), '--output-dir', cpp_dir] + extra, env)
-        py_env = dict(env, TWINKLE_DATA_ROWS=str(args.rows), TWINKLE_OUTPUT_DIR=py_dir,
-                      TWINKLE_LORA='1' if args.lora else '0')
-        py_env.pop('TWINKLE_MIXED_PRECISION', None)  # bf16: the script's (MegatronModel's) default
-        if args.precision == 'fp32':
-            py_env['TWINKLE_MIXED_PRECISION'] = 'no'  # Twinkle's name for fp32
-        if moe:
-            py_env['TWINKLE_MAX_STEPS'] = str(args.steps)
-        out = run([launcher, '--nproc_per_node=8', os.path.join(ROOT, 'examples', 'python', py_prog)], py_env)
+        cpp_out = run([launcher, '--nproc_per_node=8', cpp_path, '--output-dir', cpp_dir] + extra, env)
+        recipe_env = ('TWINKLE_MODEL', 'TWINKLE_DATA_ROWS', 'TWINKLE_MAX_STEPS', 'TWINKLE_OUTPUT_DIR',
+                      'TWINKLE_MIXED_PRECISION', 'TWINKLE_LORA', 'TWINKLE_MOE_MESH')
+        py_env = {k: v for k, v in env.items() if k not in recipe_env}  # the command line alone
+        out = run([launcher, '--nproc_per_node=8', py_path, '--output-dir', py_dir] + extra, py_env)
         # get_train_configs (logged by both) names the precision the C++ model was built with
         want = f'Mixed precision: {args.precision}'
         for who, text in (('C++', cpp_out), ('Python', out)):

@@ -3,9 +3,10 @@
 //   twinkle eval --model DIR --dataset rows.jsonl [--batch-size 8] [--template qwen3 ...]
 //   twinkle eval --model BASE --adapter LORA_DIR --dataset rows.jsonl   (PEFT adapter, unmerged)
 //
-// Pre-tokenized rows ({"input_ids", "labels"}) or message rows through the chat template,
-// exactly as `twinkle train` reads them. Prints {"loss": x, "label_tokens": n, "rows": r}
-// where loss = sum of token losses / labelled tokens over the whole dataset (null, with a
+// Pre-tokenized rows ({"input_ids", "labels"}), or message / Alpaca / self-cognition
+// (--self-cognition NAME,AUTHOR) rows through the chat template, exactly as `twinkle train` reads
+// them, with the same dataset options (dataset_args.h: --data-slice, --skip-bad-rows, --truncation,
+// ...). Prints {"loss": x, "label_tokens": n, "rows": r} where loss = sum of token losses / labelled tokens over the whole dataset (null, with a
 // warning, when no row has a labelled token).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -13,12 +14,10 @@
 #include <cstdio>
 
 #include "command.h"
-#include "dataset_checks.h"
+#include "dataset_args.h"
 #include "twinkle/core/option_check.h"
 #include "twinkle/data/dataset.h"
-#include "twinkle/data/preprocessor.h"
 #include "twinkle/data/hub.h"
-#include "twinkle/data/pretokenized.h"
 #include "twinkle/io/model_config.h"
 #include <filesystem>
 #include "twinkle/dist/runtime.h"
@@ -30,14 +29,15 @@ int eval_main(int argc, char** argv) {
   std::string kernels = "fused";
   CLI::App app{"Loss of a dataset under a model (forward only)", "twinkle eval"};
   app.option_defaults()->always_capture_default();
-  std::string model, adapter, dataset, templ = "Template";
-  int64_t batch_size = 8, max_length = 8192;
+  std::string model, adapter;
+  twinkle::cli::DatasetArgs data;
+  int64_t batch_size = 8;
   app.add_option("--model", model, "model directory or hub id")->required();
   app.add_option("--adapter", adapter, "PEFT LoRA adapter directory to apply to the model (default: none)");
-  app.add_option("--dataset", dataset, "JSONL/JSON/CSV file or hub id")->required();
+  app.add_option("--dataset", data.dataset, "JSONL/JSON/CSV file, directory (its files as one split) or hub id")
+      ->required();
   app.add_option("--batch-size", batch_size, "rows per forward pass");
-  app.add_option("--template", templ, "chat template for message rows");
-  app.add_option("--max-length", max_length, "template max_length of message rows (pre-tokenized rows are used as they are)");
+  twinkle::cli::add_dataset_options(app, data);
   app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
       ->check(CLI::IsMember({"fused", "reference"}));
   try {
@@ -46,20 +46,10 @@ int eval_main(int argc, char** argv) {
     return app.exit(e);
   }
   twinkle::check_option(batch_size >= 1, "eval", "batch_size", ">= 1", batch_size);
-  const twinkle::TemplateOptions to{.model_id = model, .max_length = max_length};
-  twinkle::validate(to);
-  twinkle::Dataset ds{twinkle::DatasetMeta(dataset)};
+  const twinkle::TemplateOptions to = twinkle::cli::checked_template_options(data, model);
   const std::string config_path = (std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string();
   const twinkle::ModelConfig model_cfg = twinkle::load_model_config(config_path);
-  if (ds.size() > 0 && twinkle::is_pretokenized(ds[0])) {
-    twinkle::cli::refuse_template_options(app, {"--template", "--max-length"}, ds);  // as twinkle train
-    ds.encode_pretokenized(model_cfg.vocab_size);
-  } else {
-    ds.map(twinkle::MessagesPreprocessor());
-    ds.set_template(templ, to);
-    ds.encode();
-  }
-  twinkle::cli::check_rows_fit_positions(ds, model_cfg, config_path);
+  const twinkle::Dataset ds = twinkle::cli::load_encoded_dataset(app, data, to, model_cfg, config_path);
   const std::vector<twinkle::EncodedRow>& rows = ds.encoded();
   twinkle::MegatronModel m(model, {.micro_batch_size = batch_size, .kernels = kernels});
   if (!adapter.empty()) m.load_adapter(adapter);

@@ -21,7 +21,7 @@
 #include <iostream>
 
 #include "command.h"
-#include "dataset_checks.h"
+#include "dataset_args.h"
 #include "twinkle/data/dataloader.h"
 #include "twinkle/data/dataset.h"
 #include "twinkle/data/preprocessor.h"
@@ -45,9 +45,10 @@ json num_or_null(double v, bool defined = true) { return defined && std::isfinit
 int train_main(int argc, char** argv) {
   CLI::App app{"Train a Qwen3 model (full parameters) on a dp/tp/pp layout", "twinkle train"};
   app.option_defaults()->always_capture_default();  // --help shows every default
-  std::string model, dataset, output_dir = "output/train", metrics_file, templ, self_cog, data_slice;
+  std::string model, output_dir = "output/train", metrics_file;
+  twinkle::cli::DatasetArgs data;  // --dataset and the template / slice options (dataset_args.h, shared with eval)
   std::string lr_style = "constant", device = "cpu", on_nonfinite = "error";
-  int64_t batch_size = 8, max_steps = 0, mbs = 0, max_length = 8192, warmup = 0, decay = 0;
+  int64_t batch_size = 8, max_steps = 0, mbs = 0, warmup = 0, decay = 0;
   double lr = 1e-4, wd = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, clip = 1.0, min_lr = 0;
   uint64_t seed = 42;
   int tp = 1, pp = 1, dp = 0, cp = 1, ep = 1, etp = 1;
@@ -62,22 +63,21 @@ int train_main(int argc, char** argv) {
   bool bf16 = false, fp32 = false;
   std::string save_dtype;
   std::vector<int64_t> layers_per_stage;
-  bool sp = false, dist_opt = true, shuffle = false, packing = false, skip_bad = false, no_save = false,
+  bool sp = false, dist_opt = true, shuffle = false, packing = false, no_save = false,
        report_memory = false;
-  bool drop_last = false, ignore_empty_think = false;
+  bool drop_last = false;
   // LoRA (model/lora_config.h; PEFT's LoraConfig): on when --lora-r > 0 or --adapter is given.
   twinkle::LoraConfig lora;
   lora.r = 0;
   lora.lora_alpha = 32;
   bool merge_lora = false;
   std::string adapter_dir, save_init_adapter;
-  std::string truncation = "raise";
   // Checkpoints for resuming (train/megatron_model.h save / resume_from_checkpoint).
   std::string resume;
   int64_t save_interval = 0, keep_last = 0;
   bool save_optimizer = false;
   app.add_option("--model", model, "model directory or hub id (config.json [+ safetensors])")->required();
-  app.add_option("--dataset", dataset, "JSONL/JSON/CSV file or hub id")->required();
+  app.add_option("--dataset", data.dataset, "JSONL/JSON/CSV file, directory (its files as one split) or hub id")->required();
   app.add_option("--batch-size", batch_size, "global batch size (rows per step, >= 1, divisible by dp)");
   app.add_option("--micro-batch-size", mbs, "rows per micro-batch (>= 0; 0 = min(2, rows of the rank))");
   app.add_option("--max-steps", max_steps, "optimizer steps (>= 0; 0 = one epoch)");
@@ -125,13 +125,7 @@ int train_main(int argc, char** argv) {
   app.add_option("--bucket-size", bucket_size,
                  "gradient bucket size in elements (Megatron's bucket_size; 0 = 4 MiB = 1,048,576)");
   app.add_option("--device", device, "cpu | cuda | npu");
-  app.add_option("--template", templ, "chat template for message datasets (default: Template = qwen3)");
-  app.add_option("--max-length", max_length, "template max_length of message rows (>= 1; pre-tokenized rows are used as they are)");
-  app.add_option("--truncation", truncation, "raise | left | right | delete | split");
-  app.add_flag("--ignore-empty-think", ignore_empty_think,
-               "no loss on the empty <think>\\n\\n</think>\\n\\n block of assistant turns (ms-swift ignore_empty_think)");
-  app.add_option("--data-slice", data_slice, "rows: A:B, N, or i,j,k (indices past the end wrap; default: all rows)");
-  app.add_option("--self-cognition", self_cog, "NAME,AUTHOR: apply SelfCognitionProcessor (default: none)");
+  twinkle::cli::add_dataset_options(app, data);
   app.add_flag("--shuffle", shuffle, "shuffle rows each epoch");
   app.add_flag("--drop-last", drop_last, "drop a final partial batch of each epoch (for every layout alike)");
   app.add_flag("--packing", packing, "padding-free packed micro-batches");
@@ -145,7 +139,6 @@ int train_main(int argc, char** argv) {
                  "dtype of the saved HF weights and config.json torch_dtype: float32 | bfloat16 | float16 (default: "
                  "the dtype the model was loaded in)")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
-  app.add_flag("--skip-bad-rows", skip_bad, "drop malformed rows with a warning naming file:line instead of failing");
   app.add_flag("--no-save", no_save, "do not save the final checkpoint");
   app.add_flag("--report-memory", report_memory,
                "print each rank's peak resident set over the steps (Linux VmHWM after the model is built; "
@@ -199,12 +192,7 @@ int train_main(int argc, char** argv) {
                         "with --save-interval N (the checkpoints that hold the optimizer)", "set");
   twinkle::check_option(keep_last == 0 || save_optimizer, "train", "keep_last",
                         "with --save-interval N --save-optimizer (the checkpoints it prunes)", keep_last);
-  twinkle::TemplateOptions to;
-  to.model_id = model;
-  to.max_length = max_length;
-  to.truncation = truncation;
-  to.ignore_empty_think = ignore_empty_think;
-  twinkle::validate(to);
+  const twinkle::TemplateOptions to = twinkle::cli::checked_template_options(data, model);
   twinkle::MegatronModelOptions mo;
   mo.micro_batch_size = mbs;
   mo.seed = seed;
@@ -234,8 +222,6 @@ int train_main(int argc, char** argv) {
   lo.seed = seed;
   lo.drop_last = drop_last;
   twinkle::validate(lo);
-  const std::optional<twinkle::DataSlice> slice =
-      data_slice.empty() ? std::nullopt : std::optional<twinkle::DataSlice>(twinkle::DataSlice::parse(data_slice));
 
   const int world = twinkle::world_size();
   if (dp == 0) dp = std::max(1, world / std::max(1, tp * pp * cp));
@@ -259,32 +245,9 @@ int train_main(int argc, char** argv) {
   twinkle::validate(lo);
 
   // ---- data ----
-  twinkle::DatasetMeta meta(dataset, slice);
-  meta.skip_bad_rows = skip_bad;  // also while the file is read (bad JSON lines)
-  twinkle::Dataset ds(meta);
-  const bool pretokenized = ds.size() > 0 && twinkle::is_pretokenized(ds[0]);
   const std::string config_path = (std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string();
   const twinkle::ModelConfig model_cfg = twinkle::load_model_config(config_path);
-  if (pretokenized) {
-    // The template's options do nothing to rows that are already token ids: refuse them rather
-    // than train, e.g., rows longer than the --max-length the user asked for.
-    twinkle::cli::refuse_template_options(
-        app, {"--template", "--self-cognition", "--max-length", "--truncation", "--ignore-empty-think"}, ds);
-    ds.encode_pretokenized(model_cfg.vocab_size);
-  } else {
-    if (!self_cog.empty()) {
-      auto comma = self_cog.find(',');
-      twinkle::check(comma != std::string::npos, "--self-cognition expects NAME,AUTHOR");
-      ds.map(twinkle::SelfCognitionProcessor(self_cog.substr(0, comma), self_cog.substr(comma + 1)));
-    } else if (ds.size() > 0 && ds[0].contains("instruction")) {
-      ds.map(twinkle::AlpacaPreprocessor());
-    } else {
-      ds.map(twinkle::MessagesPreprocessor());
-    }
-    ds.set_template(templ.empty() ? "Template" : templ, to);
-    ds.encode();
-  }
-  twinkle::cli::check_rows_fit_positions(ds, model_cfg, config_path);
+  twinkle::Dataset ds = twinkle::cli::load_encoded_dataset(app, data, to, model_cfg, config_path);
   const int64_t n_rows = static_cast<int64_t>(ds.encoded().size());
   log.info("dataset: " + std::to_string(n_rows) + " rows" +
            (ds.bad_rows() ? " (" + std::to_string(ds.bad_rows()) + " bad rows skipped)" : std::string()));

@@ -5,9 +5,11 @@
 // A global batch is batch_size consecutive rows (of the epoch's order); data-parallel
 // rank k of n takes the contiguous block [k*b/n, (k+1)*b/n) of it (b = rows in that
 // batch), like Twinkle's DeviceMeshSampler / mesh.get_slice. A final batch with fewer
-// than dp_size rows ends the epoch (Twinkle's min_batch_size check); with drop_last any
-// final partial batch is dropped. Every rank computes the same order: the loader needs
-// no communication.
+// rows than dp_size is kept by default (the ranks without a row contribute no token, so every
+// layout trains the same rows, issue 8); min_batch_size > 0 ends the epoch before a final batch
+// shorter than it (Twinkle's DeviceMeshSampler check, whose default there is the data world
+// size); with drop_last any final partial batch is dropped. Every rank computes the same order:
+// the loader needs no communication.
 //
 // Iteration:  for (const LocalBatch& b : loader) { ... }  yields the remaining batches
 // of the current epoch, starting from the saved position; the position advances as each
@@ -33,6 +35,11 @@ struct DataLoaderOptions {
   bool shuffle = false;    ///< seeded permutation per epoch (identical on every rank)
   uint64_t seed = 42;      ///< shuffle seed (Twinkle: TWINKLE_SEED or 42)
   bool drop_last = false;  ///< drop a final batch smaller than batch_size
+  /// Twinkle's min_batch_size: a final batch with fewer rows than this ends the epoch (is not
+  /// produced, and size() does not count it). 0 (default) keeps every final batch, whatever its
+  /// size; Twinkle's DeviceMeshSampler defaults to the data world size instead, which drops a
+  /// different number of rows on each layout.
+  int64_t min_batch_size = 0;
   int64_t dp_rank = 0;     ///< this rank's data-parallel index (ignored when dp_size == 0)
   /// Data-parallel world size; 0 (default) = take dp size and rank from the global mesh of
   /// twinkle::initialize (Twinkle injects it the same way), or 1 before initialize().
@@ -42,7 +49,8 @@ struct DataLoaderOptions {
 /// The one place the DataLoader options are checked (the DataLoader constructors, `twinkle
 /// train` and the recipes call it). Throws twinkle::Error naming the field: batch_size < 1,
 /// dp_size < 0, dp_rank outside [0, dp_size) when dp_size > 0, batch_size not divisible by
-/// dp_size (each data-parallel rank needs an equal share of a full batch).
+/// dp_size (each data-parallel rank needs an equal share of a full batch), min_batch_size
+/// outside [0, batch_size].
 void validate(const DataLoaderOptions& opts);
 
 /// What one rank gets for one step.
@@ -72,7 +80,8 @@ class DataLoader {
  public:
   /// Over `dataset.encoded()` (shared, so the loader stays valid if the Dataset goes
   /// away). Throws twinkle::Error if the dataset is not encoded, what validate(opts)
-  /// throws, or (drop_last) when no full batch exists. Warns (logger, rank 0) when
+  /// throws, or when no batch is left (drop_last without a full batch, or fewer rows than
+  /// min_batch_size). Warns (logger, rank 0) when
   /// batch_size exceeds the row count (one batch of every row per epoch) and when the
   /// final partial batch leaves some data-parallel ranks without a row.
   DataLoader(const Dataset& dataset, const DataLoaderOptions& opts);
@@ -80,8 +89,8 @@ class DataLoader {
   DataLoader(std::shared_ptr<const std::vector<EncodedRow>> rows, const DataLoaderOptions& opts);
   DataLoader(std::vector<EncodedRow> rows, const DataLoaderOptions& opts);
 
-  /// Batches per epoch: ceil(N/batch_size) (floor with drop_last), the same for every
-  /// dp_size.
+  /// Batches per epoch: ceil(N/batch_size) (floor with drop_last, or when the final batch
+  /// has fewer than min_batch_size rows), the same for every dp_size.
   int64_t size() const { return num_batches_; }
   /// Rows per epoch (N, the encoded row count).
   int64_t num_rows() const { return static_cast<int64_t>(rows_->size()); }

@@ -36,20 +36,26 @@ std::string resolve_model_dir(const std::string& id_or_path);
 
 /// Path of a dataset file (.jsonl/.json/.csv) or directory for a local path or hub id.
 /// A directory (local or cached) resolves to its data file (see resolve_dataset_files);
-/// when the split is sharded over several files the directory holding them is returned.
+/// when the split has several files the directory of the first is returned.
 /// Throws twinkle::Error listing every place it looked and how to download.
 std::string resolve_dataset_path(const std::string& id_or_path, const std::string& subset = "default",
                                  const std::string& split = "train");
 
-/// The data files (sorted, at least one) of a local file/directory or hub dataset id.
-/// For a directory D the first rule that matches anything wins:
-///   1. D/<subset>/<split>.{jsonl,json,csv}        (subset != "default")
-///   2. D/<split>.{jsonl,json,csv}, D/data/<split>.{...}
-///   3. shards D/<subset>/<split>-*.{...}, D/data/<split>-*.{...}, D/<split>-*.{...}
-///   4. the only data file (.jsonl, .json, .csv; metadata such as dataset_infos.json,
-///      configuration.json and dataset_info.json excluded) in D/<subset>, D, or D/data.
-/// Throws twinkle::Error when nothing is found or several candidates are ambiguous
-/// (the message lists them).
+/// The data files (sorted by path, at least one) of a local file/directory or hub dataset id,
+/// chosen as Hugging Face `datasets.load_dataset(dir)` chooses them (datasets/data_files.py):
+/// the directory D/<subset> (subset != "default") if it holds data files, else D and D/data
+/// together. Data files are .jsonl, .json and .csv, not metadata (dataset_infos.json,
+/// configuration.json, dataset_info.json, ...) and not hidden ('.' or "__" first).
+///   - If a file name carries a split keyword (datasets' SPLIT_KEYWORDS: train/training,
+///     validation/valid/dev/val, test/testing/eval/evaluation; another split name is its own
+///     keyword) at its start or after one of "-._ 0-9", followed by one of them
+///     ("train.jsonl", "train-00000-of-00002.jsonl", "sft_test.csv"; not "trainer.jsonl"),
+///     the split's files are those naming it; none for the asked split is an error listing the
+///     files and their splits.
+///   - Else every data file is the split (datasets: {"train": ["**"]}), read in sorted order as
+///     one table; rows keep "<file>:<line>" names.
+/// Throws twinkle::Error when nothing is found, and when the chosen files mix CSV with JSON (one
+/// format per split, as datasets' packaged builders read them).
 std::vector<std::string> resolve_dataset_files(const std::string& id_or_path, const std::string& subset = "default",
                                                const std::string& split = "train");
 

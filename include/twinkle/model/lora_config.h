@@ -13,7 +13,10 @@
 // every expert's gate/up/down_proj, one pair per expert, PEFT's per-expert keys) or a comma-separated list of HF
 // module names or suffixes ("q_proj,v_proj", "self_attn.o_proj", "model.layers.0.mlp.up_proj")
 // matched like PEFT does: a module is targeted when its full name equals an entry or ends
-// with "." + entry.
+// with "." + entry. An adapter_config.json whose target_modules is a string other than
+// "all-linear" holds PEFT's regular expression (peft/tuners/tuners_utils.py
+// check_target_module_exists: re.fullmatch(target_modules, key) over the base model's module
+// names, e.g. ".*\.(q_proj|v_proj)"); read_peft_adapter_config sets target_modules_regex for it.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,6 +31,9 @@ struct LoraConfig {
   double lora_dropout = 0.0;                  ///< dropout on the adapter input, in [0, 1)
   bool use_rslora = false;                    ///< scaling alpha / sqrt(r)
   std::string init_lora_weights = "true";     ///< "true" | "gaussian" | "false"
+  /// target_modules is one regular expression a module's full HF name must match entirely
+  /// (PEFT's str target_modules; ECMAScript syntax, the subset it shares with Python's re).
+  bool target_modules_regex = false;
 
   /// lora_alpha / r, or lora_alpha / sqrt(r) with use_rslora (PEFT LoraLayer.update_layer).
   double scaling() const;
@@ -35,17 +41,21 @@ struct LoraConfig {
 
 /// Checks every field (core/option_check.h messages, set "lora", e.g. "lora option 'r'
 /// (--lora-r) must be >= 1, got 0"): r >= 1, lora_alpha finite and > 0, lora_dropout in
-/// [0, 1), init_lora_weights (--lora-init) one of true / gaussian / false, target_modules non-empty.
+/// [0, 1), init_lora_weights (--lora-init) one of true / gaussian / false, target_modules non-empty
+/// (and, with target_modules_regex, a regular expression std::regex compiles).
 void validate(const LoraConfig& cfg);
 
-/// The entries of target_modules: {"all-linear"} or the comma-separated names (trimmed).
+/// The entries of target_modules: {"all-linear"} or the comma-separated names (trimmed); with
+/// target_modules_regex the one expression, whole.
 std::vector<std::string> lora_target_list(const LoraConfig& cfg);
 
 /// The modules of `linear_modules` (HF module names of every linear layer but the lm head,
 /// in model order) that `cfg` targets. Throws twinkle::Error when an entry matches no module,
 /// listing the valid short names (e.g. "lora option 'lora_targets' (--lora-targets): 'qproj'
 /// matches no linear module; valid: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj,
-/// up_proj, down_proj (or full module names)").
+/// up_proj, down_proj (or full module names)"). With target_modules_regex: the modules whose
+/// full name the expression matches entirely (the MoE router too, if it matches, as in PEFT);
+/// an error when none does.
 std::vector<std::string> resolve_lora_targets(const LoraConfig& cfg, const std::vector<std::string>& linear_modules);
 
 }  // namespace twinkle

@@ -19,14 +19,18 @@ namespace twinkle {
 /// "base_model.model." + hf_name (PEFT's saved key of an adapter tensor).
 std::string peft_key(const std::string& hf_name);
 /// The text of adapter_config.json for `cfg` on base model `base_model` (peft_type LORA,
-/// task_type CAUSAL_LM, r, lora_alpha, lora_dropout, target_modules — "all-linear" as a
-/// string, else the list —, use_rslora, init_lora_weights, bias "none", use_dora false, ...).
+/// task_type CAUSAL_LM, r, lora_alpha, lora_dropout, target_modules — "all-linear" or a
+/// target_modules_regex as a string, else the list —, use_rslora, init_lora_weights, bias
+/// "none", use_dora false, ...).
 std::string peft_adapter_config_json(const LoraConfig& cfg, const std::string& base_model);
 /// Reads a PEFT adapter_config.json into a LoraConfig (r, lora_alpha, lora_dropout,
-/// target_modules as string or list, use_rslora, init_lora_weights). Throws twinkle::Error
+/// target_modules as a list of names / suffixes or, PEFT's str form, "all-linear" or a regular
+/// expression (target_modules_regex), use_rslora, init_lora_weights). Throws twinkle::Error
 /// naming the file and field when peft_type is not LORA, a required field (r, lora_alpha,
 /// target_modules) is missing, or an unsupported feature is on (use_dora, bias other than
-/// "none", modules_to_save, layers_to_transform).
+/// "none", modules_to_save, layers_to_transform, a non-empty rank_pattern / alpha_pattern /
+/// exclude_modules / trainable_token_indices / layer_replication, lora_bias true,
+/// target_parameters).
 LoraConfig read_peft_adapter_config(const std::string& path);
 /// The base model named in a PEFT adapter_config.json ("" when absent).
 std::string peft_base_model(const std::string& path);

@@ -14,6 +14,11 @@ class DataLoader:
                  drop_last=False, seed=None, collate_fn=None, max_retries=20, **kwargs):
         """dataset: an encoded twinkle.dataset.Dataset. batch_size: global rows per step, a
         multiple of the data-parallel size (ValueError otherwise, the C++ check's text).
+        min_batch_size: a final batch with fewer rows ends the epoch (Twinkle's DeviceMeshSampler
+        check; len() does not count it). None keeps every final batch, as the C++ DataLoader's
+        default (min_batch_size 0): twinkle splits a short last batch over the data-parallel ranks,
+        ranks without a row contributing no token, so every layout trains the same rows (Twinkle
+        would use the data world size here). ValueError outside [0, batch_size].
         num_workers is accepted (rows are already in memory: no worker processes are needed);
         collate_fn other than None is not supported. The data-parallel rank and size come from
         the mesh of twinkle.initialize."""
@@ -25,6 +30,8 @@ class DataLoader:
             raise ValueError(f'DataLoader: dataset must be a twinkle.dataset.Dataset, got {type(dataset).__name__}')
         if batch_size is None or isinstance(batch_size, bool) or not isinstance(batch_size, int):
             raise ValueError(f'DataLoader: batch_size must be an int, got {batch_size!r}')
+        if min_batch_size is not None and (isinstance(min_batch_size, bool) or not isinstance(min_batch_size, int)):
+            raise ValueError(f'DataLoader: min_batch_size must be an int or None, got {min_batch_size!r}')
         if not isinstance(num_workers, int) or num_workers < 0:
             raise ValueError(f'DataLoader: num_workers must be an int >= 0, got {num_workers!r}')
         if collate_fn is not None:
@@ -36,7 +43,8 @@ class DataLoader:
         self.num_workers = num_workers
         self.min_batch_size = min_batch_size
         self.device_mesh = device_mesh
-        self._loader = _core.DataLoader(dataset._ds, batch_size, bool(shuffle), int(seed), bool(drop_last))
+        self._loader = _core.DataLoader(dataset._ds, batch_size, bool(shuffle), int(seed), bool(drop_last),
+                                        min_batch_size or 0)
 
     def __len__(self):
         return len(self._loader)

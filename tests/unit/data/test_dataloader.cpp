@@ -103,6 +103,37 @@ TEST(DataLoaderTest, OptionErrors) {
   expect_error([&] { l.batch(0, 3); }, {"batch index 3"});
 }
 
+// Twinkle's DeviceMeshSampler: `if len(batch) < self.min_batch_size: return` ends the epoch before
+// a short final batch. 0 keeps it (issue 8's default); the checked values are the sampler's by hand:
+// 10 rows in batches of 4 are 4, 4, 2.
+TEST(DataLoaderTest, MinBatchSizeEndsTheEpochBeforeAShorterFinalBatch) {
+  auto rows = make_rows(10);
+  EXPECT_EQ(DataLoader(rows, {.batch_size = 4}).size(), 3);
+  EXPECT_EQ(DataLoader(rows, {.batch_size = 4, .min_batch_size = 2}).size(), 3);  // 2 >= 2: kept
+  EXPECT_EQ(DataLoader(rows, {.batch_size = 4, .min_batch_size = 3}).size(), 2);  // 2 < 3: ends
+  EXPECT_EQ(DataLoader(make_rows(12), {.batch_size = 4, .min_batch_size = 4}).size(), 3);  // no tail
+  for (int64_t n : {1, 2}) {
+    std::vector<int64_t> sizes;
+    std::vector<int> got = gather_epoch(rows, {.batch_size = 4, .min_batch_size = 3, .dp_size = n}, 0, &sizes);
+    EXPECT_EQ(sizes, (std::vector<int64_t>{4, 4})) << "dp " << n;
+    EXPECT_EQ(got, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7})) << "dp " << n;
+  }
+  // Iteration and the position: two batches per epoch, 8 rows consumed; resume counts them.
+  DataLoader l(rows, {.batch_size = 4, .min_batch_size = 3});
+  int batches = 0;
+  for (const LocalBatch& b : l) batches += b.global_rows == 4;
+  EXPECT_EQ(batches, 2);
+  EXPECT_EQ(l.consumed_samples(), 8);
+  l.skip_samples(12);  // epoch 1, batch 1
+  EXPECT_EQ(l.get_state().epoch, 1);
+  EXPECT_EQ(l.get_state().next_batch, 1);
+  expect_error([&] { DataLoader(make_rows(2), {.batch_size = 4, .min_batch_size = 3}); },
+               {"2 rows make no batch", "min_batch_size 3"});
+  expect_error([&] { validate(DataLoaderOptions{.batch_size = 4, .min_batch_size = 5}); },
+               {"'min_batch_size'", "in [0, batch_size=4]", "got 5"});
+  expect_error([&] { validate(DataLoaderOptions{.batch_size = 4, .min_batch_size = -1}); }, {"'min_batch_size'", "got -1"});
+}
+
 TEST(DataLoaderTest, DpSplitCoversEveryRowOnceInOrder) {
   for (int n : {1, 2, 4}) {
     for (int N : {16, 19, 22, 23}) {

@@ -124,13 +124,78 @@ TEST_F(HubTest, DatasetDirectoryRules) {
   Dataset ds(DatasetMeta("ms://o/sharded"));
   EXPECT_EQ(ds.size(), 2);
   EXPECT_EQ(ds.row_name(1), files[1] + ":1");
-  // Ambiguous: several data files and no split match.
-  fs::path a = root_ / "amb";
-  touch(a / "x.jsonl");
-  touch(a / "y.jsonl");
-  std::string e = error_of([&] { resolve_dataset_path(a.string()); });
-  EXPECT_NE(e.find("several candidates"), std::string::npos) << e;
-  EXPECT_NE(e.find((a / "y.jsonl").string()), std::string::npos) << e;
+}
+
+// Several data files and no split keyword in their names: Hugging Face datasets loads them all as
+// the one split "train" (data_files.py DEFAULT_PATTERNS_ALL {"train": ["**"]}), in sorted path order
+// (fsspec's find sorts), skipping hidden files and metadata; twinkle reads them as one table whose
+// rows keep "<file>:<line>" names. The expected order is Python's sorted() of the names, by hand:
+// "10.jsonl" < "b.jsonl" < "c.json" < "data/a.jsonl" ('1' < 'b' < 'c' < 'd'). (They were refused as
+// "several candidates" before.)
+TEST_F(HubTest, SeveralDataFilesLoadAsOneSplitInSortedOrder) {
+  fs::path a = root_ / "multi";
+  touch(a / "b.jsonl", "{\"id\": \"b1\"}\n\n{\"id\": \"b3\"}\n");
+  touch(a / "10.jsonl", "{\"id\": \"n1\"}\n");
+  touch(a / "c.json", "[\n  {\"id\": \"c2\"}\n]\n");
+  touch(a / "data" / "a.jsonl", "{\"id\": \"d1\"}\n");
+  touch(a / ".hidden.jsonl", "{\"id\": \"hidden\"}\n");
+  touch(a / "__tmp.jsonl", "{\"id\": \"tmp\"}\n");
+  touch(a / "dataset_infos.json", "{}");
+  touch(a / "trainer_notes.txt", "not data");
+  auto files = resolve_dataset_files(a.string());
+  ASSERT_EQ(files.size(), 4u);
+  EXPECT_EQ(files[0], (a / "10.jsonl").string());
+  EXPECT_EQ(files[1], (a / "b.jsonl").string());
+  EXPECT_EQ(files[2], (a / "c.json").string());
+  EXPECT_EQ(files[3], (a / "data" / "a.jsonl").string());
+  Dataset ds(DatasetMeta(a.string()));
+  ASSERT_EQ(ds.size(), 5);
+  const char* ids[] = {"n1", "b1", "b3", "c2", "d1"};
+  const std::string names[] = {"10.jsonl:1", "b.jsonl:1", "b.jsonl:3", "c.json:2", "data/a.jsonl:1"};
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(ds[i]["id"], ids[i]) << i;
+    EXPECT_EQ(ds.row_name(i), (a / names[i]).string()) << i;
+  }
+  // data_slice indexes the concatenated rows.
+  Dataset sl(DatasetMeta(a.string(), DataSlice::indices({4, 1})));
+  ASSERT_EQ(sl.size(), 2);
+  EXPECT_EQ(sl[0]["id"], "d1");
+  EXPECT_EQ(sl.row_name(1), (a / "b.jsonl:1").string());
+  // A bad row in the second file is named by that file and line.
+  touch(a / "b.jsonl", "{\"id\": \"b1\"}\n{\"id\": \n");
+  std::string e = error_of([&] { Dataset bad{DatasetMeta(a.string())}; });
+  EXPECT_NE(e.find((a / "b.jsonl").string() + ":2: invalid JSON"), std::string::npos) << e;
+
+  // "trainer" is not the keyword "train" (no separator after it): no split named, both load.
+  fs::path t = root_ / "nokw";
+  touch(t / "trainer.jsonl");
+  touch(t / "x.jsonl");
+  EXPECT_EQ(resolve_dataset_files(t.string()).size(), 2u);
+  // Split keywords after a separator select ("sft_train-0", "my.train.jsonl"; "val" is validation).
+  fs::path k = root_ / "kw";
+  touch(k / "sft_train-0.jsonl");
+  touch(k / "my.train.jsonl");
+  touch(k / "sft_val.jsonl");
+  touch(k / "notes.jsonl");
+  files = resolve_dataset_files(k.string());
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(files[0], (k / "my.train.jsonl").string());
+  EXPECT_EQ(files[1], (k / "sft_train-0.jsonl").string());
+  EXPECT_EQ(resolve_dataset_files(k.string(), "default", "validation"),
+            std::vector<std::string>{(k / "sft_val.jsonl").string()});
+  // Files naming only other splits: no train split (datasets raises too); the message lists them.
+  fs::path o = root_ / "other";
+  touch(o / "test.jsonl");
+  touch(o / "extra.jsonl");
+  e = error_of([&] { resolve_dataset_files(o.string()); });
+  EXPECT_NE(e.find("no file for split 'train'"), std::string::npos) << e;
+  EXPECT_NE(e.find((o / "test.jsonl").string() + " (test)"), std::string::npos) << e;
+  // CSV and JSON in one split: refused naming both files.
+  fs::path m = root_ / "mixed";
+  touch(m / "a.jsonl");
+  touch(m / "b.csv", "a\n1\n");
+  e = error_of([&] { resolve_dataset_files(m.string()); });
+  EXPECT_NE(e.find("mixes file formats (a.jsonl and b.csv)"), std::string::npos) << e;
 }
 
 TEST_F(HubTest, MissingListsEveryPathAndHowToDownload) {

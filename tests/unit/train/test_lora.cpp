@@ -363,6 +363,58 @@ TEST(Lora, MoePartialExpertTargetsAndExpertDropout) {
   EXPECT_EQ(pairs, 2 * static_cast<int64_t>(want.size()));
 }
 
+// PEFT's adapter_config.json fields as PEFT writes them. A string target_modules other than
+// "all-linear" is a regular expression full-matched against module names (peft/tuners/tuners_utils.py
+// check_target_module_exists: re.fullmatch); it was read as a comma list of names, so a PEFT adapter
+// saved with target_modules=r".*\.(q_proj|v_proj)" could not be loaded. The expected module lists are
+// Python's re.fullmatch over these names (computed with /usr/bin/python3, written out here).
+// rank_pattern / alpha_pattern / exclude_modules / lora_bias / trainable_token_indices /
+// layer_replication with non-default values were dropped silently (alpha_pattern {"q_proj": 64}
+// loaded with the wrong scaling); PEFT's defaults ({}, null, false) load.
+TEST(Lora, PeftRegexTargetModulesAndPatternFields) {
+  auto ps = dist::make_single_process_state();
+  Qwen3Model model(tiny_config(), ps);
+  const auto mods = model.linear_modules();
+  const auto dir = std::filesystem::temp_directory_path() / ("twinkle_lora_re_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string p = (dir / "adapter_config.json").string();
+  const std::string head = R"({"peft_type": "LORA", "r": 8, "lora_alpha": 16, )";
+  const std::string defaults = R"("rank_pattern": {}, "alpha_pattern": {}, "exclude_modules": null, "lora_bias": false,
+                                  "trainable_token_indices": null, "layer_replication": null, )";
+  std::ofstream(p) << head + defaults + R"J("target_modules": ".*\\.(q_proj|v_proj)"})J";
+  LoraConfig c = read_peft_adapter_config(p);
+  EXPECT_TRUE(c.target_modules_regex);
+  EXPECT_EQ(resolve_lora_targets(c, mods),
+            (std::vector<std::string>{"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.v_proj",
+                                      "model.layers.1.self_attn.q_proj", "model.layers.1.self_attn.v_proj"}));
+  // written back as the same string (PEFT reads it as the same expression)
+  EXPECT_NE(peft_adapter_config_json(c, "m").find(R"J("target_modules": ".*\\.(q_proj|v_proj)")J"), std::string::npos)
+      << peft_adapter_config_json(c, "m");
+  c.target_modules = R"(model\.layers\.1\.mlp\..*)";
+  EXPECT_EQ(resolve_lora_targets(c, mods),
+            (std::vector<std::string>{"model.layers.1.mlp.gate_proj", "model.layers.1.mlp.up_proj",
+                                      "model.layers.1.mlp.down_proj"}));
+  c.target_modules = R"(.*layers\.[0-9]+\.self_attn\.[qk]_proj)";
+  EXPECT_EQ(resolve_lora_targets(c, mods).size(), 4u);
+  c.target_modules = "q_proj";  // a bare name as a string full-matches nothing in PEFT either
+  EXPECT_NE(error_of([&] { resolve_lora_targets(c, mods); }).find("'q_proj' (PEFT's regular expression"),
+            std::string::npos);
+  c.target_modules = "(q_proj";
+  EXPECT_NE(error_of([&] { validate(c); }).find("not one std::regex (ECMAScript) compiles"), std::string::npos);
+  std::ofstream(p) << head + defaults + R"("target_modules": "all-linear"})";
+  EXPECT_FALSE(read_peft_adapter_config(p).target_modules_regex);
+  for (const std::string field : {R"("rank_pattern": {"q_proj": 16})", R"("alpha_pattern": {"q_proj": 64})",
+                                  R"("exclude_modules": ["v_proj"])", R"("lora_bias": true)",
+                                  R"("trainable_token_indices": [1, 2])", R"("layer_replication": [[0, 2]])"}) {
+    std::ofstream(p) << head + field + R"(, "target_modules": ["q_proj"]})";
+    const std::string e = error_of([&] { read_peft_adapter_config(p); });
+    const std::string name = field.substr(1, field.find('"', 1) - 1);
+    EXPECT_NE(e.find("field '" + name + "'"), std::string::npos) << field << ": " << e;
+    EXPECT_NE(e.find("is not supported"), std::string::npos) << e;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // transformers 5's fused experts through PEFT's target_parameters (lora.ParamWrapper) are another
 // adapter format: refused by name on load.
 TEST(Lora, PeftTargetParametersIsRefusedByName) {

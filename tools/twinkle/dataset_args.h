@@ -1,0 +1,47 @@
+// tools/twinkle/dataset_args.h — the dataset options `twinkle train` and `twinkle eval` share, and
+// the one function that turns them into encoded rows, so that eval reads a dataset exactly as train
+// does (eval lacked --self-cognition, --data-slice, --skip-bad-rows, --truncation and
+// --ignore-empty-think, and read Alpaca rows, which train maps with AlpacaPreprocessor, as
+// malformed message rows).
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "twinkle/data/dataset.h"
+#include "twinkle/data/template.h"
+#include "twinkle/io/model_config.h"
+
+namespace twinkle::cli {
+
+struct DatasetArgs {
+  std::string dataset;           ///< --dataset: file, directory or hub id
+  std::string templ;             ///< --template ("" = Template = qwen3)
+  int64_t max_length = 8192;     ///< --max-length
+  std::string truncation = "raise";
+  bool ignore_empty_think = false;
+  std::string data_slice;        ///< --data-slice text ("" = all rows)
+  std::string self_cognition;    ///< --self-cognition NAME,AUTHOR ("" = none)
+  bool skip_bad_rows = false;
+};
+
+/// Registers --template, --max-length, --truncation, --ignore-empty-think, --data-slice,
+/// --self-cognition and --skip-bad-rows on `app` (--dataset is registered by the command).
+void add_dataset_options(CLI::App& app, DatasetArgs& a);
+
+/// The template options of `a` for `model_id`, validated (twinkle::validate; throws
+/// twinkle::Error naming the option). --data-slice is parsed too (DataSlice::parse's error).
+TemplateOptions checked_template_options(const DatasetArgs& a, const std::string& model_id);
+
+/// Loads `a.dataset` (data slice, skip-bad-rows) and encodes it as `twinkle train` trains it:
+/// pre-tokenized rows as they are (the template's options, given on `app`, are refused naming
+/// the option and the first row); else --self-cognition NAME,AUTHOR (SelfCognitionProcessor),
+/// Alpaca rows ("instruction" in the first row: AlpacaPreprocessor) or message rows
+/// (MessagesPreprocessor) through the chat template. Every encoded row is checked against the
+/// model's max_position_embeddings (`config_path` names it). Throws twinkle::Error naming the
+/// file:line, field or option.
+Dataset load_encoded_dataset(const CLI::App& app, const DatasetArgs& a, const TemplateOptions& to,
+                             const ModelConfig& model_cfg, const std::string& config_path);
+
+}  // namespace twinkle::cli
