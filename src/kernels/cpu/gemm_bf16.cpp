@@ -15,6 +15,7 @@
 
 #include "twinkle/core/error.h"
 #include "twinkle/kernels/cpu/gemm.h"
+#include "transpose16.h"
 
 namespace twinkle::kernels::cpu {
 
@@ -144,42 +145,6 @@ void pack_block(const float* S, int64_t ld, int64_t K, int64_t N, int64_t k0, in
 #endif
 }
 
-#if defined(__AVX512BF16__) && defined(__AVX512F__)
-// In-register transpose of 16 rows of 16 dwords (r[c][j] -> r[j][c]): unpack 32 / 64-bit pairs within
-// 128-bit lanes, then two rounds of 128-bit lane shuffles. (The all-lanes maskz forms: GCC 12 warns
-// about the undefined pass-through operand of the unmasked intrinsics.)
-inline __m512i unlo32(__m512i a, __m512i b) { return _mm512_maskz_unpacklo_epi32(__mmask16(0xffff), a, b); }
-inline __m512i unhi32(__m512i a, __m512i b) { return _mm512_maskz_unpackhi_epi32(__mmask16(0xffff), a, b); }
-inline __m512i unlo64(__m512i a, __m512i b) { return _mm512_maskz_unpacklo_epi64(__mmask8(0xff), a, b); }
-inline __m512i unhi64(__m512i a, __m512i b) { return _mm512_maskz_unpackhi_epi64(__mmask8(0xff), a, b); }
-template <int Imm>
-inline __m512i lanes(__m512i a, __m512i b) {
-  return _mm512_maskz_shuffle_i32x4(__mmask16(0xffff), a, b, Imm);
-}
-inline void transpose16x16_epi32(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = unlo32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = unhi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int g = 0; g < 4; ++g) {  // r[4g + e]: lane L holds element 4L + e of rows 4g..4g+3
-    r[4 * g] = unlo64(t[4 * g], t[4 * g + 2]);
-    r[4 * g + 1] = unhi64(t[4 * g], t[4 * g + 2]);
-    r[4 * g + 2] = unlo64(t[4 * g + 1], t[4 * g + 3]);
-    r[4 * g + 3] = unhi64(t[4 * g + 1], t[4 * g + 3]);
-  }
-  for (int e = 0; e < 4; ++e) {
-    const __m512i x0 = lanes<0x88>(r[e], r[4 + e]), y0 = lanes<0xdd>(r[e], r[4 + e]);
-    const __m512i x1 = lanes<0x88>(r[8 + e], r[12 + e]), y1 = lanes<0xdd>(r[8 + e], r[12 + e]);
-    t[e] = lanes<0x88>(x0, x1);       // element e of lane 0 -> output row e
-    t[8 + e] = lanes<0xdd>(x0, x1);   // lane 2 -> row 8 + e
-    t[4 + e] = lanes<0x88>(y0, y1);   // lane 1 -> row 4 + e
-    t[12 + e] = lanes<0xdd>(y0, y1);  // lane 3 -> row 12 + e
-  }
-  for (int i = 0; i < 16; ++i) r[i] = t[i];
-}
-#endif
-
 // The transposed source, B(k, n) = S[n * ld + k], for the 16 columns n0..n0+15 of one 64-column block
 // column (d = its first element): row n of S holds column n, its values along k contiguous. Per 32 k
 // (one block row): 16 rows rounded to 16 bf16 pairs each (one dword per pair), transposed in registers
@@ -202,7 +167,7 @@ void pack_cols_t(const float* S, int64_t ld, int64_t K, int64_t N, int64_t n0, u
         r[c] = _mm512_setzero_si512();
       }
     }
-    transpose16x16_epi32(r);
+    transpose16::transpose16x16_epi32(r);
     uint16_t* o = d + k0 * kPackN;
     for (int64_t j = 0; j < 16; ++j) _mm512_storeu_si512(o + j * 128, r[j]);
   }
