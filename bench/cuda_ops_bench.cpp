@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
     Tensor p = dev({NP}), g = dev({NP}), m = dev({NP}), v = dev({NP});
     int64_t step = 0;
     bench("adamw", f4 * 7 * NP, false, [&] {
-      k.adamw.step(p.f32(), g.f32(), m.f32(), v.f32(), NP, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step);
+      k.adamw.step(p.f32(), g.f32(), m.f32(), v.f32(), NP, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step, 1.0f);
     });
     bench("sum_squares", f4 * NP, false, [&] { (void)k.norms.sum_squares(g.f32(), NP); });
   }

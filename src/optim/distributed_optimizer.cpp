@@ -339,11 +339,15 @@ StepStats DistributedOptimizer::step(double lr, double max_norm) {
   const double clip = max_norm >= 0 ? max_norm : cfg_.clip_grad;
   float* grads = store_.flat_grads().f32();
   float* params = store_.flat_params().f32();
+  // clip_grad_norm_: the gradients times clip / (norm + 1e-6) when that is below 1. The AdamW kernel
+  // applies the coefficient as it reads each gradient (bit-identical to scaling them in place first,
+  // one pass over the gradients fewer); the gradients are zeroed right after.
+  float grad_scale = 1.0f;
   if (clip > 0) {
     const double coef = clip / (st.grad_norm + 1e-6);
     if (coef < 1.0) {
       st.clip_coef = coef;
-      for (const auto& seg : segments_) kernels().norms.scale(grads + seg.start, seg.len, static_cast<float>(coef));
+      grad_scale = static_cast<float>(coef);
     }
   }
   ++step_;
@@ -351,7 +355,7 @@ StepStats DistributedOptimizer::step(double lr, double max_norm) {
     kernels().adamw.step(params + seg.start, grads + seg.start, m_state() + seg.state_off, v_state() + seg.state_off,
                          seg.len, static_cast<float>(lr), static_cast<float>(cfg_.adam_beta1),
                          static_cast<float>(cfg_.adam_beta2), static_cast<float>(cfg_.adam_eps),
-                         seg.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f, step_);
+                         seg.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f, step_, grad_scale);
   }
   start_param_sync();
   store_.zero_grad();

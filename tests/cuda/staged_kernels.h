@@ -233,9 +233,9 @@ inline double lce(const float* X, const float* W, const int32_t* labels, int64_t
   return r;
 }
 inline void adam(float* p, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2, float eps,
-                 float wd, int64_t step) {
+                 float wd, int64_t step, float gs) {
   Stager s;
-  g_dev.adamw.step(s.out(p, n), s.in(g, n), s.out(m, n), s.out(v, n), n, lr, b1, b2, eps, wd, step);
+  g_dev.adamw.step(s.out(p, n), s.in(g, n), s.out(m, n), s.out(v, n), n, lr, b1, b2, eps, wd, step, gs);
   s.finish();
 }
 inline double sumsq(const float* x, int64_t n) {

@@ -222,7 +222,9 @@ def embedding_case(root, name, V, H, ids):
 
 
 # ---------------------------------------------------------------- AdamW (torch.optim.AdamW, single tensor, 1.13)
-def adamw_case(root, name, n, steps, lr, betas, eps, wd):
+def adamw_case(root, name, n, steps, lr, betas, eps, wd, clip=None):
+    """With clip: torch.nn.utils.clip_grad_norm_(max_norm=clip) before each step; gs<i> is the coefficient it
+    applied (min(1, clip / (norm + 1e-6)), 1 without clip), which the kernel takes as grad_scale."""
     c = Case(root, name, n=n, steps=steps, lr=lr, beta1=betas[0], beta2=betas[1], eps=eps, weight_decay=wd)
     p0 = f32((n,))
     grads = [f32((n,), 0.5 * (i + 1)) for i in range(steps)]
@@ -233,6 +235,12 @@ def adamw_case(root, name, n, steps, lr, betas, eps, wd):
     for i, g in enumerate(grads):
         c.put("g%d" % i, g, "f32")
         P.grad = g.double().clone()
+        coef = 1.0
+        if clip is not None:
+            norm = float(torch.nn.utils.clip_grad_norm_([P], clip))
+            coef = min(1.0, clip / (norm + 1e-6))
+            assert coef < 1.0, "the case should clip"
+        c.put("gs%d" % i, torch.tensor([coef]), "f32")
         opt.step()
         c.put("p%d" % (i + 1), P.detach(), "f64")
     st = opt.state[P]
@@ -420,6 +428,7 @@ def main():
     # added cases (after the original ones, so their random inputs are unchanged)
     yarn = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024, "attention_factor": None,
             "mscale": None, "mscale_all_dim": None, "beta_fast": 32, "beta_slow": 1, "truncate": True}
+    adamw_case(out, "adamw_clipped", 300, 4, 1e-3, (0.9, 0.95), 1e-8, 0.1, clip=0.5)
     rope_variant_case(out, "rope_yarn_d64", [0, 5, 100, 1023, 2000, 4095], 2, 64, 10000.0, 4096, yarn)
     rope_variant_case(out, "rope_yarn_mscale_notrunc_d32", [0, 7, 300, 511], 3, 32, 1e6, 512,
                       dict(yarn, original_max_position_embeddings=128, factor=3.0, mscale=0.707, mscale_all_dim=1.0,

@@ -81,7 +81,7 @@
                                    int64_t H, float grad_scale, float* lse, float* dX, float* dW, int64_t chunk_rows)) \
   /* AdamwOp, NormsOp, AddOp */                                                                                        \
   X(void, adamw_step, (float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,   \
-                       float eps, float weight_decay, int64_t step))                                                   \
+                       float eps, float weight_decay, int64_t step, float grad_scale))                                                   \
   X(double, sum_squares, (const float* x, int64_t n))                                                                  \
   X(void, scale, (float* x, int64_t n, float s))                                                                       \
   X(void, add_inplace, (float* y, const float* x, int64_t n))                                                          \

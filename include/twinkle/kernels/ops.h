@@ -164,11 +164,12 @@ struct LinearCrossEntropyOp {
                              float grad_scale, float* lse, float* dX, float* dW, int64_t chunk_rows);
 };
 
-/// torch.optim.AdamW step (twinkle/kernels/cpu/adamw.h).
+/// torch.optim.AdamW step (twinkle/kernels/cpu/adamw.h); the gradient enters as g * grad_scale (the
+/// clip_grad_norm_ coefficient, 1 for none), bit-identical to scaling g in place first.
 struct AdamwOp {
   static constexpr const char* kName = "adamw";
   void (*step)(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
-               float weight_decay, int64_t step);
+               float weight_decay, int64_t step, float grad_scale);
 };
 
 /// Gradient-norm pieces of torch.nn.utils.clip_grad_norm_ (twinkle/kernels/cpu/reduce.h).

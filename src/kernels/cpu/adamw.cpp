@@ -17,12 +17,12 @@ namespace twinkle::kernels::cpu {
 namespace {
 
 struct AdamFactors {
-  float b1, b2, one_m_b1, one_m_b2, decay, step_size, bias2_sqrt, eps;
+  float b1, b2, one_m_b1, one_m_b2, decay, step_size, bias2_sqrt, eps, grad_scale;
 };
 
 inline void adamw_scalar(float* p, const float* g, float* m, float* v, int64_t b, int64_t e, const AdamFactors& f) {
   for (int64_t i = b; i < e; ++i) {
-    const float gi = g[i];
+    const float gi = g[i] * f.grad_scale;
     const float mi = f.b1 * m[i] + f.one_m_b1 * gi;
     const float vi = f.b2 * v[i] + f.one_m_b2 * gi * gi;
     m[i] = mi;
@@ -37,10 +37,10 @@ inline void adamw_chunk(float* p, const float* g, float* m, float* v, int64_t b,
 #ifdef __AVX512F__
   const __m512 b1 = _mm512_set1_ps(f.b1), b2 = _mm512_set1_ps(f.b2), c1 = _mm512_set1_ps(f.one_m_b1),
                c2 = _mm512_set1_ps(f.one_m_b2), dec = _mm512_set1_ps(f.decay), ss = _mm512_set1_ps(f.step_size),
-               bs = _mm512_set1_ps(f.bias2_sqrt), ep = _mm512_set1_ps(f.eps);
+               bs = _mm512_set1_ps(f.bias2_sqrt), ep = _mm512_set1_ps(f.eps), gs = _mm512_set1_ps(f.grad_scale);
   int64_t i = b;
   for (; i + 16 <= e; i += 16) {
-    const __m512 gi = _mm512_loadu_ps(g + i);
+    const __m512 gi = _mm512_mul_ps(_mm512_loadu_ps(g + i), gs);
     const __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m + i)), _mm512_mul_ps(c1, gi));
     const __m512 vi =
         _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(v + i)), _mm512_mul_ps(_mm512_mul_ps(c2, gi), gi));
@@ -71,7 +71,7 @@ double decimal_of(float x) {
 }  // namespace
 
 void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
-                float weight_decay, int64_t step) {
+                float weight_decay, int64_t step, float grad_scale) {
   check(step >= 1, "adamw_step: step must be >= 1 (1-based), got " + std::to_string(step));
   const double b1 = decimal_of(beta1), b2 = decimal_of(beta2);
   AdamFactors f;
@@ -85,6 +85,7 @@ void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, float l
   f.step_size = static_cast<float>(decimal_of(lr) / bias1);
   f.bias2_sqrt = static_cast<float>(std::sqrt(bias2));
   f.eps = eps;
+  f.grad_scale = grad_scale;
   constexpr int64_t kChunk = 16384;
   const int64_t nc = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (nc > 4)

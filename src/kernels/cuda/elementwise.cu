@@ -71,12 +71,12 @@ __global__ void k_sum_doubles(const double* part, int64_t np, double* out) {
 }
 
 struct AdamFactors {
-  float b1, b2, one_m_b1, one_m_b2, decay, step_size, bias2_sqrt, eps;
+  float b1, b2, one_m_b1, one_m_b2, decay, step_size, bias2_sqrt, eps, grad_scale;
 };
 __global__ void k_adamw(float* p, const float* g, float* m, float* v, int64_t n, AdamFactors f) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float gi = g[i];
+    const float gi = __fmul_rn(g[i], f.grad_scale);
     const float mi = __fadd_rn(__fmul_rn(f.b1, m[i]), __fmul_rn(f.one_m_b1, gi));
     const float vi = __fadd_rn(__fmul_rn(f.b2, v[i]), __fmul_rn(__fmul_rn(f.one_m_b2, gi), gi));
     m[i] = mi;
@@ -253,7 +253,7 @@ void embedding_backward(const float* dout, const int32_t* ids, float* dtable, in
 }
 
 void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
-                float weight_decay, int64_t step) {
+                float weight_decay, int64_t step, float grad_scale) {
   check(step >= 1, "adamw_step (cuda): step must be >= 1 (1-based), got " + std::to_string(step));
   if (n <= 0) return;
   const double b1 = decimal_of(beta1), b2 = decimal_of(beta2);
@@ -266,6 +266,7 @@ void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, float l
   f.step_size = static_cast<float>(decimal_of(lr) / (1.0 - std::pow(b1, static_cast<double>(step))));
   f.bias2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(b2, static_cast<double>(step))));
   f.eps = eps;
+  f.grad_scale = grad_scale;
   TWINKLE_LAUNCH(k_adamw, blocks_for(n), kThreads, 0, p, g, m, v, n, f);
   TWINKLE_CUDA_LAUNCHED("adamw");
 }

@@ -361,7 +361,7 @@ void adamw(const KernelTable& k, const std::string& name, Check& ck) {
     auto g = c.f("g" + std::to_string(s));
     k.adamw.step(p.data(), g.data(), m.data(), v.data(), n, static_cast<float>(c.p("lr")),
                  static_cast<float>(c.p("beta1")), static_cast<float>(c.p("beta2")), static_cast<float>(c.p("eps")),
-                 static_cast<float>(c.p("weight_decay")), s + 1);
+                 static_cast<float>(c.p("weight_decay")), s + 1, c.f("gs" + std::to_string(s))[0]);
     ck.close(p, c.d("p" + std::to_string(s + 1)), 1e-6, "step " + std::to_string(s + 1) + " p");
   }
   ck.close(m, c.d("m"), 1e-6, "exp_avg");
@@ -419,6 +419,7 @@ const Row kRows[] = {
     {"linear_cross_entropy", "linear_ce_v37", linear_cross_entropy},
     {"adamw", "adamw", adamw},
     {"adamw", "adamw_default", adamw},
+    {"adamw", "adamw_clipped", adamw},  // clip_grad_norm_'s coefficient as grad_scale
     {"norms", "elementwise_1001", norms},
     {"add", "elementwise_1001", add},
 };

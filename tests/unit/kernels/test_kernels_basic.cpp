@@ -464,6 +464,29 @@ TEST(KernelsAdamW, StepErrorAndParallelPathMatchesSerial) {
     }
 }
 
+// The clip coefficient handed to the step as grad_scale equals clip_grad_norm_'s in-place scaling of the
+// gradients followed by a plain step, bit for bit (the optimizer no longer makes the scaling pass), on the
+// vector body and the scalar tail, at 1 and 2 threads.
+TEST(KernelsAdamW, GradScaleIsScaleThenStepBitForBit) {
+  const int64_t n = 100013;  // 16-float vectors and a 13-element tail; > 4 chunks: the parallel path
+  auto p0 = randv(n, 42), g = randv(n, 43);
+  auto m0 = randv(n, 44), v0 = randv(n, 45);
+  for (auto& x : v0) x = x * x;
+  const float coef = 0.0371f;
+  for (int threads : {1, 2}) {
+    std::vector<float> pa = p0, ma = m0, va = v0, pb = p0, mb = m0, vb = v0, gs = g;
+    with_threads(threads, [&] {
+      scale_inplace(gs.data(), n, coef);
+      adamw_step(pa.data(), gs.data(), ma.data(), va.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+      adamw_step(pb.data(), g.data(), mb.data(), vb.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, coef);
+    });
+    EXPECT_EQ(pa, pb) << threads << " thread(s)";
+    EXPECT_EQ(ma, mb) << threads << " thread(s)";
+    EXPECT_EQ(va, vb) << threads << " thread(s)";
+    EXPECT_NE(pa, p0);
+  }
+}
+
 // ---------------------------------------------------------------- reduce
 
 TEST(KernelsReduce, AllHelpers) {

@@ -327,7 +327,7 @@ void run_adamw(const std::string& name) {
     auto g = c.f("g" + std::to_string(s));
     adamw_step(p.data(), g.data(), m.data(), v.data(), n, static_cast<float>(c.p("lr")),
                static_cast<float>(c.p("beta1")), static_cast<float>(c.p("beta2")), static_cast<float>(c.p("eps")),
-               static_cast<float>(c.p("weight_decay")), s + 1);
+               static_cast<float>(c.p("weight_decay")), s + 1, c.f("gs" + std::to_string(s))[0]);
     expect_close(p, c.d("p" + std::to_string(s + 1)), 1e-6, name + " p after step " + std::to_string(s + 1));
   }
   expect_close(m, c.d("m"), 1e-6, name + " exp_avg");
@@ -337,6 +337,7 @@ void run_adamw(const std::string& name) {
 TEST(KernelsTorchRef, AdamW) {
   run_adamw("adamw");
   run_adamw("adamw_default");
+  run_adamw("adamw_clipped");
 }
 
 }  // namespace

@@ -73,13 +73,13 @@ double decimal_of(float x) {
 }  // namespace
 
 void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
-                float weight_decay, int64_t step) {
+                float weight_decay, int64_t step, float grad_scale) {
   check(step >= 1, "adamw_step: step must be >= 1 (1-based), got " + std::to_string(step));
   const double b1 = decimal_of(beta1), b2 = decimal_of(beta2), a = decimal_of(lr), wd = decimal_of(weight_decay);
   const double bias1 = 1.0 - std::pow(b1, static_cast<double>(step));
   const double bias2 = 1.0 - std::pow(b2, static_cast<double>(step));
   for (int64_t i = 0; i < n; ++i) {
-    const double gi = g[i];
+    const double gi = g[i] * grad_scale;  // the float product: what scaling g in place first leaves
     const double mi = b1 * m[i] + (1.0 - b1) * gi;
     const double vi = b2 * v[i] + (1.0 - b2) * gi * gi;
     const double denom = std::sqrt(vi) / std::sqrt(bias2) + static_cast<double>(eps);
