@@ -4,7 +4,7 @@
 // labels = input ids, forward + loss + backward + clip_grad_norm(1.0) + AdamW (lr 1e-4, betas
 // 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices). Prints one JSON line with tokens_per_s,
 // gflops (the same FLOP formula as torch_peer.py), peak_rss_bytes and minor page faults.
-//   build/bench/train_bench --config a|b|s|m|m30 --threads 2 [--steps 3 --warmup 1] [--kernels fused|reference]
+//   build/bench/train_bench --config a|b|s|m|m30|w --threads 2 [--steps 3 --warmup 1] [--kernels fused|reference]
 //                           [--recompute none|selective|full]
 // scripts/bench-train runs both engines side by side and prints the ratios.
 // --lora R trains a LoRA adapter (r = R, alpha = 2R, all-linear; Qwen3Model::add_adapter) instead
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     else if (a == "--bf16") precision = "bf16";
     else if (a == "--fp32") precision = "fp32";
     else {
-      std::fprintf(stderr, "usage: train_bench [--config a|b|s|m|m30] [--threads N] [--steps K] [--warmup W] [--untied] [--kernels fused|reference] [--recompute none|selective|full] [--lora R] [--bf16|--fp32]\n");
+      std::fprintf(stderr, "usage: train_bench [--config a|b|s|m|m30|w] [--threads N] [--steps K] [--warmup W] [--untied] [--kernels fused|reference] [--recompute none|selective|full] [--lora R] [--bf16|--fp32]\n");
       return 2;
     }
   }
@@ -81,6 +81,10 @@ int main(int argc, char** argv) {
     c.hidden_size = 256; c.num_hidden_layers = 8; c.num_attention_heads = 16; c.num_key_value_heads = 2;
     c.head_dim = 32; c.intermediate_size = 768; c.vocab_size = 4096; B = 4; S = 512;
     c.num_experts = 128; c.num_experts_per_tok = 8; c.moe_intermediate_size = 96; c.norm_topk_prob = true;
+  } else if (config == "w") {  // wide attention on long rows: 16 heads of 128 over hidden 128, 2048 tokens,
+    // so the attention buffers (bf16: the backward's packed operands) are a large share of the peak
+    c.hidden_size = 128; c.num_hidden_layers = 2; c.num_attention_heads = 16; c.num_key_value_heads = 16;
+    c.head_dim = 128; c.intermediate_size = 256; c.vocab_size = 2048; B = 1; S = 2048;
   } else {
     std::fprintf(stderr, "unknown config %s\n", config.c_str());
     return 2;

@@ -29,3 +29,7 @@ twinkle_resume_test(exact_tp2_dp2_ep2_etp2_moe_reshard 4 --model moe --np 4 --la
                     --reshard "1:,4:--dp 4 --etp 2,2:--dp 2 --etp 2")
 twinkle_resume_test(crash_kill_and_full_disk_pp2 2 --mode crash --np 2 --layout "--pp 2")
 twinkle_resume_test(bad_checkpoints 1 --mode bad)
+# LoRA on Qwen3-MoE (expert pairs held by their ep ranks in the adapter store's expert region, the
+# router pair replicated): saved on dp4 ep2 and resumed in one process, on dp2 ep2 and on tp2 dp2 ep2
+twinkle_resume_test(exact_dp4_ep2_moe_lora_reshard 4 --model moe --lora-r 4 --np 4 --layout "--dp 4 --ep 2"
+                    --reshard "1:,2:--dp 2 --ep 2,4:--tp 2 --dp 2 --ep 2")

@@ -9,6 +9,7 @@
 
 #include "twinkle/core/error.h"
 #include "twinkle/dist/device_mesh.h"
+#include "twinkle/kernels/cpu/attention.h"
 #include "twinkle/kernels/cpu/linear_cross_entropy.h"
 #include "twinkle/model/qwen3_activations.h"
 #include "twinkle/model/qwen3_flops.h"
@@ -298,6 +299,12 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
       else                  // head.logits, lse, rmax/tgt/rscale
         w += ws(chunk * Vl) + 4 * ws(chunk);
     }
+    // the attention kernels' packed operands (kernels/cpu/attention.h): the fp32 forward's always, the
+    // fp32 backward's without bf16 (with bf16 the backward's own, below). Under ring cp the block
+    // kernels keep buffers of their own instead (attention_block.cpp): this is then an estimate.
+    if (nl > 0)
+      w += static_cast<double>(
+          kernels::cpu::flash_attention_scratch_bytes(T, hq, c.num_key_value_heads / t, D, /*backward=*/!bf16));
     if (bf16) {
       Bf16Workspace b = bf16_workspace(gemms, last && t == 1, o.lm_head_chunk_tokens, T, c.vocab_size, H);
       if (nl > 0) {

@@ -39,23 +39,45 @@ struct Run {
   size_t mbs = 0;
 };
 
-Run run(bool grad_overlap, bool param_overlap, bool moe, bool distopt, int64_t rows_n) {
-  auto& st = parallel_state();
-  auto ps = std::shared_ptr<dist::ParallelState>(&st, [](dist::ParallelState*) {});
+Qwen3ModelOptions model_options(bool moe) {
   Qwen3ModelOptions mo;
   mo.moe_aux_loss_type = "per_layer";
   mo.moe_aux_loss_coeff = moe ? 0.01 : 0.0;
-  Qwen3Model m(testutil::tiny_layout_config(moe), ps, mo);
+  return mo;
+}
+
+Qwen3Model& seeded(Qwen3Model& m) {
   m.init_random(5);
-  Engine eng(m);
-  OptimizerConfig oc;
-  oc.use_distributed_optimizer = distopt;
-  oc.bucket_bytes = 4096;
-  oc.overlap_grad_reduce = grad_overlap;
-  oc.overlap_param_gather = param_overlap;
-  DistributedOptimizer opt(m.store(), ps, oc);
-  eng.set_optimizer(&opt);
-  const auto mbs = testutil::seeded_micro_batches(st.mesh.dp_size(), st.coord.dp, rows_n, 17);
+  return m;
+}
+
+// The tiny layout model (seed 5) with its engine, its optimizer (4 KiB buckets, the overlap switches
+// given) and this dp rank's micro-batches of a global batch of rows_n rows.
+struct Setup {
+  std::shared_ptr<dist::ParallelState> ps{&parallel_state(), [](dist::ParallelState*) {}};
+  Qwen3Model m;
+  Engine eng;
+  DistributedOptimizer opt;
+  std::vector<MicroBatch> mbs;
+  Setup(bool grad_overlap, bool param_overlap, bool moe, bool distopt, int64_t rows_n)
+      : m(testutil::tiny_layout_config(moe), ps, model_options(moe)),
+        eng(seeded(m)),
+        opt(m.store(), ps,
+            OptimizerConfig{.use_distributed_optimizer = distopt,
+                            .bucket_bytes = 4096,
+                            .overlap_grad_reduce = grad_overlap,
+                            .overlap_param_gather = param_overlap}),
+        mbs(testutil::seeded_micro_batches(ps->mesh.dp_size(), ps->coord.dp, rows_n, 17)) {
+    eng.set_optimizer(&opt);
+  }
+};
+
+Run run(bool grad_overlap, bool param_overlap, bool moe, bool distopt, int64_t rows_n) {
+  Setup su(grad_overlap, param_overlap, moe, distopt, rows_n);
+  Qwen3Model& m = su.m;
+  Engine& eng = su.eng;
+  DistributedOptimizer& opt = su.opt;
+  const std::vector<MicroBatch>& mbs = su.mbs;
   Run r;
   r.mbs = mbs.size();
   for (int s = 0; s < 3; ++s) {
@@ -79,29 +101,15 @@ Run run(bool grad_overlap, bool param_overlap, bool moe, bool distopt, int64_t r
 // started would miss the second call's gradients. Returns the error text (empty: nothing refused);
 // the optimizer then discards the step (waits for the started collectives on every rank).
 std::string second_forward_backward_error(bool moe, bool distopt, int64_t rows_n) {
-  auto& st = parallel_state();
-  auto ps = std::shared_ptr<dist::ParallelState>(&st, [](dist::ParallelState*) {});
-  Qwen3ModelOptions mo;
-  mo.moe_aux_loss_type = "per_layer";
-  mo.moe_aux_loss_coeff = moe ? 0.01 : 0.0;
-  Qwen3Model m(testutil::tiny_layout_config(moe), ps, mo);
-  m.init_random(5);
-  Engine eng(m);
-  OptimizerConfig oc;
-  oc.use_distributed_optimizer = distopt;
-  oc.bucket_bytes = 4096;
-  oc.overlap_grad_reduce = true;
-  DistributedOptimizer opt(m.store(), ps, oc);
-  eng.set_optimizer(&opt);
-  const auto mbs = testutil::seeded_micro_batches(st.mesh.dp_size(), st.coord.dp, rows_n, 17);
-  eng.forward_backward(mbs);
+  Setup su(/*grad_overlap=*/true, /*param_overlap=*/false, moe, distopt, rows_n);
+  su.eng.forward_backward(su.mbs);
   std::string err;
   try {
-    eng.forward_backward(mbs);
+    su.eng.forward_backward(su.mbs);
   } catch (const Error& e) {
     err = e.what();
   }
-  opt.discard_gradients();
+  su.opt.discard_gradients();
   return err;
 }
 

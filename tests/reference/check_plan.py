@@ -4,7 +4,7 @@ the real thing, and require the planned per-rank peak to be within 15 % of the m
 of every rank over the training steps (VmHWM reset after the model is built: the plan is the
 training step's memory, not the transient buffers of the seeded init).
 
-Cases: bench/train_bench configs a and b (one process; a with recompute none, b with none and
+Cases: bench/train_bench configs a, b and w (one process; a with recompute none, b with none and
 full), the same with mixed precision bf16 (`twinkle plan --bf16` against `train_bench --bf16`: a
 with recompute none, b with full), a pipelined data-parallel layout of bench/layout_bench (pp2
 dp2, "small" config, fixed 512-token rows, full recompute) and an expert-tensor-parallel
@@ -20,13 +20,18 @@ of the saving measured between the two runs, so a plan that ignored --bf16 (savi
 does one that models a bf16 change (bf16 saved activations, a resident bf16 weight copy) the
 kernels do not have, or misses one they gained.
 
+Config w (16 heads of 128 over hidden 128, one row of 2048 tokens, full recompute) makes the
+attention buffers a large share of the peak: with bf16 the attention backward's packed bf16 operands
+are ~20 % of it, so a plan that leaves them out misses the band (measured by removing the term:
+-21 %), which configs a and b (< 1 % there) cannot see.
+
 For the layouts, layout_bench also prints each rank's parameter elements (flat buffer: dense
 region + expert region) and AdamW state elements (its ZeRO shards); the plan's param_numel +
 expert_numel and state_numel must equal them exactly (one case per rank). An etp-blind plan
 (experts at full width, or edp = tp·cp·dp/ep) misses those counts and, on the MoE case, the 15 %
 peak band as well.
 
-Usage: check_plan.py --build BUILD_DIR [--mpirun MPIRUN] [--only a|b|layout|moe]
+Usage: check_plan.py --build BUILD_DIR [--mpirun MPIRUN] [--only a|b|w|layout|moe]
 Prints "check_plan: N cases pass" and exits 0, else names each miss and exits 1."""
 import argparse
 import json
@@ -50,10 +55,12 @@ CONFIGS = {
                      num_key_value_heads=4, head_dim=32, intermediate_size=768, vocab_size=4096,
                      tie_word_embeddings=False, max_position_embeddings=1024, num_experts=16, num_experts_per_tok=2,
                      moe_intermediate_size=512, norm_topk_prob=True, mlp_only_layers=[1], decoder_sparse_step=1),
+    "w": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=16, num_key_value_heads=16, head_dim=128,
+              intermediate_size=256, vocab_size=2048, tie_word_embeddings=True, max_position_embeddings=4096),
 }
 # layout_bench and plan flags of the multi-rank cases: (name, config, layout, ranks)
 LAYOUTS = [("layout", "small", "--tp 1 --pp 2 --dp 2", 4), ("moe", "moe_wide", "--dp 4 --etp 2", 4)]
-BENCH = {"a": (4, 512), "b": (2, 512)}  # train_bench: rows, tokens per row (one micro-batch)
+BENCH = {"a": (4, 512), "b": (2, 512), "w": (1, 2048)}  # train_bench: rows, tokens per row (one micro-batch)
 
 
 def write_config(tmp, name):
@@ -90,7 +97,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="twinkle-plan-") as tmp:
         got = {}  # (cfg, recompute, precision) -> (planned, measured)
         for cfg, rc, prec in (("a", "none", "fp32"), ("a", "none", "bf16"), ("b", "none", "fp32"),
-                              ("b", "full", "fp32"), ("b", "full", "bf16")):
+                              ("b", "full", "fp32"), ("b", "full", "bf16"), ("w", "full", "fp32"),
+                              ("w", "full", "bf16")):
             if a.only and a.only != cfg:
                 continue
             rows, seq = BENCH[cfg]

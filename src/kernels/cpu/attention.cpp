@@ -149,6 +149,15 @@ thread_local Scratch g_dq, g_delta;
 
 }  // namespace
 
+int64_t flash_attention_scratch_bytes(int64_t T, int64_t Hq, int64_t Hkv, int64_t D, bool backward) {
+  if (T <= 0) return 0;
+  auto bytes = [](int64_t n) { return (std::max<int64_t>(n, 16) * 4 + 63) / 64 * 64; };  // Scratch::get
+  const int64_t Dp = rup16(D), ldT = rup16(T) + 16;
+  int64_t b = bytes((backward ? 2 : 1) * Hkv * D * ldT) + bytes(Hkv * T * Dp);  // K^T (+ V^T), V rows
+  if (backward) b += 2 * bytes(Hq * T * Dp) + bytes(Hkv * T * Dp) + bytes(T * Hq * Dp) + bytes(2 * T * Hq);
+  return b;
+}
+
 void flash_attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
                              const int32_t* cu, int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale,
                              int64_t window) {

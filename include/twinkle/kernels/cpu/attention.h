@@ -41,6 +41,15 @@ void flash_attention_backward(const float* q, const float* k, const float* v, co
                               const float* dout, float* dq, float* dk, float* dv, const int32_t* cu_seqlens,
                               int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window = 0);
 
+/// Bytes of the grow-only thread_local operand buffers flash_attention_forward (and, with `backward`,
+/// flash_attention_backward) keep on the calling thread after calls over T tokens with Hq / Hkv heads
+/// of dim D: the forward's K^T [Hkv][D][ldT] and V rows [Hkv][T][Dp]; the backward's Q, dO [Hq][T][Dp],
+/// K rows, K^T and V^T (one allocation, twice the forward's K^T), the fp32 dq accumulator [T][Hq][Dp]
+/// and the delta / lse rows [2][T][Hq] (Dp = D rounded up to 16, ldT = T rounded up to 16, + 16; each
+/// buffer 64-byte rounded). The per-thread 64-token tiles (~tens of KB a thread) are not counted.
+/// What `twinkle plan` adds for attention (train/plan.cpp).
+int64_t flash_attention_scratch_bytes(int64_t T, int64_t Hq, int64_t Hkv, int64_t D, bool backward);
+
 /// How flash_attention_backward splits its work.
 ///  PerKvHead: one task per (segment, kv head) walking all its key tiles in order: bitwise deterministic
 ///             (independent of the thread count), but only n_seqs*Hkv-way parallel.
