@@ -282,7 +282,8 @@ StepStats MegatronModel::clip_grad_and_step(std::optional<double> max_grad_norm)
                   "); nothing was applied, the weights are those of the last good step (lower the learning rate or "
                   "check the data; --on-nonfinite skip / on_nonfinite=\"skip\" skips such steps instead)");
   } else {
-    st = opt.step(lr, max_grad_norm ? *max_grad_norm : -1.0);
+    // an argument <= 0 turns clipping off (DistributedOptimizer::step reads a negative max_norm as "use clip_grad")
+    st = opt.step(lr, max_grad_norm ? std::max(0.0, *max_grad_norm) : -1.0);
     if (st.skipped && !skip_policy)
       throw Error("step " + std::to_string(cur_step_) + ": the gradient norm is non-finite (" + value(st.grad_norm) +
                   ", loss " + (has_loss ? value(last_fb_.loss) : std::string("undefined")) +

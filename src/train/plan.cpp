@@ -1,7 +1,11 @@
 // `twinkle plan`: per-rank memory and FLOPs of a layout (see twinkle/train/plan.h).
 #include "twinkle/train/plan.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <thread>
 
 #include "twinkle/core/error.h"
 #include "twinkle/dist/device_mesh.h"
@@ -18,6 +22,14 @@ namespace {
 int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
 double ws(int64_t n) { return static_cast<double>(n + n / 4 + 16) * 4.0; }  // Workspace::get headroom
 double bytes64(int64_t n) { return static_cast<double>((n + 63) / 64 * 64); }
+
+// OpenMP threads a rank of a `world`-rank job runs with, by twinkle-run's rule (tools/twinkle_run.cpp):
+// OMP_NUM_THREADS when set, else cores / ranks, at least 1.
+int rank_threads(int64_t world) {
+  if (std::getenv("OMP_NUM_THREADS")) return omp_get_max_threads();
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  return static_cast<int>(std::max<int64_t>(1, cores / std::max<int64_t>(1, world)));
+}
 
 // One linear of the stage: Y[M, N] = X[M, K] W[N, K]^T (LinearOp's shapes).
 struct Gemm {
@@ -278,8 +290,9 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     if (last && t > 1) gemms.push_back({chunk, Vl, H});
     if (last) {
       if (t == 1 && !bf16)  // the fused linear_cross_entropy kernel: its own buffers (logits...), lse in scratch
-        w += static_cast<double>(kernels::cpu::linear_cross_entropy_scratch_bytes(T, c.vocab_size, H,
-                                                                                  o.lm_head_chunk_tokens, true)) +
+        w += static_cast<double>(kernels::cpu::linear_cross_entropy_scratch_bytes(
+                 T, c.vocab_size, H, o.lm_head_chunk_tokens, true, /*with_dw=*/o.lora_rank == 0,
+                 rank_threads(static_cast<int64_t>(t) * p * d * cp))) +
              ws(T);
       else if (t == 1)      // its bf16 twin: see bf16_workspace; lse in scratch
         w += ws(T);

@@ -188,7 +188,7 @@ class MegatronModel {
   /// (last_eval_label_tokens() tells).
   double forward_only(const std::vector<EncodedRow>& rows);
   double forward_only(const LocalBatch& batch) { return forward_only(batch.rows); }
-  /// Reduces gradients, clips to max_grad_norm (default: set_optimizer's clip_grad), AdamW
+  /// Reduces gradients, clips to max_grad_norm (default: set_optimizer's clip_grad; <= 0: no clipping), AdamW
   /// step at the scheduler's lr, zeroes gradients, advances the scheduler. Before anything is
   /// applied, a non-finite loss or global grad norm (on any rank) throws twinkle::Error
   /// "step N: non-finite ..." (on_nonfinite "error") or skips the update (on_nonfinite

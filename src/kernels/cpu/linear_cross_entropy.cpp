@@ -31,6 +31,7 @@ constexpr int64_t kVocabBlock = ce_rows::kSumBlock;
 constexpr int64_t kParWork = 32768;  // logits elements below which one thread does the chunk
 constexpr int64_t kSlabs = 16;       // at most this many dX partial sums in the backward (each [rows, H])
 constexpr int64_t kSlabBytes = 16 << 20;  // ... and at most about this many bytes of them
+constexpr int64_t kDwRows = 256;          // dW^T is made [kDwRows, 512] at a time (512 KiB: stays in L2 for any H)
 
 struct Sizes {
   int64_t chunk, nblk, nslab;
@@ -87,13 +88,14 @@ double linear_cross_entropy(const float* X, const float* W, const int32_t* label
   // the thread count nor on timing.
   const bool par = nblk > 1 && chunk * V > kParWork && omp_get_max_threads() > 1 && !omp_in_parallel();
   const int nthr = par ? std::min<int>(omp_get_max_threads(), static_cast<int>(nblk)) : 1;
-  // Per-thread buffers of the backward: index 0 when !par (omp_get_thread_num is then the outer region's).
-  auto own = [&](float* all, int64_t per_thread) { return all + (par ? omp_get_thread_num() : 0) * per_thread; };
+  // Per-thread buffers of the backward (a region whose if clause is false has one thread, number 0).
+  auto own = [&](float* all, int64_t per_thread) { return all + omp_get_thread_num() * per_thread; };
   float* dlogits_all = dX ? grow(s.dlogits, nthr * chunk * kVocabBlock) : nullptr;
   float* part = dX && nslab > 1 ? grow(s.dx_part, (nslab - 1) * chunk * H) : nullptr;
-  // dW: the chunk's X^T [H, chunk] and one [H, 512] block of dW^T per thread (see step 3)
+  // dW: the chunk's X^T [H, chunk] and one [min(H, 256), 512] tile of dW^T per thread (see step 3)
+  const int64_t dw_rows = std::min(H, kDwRows);
   float* xt = dX && dW ? grow(s.xt, H * chunk) : nullptr;
-  float* dwt_all = dX && dW ? grow(s.dwt, nthr * H * kVocabBlock) : nullptr;
+  float* dwt_all = dX && dW ? grow(s.dwt, nthr * dw_rows * kVocabBlock) : nullptr;
   double loss = 0.0;
   for (int64_t c0 = 0; c0 < T; c0 += chunk) {
     const int64_t c = std::min(chunk, T - c0);
@@ -136,9 +138,10 @@ double linear_cross_entropy(const float* X, const float* W, const int32_t* label
     for (int64_t t = 0; t < c; ++t) loss += row_loss[t];  // row order: independent of the thread count
     if (!dX) continue;
     // 3. per block: dlogits = grad_scale * (softmax - onehot) into the block buffer, then dX += dlogits W_b
-    //    and dW_b += dlogits^T X while it is hot. dW_b goes through its transpose, X^T dlogits [H, n]:
-    //    oneDNN runs that GEMM with both operands plain, 7-9 % faster than dlogits^T X with the transposed
-    //    [c, n] operand; the [H, n] result is added to dW_b transposed in 16 x 16 register tiles.
+    //    and dW_b += dlogits^T X while it is hot. dW_b goes through its transpose, X^T dlogits [H, n], in
+    //    tiles of 256 rows of H: oneDNN runs that GEMM with both operands plain, 7-9 % faster than dlogits^T X
+    //    with the transposed [c, n] operand on hot operands (config a's block); each [256, n] tile (in L2)
+    //    is added to dW_b transposed in 16 x 16 register tiles.
     float* dXc = dX + c0 * H;
     if (xt) transpose16::transpose_floats<false>(Xc, c, H, H, xt, c);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (par)
@@ -164,9 +167,12 @@ double linear_cross_entropy(const float* X, const float* W, const int32_t* label
         }
         sgemm(false, false, c, H, n, 1.0f, D, n, W + v0 * H, H, b == b0 ? 0.0f : 1.0f, dx, H);
         if (dW) {
-          float* dwt = own(dwt_all, H * kVocabBlock);
-          sgemm(false, false, H, n, c, 1.0f, xt, c, D, n, 0.0f, dwt, n);
-          transpose16::transpose_floats<true>(dwt, H, n, n, dW + v0 * H, H);
+          float* dwt = own(dwt_all, dw_rows * kVocabBlock);
+          for (int64_t h0 = 0; h0 < H; h0 += dw_rows) {  // dW_b[:, h0:h0+hn] += (X^T[h0:h0+hn] D)^T
+            const int64_t hn = std::min(dw_rows, H - h0);
+            sgemm(false, false, hn, n, c, 1.0f, xt + h0 * c, c, D, n, 0.0f, dwt, n);
+            transpose16::transpose_floats<true>(dwt, hn, n, n, dW + v0 * H + h0, H);
+          }
         }
       }
     }
@@ -179,12 +185,14 @@ double linear_cross_entropy(const float* X, const float* W, const int32_t* label
   return loss;
 }
 
-int64_t linear_cross_entropy_scratch_bytes(int64_t T, int64_t V, int64_t H, int64_t chunk_rows, bool backward) {
+int64_t linear_cross_entropy_scratch_bytes(int64_t T, int64_t V, int64_t H, int64_t chunk_rows, bool backward,
+                                           bool with_dw, int threads) {
   const Sizes z = sizes(T, V, H, chunk_rows);
-  const int64_t threads = z.nblk > 1 && z.chunk * V > kParWork ? std::min<int64_t>(omp_get_max_threads(), z.nblk) : 1;
+  threads = z.nblk > 1 && z.chunk * V > kParWork ? static_cast<int>(std::clamp<int64_t>(threads, 1, z.nblk)) : 1;
   int64_t b = 4 * (z.chunk * V + 2 * z.nblk * z.chunk + z.chunk) + 8 * z.chunk;
   if (backward && z.nslab > 1) b += 4 * (z.nslab - 1) * z.chunk * H;
-  if (backward) b += 4 * (threads * z.chunk * kVocabBlock + H * z.chunk + threads * H * kVocabBlock);  // dlogits, X^T, dW^T
+  if (backward) b += 4 * threads * z.chunk * kVocabBlock;                                   // dlogits blocks
+  if (backward && with_dw) b += 4 * (H * z.chunk + threads * std::min(H, kDwRows) * kVocabBlock);  // X^T, dW^T tiles
   return b;
 }
 

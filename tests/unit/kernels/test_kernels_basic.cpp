@@ -444,6 +444,27 @@ TEST(KernelsEmbedding, CheckIdsAndDeterministicScatter) {
   EXPECT_NEAR(s, r, 1e-4);
 }
 
+// The row maximum under cross_entropy_forward's log-sum-exp: one logit 200 above the others at every column
+// of rows of 1..513 columns (the four running maxima, the tail, a lone tail), NaN-free rows followed in memory
+// by +1e30 sentinels past the row's end. A maximum taken short (a lane, accumulator or tail missed) makes
+// exp(200 - m) overflow; one read past the row makes every exp underflow; either leaves lse != 200 + log(1 +
+// sum exp(x - 200)) (float64 here).
+TEST(KernelsCrossEntropy, RowMaximumSeesEveryColumnAndNothingPast) {
+  for (int64_t n : {1, 15, 16, 17, 63, 64, 65, 127, 128, 513}) {
+    for (int64_t at = 0; at < n; ++at) {
+      std::vector<float> row(static_cast<size_t>(n + 64), 1e30f);
+      const auto base = randv(n, 50 + static_cast<uint32_t>(n));
+      for (int64_t j = 0; j < n; ++j) row[j] = j == at ? 200.0f : base[j];
+      double s = 0.0;
+      for (int64_t j = 0; j < n; ++j) s += std::exp(static_cast<double>(row[j]) - 200.0);
+      const int32_t label = 0;
+      float lse = 0.0f;
+      cross_entropy_forward(row.data(), &label, 1, n, &lse);
+      ASSERT_NEAR(lse, 200.0 + std::log(s), 2e-5) << "n " << n << ", maximum at column " << at;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- AdamW
 
 TEST(KernelsAdamW, StepErrorAndParallelPathMatchesSerial) {

@@ -124,23 +124,27 @@ TEST(LinearCrossEntropy, ManyVocabBlocksMatchFloat64Loop) {
   EXPECT_LE(rel_err(lse, ref.lse), 1e-6);
 }
 
-// Shapes off the 16 x 16 tiles of the dW path's transposes (X^T per chunk, dW^T per block): H = 17 (one
-// edge column / row), chunks of 33 rows (two tiles and one row), 16 (exact) and a 1-row last chunk, and a
-// last vocab block of 76 columns (four tiles and 12 columns).
+// Shapes off the 16 x 16 tiles of the dW path's transposes (X^T per chunk, dW^T per block, dW^T made 256
+// rows of H at a time): H = 17 (one edge column / row) and 300 (a 256-row tile and a 44-row one), chunks of
+// 33 rows (two tiles and one row), 16 (exact) and a 1-row last chunk, and a last vocab block of 52 columns
+// (three tiles and 4 columns); chunks of 33 and 16 rows run their blocks on two threads.
 TEST(LinearCrossEntropy, ShapesOffTheTransposeTilesMatchFloat64Loop) {
-  const int64_t T = 33, V = 1100, H = 17;
-  const auto X = randv(T * H, 7, 1.0f), W = randv(V * H, 8, 0.7f);
+  for (const int64_t H : {int64_t{17}, int64_t{300}}) {
+  const int64_t T = 33, V = 2100;
+  const auto X = randv(T * H, 7, 1.0f), W = randv(V * H, 8, 0.7f * std::sqrt(17.0f / static_cast<float>(H)));
   std::vector<int32_t> lab(T);
-  for (int64_t t = 0; t < T; ++t) lab[t] = t == 5 ? -100 : static_cast<int32_t>((t * 331 + 1050) % V);
+  for (int64_t t = 0; t < T; ++t) lab[t] = t == 5 ? -100 : static_cast<int32_t>((t * 331 + 2050) % V);
   const float scale = 1.0f / 32.0f;
   const Ref ref = reference(X, W, lab, T, V, H, scale);
   const std::pair<int64_t, int> runs[] = {{0, 1}, {16, 1}, {16, 2}, {0, 2}};
   for (auto [chunk, threads] : runs) {
-    SCOPED_TRACE("chunk " + std::to_string(chunk) + ", " + std::to_string(threads) + " thread(s)");
+    SCOPED_TRACE("H " + std::to_string(H) + ", chunk " + std::to_string(chunk) + ", " + std::to_string(threads) +
+                 " thread(s)");
     const Out o = run(X, W, lab, T, V, H, scale, chunk, threads);
     EXPECT_LE(std::fabs(o.loss - ref.loss) / std::fabs(ref.loss), 1e-6) << o.loss << " vs " << ref.loss;
     EXPECT_LE(rel_err(o.dx, ref.dx), 1e-5);
     EXPECT_LE(rel_err(o.dw, ref.dw, 0.25), 1e-5);
+  }
   }
 }
 

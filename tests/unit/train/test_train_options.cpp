@@ -240,8 +240,8 @@ TEST(TrainOptions, MaxStepsZeroIsOneEpoch) {
 
 // clip_grad_and_step(max_grad_norm) honours its argument (megatron_model.h; Twinkle ignores it): an
 // argument clips exactly as the same value set as OptimizerConfig::clip_grad does (that path is checked
-// against torch.nn.utils.clip_grad_norm_ by train_vs_torch_*), and an argument <= 0 turns a configured
-// clipping off. The coefficient is torch's max_norm / (norm + 1e-6). adam_eps 1e-3 makes the update
+// against torch.nn.utils.clip_grad_norm_ by train_vs_torch_*), and an argument <= 0 (0 or negative, as the
+// Python docstring says) turns a configured clipping off. The coefficient is torch's max_norm / (norm + 1e-6). adam_eps 1e-3 makes the update
 // depend on the gradient's scale (with eps 1e-8 Adam's first step is nearly lr * sign(g)).
 TEST(MaxGradNorm, TheArgumentClipsAsTheConfiguredValueDoes) {
   auto train = [](double configured, std::optional<double> arg, StepStats& st) {
@@ -251,12 +251,12 @@ TEST(MaxGradNorm, TheArgumentClipsAsTheConfiguredValueDoes) {
     st = m.clip_grad_and_step(arg);
     return m.model().store().flat_params().to_vector();
   };
-  StepStats a, b, c, d;
+  StepStats a, b, c, d, e;
   const std::vector<float> off = train(0.0, std::nullopt, d);
   ASSERT_GT(d.grad_norm, 0.0);
   const double clip = d.grad_norm / 4;  // active: a quarter of the step's norm
   const std::vector<float> clipped = train(clip, std::nullopt, a), by_arg = train(0.0, clip, b),
-                           off_by_arg = train(clip, 0.0, c);
+                           off_by_arg = train(clip, 0.0, c), off_by_negative = train(clip, -1.0, e);
   EXPECT_EQ(a.grad_norm, d.grad_norm);
   EXPECT_NEAR(a.clip_coef, clip / (a.grad_norm + 1e-6), 1e-9);
   EXPECT_EQ(b.clip_coef, a.clip_coef);
@@ -264,5 +264,7 @@ TEST(MaxGradNorm, TheArgumentClipsAsTheConfiguredValueDoes) {
   EXPECT_EQ(c.clip_coef, 1.0);
   EXPECT_EQ(d.clip_coef, 1.0);
   EXPECT_TRUE(same_bits(off_by_arg, off)) << "max_grad_norm 0 did not turn the configured clipping off";
+  EXPECT_EQ(e.clip_coef, 1.0);
+  EXPECT_TRUE(same_bits(off_by_negative, off)) << "max_grad_norm -1 did not turn the configured clipping off";
   EXPECT_FALSE(same_bits(clipped, off));  // the clipping moves the weights
 }

@@ -19,9 +19,11 @@ double linear_cross_entropy(const float* X, const float* W, const int32_t* label
                             float grad_scale, float* lse, float* dX, float* dW, int64_t chunk_rows);
 
 /// Bytes of the grow-only thread_local buffers linear_cross_entropy keeps after a call with these sizes
-/// (`backward`: with dX): the [chunk, V] logits, per-block row maxima and sums, and with `backward` the dX
-/// partial sums, the chunk's X^T and per OpenMP thread it uses (this process's omp_get_max_threads())
-/// one [chunk, 512] dlogits block and one [H, 512] dW^T block.
-int64_t linear_cross_entropy_scratch_bytes(int64_t T, int64_t V, int64_t H, int64_t chunk_rows, bool backward);
+/// run on `threads` OpenMP threads (`backward`: with dX; `with_dw`: with dW too): the [chunk, V] logits,
+/// per-block row maxima and sums, and with `backward` the dX partial sums and one [chunk, 512] dlogits
+/// block per thread it uses, with `with_dw` also the chunk's X^T and one [min(H, 256), 512] dW^T tile
+/// per thread.
+int64_t linear_cross_entropy_scratch_bytes(int64_t T, int64_t V, int64_t H, int64_t chunk_rows, bool backward,
+                                           bool with_dw, int threads);
 
 }  // namespace twinkle::kernels::cpu
