@@ -25,6 +25,12 @@ class LoraConfig:
     alpha_pattern: dict = field(default_factory=dict)
     task_type: Optional[str] = None
     inference_mode: bool = False
+    # PEFT fields twinkle refuses when set (model/__init__.py _LORA_UNSUPPORTED); present so that a
+    # peft.LoraConfig carrying them is refused by name instead of having them dropped on conversion
+    lora_bias: bool = False
+    trainable_token_indices: Optional[Any] = None
+    layer_replication: Optional[List[Any]] = None
+    target_parameters: Optional[List[str]] = None
 
     def __post_init__(self):
         if not isinstance(self.r, int) or self.r <= 0:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 import unittest
 
 ROOT = os.environ.get('TWINKLE_SOURCE_DIR') or os.path.dirname(os.path.dirname(os.path.dirname(
@@ -615,6 +616,9 @@ class LoraAdapterTest(unittest.TestCase):
                          (dict(init_lora_weights='pissa'), 'init_lora_weights'),
                          (dict(modules_to_save=['lm_head']), 'modules_to_save'),
                          (dict(rank_pattern={'q_proj': 4}), 'rank_pattern'),
+                         (dict(lora_bias=True), 'lora_bias'), (dict(layer_replication=[[0, 1]]), 'layer_replication'),
+                         (dict(trainable_token_indices=[5]), 'trainable_token_indices'),
+                         (dict(target_parameters=['mlp.down_proj.weight']), 'target_parameters'),
                          (dict(lora_alpha=-1), "lora option 'lora_alpha'"),
                          (dict(lora_dropout=1.0), 'lora_dropout'),
                          (dict(target_modules=['qproj']), "'qproj' matches no linear module"),
@@ -622,6 +626,9 @@ class LoraAdapterTest(unittest.TestCase):
                          (dict(target_modules=[]), 'non-empty list')):
             with self.assertRaisesRegex(ValueError, msg):
                 m.add_adapter_to_model('default', LoraConfig(**bad))
+        # a peft.LoraConfig-like object: its fields twinkle does not support are refused, not dropped
+        with self.assertRaisesRegex(ValueError, 'lora_bias'):
+            m.add_adapter_to_model('default', types.SimpleNamespace(r=8, lora_alpha=8, lora_bias=True))
         with self.assertRaisesRegex(TypeError, 'unexpected keyword'):
             m.add_adapter_to_model('default', LoraConfig(), gradient_checkpointing=True)
         with self.assertRaisesRegex(TypeError, 'expected a LoraConfig'):

@@ -33,7 +33,8 @@ _PEFT_DEFAULT_TARGETS = ['q_proj', 'v_proj']
 # LoraConfig fields twinkle does not implement: (field, the value that means "not used")
 _LORA_UNSUPPORTED = (('exclude_modules', None), ('bias', 'none'), ('fan_in_fan_out', False), ('use_dora', False),
                      ('modules_to_save', None), ('layers_to_transform', None), ('layers_pattern', None),
-                     ('rank_pattern', {}), ('alpha_pattern', {}), ('inference_mode', False))
+                     ('rank_pattern', {}), ('alpha_pattern', {}), ('inference_mode', False), ('lora_bias', False),
+                     ('trainable_token_indices', None), ('layer_replication', None), ('target_parameters', None))
 
 
 def _lora_options(cfg, linear_modules):
