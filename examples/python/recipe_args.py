@@ -4,9 +4,14 @@
 # the same extra arguments to either. An option the script does not have (--save-interval, --resume,
 # --device, --kernels, ...: the C++ recipes' extras) is refused by name (exit 2), never ignored.
 # Each option's default comes from its TWINKLE_* environment variable (the scripts' older interface),
-# else the script's own default; the command line wins over the environment.
+# else the script's own default; the command line wins over the environment. train_and_save is the
+# recipes' training loop (the seed's loop, with --max-steps and metrics.jsonl as the C++ recipes have them).
 import argparse
+import json
 import os
+
+DENSE_METRICS = ('step', 'loss', 'grad_norm', 'lr', 'tokens', 'tokens_per_s', 'mfu', 'step_time_s')
+MOE_METRICS = DENSE_METRICS + ('lm_loss', 'aux_loss', 'z_loss', 'expert_load_max', 'expert_load_min')
 
 
 def _env_int(name, default):
@@ -68,3 +73,32 @@ def parse_recipe_args(prog, *, model, data_rows, max_steps, batch_size, output_d
     args.target_modules = (args.lora_targets if args.lora_targets == 'all-linear' else
                            [t.strip() for t in args.lora_targets.split(',') if t.strip()])
     return args
+
+
+def train_and_save(model, dataloader, steps, output_dir, metric_keys, logger, rank):
+    """The seed's loop: forward_backward, clip_grad_and_step and the metric log per batch, for `steps`
+    optimizer steps (past one epoch the next begins, as in the C++ recipes); rank 0 writes the
+    metric_keys of model.last_metrics() to output_dir/metrics.jsonl, one line per step. Ends with the
+    checkpoint 'last-checkpoint' saved under output_dir."""
+    metrics_file = None
+    if rank == 0:
+        os.makedirs(output_dir, exist_ok=True)
+        metrics_file = open(os.path.join(output_dir, 'metrics.jsonl'), 'w')
+    step = 0
+    while step < steps:
+        for batch in dataloader:
+            model.forward_backward(inputs=batch)
+            model.clip_grad_and_step()
+            metric = model.calculate_metric(is_training=True)
+            logger.info(f'Current is step {step} of {len(dataloader)}, metric: {metric}')
+            if metrics_file is not None:
+                m = model.last_metrics()
+                metrics_file.write(json.dumps({k: m[k] for k in m if k in metric_keys}) + '\n')
+                metrics_file.flush()
+            step += 1
+            if step >= steps:
+                break
+    if metrics_file is not None:
+        metrics_file.close()
+    path = model.save('last-checkpoint', output_dir=output_dir)
+    logger.info(f'checkpoint: {path}, metrics: {os.path.join(output_dir, "metrics.jsonl")}')

@@ -18,11 +18,10 @@
 # --bf16 (MegatronModel's default mixed_precision, Twinkle's) / --fp32 (mixed_precision='no').
 # The environment variables TWINKLE_MODEL, TWINKLE_DATA_ROWS, TWINKLE_MAX_STEPS, TWINKLE_OUTPUT_DIR,
 # TWINKLE_MIXED_PRECISION and TWINKLE_LORA give their defaults. Other options are refused by name.
-import json
 import os
 
 import twinkle
-from recipe_args import parse_recipe_args
+from recipe_args import DENSE_METRICS, parse_recipe_args, train_and_save
 from twinkle import DeviceMesh, LoraConfig, Platform, get_device_placement, get_logger
 from twinkle.dataloader import DataLoader
 from twinkle.dataset import Dataset, DatasetMeta
@@ -63,29 +62,7 @@ def train():
     logger.info(model.get_train_configs())
     logger.info(f'Total steps: {len(dataloader)}')
 
-    metrics_file = None
-    if Platform.get_rank() == 0:
-        os.makedirs(OUTPUT_DIR, exist_ok=True)
-        metrics_file = open(os.path.join(OUTPUT_DIR, 'metrics.jsonl'), 'w')
-    step = 0
-    while step < steps:  # --max-steps past one epoch continues into the next, as the C++ recipe
-        for batch in dataloader:
-            model.forward_backward(inputs=batch)
-            model.clip_grad_and_step()
-            metric = model.calculate_metric(is_training=True)
-            logger.info(f'Current is step {step} of {len(dataloader)}, metric: {metric}')
-            if metrics_file is not None:
-                m = model.last_metrics()
-                metrics_file.write(json.dumps({k: m[k] for k in ('step', 'loss', 'grad_norm', 'lr', 'tokens',
-                                                                   'tokens_per_s', 'mfu', 'step_time_s')}) + '\n')
-                metrics_file.flush()
-            step += 1
-            if step >= steps:
-                break
-    if metrics_file is not None:
-        metrics_file.close()
-    path = model.save('last-checkpoint', output_dir=OUTPUT_DIR)
-    logger.info(f'checkpoint: {path}, metrics: {os.path.join(OUTPUT_DIR, "metrics.jsonl")}')
+    train_and_save(model, dataloader, steps, OUTPUT_DIR, DENSE_METRICS, logger, Platform.get_rank())
 
 
 if __name__ == '__main__':

@@ -23,11 +23,10 @@
 # --dp/--tp/--pp/--cp/--ep (TWINKLE_MOE_MESH's sizes), --lora [--lora-r --lora-alpha --lora-targets]
 # (the seed's adapter line), --bf16 (Twinkle's default mixed_precision) / --fp32. TWINKLE_MODEL, TWINKLE_DATA_ROWS, TWINKLE_MAX_STEPS, TWINKLE_OUTPUT_DIR,
 # TWINKLE_MIXED_PRECISION and TWINKLE_LORA give their defaults. Other options are refused by name.
-import json
 import os
 
 import twinkle
-from recipe_args import parse_recipe_args
+from recipe_args import MOE_METRICS, parse_recipe_args, train_and_save
 from twinkle import DeviceMesh, LoraConfig, Platform, get_device_placement, get_logger
 from twinkle.dataloader import DataLoader
 from twinkle.dataset import Dataset, DatasetMeta
@@ -77,31 +76,8 @@ def train():
     logger.info(model.get_train_configs())
     logger.info(f'Total steps: {len(dataloader)}')
 
-    metrics_file = None
-    if Platform.get_rank() == 0:
-        os.makedirs(OUTPUT_DIR, exist_ok=True)
-        metrics_file = open(os.path.join(OUTPUT_DIR, 'metrics.jsonl'), 'w')
     steps = ARGS.max_steps or len(dataloader)  # --max-steps: 0 = one epoch
-    step = 0
-    while step < steps:  # past one epoch the next begins, as in the C++ recipe
-        for batch in dataloader:
-            model.forward_backward(inputs=batch)
-            model.clip_grad_and_step()
-            metric = model.calculate_metric(is_training=True)
-            logger.info(f'Current is step {step} of {len(dataloader)}, metric: {metric}')
-            if metrics_file is not None:
-                m = model.last_metrics()
-                metrics_file.write(json.dumps({k: m[k] for k in m if k in (
-                    'step', 'loss', 'grad_norm', 'lr', 'tokens', 'lm_loss', 'aux_loss', 'z_loss', 'expert_load_max',
-                    'expert_load_min', 'tokens_per_s', 'mfu', 'step_time_s')}) + '\n')
-                metrics_file.flush()
-            step += 1
-            if step >= steps:
-                break
-    if metrics_file is not None:
-        metrics_file.close()
-    path = model.save('last-checkpoint', output_dir=OUTPUT_DIR)
-    logger.info(f'checkpoint: {path}, metrics: {os.path.join(OUTPUT_DIR, "metrics.jsonl")}')
+    train_and_save(model, dataloader, steps, OUTPUT_DIR, MOE_METRICS, logger, Platform.get_rank())
 
 
 if __name__ == '__main__':
