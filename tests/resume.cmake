@@ -33,3 +33,9 @@ twinkle_resume_test(bad_checkpoints 1 --mode bad)
 # router pair replicated): saved on dp4 ep2 and resumed in one process, on dp2 ep2 and on tp2 dp2 ep2
 twinkle_resume_test(exact_dp4_ep2_moe_lora_reshard 4 --model moe --lora-r 4 --np 4 --layout "--dp 4 --ep 2"
                     --reshard "1:,2:--dp 2 --ep 2,4:--tp 2 --dp 2 --ep 2")
+# --metrics-file on --resume keeps the lines of the steps up to the checkpoint (it was truncated,
+# losing the first half of the curve) and drops later ones and a cut-off line
+add_test(NAME resume_keeps_metrics_file_lines
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "metrics resume check OK: .*"
+                 /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_metrics_resume.py --build ${CMAKE_BINARY_DIR})
+set_tests_properties(resume_keeps_metrics_file_lines PROPERTIES TIMEOUT 120)

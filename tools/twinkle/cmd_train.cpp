@@ -22,6 +22,7 @@
 
 #include "command.h"
 #include "dataset_args.h"
+#include "metrics_file.h"
 #include "twinkle/data/dataloader.h"
 #include "twinkle/data/dataset.h"
 #include "twinkle/data/preprocessor.h"
@@ -95,7 +96,7 @@ int train_main(int argc, char** argv) {
                  "a step with a NaN/inf loss or grad norm: error (stop, weights untouched) | skip (no update, counted)");
   app.add_option("--seed", seed, "seed of the random init (when the model has no weights) and shuffling");
   app.add_option("--output-dir", output_dir, "where the final Hugging Face checkpoint is written");
-  app.add_option("--metrics-file", metrics_file, "JSONL file (rewritten per run) that gets one line of metrics per step (default: none)");
+  app.add_option("--metrics-file", metrics_file, "JSONL file that gets one line of metrics per step (default: none); rewritten by a new run, kept up to the checkpoint's step by --resume");
   app.add_option("--tp", tp, "tensor-parallel size");
   app.add_option("--pp", pp, "pipeline-parallel size");
   app.add_option("--dp", dp, "data-parallel size (0 = world / (tp*pp*cp))");
@@ -279,14 +280,7 @@ int train_main(int argc, char** argv) {
   log.info(twinkle::get_device_placement());
   log.info("\n" + m.get_train_configs());
 
-  std::ofstream metrics;
   const bool rank0 = ps.global_rank == 0;
-  if (rank0 && !metrics_file.empty()) {
-    auto parent = std::filesystem::path(metrics_file).parent_path();
-    if (!parent.empty()) std::filesystem::create_directories(parent);
-    metrics.open(metrics_file, std::ios::trunc);  // one run per file; each step appends a line
-    twinkle::check(metrics.good(), "cannot open metrics file " + metrics_file);
-  }
   int64_t step = 0;
   if (!resume.empty()) {
     const twinkle::ResumeState rs = m.resume_from_checkpoint(resume, false, &loader);
@@ -297,6 +291,15 @@ int train_main(int argc, char** argv) {
     if (step >= steps && rank0)
       log.warning("nothing to train: the checkpoint is at step " + std::to_string(step) + " and --max-steps gives " +
                   std::to_string(steps) + " steps; raise --max-steps to continue training");
+  }
+  // A new run rewrites the metrics file; a resumed one keeps its steps up to the checkpoint.
+  std::ofstream metrics;
+  if (rank0 && !metrics_file.empty()) {
+    int64_t kept = 0;
+    metrics = twinkle::cli::open_metrics_file(metrics_file, step, &kept);
+    if (step > 0)
+      log.info("metrics: kept the " + std::to_string(kept) + " lines of steps 1.." + std::to_string(step) + " in " +
+               metrics_file + ", appending");
   }
   twinkle::LocalBatch batch;
   int64_t rss_at_start = 0;

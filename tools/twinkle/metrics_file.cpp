@@ -1,0 +1,36 @@
+// `twinkle train --metrics-file`: a new run truncates the file, a resumed run keeps the steps up
+// to its checkpoint (see metrics_file.h).
+#include "metrics_file.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "twinkle/core/error.h"
+
+namespace twinkle::cli {
+
+std::ofstream open_metrics_file(const std::string& path, int64_t resumed_step, int64_t* kept) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  std::vector<std::string> lines;
+  if (resumed_step > 0 && std::filesystem::exists(path)) {
+    std::ifstream in(path);
+    twinkle::check(in.good(), "cannot read metrics file " + path + " (--metrics-file, kept on --resume)");
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() >= 1 &&
+          j["step"].get<int64_t>() <= resumed_step)
+        lines.push_back(line);
+    }
+  }
+  std::ofstream out(path, std::ios::trunc);
+  twinkle::check(out.good(), "cannot open metrics file " + path);
+  for (const auto& l : lines) out << l << "\n";
+  out.flush();
+  twinkle::check(out.good(), "cannot write metrics file " + path);
+  if (kept) *kept = static_cast<int64_t>(lines.size());
+  return out;
+}
+
+}  // namespace twinkle::cli
