@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <regex>
 #include <sstream>
 #include <fstream>
 #include <iterator>
@@ -39,7 +40,8 @@ std::shared_ptr<dist::ParallelState> global_state() {
 // instead when the directory holds weights of another kind, which the random init would silently
 // replace: a PEFT adapter directory (adapter_config.json; transformers with peft loads
 // base_model_name_or_path plus the adapter from it, twinkle takes them as --model / --adapter), or
-// weight files twinkle does not read (PyTorch pickles, other safetensors names).
+// weight files twinkle does not read (PyTorch pickles, other safetensors names), or the remains of a
+// save interrupted while writing the weights (their temporaries, or shards without the index).
 void refuse_unread_weights(const std::string& dir) {
   std::error_code ec;
   if (fs::is_regular_file(fs::path(dir) / "adapter_config.json", ec)) {
@@ -49,17 +51,32 @@ void refuse_unread_weights(const std::string& dir) {
                 " --adapter " + dir + "` (Python: MegatronModel(base), then add_adapter_to_model('default', '" + dir +
                 "')); `twinkle export --model BASE --adapter DIR --merge -o OUT` writes a merged model");
   }
-  std::vector<std::string> found;
+  std::vector<std::string> found, interrupted;
+  // What an interrupted save leaves (io's write_file_atomic writes `<file>.tmp.<pid>` and renames
+  // it into place when complete; a sharded save writes model.safetensors.index.json last): the
+  // temporaries of the weights or the index, or shards without their index.
+  static const std::regex temp_weights(R"((model(-[0-9]{5}-of-[0-9]{5})?\.safetensors(\.index\.json)?)\.tmp\.[0-9]+)");
+  static const std::regex shard(R"(model-[0-9]{5}-of-[0-9]{5}\.safetensors)");
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string(), x = e.path().extension().string();
+    if (std::regex_match(n, temp_weights) || std::regex_match(n, shard)) interrupted.push_back(n);
     if (x == ".bin" || x == ".pt" || x == ".pth" || x == ".safetensors" || x == ".gguf" ||
         n == "pytorch_model.bin.index.json")
       found.push_back(n);
   }
+  auto join = [](std::vector<std::string> v) {
+    std::sort(v.begin(), v.end());
+    std::string list;
+    for (const auto& f : v) list += (list.empty() ? "" : ", ") + f;
+    return list;
+  };
+  if (!interrupted.empty())
+    throw Error("model " + dir + ": holds no complete weights but " + join(interrupted) +
+                ", what a save interrupted while writing them leaves (a weight file appears under its name only "
+                "when complete; model.safetensors.index.json is written after the shards): save the model again "
+                "or use an earlier checkpoint; the seeded random init is not used for a directory in this state");
   if (found.empty()) return;
-  std::sort(found.begin(), found.end());
-  std::string list;
-  for (const auto& f : found) list += (list.empty() ? "" : ", ") + f;
+  const std::string list = join(found);
   throw Error("model " + dir + ": holds weight files twinkle does not read (" + list +
               "); it reads model.safetensors, or shards listed in model.safetensors.index.json (transformers' "
               "save_pretrained(dir, safe_serialization=True) writes them)");

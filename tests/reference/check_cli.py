@@ -25,7 +25,9 @@
 - `twinkle eval` reads a dataset as `twinkle train` does: Alpaca rows (it refused them as malformed
   message rows), --self-cognition, --data-slice (it had neither), a directory of several files;
 - a PEFT adapter directory given as --model, or a directory of pytorch_model.bin weights, is refused
-  naming what to do (it got the seeded random init with only a warning: garbage generations).
+  naming what to do (it got the seeded random init with only a warning: garbage generations);
+- a model directory left by a save killed while writing its weights (model.safetensors.tmp.<pid>),
+  or shards without their index, is refused as incomplete (it got the seeded random init too).
 Run with /usr/bin/python3.
 """
 import argparse
@@ -300,6 +302,44 @@ def main():
         if rc != 0 or "seeded random init" not in err:
             failures.append(f"generate --model models/qwen3-tiny (no weights): rc {rc}, expected the random-init "
                             f"warning; {err[-300:]!r}")
+
+    # 8. what a save interrupted while writing the weights leaves is refused as incomplete, not run
+    # as the seeded random init: the final save of `twinkle train` SIGKILLed inside model.safetensors
+    # (TWINKLE_FAULT_WRITE=kill:N, N bytes past the tokenizer files and config.json) leaves
+    # config.json and model.safetensors.tmp.<pid>; shards without their model.safetensors.index.json
+    # (written last by a sharded save) likewise.
+    with tempfile.TemporaryDirectory(prefix="twinkle-cli-") as tmp:
+        cut = os.path.join(tmp, "cut")
+        before_weights = sum(os.path.getsize(os.path.join(model, f)) for f in ("tokenizer.json", "tokenizer_config.json"))
+        rc, out, err = run([twinkle, "train", "--model", model, "--dataset", data, "--self-cognition", "a,b",
+                            "--batch-size", "2", "--max-steps", "1", "--data-slice", "2", "--output-dir", cut],
+                           env=dict(os.environ, TWINKLE_FAULT_WRITE=f"kill:{before_weights + 200000}"))
+        left = sorted(os.listdir(cut)) if os.path.isdir(cut) else []
+        temps = [n for n in left if n.startswith("model.safetensors.tmp.")]
+        if rc == 0 or "config.json" not in left or "model.safetensors" in left or len(temps) != 1:
+            failures.append(f"interrupting the final save: rc {rc}, left {left}; expected a kill inside "
+                            "model.safetensors leaving config.json and one model.safetensors.tmp.<pid>")
+        else:
+            want = f"model {cut}: holds no complete weights but {temps[0]}, what a save interrupted"
+            for cmd in ([twinkle, "generate", "--model", cut, "--prompt", "hi", "--max-new-tokens", "2"],
+                        [twinkle, "train", "--model", cut, "--dataset", data, "--self-cognition", "a,b",
+                         "--batch-size", "2", "--max-steps", "1", "--data-slice", "2", "--no-save"]):
+                rc, out, err = run(cmd)
+                if rc == 0 or want not in err or "parameters get the seeded random init" in err:
+                    failures.append(f"{cmd[1]} --model <interrupted save>: rc {rc}, expected {want!r}; {err[-400:]!r}")
+        shards = os.path.join(tmp, "shards")
+        os.makedirs(shards)
+        for fn in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+            with open(os.path.join(model, fn), "rb") as src_f, open(os.path.join(shards, fn), "wb") as f:
+                f.write(src_f.read())
+        for name in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
+            with open(os.path.join(shards, name), "wb") as f:
+                f.write(b"\x08" + b"\x00" * 7 + b"{}      ")  # a valid empty safetensors file: never read
+        rc, out, err = run([twinkle, "generate", "--model", shards, "--prompt", "hi", "--max-new-tokens", "2"])
+        want = (f"model {shards}: holds no complete weights but model-00001-of-00002.safetensors, "
+                "model-00002-of-00002.safetensors, what a save interrupted")
+        if rc == 0 or want not in err:
+            failures.append(f"generate --model <shards without index>: rc {rc}, expected {want!r}; {err[-400:]!r}")
     return harness.report(failures, "cli OK")
 
 

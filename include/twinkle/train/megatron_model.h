@@ -148,7 +148,9 @@ class MegatronModel {
   /// Throws twinkle::Error when the model does not fit the mesh, and (load_weights on) when the
   /// directory has no model.safetensors / index but other weights the random init would hide: a
   /// PEFT adapter directory (adapter_config.json; the message names its base model and --adapter)
-  /// or unread weight files (*.bin, *.pt, *.pth, *.gguf, other *.safetensors names).
+  /// or unread weight files (*.bin, *.pt, *.pth, *.gguf, other *.safetensors names), or what an
+  /// interrupted save leaves (model*.safetensors[.index.json].tmp.<pid> temporaries, or
+  /// model-NNNNN-of-NNNNN.safetensors shards without their index): "holds no complete weights".
   explicit MegatronModel(const std::string& model_id, const MegatronModelOptions& options = {});
 
   /// Adds LoRA adapter `name` (Twinkle's add_adapter_to_model; one adapter per model,
