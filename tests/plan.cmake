@@ -16,3 +16,8 @@ add_test(NAME plan_memory_per_rank_exceeded
                  ${CMAKE_BINARY_DIR}/bin/twinkle plan --model ${CMAKE_SOURCE_DIR}/models/qwen3-tiny --micro-batch-size 1
                  --seq-length 64 --memory-per-rank 0.01)
 set_tests_properties(plan_memory_per_rank_exceeded PROPERTIES TIMEOUT 60)
+# a row length training pads under cp (to 2·cp, 2·cp·tp with SP) is planned padded, not refused
+add_test(NAME plan_cp_pads_rows_as_training
+         COMMAND ${TWINKLE_CHECK_RUN} "plan cp padding check OK: [0-9]+ cases"
+                 /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_plan_cp_padding.py --build ${CMAKE_BINARY_DIR})
+set_tests_properties(plan_cp_pads_rows_as_training PROPERTIES TIMEOUT 120 PROCESSORS 2)

@@ -133,7 +133,10 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
   need(c.intermediate_size % t == 0, "intermediate_size is not divisible by tp " + std::to_string(t));
   // sequence parallelism: asked for, or switched on for a MoE model with tp > 1 (as training does)
   const bool sp = (o.sequence_parallel || c.is_moe()) && t > 1;
-  need(o.seq_length % (cp > 1 ? 2 * cp : 1) == 0, "--seq-length must divide by 2·cp");
+  // Under cp every row is right-padded to a multiple of 2·cp (2·cp·tp with SP) before the
+  // load-balanced split, as training does (parallel/cp_split.h); the rows are held padded.
+  const int64_t pad_multiple = cp > 1 ? 2 * cp * (sp ? t : 1) : 1;
+  const int64_t S = (o.seq_length + pad_multiple - 1) / pad_multiple * pad_multiple;
   const int64_t gbs = o.global_batch_size > 0 ? o.global_batch_size : o.micro_batch_size * d;
   need(gbs % (o.micro_batch_size * d) == 0, "the global batch " + std::to_string(gbs) +
                                                 " is not divisible by micro-batch size x dp");
@@ -151,7 +154,7 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
   const int64_t nq = c.num_attention_heads / t * D, nkv = c.num_key_value_heads / t * D, I = c.intermediate_size / t;
   const int64_t hq = c.num_attention_heads / t;
   const int64_t mdiv = 128 * t, Vp = (c.vocab_size + mdiv - 1) / mdiv * mdiv, Vl = Vp / t;
-  const int64_t T = o.micro_batch_size * o.seq_length / cp;  // tokens of a micro-batch on a rank
+  const int64_t T = o.micro_batch_size * S / cp;  // tokens of a micro-batch on a rank
   const int64_t Tl = sp ? (T + t - 1) / t : T;
   const int64_t E = c.num_experts, K = c.num_experts_per_tok, Im = c.moe_intermediate_size;
   const int64_t Iml = c.is_moe() ? Im / etp : 0;  // each expert's gate/up rows, down columns on this etp rank
@@ -160,6 +163,7 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
 
   Plan plan;
   plan.micro_batches = m;
+  plan.padded_seq_length = S;
   const double tokens_global = static_cast<double>(gbs * o.seq_length);
   for (int s = 0; s < p; ++s) {
     StagePlan st;
@@ -308,7 +312,7 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     if (bf16) {
       Bf16Workspace b = bf16_workspace(gemms, last && t == 1, o.lm_head_chunk_tokens, T, c.vocab_size, H);
       if (nl > 0) {
-        const int64_t Tp = o.micro_batch_size * ((o.seq_length / cp + 63) / 64 * 64);  // rows padded to 64
+        const int64_t Tp = o.micro_batch_size * ((S / cp + 63) / 64 * 64);  // rows padded to 64
         b.attention = bf16_attention_backward_scratch(T, Tp, hq, c.num_key_value_heads / t, D);
       }
       w += b.gemm_scratch + b.fused_head + b.attention;

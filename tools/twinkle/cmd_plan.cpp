@@ -6,7 +6,8 @@
 //
 // Prints one row per pipeline stage (every tp / cp / dp rank of a stage holds the same): GiB of
 // parameters, gradients, optimizer state, activations, workspace, runtime and the peak, and the
-// TFLOPs the rank computes per step; the last line is the per-rank peak. A MoE rank's expert
+// TFLOPs the rank computes per step; the last line is the per-rank peak. Under cp > 1 rows are
+// planned padded as training pads them (a multiple of 2·cp, 2·cp·tp with SP; a line says so). A MoE rank's expert
 // FLOPs are those of balanced routing (its experts run its own tokens x top_k rows; the job total,
 // every token through top_k experts, holds for any routing; bench/layout_bench prints the rows
 // the experts of each rank really ran). With --memory-per-rank,
@@ -72,6 +73,7 @@ int cmd_plan(int argc, char** argv) {
   if (json) {
     nlohmann::json j;
     j["micro_batches"] = plan.micro_batches;
+    j["padded_seq_length"] = plan.padded_seq_length;
     j["mixed_precision"] = o.mixed_precision;
     j["job_model_flops_per_step"] = plan.job_model_flops;
     j["peak_bytes"] = worst.peak;
@@ -92,6 +94,10 @@ int cmd_plan(int argc, char** argv) {
                 o.mixed_precision.c_str(), o.recompute_granularity.c_str(), static_cast<long long>(o.micro_batch_size),
                 static_cast<long long>(o.seq_length), static_cast<long long>(plan.micro_batches),
                 o.tp * o.pp * o.dp * o.cp);
+    if (plan.padded_seq_length != o.seq_length)
+      std::printf("cp %d: each row of %lld tokens is padded to %lld (a multiple of 2·cp%s, as training pads it)\n", o.cp,
+                  static_cast<long long>(o.seq_length), static_cast<long long>(plan.padded_seq_length),
+                  (o.sequence_parallel || cfg.is_moe()) && o.tp > 1 ? "·tp under sequence parallelism" : "");
     std::printf("%-6s %-7s %-6s %11s %11s %11s %11s %11s %9s %10s %14s\n", "stage", "layers", "slots", "params GiB",
                 "grads GiB", "optim GiB", "activ GiB", "work GiB", "rt GiB", "peak GiB", "TFLOP/step");
     for (const auto& s : plan.stages)

@@ -48,7 +48,8 @@ struct PlanOptions {
   std::string pipeline_split = "balanced";
   std::vector<int64_t> layers_per_stage;
   int64_t micro_batch_size = 1;   ///< rows per micro-batch
-  int64_t seq_length = 2048;      ///< tokens per row (padded)
+  /// tokens per row; under cp > 1 each row is planned padded as training pads it (padded_seq_length)
+  int64_t seq_length = 2048;
   int64_t global_batch_size = 0;  ///< rows per step; 0 = micro_batch_size * dp (one micro-batch per replica)
   bool use_distributed_optimizer = true;
   /// "fp32" | "bf16" (MegatronModelOptions::mixed_precision, `--bf16`): the bf16 kernel set's
@@ -84,6 +85,10 @@ struct StagePlan {
 struct Plan {
   std::vector<StagePlan> stages;  ///< one per pipeline stage
   int64_t micro_batches = 0;      ///< per data-parallel replica
+  /// seq_length as training holds a row: under cp > 1 right-padded to a multiple of 2·cp, or of
+  /// 2·cp·tp with sequence parallelism (parallel/cp_split.h, Megatron-core's THD split);
+  /// seq_length itself when cp = 1. Memory is planned on it; model FLOPs count seq_length.
+  int64_t padded_seq_length = 0;
   double job_model_flops = 0;     ///< the whole job, per step
   /// The stage with the largest peak.
   const StagePlan& worst() const;
@@ -91,8 +96,7 @@ struct Plan {
 
 /// Plans `cfg` on the layout. Throws twinkle::Error for a layout the model refuses (heads, kv
 /// heads, intermediate not divisible; pp > layers; a bad split or recompute name; global batch
-/// not divisible by micro_batch_size * dp; seq_length not divisible by cp·2 or by tp under
-/// sequence parallelism; a mixed_precision other than fp32 / bf16), and for the expert grid with
+/// not divisible by micro_batch_size * dp; a mixed_precision other than fp32 / bf16), and for the expert grid with
 /// the messages training gives (the same functions): etp·ep·pp not dividing the world
 /// (DeviceMesh::from_sizes), ep or etp > 1 on a dense model or num_experts % ep
 /// (parallel::check_expert_layout), moe_intermediate_size % etp
