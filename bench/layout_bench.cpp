@@ -212,8 +212,9 @@ Volume analytic(Qwen3Model& model, const std::vector<MicroBatch>& mbs, const dis
     emb = ar(model.vocab_shard().local * H, 4, 2);
   v.by_group["embedding"] = emb;
   const int64_t N = model.store().expert_offset(), X = model.store().numel() - N;  // dense, expert regions
-  // the Engine's counts (labelled tokens, tokens, sequences, their real tokens: 4 int64) and the loss (1 fp64)
-  v.by_group["dp-cp"] = ar(4, 8, d) + ar(1, 8, d) + (distopt ? 2 * (d - 1) * 4 * N / d : ar(N, 4, d));
+  // the Engine's counts (labelled tokens, tokens, sequences, their real tokens, ranks that refused their
+  // micro-batches: 5 int64) and the loss (1 fp64)
+  v.by_group["dp-cp"] = ar(5, 8, d) + ar(1, 8, d) + (distopt ? 2 * (d - 1) * 4 * N / d : ar(N, 4, d));
   v.by_group["world"] = ar(X > 0 ? 2 : 1, 8, w);  // the grad norm: dense (and expert) sum of squares
   if (moe) {
     const int dpn = ps.dp->size(), ep = ps.ep->size(), e = ps.edp->size();

@@ -4,8 +4,11 @@
 # forward) — tests/dist/overlap_check.cpp. dp4 reduces over 4 ranks (summation order matters);
 # short_batch leaves one replica without a micro-batch (its buckets start in finalize_grads, in
 # the same order as its peer's); the MoE layouts reduce the expert buckets over expert-dp
-# (ep2·dp2: expert-dp 1; dp4·ep2 and dp4·etp2: expert-dp 2). Without pp, a second forward_backward
-# before the step under overlap_grad_reduce must be refused with the error naming the option.
+# (ep2·dp2: expert-dp 1; dp4·ep2 and dp4·etp2: expert-dp 2). On every layout a second
+# forward_backward before the step under overlap_grad_reduce must be refused on every rank with the
+# error naming the option, and the job then go on (under pp the last stage alone used to throw,
+# mid-backward, leaving stage 0 waiting for its gradient: that layout hung until the timeout);
+# pp2 has no dp bucket at all, pp2_dp2_short a replica without a micro-batch under pp.
 add_executable(overlap_check ${CMAKE_SOURCE_DIR}/tests/dist/overlap_check.cpp)
 set_target_properties(overlap_check PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 target_compile_options(overlap_check PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
@@ -17,6 +20,8 @@ set(TWINKLE_OVERLAP_LAYOUTS
   "dp2_short_batch|2|--dp 2 --short"
   "tp2_dp2_sp|4|--tp 2 --dp 2 --sp"
   "pp2_dp2|4|--pp 2 --dp 2"
+  "pp2|2|--pp 2"
+  "pp2_dp2_short|4|--pp 2 --dp 2 --short"
   "moe_ep2_dp2|2|--moe --dp 2 --ep 2"
   "moe_dp4_ep2|4|--moe --dp 4 --ep 2"
   "moe_dp4_etp2|4|--moe --dp 4 --etp 2")

@@ -40,3 +40,27 @@ add_test(NAME train_mfu_global_mean_length_on_empty_rank
                  -np 2 ${CMAKE_BINARY_DIR}/tests/mpi_mfu_empty_rank ${CMAKE_SOURCE_DIR}/models/qwen3-tiny)
 set_tests_properties(train_mfu_global_mean_length_on_empty_rank PROPERTIES TIMEOUT 120
                      ENVIRONMENT "OMP_NUM_THREADS=1;TWINKLE_PEAK_GFLOPS=1" FAIL_REGULAR_EXPRESSION "CHECK FAILED")
+# Refusals inside forward_backward / forward_only reach every rank alike (dist/agreed_error.h):
+# a bad token id, label or uncollatable rows given to one data-parallel replica only, and a second
+# forward_backward before the step under overlap_grad_reduce; every rank raises the same
+# twinkle::Error and the job then trains on. Before, the refusing ranks threw while their peers
+# waited in a collective: the run hung until the timeout (tests/dist/mpi_refusal_agreed.cpp).
+add_executable(mpi_refusal_agreed ${CMAKE_SOURCE_DIR}/tests/dist/mpi_refusal_agreed.cpp)
+set_target_properties(mpi_refusal_agreed PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+target_compile_options(mpi_refusal_agreed PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
+target_link_libraries(mpi_refusal_agreed PRIVATE twinkle)
+foreach(spec "dp2|2|qwen3-tiny|--dp 2" "pp2_dp2|4|qwen3-tiny|--pp 2 --dp 2"
+             "moe_dp2_ep2|2|qwen3-moe-tiny|--dp 2 --ep 2")
+  string(REPLACE "|" ";" parts "${spec}")
+  list(GET parts 0 name)
+  list(GET parts 1 np)
+  list(GET parts 2 model)
+  list(GET parts 3 flags)
+  separate_arguments(flag_list UNIX_COMMAND "${flags}")
+  add_test(NAME train_refusal_agreed_${name}
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "refusal_agreed OK: ${np} ranks.*"
+                   ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none --mca mpi_yield_when_idle 1
+                   -np ${np} ${CMAKE_BINARY_DIR}/tests/mpi_refusal_agreed ${CMAKE_SOURCE_DIR}/models/${model} ${flag_list})
+  set_tests_properties(train_refusal_agreed_${name} PROPERTIES TIMEOUT 120 PROCESSORS 2
+                       ENVIRONMENT "OMP_NUM_THREADS=1" FAIL_REGULAR_EXPRESSION "CHECK FAILED")
+endforeach()

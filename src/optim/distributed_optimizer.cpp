@@ -198,6 +198,18 @@ void DistributedOptimizer::grad_ready(const Param& p) {
   }
 }
 
+void DistributedOptimizer::check_backward_allowed() const {
+  check(!reduced_, "forward_backward: the gradients of this step were already reduced over data parallel "
+                   "(reduce_gradients); a further backward pass would add gradients that are never reduced: call "
+                   "step() (clip_grad_and_step) or discard_gradients() first");
+  check(!(cfg_.overlap_grad_reduce && backward_ran_),
+        "forward_backward: a second forward_backward before the optimizer step with overlap_grad_reduce on (the "
+        "first call's backward already started its gradient buckets' reductions): overlap_grad_reduce needs exactly "
+        "one forward_backward per optimizer step; call clip_grad_and_step in between, accumulate micro-batches "
+        "inside one call, or switch overlap_grad_reduce off (refused on every rank before any communication; the "
+        "first call's gradients are kept for the step)");
+}
+
 void DistributedOptimizer::progress() {
   // One MPI_Test drives OpenMPI's progress engine for every collective in flight; completed
   // ones are dropped in order until the first that is still running.
@@ -243,6 +255,7 @@ void DistributedOptimizer::discard_gradients() {
   }
   store_.zero_grad();
   reduced_ = false;
+  backward_ran_ = false;
 }
 
 // Starts the parameter all-gather of every bucket (ZeRO-1), in the order the forward first reads
@@ -360,6 +373,7 @@ StepStats DistributedOptimizer::step(double lr, double max_norm) {
   start_param_sync();
   store_.zero_grad();
   reduced_ = false;
+  backward_ran_ = false;
   st.step = step_;
   last_bytes_ = comm_bytes() - bytes0;
   return st;
@@ -406,6 +420,7 @@ void DistributedOptimizer::load_state(const float* m, const float* v, int64_t st
   step_ = steps;
   store_.zero_grad();
   reduced_ = false;
+  backward_ran_ = false;
 }
 
 int64_t DistributedOptimizer::comm_bytes() const {

@@ -2,13 +2,16 @@
 
 #include <algorithm>
 
+#include "twinkle/dist/agreed_error.h"
 #include "twinkle/kernels/cpu/moe_aux_loss.h"
 
 namespace twinkle {
 
 Engine::Engine(Qwen3Model& model) : model_(model) {}
 
-StepResult Engine::forward_backward(const std::vector<MicroBatch>& mbs) { return run(mbs, true); }
+StepResult Engine::forward_backward(const std::vector<MicroBatch>& mbs, const std::string& input_error) {
+  return run(mbs, true, input_error);
+}
 
 void Engine::set_optimizer(DistributedOptimizer* opt) {
   opt_ = opt;
@@ -22,7 +25,9 @@ void Engine::set_optimizer(DistributedOptimizer* opt) {
   h.progress = [opt] { opt->progress(); };
   model_.set_comm_hooks(std::move(h));
 }
-StepResult Engine::forward_only(const std::vector<MicroBatch>& mbs) { return run(mbs, false); }
+StepResult Engine::forward_only(const std::vector<MicroBatch>& mbs, const std::string& input_error) {
+  return run(mbs, false, input_error);
+}
 
 namespace {
 
@@ -41,8 +46,11 @@ MicroBatch filler_micro_batch() {
 
 }  // namespace
 
-StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training) {
+StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training, const std::string& input_error) {
   auto& ps = model_.ps();
+  // Refusals that every rank reaches alike come before any communication (a second backward under
+  // overlap_grad_reduce: the optimizer's state is the same on every rank).
+  if (training && opt_) opt_->check_backward_allowed();
   // No micro-batch is allowed: a data-parallel rank without a row of a short last batch
   // (B27) still joins the token count, the pipeline (0 micro-batches on every stage of its
   // replica) and the loss reduction, contributing 0.
@@ -65,21 +73,35 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training) {
   const std::vector<MicroBatch>& mbs = *src;
   std::vector<StageBatch> sb;
   sb.reserve(mbs.size());
-  int64_t counts[4] = {0, 0, 0, 0};  // labelled tokens, tokens, sequences, their real tokens
-  for (size_t i = 0; i < mbs.size(); ++i) {
-    const MicroBatch& mb = mbs[i];
-    sb.push_back(model_.prepare(mb));
-    counts[0] += sb.back().num_targets;
-    // every cp rank holds a share of the same rows: count them once (on cp rank 0); fillers hold none
-    if (ps.cp_rank() == 0 && i < real_mbs) {
-      counts[1] += static_cast<int64_t>(mb.input_ids.size());
-      counts[2] += static_cast<int64_t>(mb.cu_seqlens.size()) - 1;
-      counts[3] += mb.attention_mask.empty()
-                       ? static_cast<int64_t>(mb.input_ids.size())
-                       : static_cast<int64_t>(std::count(mb.attention_mask.begin(), mb.attention_mask.end(), 1));
+  // labelled tokens, tokens, sequences, their real tokens; ranks that refused their micro-batches
+  int64_t counts[5] = {0, 0, 0, 0, 0};
+  // A refused micro-batch (bad token id, label, position, shape) is this data-parallel replica's
+  // data: the other replicas would go on into the reductions below. The refusal is counted in the
+  // token-count reduction over dp-cp instead (every rank of a replica holds the same micro-batches,
+  // and each dp-cp group holds a rank of every replica), and every rank then throws the same error.
+  const std::string call = training ? "forward_backward: " : "forward_only: ";
+  std::string refused = input_error.empty() ? std::string() : call + input_error;
+  if (refused.empty()) try {
+      for (size_t i = 0; i < mbs.size(); ++i) {
+        const MicroBatch& mb = mbs[i];
+        sb.push_back(model_.prepare(mb));
+        counts[0] += sb.back().num_targets;
+        // every cp rank holds a share of the same rows: count them once (on cp rank 0); fillers hold none
+        if (ps.cp_rank() == 0 && i < real_mbs) {
+          counts[1] += static_cast<int64_t>(mb.input_ids.size());
+          counts[2] += static_cast<int64_t>(mb.cu_seqlens.size()) - 1;
+          counts[3] += mb.attention_mask.empty()
+                           ? static_cast<int64_t>(mb.input_ids.size())
+                           : static_cast<int64_t>(std::count(mb.attention_mask.begin(), mb.attention_mask.end(), 1));
+        }
+      }
+    } catch (const Error& e) {
+      refused = call + e.what();
     }
-  }
-  if (ps.dp_cp->size() > 1) ps.dp_cp->all_reduce(counts, 4, DType::I64, dist::ReduceOp::Sum);
+  counts[4] = refused.empty() ? 0 : 1;
+  if (ps.dp_cp->size() > 1) ps.dp_cp->all_reduce(counts, 5, DType::I64, dist::ReduceOp::Sum);
+  dist::throw_agreed_error(*ps.dp_cp, counts[4], refused);
+  if (training && opt_) opt_->backward_started();
   const bool moe = model_.is_moe();
   const int64_t E = moe ? model_.config().num_experts : 0;
   // Per micro-batch router statistics of this stage: prob_sum[E], counts[E], N, aux_per_layer, z.

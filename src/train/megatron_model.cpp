@@ -234,7 +234,15 @@ double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows) {
     for (int r = 0; r < dp.rank(); ++r) row0 += counts[static_cast<size_t>(r)];
     model_->set_lora_dropout_step(cur_step_);
   }
-  last_fb_ = engine_->forward_backward(split(rows, row0));
+  // A row this rank cannot collate is refused on every rank alike (Engine's agreed input check).
+  std::vector<MicroBatch> mbs;
+  std::string refused;
+  try {
+    mbs = split(rows, row0);
+  } catch (const Error& e) {
+    refused = e.what();
+  }
+  last_fb_ = engine_->forward_backward(mbs, refused);
   fb_time_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
   ++cur_step_;
   if (last_fb_.label_tokens == 0)
@@ -246,7 +254,14 @@ double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows) {
 
 double MegatronModel::forward_only(const std::vector<EncodedRow>& rows) {
   finish_param_sync();
-  StepResult r = engine_->forward_only(split(rows));
+  std::vector<MicroBatch> mbs;
+  std::string refused;
+  try {
+    mbs = split(rows);
+  } catch (const Error& e) {
+    refused = e.what();
+  }
+  StepResult r = engine_->forward_only(mbs, refused);
   last_eval_label_tokens_ = r.label_tokens;
   if (r.label_tokens == 0)
     get_logger().warning("eval: no labelled tokens in the batch (every label is -100): the loss is undefined");

@@ -8,7 +8,10 @@
 // parameter all-gathers inside a forward (param_buckets_forward > 0); the "off" run none.
 // Small buckets (4 KiB) put several buckets in every stage and cut parameters across buckets.
 // A second forward_backward before the step under overlap_grad_reduce (its buckets already started)
-// must be refused with the error naming the option, not reduce a partial sum (layouts without pp).
+// must be refused with the error naming the option, not reduce a partial sum, on EVERY rank before
+// any communication: on every layout (pp included, where only the last stage used to throw, from
+// its backward, while stage 0 waited for that gradient forever; and a replica without a
+// micro-batch). The job must then go on: the step and one more forward_backward + step.
 //
 // Usage: overlap_check [--tp N] [--pp N] [--dp N] [--ep N] [--etp N] [--sp] [--moe] [--no-distopt]
 //                      [--short]   (--short: one row in the global batch, so a dp replica runs
@@ -98,8 +101,9 @@ Run run(bool grad_overlap, bool param_overlap, bool moe, bool distopt, int64_t r
 }
 
 // overlap_grad_reduce with a second forward_backward before the step: the buckets the first call
-// started would miss the second call's gradients. Returns the error text (empty: nothing refused);
-// the optimizer then discards the step (waits for the started collectives on every rank).
+// started would miss the second call's gradients. Returns the error text (empty: nothing refused).
+// The refusal must leave every rank where it was: the first call's step, then one more
+// forward_backward and step run on every rank (a rank left in a collective would hang them).
 std::string second_forward_backward_error(bool moe, bool distopt, int64_t rows_n) {
   Setup su(/*grad_overlap=*/true, /*param_overlap=*/false, moe, distopt, rows_n);
   su.eng.forward_backward(su.mbs);
@@ -109,7 +113,10 @@ std::string second_forward_backward_error(bool moe, bool distopt, int64_t rows_n
   } catch (const Error& e) {
     err = e.what();
   }
-  su.opt.discard_gradients();
+  su.opt.step(1e-3, 1.0);
+  su.eng.forward_backward(su.mbs);
+  su.opt.step(1e-3, 1.0);
+  su.opt.finish_param_sync();
   return err;
 }
 
@@ -159,14 +166,15 @@ int body(int argc, char** argv) {
       expect(both.stats.param_buckets_forward > 0, "overlap_param_gather: no all-gather was waited for in a forward");
   }
   expect(grad.stats.param_buckets_forward == 0, "overlap_grad_reduce alone deferred a parameter all-gather");
-  // (every rank the same way: not under pp, where the last stage throws mid-backward while its peer
-  // waits for the gradient, nor with a replica that has no micro-batch)
-  if (has_buckets && !short_batch && st.pp_size() == 1) {
+  // Every rank the same way, on every layout (pp, a replica without a micro-batch): the refusal
+  // comes before any communication.
+  {
     const std::string err = second_forward_backward_error(moe, distopt, rows_n);
-    expect(err.find("was reported final twice in one step (overlap_grad_reduce needs exactly one forward_backward "
-                    "per optimizer step") != std::string::npos,
-           "a second forward_backward before the step under overlap_grad_reduce was not refused (error: '" + err +
-               "')");
+    expect(err.find("a second forward_backward before the optimizer step with overlap_grad_reduce on") !=
+                   std::string::npos &&
+               err.find("refused on every rank before any communication") != std::string::npos,
+           "a second forward_backward before the step under overlap_grad_reduce was not refused here (error: '" +
+               err + "')");
   }
   world.all_reduce(&bad, 1);
   if (world.rank() == 0 && bad == 0)

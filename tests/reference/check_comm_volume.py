@@ -225,8 +225,10 @@ def expected(t, d, p, sp, distopt, split="balanced"):
             # loss sum and label-token count of the step (2 fp64), then the global token count
             # (1 fp64) that scales the per-token loss gradient; twinkle adds the step's sequences and
             # their real tokens (2 int64) to that count, for MFU's global mean sequence length
-            # (Megatron's MFU uses the fixed --seq-length and sends nothing for it)
-            add("dp", "Allreduce", 3 * F64 + 2 * 8)
+            # (Megatron's MFU uses the fixed --seq-length and sends nothing for it), and the number of
+            # ranks that refused their micro-batches (1 int64: a bad row on one replica is raised on
+            # every rank, twinkle/dist/agreed_error.h; Megatron raises it on that rank alone)
+            add("dp", "Allreduce", 3 * F64 + 3 * 8)
         # grad norm: the squared norm (fp64) summed over every rank (Megatron: model-parallel
         # group, plus data-parallel with the distributed optimizer)
         add("world", "Allreduce", F64)

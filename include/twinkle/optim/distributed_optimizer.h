@@ -128,6 +128,19 @@ class DistributedOptimizer {
   /// Throws twinkle::Error when a bucket already started this step is reported again (a second
   /// forward_backward before step() with overlap_grad_reduce).
   void grad_ready(const Param& p);
+  /// Refuses a new backward pass (Engine::forward_backward calls it first, on every rank, before
+  /// any communication): throws twinkle::Error when the gradients were already reduced
+  /// (reduce_gradients() / finish_grad_sync() ran and step() or discard_gradients() did not), or
+  /// when overlap_grad_reduce is on and a backward pass already ran since the last step() /
+  /// discard_gradients() (its buckets' collectives started in that pass; a second pass would add
+  /// gradients they miss). Both states are the same on every rank (the config is shared, the
+  /// reductions are collective), so every rank refuses together: no peer is left waiting in a
+  /// pipeline send or a bucket collective. No communication.
+  void check_backward_allowed() const;
+  /// Records that a backward pass over this store's gradients runs now (after
+  /// check_backward_allowed and the Engine's agreed input checks); cleared by step(),
+  /// discard_gradients() and load_state().
+  void backward_started() { backward_ran_ = true; }
   /// Lets the collectives in flight progress (MPI_Test; the model calls it between layers).
   void progress();
   /// Starts every bucket not started yet (in bucket order) and waits for all of them; puts each
@@ -232,6 +245,7 @@ class DistributedOptimizer {
   int64_t last_bytes_ = 0;
   double last_dense_sq_ = 0, last_expert_sq_ = 0;
   bool reduced_ = false;
+  bool backward_ran_ = false;  // a backward pass reported gradients since the last step / discard
 };
 
 }  // namespace twinkle

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "twinkle/data/batch.h"
@@ -47,9 +48,19 @@ class Engine {
   /// loss is 0 with label_tokens 0 and the gradients stay zero. Under expert parallelism
   /// (ep > 1) a replica with fewer micro-batches than another runs filler micro-batches (one
   /// masked pad token, no label: no loss, statistic or gradient) so every ep dispatch meets.
-  StepResult forward_backward(const std::vector<MicroBatch>& micro_batches);
-  /// Loss only (no gradients).
-  StepResult forward_only(const std::vector<MicroBatch>& micro_batches);
+  /// Refusals (twinkle::Error) are raised on every rank alike, so a caller that catches one
+  /// leaves no rank waiting in a collective: a second call before the optimizer step under
+  /// overlap_grad_reduce, or after reduce_gradients (DistributedOptimizer::check_backward_allowed,
+  /// before any communication); a micro-batch that Qwen3Model::prepare refuses on some ranks
+  /// (a token id, label or position id out of range, inconsistent lengths) is agreed over dp-cp
+  /// in the token-count reduction and every rank throws that rank's message prefixed
+  /// "dp-cp rank R: forward_backward: " (dist/agreed_error.h). A non-empty `input_error` is the caller's
+  /// own refusal of this rank's input (e.g. MegatronModel's collation of its rows failed; pass the
+  /// micro-batches that remain, or none): it is agreed and raised the same way. Nothing is
+  /// computed and no gradient changes when a call is refused.
+  StepResult forward_backward(const std::vector<MicroBatch>& micro_batches, const std::string& input_error = {});
+  /// Loss only (no gradients); input refusals as forward_backward (prefix "forward_only: ").
+  StepResult forward_only(const std::vector<MicroBatch>& micro_batches, const std::string& input_error = {});
   /// Connects the optimizer that will step on this model's gradients (nullptr: none), so its
   /// bucketed dp communication overlaps the passes (DistributedOptimizer's overlap_grad_reduce /
   /// overlap_param_gather; Megatron DDP's hooks): the model's last backward of each
@@ -60,7 +71,7 @@ class Engine {
   void set_optimizer(DistributedOptimizer* opt);
 
  private:
-  StepResult run(const std::vector<MicroBatch>& mbs, bool training);
+  StepResult run(const std::vector<MicroBatch>& mbs, bool training, const std::string& input_error);
   Qwen3Model& model_;
   DistributedOptimizer* opt_ = nullptr;
 };

@@ -181,7 +181,11 @@ class MegatronModel {
   /// B27): it runs no micro-batch, contributes 0 tokens and still takes part in every
   /// reduction. When the whole global batch has no labelled token (B24) the loss is
   /// undefined: the call returns 0, last_metrics().has_loss is false, the gradients are
-  /// zero, and a warning says so.
+  /// zero, and a warning says so. Refusals are raised on every rank alike, so catching one
+  /// leaves no rank waiting (Engine::forward_backward): rows one rank cannot collate or a token /
+  /// label / position out of range ("dp-cp rank R: forward_backward: ..." on every rank), a second
+  /// call before clip_grad_and_step with overlap_grad_reduce on (the error names the option);
+  /// nothing is computed then and the step counter does not advance.
   double forward_backward(const std::vector<EncodedRow>& rows);
   double forward_backward(const LocalBatch& batch) { return forward_backward(batch.rows); }
   /// Loss only (evaluation); 0 with a warning when the batch has no labelled token
