@@ -34,6 +34,13 @@ if(TARGET twinkle_python)
                    ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_lora.py
                    --build ${CMAKE_BINARY_DIR} --rows 24)
   set_tests_properties(python_lora_equals_cli_lora PROPERTIES TIMEOUT 600 PROCESSORS 2)
+  # an uncaught exception on one rank of a Python job ends the job (sys.excepthook -> MPI_Abort)
+  # instead of hanging in MPI_Finalize while the other rank waits in a collective
+  add_test(NAME python_rank_exception_ends_job
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "python rank exception check OK: .*"
+                   /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_python_rank_exception.py
+                   --build ${CMAKE_BINARY_DIR})
+  set_tests_properties(python_rank_exception_ends_job PROPERTIES TIMEOUT 150 PROCESSORS 2)
   # the CMake install component pip / scikit-build-core installs (pyproject.toml)
   add_test(NAME python_install_component
            COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "python install component OK: [0-9]+ modules and the extension"

@@ -60,6 +60,10 @@ void bind_runtime(py::module_& m) {
       py::arg("mode"), py::arg("mesh"), py::arg("seed"), py::arg("full_determinism"));
   m.def("is_initialized", &twinkle::is_initialized);
   m.def("finalize", &twinkle::finalize);
+  // sys.excepthook's way out under a launcher (twinkle/__init__.py): MPI_Abort, never MPI_Finalize
+  m.def(
+      "abort_job", [](int code, const std::string& message) { twinkle::abort_job(code, message); },
+      py::arg("code"), py::arg("message") = std::string());
   m.def("get_device_placement", &twinkle::get_device_placement);
   m.def("world_rank", &twinkle::world_rank);
   m.def("world_size", &twinkle::world_size);

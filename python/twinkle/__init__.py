@@ -73,6 +73,28 @@ def initialize(mode='local', nproc_per_node=8, ncpu_proc_per_node=8, seed=42, fu
         pass
     _state.update(mode=mode, mesh=global_device_mesh, seed=seed)
     get_logger()._reset_level()
+    _abort_job_on_uncaught_exception()
+
+
+def _abort_job_on_uncaught_exception():
+    """Makes an uncaught exception on one rank end the whole job, as run_main does for C++
+    programs (twinkle/dist/runtime.h): without it the interpreter exits through MPI_Finalize
+    (the C++ runtime's atexit), which waits for the other ranks while they wait in a collective
+    for this one, and the job hangs. The hook prints the traceback with the previous hook, then,
+    when more than one rank runs, calls _core.abort_job (MPI_Abort). mpi4py's `python -m mpi4py`
+    does the same. SystemExit does not pass through sys.excepthook: sys.exit(code) with a
+    non-zero code on one rank of a job still waits in MPI_Finalize."""
+    previous = _sys.excepthook
+    if getattr(previous, '_twinkle_abort', False):
+        return
+
+    def hook(exc_type, exc, tb):
+        previous(exc_type, exc, tb)
+        if _core.is_initialized() and _core.world_size() > 1:
+            _core.abort_job(1, f'uncaught Python exception {exc_type.__name__}: {exc}; aborting the job')
+
+    hook._twinkle_abort = True
+    _sys.excepthook = hook
 
 
 def is_initialized():

@@ -93,14 +93,6 @@ extern "C" void twinkle_fatal_signal(int sig) {
   ::raise(sig);
 }
 
-[[noreturn]] void abort_job(int code) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  if (dist::mpi_active()) MPI_Abort(MPI_COMM_WORLD, code);
-  ::signal(SIGABRT, SIG_DFL);
-  std::_Exit(code);
-}
-
 void terminate_handler() {
   std::string what = "unknown exception";
   if (auto e = std::current_exception()) {
@@ -126,6 +118,17 @@ void atexit_finalize() { finalize(); }
 
 
 }  // namespace
+
+void abort_job(int code, const std::string& message) {
+  g_aborting = true;
+  if (!message.empty())
+    print_err((world_size() > 1 ? "[rank " + std::to_string(world_rank()) + "] error: " : std::string("error: ")) + message);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (dist::mpi_active()) MPI_Abort(MPI_COMM_WORLD, code);
+  ::signal(SIGABRT, SIG_DFL);
+  std::_Exit(code);
+}
 
 int world_rank() {
   if (dist::mpi_active()) {

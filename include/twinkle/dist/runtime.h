@@ -92,6 +92,15 @@ bool cuda_backend_built();
 /// Usage:  int main(int argc, char** argv) { return twinkle::run_main(argc, argv, real_main); }
 int run_main(int argc, char** argv, std::function<int(int, char**)> body);
 
+/// Ends the whole job from this rank at once, for a caller that cannot return through run_main:
+/// prints "[rank R] error: <message>" ("error: <message>" in a single process; nothing when
+/// `message` is empty) on stderr, flushes stdout / stderr, then MPI_Abort(MPI_COMM_WORLD, code)
+/// when MPI is active (mpirun ends every rank), else std::_Exit(code). finalize() is not run:
+/// MPI_Finalize would wait for ranks that are blocked in a collective this rank will never join.
+/// The Python package calls it from its sys.excepthook (python/twinkle/__init__.py), because an
+/// uncaught Python exception otherwise reaches MPI_Finalize at exit and the job hangs.
+[[noreturn]] void abort_job(int code, const std::string& message = "");
+
 /// std::set_terminate handler (prints "[rank R] terminate: <what>" then aborts the job:
 /// MPI_Abort when MPI is active, else _Exit(1)) and SIGSEGV/SIGBUS/SIGFPE/SIGILL/SIGABRT
 /// handlers (print "[rank R] fatal signal SIGSEGV ...", then re-raise with the default

@@ -1,0 +1,88 @@
+#!/usr/bin/python3
+"""An uncaught Python exception on one rank of a twinkle-run job ends the whole job, non-zero,
+with the traceback and the rank's error line printed, while the other rank waits in a collective.
+
+Without twinkle's sys.excepthook (python/twinkle/__init__.py) the failing interpreter exits
+through MPI_Finalize, which waits for the other rank, and that rank waits in the step's
+collectives for the failing one: the job hangs. The check gives it HANG_S seconds (a hang
+detector, not a speed figure; a working abort takes a few seconds) and then kills it.
+
+usage: check_python_rank_exception.py --build BUILD_DIR   (Debian's /usr/bin/python3)
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+HANG_S = 90
+
+SCRIPT = r'''
+import sys
+import twinkle
+from twinkle import DeviceMesh, Platform
+from twinkle.dataloader import DataLoader
+from twinkle.dataset import Dataset, DatasetMeta
+from twinkle.model import MegatronModel
+from twinkle.preprocessor import SelfCognitionProcessor
+
+MODEL = sys.argv[1]
+twinkle.initialize(mode='local', global_device_mesh=DeviceMesh.from_sizes(dp_size=2, device_type='cpu'))
+ds = Dataset(dataset_meta=DatasetMeta(sys.argv[2], data_slice=range(16)))
+ds.set_template('Template', model_id=MODEL, max_length=64)
+ds.map(SelfCognitionProcessor('twinkle', 'ModelScope'))
+ds.encode()
+dl = DataLoader(dataset=ds, batch_size=4)
+model = MegatronModel(model_id=MODEL, mixed_precision='no')
+model.set_optimizer(optimizer_cls='default', lr=1e-4)
+for i, batch in enumerate(dl):
+    if Platform.get_rank() == 1 and i == 1:
+        raise ValueError('deliberate failure on rank 1 at step %d' % i)
+    model.forward_backward(inputs=batch)
+    model.clip_grad_and_step()
+print('UNREACHABLE: rank %d finished' % Platform.get_rank(), flush=True)
+'''
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    args = ap.parse_args()
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "raise_on_rank1.py")
+        with open(script, "w") as f:
+            f.write(SCRIPT)
+        cmd = [os.path.join(args.build, "bin", "twinkle-run"), "--nproc_per_node=2", script,
+               os.path.join(ROOT, "models", "qwen3-tiny"), os.path.join(ROOT, "data", "self_cognition.jsonl")]
+        job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
+        try:
+            out, _ = job.communicate(timeout=HANG_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, 9)
+            out, _ = job.communicate()
+            print(out[-4000:])
+            print(f"FAILED: the job still ran {HANG_S} s after rank 1 raised (hang)")
+            return 1
+    print(out[-3000:])
+    if job.returncode == 0:
+        failures.append("the job exited 0")
+    if "UNREACHABLE" in out:
+        failures.append("a rank finished its loop")
+    if "ValueError: deliberate failure on rank 1 at step 1" not in out:
+        failures.append("the traceback of rank 1's exception was not printed")
+    if "[rank 1] error: uncaught Python exception ValueError: deliberate failure on rank 1" not in out:
+        failures.append("rank 1's error line was not printed")
+    for f in failures:
+        print("FAILED:", f)
+    if failures:
+        return 1
+    print(f"python rank exception check OK: the job ended with exit code {job.returncode}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
