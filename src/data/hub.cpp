@@ -15,6 +15,7 @@
 #include <set>
 
 #include "twinkle/core/error.h"
+#include "twinkle/data/data_files.h"
 
 namespace fs = std::filesystem;
 
@@ -178,103 +179,68 @@ bool is_data_ext(const fs::path& p) {
   return e == ".jsonl" || e == ".json" || e == ".csv";
 }
 
+// Files twinkle never reads as data, on top of datasets' FILES_TO_IGNORE (data_files.h): ModelScope
+// dataset repositories carry configuration.json, `save_to_disk` writes state.json (datasets would
+// read either as a JSON data file of the split).
 bool is_metadata(const fs::path& p) {
-  static const std::set<std::string> meta = {"dataset_infos.json", "dataset_info.json", "configuration.json",
-                                             "dataset_dict.json", "state.json", "config.json"};
+  static const std::set<std::string> meta = {"configuration.json", "state.json"};
   return meta.count(p.filename().string()) > 0;
 }
 
-std::vector<fs::path> list_files(const fs::path& dir) {
-  std::vector<fs::path> out;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return out;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_regular_file(ec) || (e.is_symlink(ec) && fs::is_regular_file(e.path(), ec))) out.push_back(e.path());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// The keywords by which Hugging Face datasets recognises a split in a file name
-// (datasets/data_files.py SPLIT_KEYWORDS); another split name is its own keyword.
-std::vector<std::string> split_keywords(const std::string& split) {
-  if (split == "train") return {"train", "training"};
-  if (split == "validation") return {"validation", "valid", "dev", "val"};
-  if (split == "test") return {"test", "testing", "eval", "evaluation"};
-  return {split};
-}
-
-// datasets' KEYWORDS_IN_FILENAME_BASE_PATTERNS "{keyword}[{sep}]*" and "*[{sep}]{keyword}[{sep}]*"
-// with sep = NON_WORDS_CHARS "-._ 0-9": the keyword starts the file name or follows a separator,
-// and a separator follows it ("train.jsonl", "sft_train-0.jsonl"; not "trainer.jsonl").
-bool names_split(const std::string& file_name, const std::string& keyword) {
-  auto sep = [](char c) { return c == '-' || c == '.' || c == '_' || c == ' ' || (c >= '0' && c <= '9'); };
-  for (size_t at = file_name.find(keyword); at != std::string::npos; at = file_name.find(keyword, at + 1)) {
-    const size_t after = at + keyword.size();
-    if ((at == 0 || sep(file_name[at - 1])) && after < file_name.size() && sep(file_name[after])) return true;
-  }
-  return false;
-}
-
-bool names_split_of(const std::string& file_name, const std::string& split) {
-  for (const auto& k : split_keywords(split))
-    if (names_split(file_name, k)) return true;
-  return false;
-}
+bool readable(const fs::path& p) { return is_data_ext(p) && !is_metadata(p); }
 
 // The reader a data file goes to (.json and .jsonl are both the json loader's).
 std::string data_format(const fs::path& p) { return p.extension() == ".csv" ? "csv" : "json"; }
 
-// Data files of directory `d` for subset/split (rules in hub.h), or throws Error with `d` named.
+// Data files of directory `d` for subset/split (rules in hub.h and data_files.h), or throws Error
+// with `d` named.
 std::vector<std::string> dir_data_files(const fs::path& d, const std::string& subset, const std::string& split) {
-  // The subset's directory alone if it has data files, else D and D/data together.
-  std::vector<std::vector<fs::path>> groups;
-  if (subset != "default" && !subset.empty()) groups.push_back({d / subset});
-  groups.push_back({d, d / "data"});
+  // twinkle's subset rule (ModelScope subset directories): D/<subset> if it holds data files, else D.
+  std::vector<fs::path> dirs;
+  if (subset != "default" && !subset.empty()) dirs.push_back(d / subset);
+  dirs.push_back(d);
   const std::string what = "split '" + split + "'" + (subset != "default" ? " of subset '" + subset + "'" : "");
-  std::vector<std::string> unsupported;
-  for (const auto& group : groups) {
-    std::vector<fs::path> found;
-    for (const auto& dir : group)
-      for (const auto& f : list_files(dir)) {
-        const std::string fn = f.filename().string();
-        if (fn.rfind('.', 0) == 0 || fn.rfind("__", 0) == 0) continue;  // hidden files, as datasets skips them
-        if (is_data_ext(f) && !is_metadata(f)) found.push_back(f);
-        auto e = f.extension().string();
-        if (e == ".parquet" || e == ".arrow") unsupported.push_back(f.string());
+  std::string unsupported;
+  for (const auto& dir : dirs) {
+    const DataFilesLayout L = resolve_data_files_layout(dir.string());
+    bool any = false;
+    for (const auto& [s, fl] : L.files)
+      for (const auto& f : fl) {
+        if (readable(f)) any = true;
+        const std::string e = fs::path(f).extension().string();
+        if ((e == ".parquet" || e == ".arrow") && unsupported.empty()) unsupported = f;
       }
-    // sorted by path, as datasets' glob returns them
-    std::sort(found.begin(), found.end(), [](const fs::path& a, const fs::path& b) { return a.string() < b.string(); });
-    if (found.empty()) continue;
-    // Files that name a split (any of datasets' default splits, or the one asked for) make the
-    // directory split by file name: only the asked split's files load. Else every data file is
-    // the one split, in sorted order (datasets' DEFAULT_PATTERNS_ALL: {"train": ["**"]}).
-    std::vector<fs::path> sel;
-    std::string named;
-    for (const auto& f : found) {
-      const std::string fn = f.filename().string();
-      if (names_split_of(fn, split)) sel.push_back(f);
-      for (const char* s : {"train", "validation", "test"})
-        if (names_split_of(fn, s)) {
-          named += "\n  " + f.string() + " (" + s + ")";
-          break;
-        }
-    }
-    if (sel.empty() && !named.empty())
-      throw Error("dataset directory '" + d.string() + "': no file for " + what +
-                  "; its files name other splits (Hugging Face datasets' split keywords in the file name):" + named +
+    if (!any) continue;
+    const auto it = L.files.find(split);
+    if (it == L.files.end()) {
+      std::string listed, names;
+      for (const auto& s : L.splits) {
+        names += (names.empty() ? "'" : ", '") + s + "'";
+        const auto& fl = L.files.at(s);
+        for (size_t i = 0; i < fl.size() && i < 5; ++i) listed += "\n  " + fl[i] + " (" + s + ")";
+        if (fl.size() > 5) listed += "\n  ... " + std::to_string(fl.size() - 5) + " more (" + s + ")";
+      }
+      throw Error("dataset directory '" + dir.string() + "': no file for " + what +
+                  "; Hugging Face datasets reads this directory's layout as \"" + L.layout +
+                  "\" (datasets/data_files.py get_data_patterns), with the split(s) " + names + ":" + listed +
                   "\npass a file as the dataset path, or ask for one of those splits");
-    if (sel.empty()) sel = found;
+    }
+    std::vector<std::string> sel;
+    for (const auto& f : it->second)
+      if (readable(f)) sel.push_back(f);
+    if (sel.empty())
+      throw Error("dataset directory '" + dir.string() + "': the files of " + what + " (" + it->second.front() +
+                  (it->second.size() > 1 ? ", ..." : "") + ") are not .jsonl/.json/.csv data files" +
+                  (unsupported.empty() ? std::string() : " (parquet/arrow are not supported; convert to jsonl)"));
     for (const auto& f : sel)
       if (data_format(f) != data_format(sel.front()))
-        throw Error("dataset directory '" + d.string() + "': " + what + " mixes file formats (" +
-                    sel.front().filename().string() + " and " + f.filename().string() +
+        throw Error("dataset directory '" + dir.string() + "': " + what + " mixes file formats (" +
+                    fs::path(sel.front()).filename().string() + " and " + fs::path(f).filename().string() +
                     "); Hugging Face datasets reads one format per split: pass a file, or keep one format");
-    std::vector<std::string> out;
-    for (const auto& f : sel) out.push_back(f.string());
-    return out;
+    return sel;
   }
   std::string msg = "dataset directory '" + d.string() + "' has no .jsonl/.json/.csv data file for " + what;
-  if (!unsupported.empty()) msg += " (found " + unsupported.front() + ": parquet/arrow are not supported; convert to jsonl)";
+  if (!unsupported.empty()) msg += " (found " + unsupported + ": parquet/arrow are not supported; convert to jsonl)";
   throw Error(msg);
 }
 

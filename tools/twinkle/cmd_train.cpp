@@ -78,7 +78,7 @@ int train_main(int argc, char** argv) {
   int64_t save_interval = 0, keep_last = 0;
   bool save_optimizer = false;
   app.add_option("--model", model, "model directory or hub id (config.json [+ safetensors])")->required();
-  app.add_option("--dataset", data.dataset, "JSONL/JSON/CSV file, directory (its files as one split) or hub id")->required();
+  app.add_option("--dataset", data.dataset, "JSONL/JSON/CSV file, directory (its split's files as Hugging Face datasets picks them) or hub id")->required();
   app.add_option("--batch-size", batch_size, "global batch size (rows per step, >= 1, divisible by dp)");
   app.add_option("--micro-batch-size", mbs, "rows per micro-batch (>= 0; 0 = min(2, rows of the rank))");
   app.add_option("--max-steps", max_steps, "optimizer steps (>= 0; 0 = one epoch)");

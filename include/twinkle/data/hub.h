@@ -41,21 +41,17 @@ std::string resolve_model_dir(const std::string& id_or_path);
 std::string resolve_dataset_path(const std::string& id_or_path, const std::string& subset = "default",
                                  const std::string& split = "train");
 
-/// The data files (sorted by path, at least one) of a local file/directory or hub dataset id,
-/// chosen as Hugging Face `datasets.load_dataset(dir)` chooses them (datasets/data_files.py):
-/// the directory D/<subset> (subset != "default") if it holds data files, else D and D/data
-/// together. Data files are .jsonl, .json and .csv, not metadata (dataset_infos.json,
-/// configuration.json, dataset_info.json, ...) and not hidden ('.' or "__" first).
-///   - If a file name carries a split keyword (datasets' SPLIT_KEYWORDS: train/training,
-///     validation/valid/dev/val, test/testing/eval/evaluation; another split name is its own
-///     keyword) at its start or after one of "-._ 0-9", followed by one of them
-///     ("train.jsonl", "train-00000-of-00002.jsonl", "sft_test.csv"; not "trainer.jsonl"),
-///     the split's files are those naming it; none for the asked split is an error listing the
-///     files and their splits.
-///   - Else every data file is the split (datasets: {"train": ["**"]}), read in sorted order as
-///     one table; rows keep "<file>:<line>" names.
-/// Throws twinkle::Error when nothing is found, and when the chosen files mix CSV with JSON (one
-/// format per split, as datasets' packaged builders read them).
+/// The data files (at least one) of a local file/directory or hub dataset id for one split. A
+/// directory's files are chosen as Hugging Face `datasets.load_dataset(dir)` chooses them
+/// (data_files.h: sharded data/{split}-NNNNN-of-NNNNN files, else split directories, else split
+/// keywords in file names, else every file as "train"; a split's files in datasets' order: pattern
+/// by pattern, each sorted by path; hidden files and "__" directories skipped), in the directory
+/// D/<subset> when subset != "default" and it holds data files (twinkle's subset rule), else D.
+/// Of the split's files those ending .jsonl, .json or .csv are read (also ModelScope's
+/// configuration.json and state.json are skipped); rows keep "<file>:<line>" names.
+/// Throws twinkle::Error when nothing is found, when the directory has no such split (naming its
+/// layout, its splits and their files), and when the chosen files mix CSV with JSON (one format per
+/// split, as datasets' packaged builders read them).
 std::vector<std::string> resolve_dataset_files(const std::string& id_or_path, const std::string& subset = "default",
                                                const std::string& split = "train");
 

@@ -128,10 +128,10 @@ TEST_F(HubTest, DatasetDirectoryRules) {
 
 // Several data files and no split keyword in their names: Hugging Face datasets loads them all as
 // the one split "train" (data_files.py DEFAULT_PATTERNS_ALL {"train": ["**"]}), in sorted path order
-// (fsspec's find sorts), skipping hidden files and metadata; twinkle reads them as one table whose
-// rows keep "<file>:<line>" names. The expected order is Python's sorted() of the names, by hand:
-// "10.jsonl" < "b.jsonl" < "c.json" < "data/a.jsonl" ('1' < 'b' < 'c' < 'd'). (They were refused as
-// "several candidates" before.)
+// (fsspec's glob sorts), skipping hidden files, files inside "__" directories and metadata; twinkle
+// reads them as one table whose rows keep "<file>:<line>" names. The expected order is Python's
+// sorted() of the names, by hand: "10.jsonl" < "b.jsonl" < "c.json" < "data/a.jsonl" ('1' < 'b' <
+// 'c' < 'd'). (They were refused as "several candidates" before.)
 TEST_F(HubTest, SeveralDataFilesLoadAsOneSplitInSortedOrder) {
   fs::path a = root_ / "multi";
   touch(a / "b.jsonl", "{\"id\": \"b1\"}\n\n{\"id\": \"b3\"}\n");
@@ -139,7 +139,7 @@ TEST_F(HubTest, SeveralDataFilesLoadAsOneSplitInSortedOrder) {
   touch(a / "c.json", "[\n  {\"id\": \"c2\"}\n]\n");
   touch(a / "data" / "a.jsonl", "{\"id\": \"d1\"}\n");
   touch(a / ".hidden.jsonl", "{\"id\": \"hidden\"}\n");
-  touch(a / "__tmp.jsonl", "{\"id\": \"tmp\"}\n");
+  touch(a / "__tmp" / "x.jsonl", "{\"id\": \"tmp\"}\n");
   touch(a / "dataset_infos.json", "{}");
   touch(a / "trainer_notes.txt", "not data");
   auto files = resolve_dataset_files(a.string());
@@ -237,4 +237,79 @@ TEST_F(HubTest, SelfCognitionFallsBackToShippedFile) {
   fs::remove_all(ms_);
   Dataset ds(DatasetMeta("ms://swift/self-cognition", DataSlice::range(256)));
   EXPECT_EQ(ds.size(), 256);
+}
+
+// The layouts of a dataset directory with several files, as Hugging Face datasets resolves them
+// (huggingface/datasets src/datasets/data_files.py, get_data_patterns -> _get_data_files_patterns,
+// fsspec >= 2023.12 patterns). Every expected list below is written by hand from those patterns:
+// a split's files are the matches of DEFAULT_PATTERNS_SPLIT_IN_FILENAME["train"] =
+// ["**/train[-._ 0-9]*", "**/*[-._ 0-9]train[-._ 0-9]*", "**/training[-._ 0-9]*",
+//  "**/*[-._ 0-9]training[-._ 0-9]*"] in that order, each pattern's matches sorted by path; split
+// directories (DEFAULT_PATTERNS_SPLIT_IN_DIR_NAME, "**/train/**", "**/train[-._ 0-9]*/**", ...) come
+// before file names in ALL_DEFAULT_PATTERNS, and the sharded layout data/{split}-NNNNN-of-NNNNN*.*
+// before both; resolve_pattern skips hidden parts and "__" directories (not "__" files). Before,
+// twinkle sorted a split's files by path alone, looked only at D and D/data, skipped "__" files,
+// had no split directories and let the sharded layout mix with other files.
+TEST_F(HubTest, DirectoryLayoutsFollowHuggingFaceDataFilesPatterns) {
+  // File names: pattern order, then path order.
+  fs::path f = root_ / "by_name";
+  for (const char* n : {"a-train.jsonl", "train-b.jsonl", "training.jsonl", "x_training_2.jsonl", "b.jsonl",
+                        "sub/train.jsonl", "val.jsonl"})
+    touch(f / n);
+  // "**/train[sep]*": sub/train.jsonl, train-b.jsonl ('s' < 't'); "**/*[sep]train[sep]*": a-train.jsonl;
+  // "**/training[sep]*": training.jsonl; "**/*[sep]training[sep]*": x_training_2.jsonl. b.jsonl is
+  // in no split; val.jsonl is validation ("**/val[sep]*").
+  std::vector<std::string> want;
+  for (const char* n : {"sub/train.jsonl", "train-b.jsonl", "a-train.jsonl", "training.jsonl", "x_training_2.jsonl"})
+    want.push_back((f / n).string());
+  EXPECT_EQ(resolve_dataset_files(f.string()), want);
+  EXPECT_EQ(resolve_dataset_files(f.string(), "default", "validation"),
+            std::vector<std::string>{(f / "val.jsonl").string()});
+  std::string e = error_of([&] { resolve_dataset_files(f.string(), "default", "test"); });
+  EXPECT_NE(e.find("no file for split 'test'"), std::string::npos) << e;
+  EXPECT_NE(e.find("\"split file names\""), std::string::npos) << e;
+  EXPECT_NE(e.find("split(s) 'train', 'validation'"), std::string::npos) << e;
+
+  // Split directories (D/train/*.jsonl) win over split file names: notes-train.jsonl is in no split.
+  // "**/train/**": train/a.jsonl, train/b.jsonl; "**/train[sep]*/**": data/train-v2/c.jsonl.
+  fs::path d = root_ / "by_dir";
+  for (const char* n : {"train/b.jsonl", "train/a.jsonl", "test/x.jsonl", "notes-train.jsonl", "data/train-v2/c.jsonl"})
+    touch(d / n);
+  want.clear();
+  for (const char* n : {"train/a.jsonl", "train/b.jsonl", "data/train-v2/c.jsonl"}) want.push_back((d / n).string());
+  EXPECT_EQ(resolve_dataset_files(d.string()), want);
+  EXPECT_EQ(resolve_dataset_files(d.string(), "default", "test"), std::vector<std::string>{(d / "test/x.jsonl").string()});
+  EXPECT_EQ(resolve_dataset_path(d.string()), (d / "train").string());  // several files: the first one's directory
+
+  // Skipped: hidden files and directories, files inside "__" directories (so __cache__/train.jsonl
+  // names no split), README.md and dataset_infos.json; kept: a FILE named "__notes.jsonl" and files at
+  // any depth. Everything is "train" (DEFAULT_PATTERNS_ALL): "__notes.jsonl" < "b.jsonl" <
+  // "deep/er/f.jsonl" ('_' < 'b' < 'd'). configuration.json (ModelScope's) is twinkle's own skip.
+  fs::path k = root_ / "skips";
+  for (const char* n : {"b.jsonl", "__notes.jsonl", "__cache__/train.jsonl", ".git/d.jsonl", ".e.jsonl",
+                        "deep/er/f.jsonl", "dataset_infos.json", "configuration.json", ".hidden/test.jsonl"})
+    touch(k / n);
+  touch(k / "README.md", "# card\n");
+  want.clear();
+  for (const char* n : {"__notes.jsonl", "b.jsonl", "deep/er/f.jsonl"}) want.push_back((k / n).string());
+  EXPECT_EQ(resolve_dataset_files(k.string()), want);
+  e = error_of([&] { resolve_dataset_files(k.string(), "default", "test"); });  // the one split is train
+  EXPECT_NE(e.find("\"all files\""), std::string::npos) << e;
+
+  // Sharded files decide alone (SPLIT_PATTERN_SHARDED is tried first): test.jsonl is in no split;
+  // the splits are train then the others sorted ("random").
+  fs::path h = root_ / "sharded";
+  for (const char* n : {"data/train-00001-of-00002.jsonl", "data/train-00000-of-00002.jsonl",
+                        "data/random-00000-of-00001.jsonl", "test.jsonl"})
+    touch(h / n);
+  want = {(h / "data/train-00000-of-00002.jsonl").string(), (h / "data/train-00001-of-00002.jsonl").string()};
+  EXPECT_EQ(resolve_dataset_files(h.string()), want);
+  EXPECT_EQ(resolve_dataset_files(h.string(), "default", "random"),
+            std::vector<std::string>{(h / "data/random-00000-of-00001.jsonl").string()});
+  e = error_of([&] { resolve_dataset_files(h.string(), "default", "test"); });
+  EXPECT_NE(e.find("split(s) 'train', 'random'"), std::string::npos) << e;
+  // A shard whose split is no valid split name (datasets' _split_re \w+(\.\w+)*) is refused by name.
+  touch(h / "data" / "my-set-00000-of-00001.jsonl");
+  e = error_of([&] { resolve_dataset_files(h.string()); });
+  EXPECT_NE(e.find("names the split 'my-set'"), std::string::npos) << e;
 }
