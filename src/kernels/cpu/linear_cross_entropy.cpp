@@ -48,7 +48,7 @@ Sizes sizes(int64_t T, int64_t V, int64_t H, int64_t chunk_rows) {
 struct Scratch {  // grow-only, kept between calls (one per calling thread)
   // the chunk's logits, then exp(logit - r); one [chunk, 512] dlogits block per thread; per-block row
   // references r and sums; each row's label logit; each row's starting reference; dX partial sums; the
-  // chunk's X^T and one [256, 512] dW^T tile per thread
+  // chunk's X^T and one [min(H, 256), 512] dW^T tile per thread
   std::vector<float> logits, dlogits, bref, bsum, target, ref, dx_part, xt, dwt;
   std::vector<double> row_loss;
 };
@@ -120,7 +120,7 @@ double linear_cross_entropy(const float* X, const float* W, const int32_t* label
       ref[t] = d;
     }
     // 1. logits block by block; each row replaced by exp(logit - r) while it is in cache, in one pass:
-    //    r is the row's reference, or the block row's max where a logit exceeds it by more than 64
+    //    r is the row's reference, or the block row's max where a logit exceeds it by more than 32
     //    (ce_rows::row_exp_inplace_sum_ref). Against a separate max pass, one read of the block fewer.
 #pragma omp parallel for schedule(dynamic, 2) num_threads(nthr) if (par)
     for (int64_t b = 0; b < nblk; ++b) {

@@ -199,6 +199,27 @@ TEST(LinearCrossEntropy, LogitsFarFromTheLabelsLogitMatchFloat64Loop) {
   }
 }
 
+// Logits near 2^30, where float's spacing is 128: row 0's label logit (the exp pass's reference) is
+// 2^30 + 128 and column 7's is 2^30 + 256, one spacing and 128 above it, so the headroom test must see the
+// difference (taken exactly, as exp gets it) and fall back to the block maximum; without the fallback
+// exp(128) overflows and the loss is inf. Loss 128 (float64 loop).
+TEST(LinearCrossEntropy, LogitsNear2To30MatchFloat64Loop) {
+  const int64_t T = 2, V = 40, H = 2;
+  std::vector<float> X = {32768.0f, 1.0f, 1.0f / 32768.0f, 0.01f}, W(V * H);  // row 1: logits 1 + {0, 1.28, 2.56}
+  for (int64_t v = 0; v < V; ++v) {
+    W[v * H] = 32768.0f;
+    W[v * H + 1] = v == 5 ? 128.0f : v == 7 ? 256.0f : 0.0f;
+  }
+  const std::vector<int32_t> lab = {5, 3};
+  const Ref ref = reference(X, W, lab, T, V, H, 0.5);
+  ASSERT_NEAR(ref.lse[0] - 1073741824.0, 256.0, 1e-9);
+  const Out o = run(X, W, lab, T, V, H, 0.5f, 0, 1);
+  EXPECT_NEAR(o.loss, ref.loss, 1e-3 * std::fabs(ref.loss)) << o.loss << " vs " << ref.loss;
+  EXPECT_LE(rel_err(o.lse, ref.lse), 1e-6);
+  EXPECT_LE(rel_err(o.dx, ref.dx), 1e-4);  // sum_v p_v W_v with W[:, 0] = 32768 cancels to ~float eps x 32768
+  EXPECT_LE(rel_err(o.dw, ref.dw, 0.25), 1e-5);
+}
+
 TEST(LinearCrossEntropy, LabelOutsideTheVocabularyNamesTheRow) {
   const int64_t T = 3, V = 600, H = 4;
   const auto X = randv(T * H, 5, 1.0f), W = randv(V * H, 6, 1.0f);
