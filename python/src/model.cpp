@@ -165,6 +165,12 @@ void bind_model(py::module_& m) {
              check_signals();
            })
       .def("linear_modules", [](MegatronModel& self) { return self.model().linear_modules(); })
+      .def("other_modules",  // (name, what) of every module twinkle gives no adapter (Qwen3Model::other_modules)
+           [](MegatronModel& self) {
+             std::vector<std::pair<std::string, std::string>> out;
+             for (const auto& m : self.model().other_modules()) out.emplace_back(m.name, m.what);
+             return out;
+           })
       .def_property_readonly("has_adapter", &MegatronModel::has_adapter)
       .def_property_readonly("adapter_name", &MegatronModel::adapter_name)
       .def("set_optimizer",
