@@ -38,7 +38,7 @@ if(TARGET twinkle_python)
   # instead of hanging in MPI_Finalize while the other rank waits in a collective
   add_test(NAME python_rank_exception_ends_job
            COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "python rank exception check OK: .*"
-                   /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_python_rank_exception.py
+                   ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_rank_exception.py
                    --build ${CMAKE_BINARY_DIR})
   set_tests_properties(python_rank_exception_ends_job PROPERTIES TIMEOUT 150 PROCESSORS 2)
   # the CMake install component pip / scikit-build-core installs (pyproject.toml)

@@ -294,10 +294,9 @@ int run_main(int argc, char** argv, std::function<int(int, char**)> body) {
     error = "unknown exception";
   }
   if (!error.empty()) {
+    if (dist::mpi_active()) abort_job(1, error);  // "[rank R] error: ..." (no rank tag for one process)
     g_aborting = true;
-    // a single process needs no rank tag
-    print_err((world_size() > 1 ? "[rank " + std::to_string(world_rank()) + "] error: " : std::string("error: ")) + error);
-    if (dist::mpi_active()) abort_job(1);
+    print_err("error: " + error);
     finalize();
     return 1;
   }

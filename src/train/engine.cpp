@@ -1,6 +1,7 @@
 #include "twinkle/train/engine.h"
 
 #include <algorithm>
+#include <exception>
 
 #include "twinkle/dist/agreed_error.h"
 #include "twinkle/kernels/cpu/moe_aux_loss.h"
@@ -95,7 +96,7 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training, con
                            : static_cast<int64_t>(std::count(mb.attention_mask.begin(), mb.attention_mask.end(), 1));
         }
       }
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // twinkle::Error, or a std:: error (length, allocation) of this replica's data
       refused = call + e.what();
     }
   counts[4] = refused.empty() ? 0 : 1;

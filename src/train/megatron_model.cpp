@@ -222,6 +222,9 @@ std::vector<MicroBatch> MegatronModel::split(const std::vector<EncodedRow>& rows
 
 double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows) {
   auto t0 = Clock::now();
+  // Refused on every rank alike before any communication (the LoRA dropout row offsets below are an
+  // all-gather); Engine::run checks again for callers that drive the Engine directly.
+  if (optim_) optim_->check_backward_allowed();
   int64_t row0 = 0;
   if (model_->has_adapter() && model_->adapter_config().lora_dropout > 0) {
     // LoRA dropout masks are keyed by each token's row in the global batch: this replica's
@@ -239,7 +242,7 @@ double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows) {
   std::string refused;
   try {
     mbs = split(rows, row0);
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // twinkle::Error, or a std:: error of this rank's rows alone
     refused = e.what();
   }
   last_fb_ = engine_->forward_backward(mbs, refused);
@@ -258,7 +261,7 @@ double MegatronModel::forward_only(const std::vector<EncodedRow>& rows) {
   std::string refused;
   try {
     mbs = split(rows);
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // twinkle::Error, or a std:: error of this rank's rows alone
     refused = e.what();
   }
   StepResult r = engine_->forward_only(mbs, refused);

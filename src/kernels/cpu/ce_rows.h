@@ -90,6 +90,50 @@ inline double row_sumexp(const float* x, int64_t n, float mx) { return row_exp_s
 /// x[j] = exp(x[j] - mx) for j < n, in place; returns their sum with row_sumexp's summation order.
 inline double row_exp_inplace_sum(float* x, int64_t n, float mx) { return row_exp_sum<true>(x, x, n, mx); }
 
+/// Headroom of row_exp_inplace_sum_ref: columns up to 32 above ref are taken against ref, so every result
+/// is <= e^32 and a 512-column float sum < 2^56. (In linear_cross_entropy's backward a stored value is
+/// scaled by grad_scale * exp(r - lse); where that factor is subnormal, the probabilities it scales are
+/// below e^32 * 2^-126, nothing against the row's largest, as with the block maximum as r.)
+constexpr float kRefHeadroom = 32.0f;
+
+/// For one block of n <= kSumBlock columns: x[j] = exp(x[j] - r) in place, returning their sum (one float
+/// partial sum, as row_exp_inplace_sum's for such a block), where r is `ref` unless some x[j] - ref
+/// exceeds kRefHeadroom: then r is the block's maximum (the columns already done are rescaled by
+/// exp(ref - r), a rare path) and `ref` is set to it. One pass over the row where row_max +
+/// row_exp_inplace_sum take two. The caller picks `ref` as a value near the row's maximum and not above
+/// it (linear_cross_entropy: the label's logit), so every result and the sum stay finite, and columns
+/// more than ~87 below r, which flush to 0, are negligible against the column that gave ref (exp(0) = 1
+/// in the row's sum). The test is on the difference x[j] - r (the value exp takes), so it holds for any
+/// magnitude of ref. NaN columns give a NaN sum, as in row_exp_inplace_sum.
+inline double row_exp_inplace_sum_ref(float* x, int64_t n, float& ref) {
+#ifdef __AVX512F__
+  const __m512 head = _mm512_set1_ps(kRefHeadroom);
+  __m512 r = _mm512_set1_ps(ref), acc = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = vmath::tail_mask(n - j);
+    const __m512 xv = _mm512_maskz_loadu_ps(k, x + j);
+    __m512 d = _mm512_sub_ps(xv, r);
+    if (_mm512_mask_cmp_ps_mask(k, d, head, _CMP_GT_OQ)) [[unlikely]] {
+      const float m = row_max(x + j, n - j);  // the block's maximum: the columns before j are <= ref + 32 < m
+      const float f = vmath::exp(ref - m);
+      for (int64_t i = 0; i < j; ++i) x[i] *= f;
+      acc = _mm512_mul_ps(acc, _mm512_set1_ps(f));
+      ref = m;
+      r = _mm512_set1_ps(m);
+      d = _mm512_sub_ps(xv, r);
+    }
+    const __m512 v = vmath::exp16(d);
+    _mm512_mask_storeu_ps(x + j, k, v);
+    acc = _mm512_mask_add_ps(acc, k, acc, v);
+  }
+  return hsum(acc);
+#else
+  const float m = row_max(x, n);
+  if (m - ref > kRefHeadroom) ref = m;
+  return row_exp_inplace_sum(x, n, ref);
+#endif
+}
+
 /// d[j] = x[j] * sc for j < n (d may alias x).
 inline void row_scale_to(const float* x, float* d, int64_t n, float sc) {
 #pragma omp simd

@@ -19,9 +19,9 @@ namespace twinkle::kernels::cpu {
 namespace {
 
 // Vocab columns per block. A block of the logits is a [rows, 512] matrix of its own (2 MiB for 1024
-// rows, cache-resident): right after its GEMM each row's max m is taken and the row replaced by
-// exp(logit - m) (one exp per logit, summed as one float partial sum, ce_rows::kSumBlock); in the
-// backward the block is scaled to dlogits (exp(m - lse) per row) into the thread's dlogits buffer,
+// rows, in L3): right after its GEMM each row is replaced by exp(logit - r) in one pass, r the row's
+// reference (step 0; one exp per logit, summed as one float partial sum, ce_rows::kSumBlock); in the
+// backward the block is scaled to dlogits (exp(r - lse) per row) into the thread's dlogits buffer,
 // which feeds the dX and dW GEMMs right away: the [rows, V] logits are written once and read once (the
 // scaled copy is never written back to DRAM), never read by the GEMMs from DRAM. (Measured on config a:
 // the logits GEMM writing straight into the store and exp in place beats a cache-resident GEMM output
@@ -46,9 +46,10 @@ Sizes sizes(int64_t T, int64_t V, int64_t H, int64_t chunk_rows) {
 }
 
 struct Scratch {  // grow-only, kept between calls (one per calling thread)
-  // the chunk's logits, then exp(logit - m); one [chunk, 512] dlogits block per thread; per-block row
-  // maxima and sums; dX partial sums; the chunk's X^T and one [H, 512] dW^T block per thread
-  std::vector<float> logits, dlogits, bmax, bsum, target, dx_part, xt, dwt;
+  // the chunk's logits, then exp(logit - r); one [chunk, 512] dlogits block per thread; per-block row
+  // references r and sums; each row's label logit; each row's starting reference; dX partial sums; the
+  // chunk's X^T and one [min(H, 256), 512] dW^T tile per thread
+  std::vector<float> logits, dlogits, bref, bsum, target, ref, dx_part, xt, dwt;
   std::vector<double> row_loss;
 };
 
@@ -77,9 +78,10 @@ double linear_cross_entropy(const float* X, const float* W, const int32_t* label
   const int64_t chunk = z.chunk, nblk = z.nblk, nslab = z.nslab;
   thread_local Scratch s;
   float* buf = grow(s.logits, chunk * V);
-  float* bmax = grow(s.bmax, nblk * chunk);
+  float* bref = grow(s.bref, nblk * chunk);
   float* bsum = grow(s.bsum, nblk * chunk);
   float* target = grow(s.target, chunk);
+  float* ref = grow(s.ref, chunk);
   double* row_loss = grow(s.row_loss, chunk);
   // Blocks are spread over the threads dynamically (a thread preempted on a shared machine does not hold
   // the others up); each block's GEMMs run on one thread (oneDNN runs single-threaded inside a parallel
@@ -107,7 +109,19 @@ double linear_cross_entropy(const float* X, const float* W, const int32_t* label
       n = std::min(kVocabBlock, V - v0);
       return buf + v0 * c;
     };
-    // 1. logits block by block; the block's row max and sum-exp while it is in cache
+    // 0. each row's reference for the exp pass: its label's logit (column 0's for an ignored row), a value
+    //    of the row, so not above its maximum, and near it for any model that predicts its labels at all
+    for (int64_t t = 0; t < c; ++t) {
+      const float* x = Xc + t * H;
+      const float* w = W + (lab[t] == kIgnoreIndex ? 0 : static_cast<int64_t>(lab[t])) * H;
+      float d = 0.0f;
+#pragma omp simd reduction(+ : d)
+      for (int64_t h = 0; h < H; ++h) d += x[h] * w[h];
+      ref[t] = d;
+    }
+    // 1. logits block by block; each row replaced by exp(logit - r) while it is in cache, in one pass:
+    //    r is the row's reference, or the block row's max where a logit exceeds it by more than 32
+    //    (ce_rows::row_exp_inplace_sum_ref). Against a separate max pass, one read of the block fewer.
 #pragma omp parallel for schedule(dynamic, 2) num_threads(nthr) if (par)
     for (int64_t b = 0; b < nblk; ++b) {
       int64_t v0, n;
@@ -117,20 +131,20 @@ double linear_cross_entropy(const float* X, const float* W, const int32_t* label
         float* y = Y + t * n;
         const int64_t l = lab[t];
         if (l >= v0 && l < v0 + n) target[t] = y[l - v0];
-        const float m = ce_rows::row_max(y, n);
-        bmax[b * c + t] = m;
-        bsum[b * c + t] = static_cast<float>(ce_rows::row_exp_inplace_sum(y, n, m));  // y = exp(logit - m)
+        float r = ref[t];
+        bsum[b * c + t] = static_cast<float>(ce_rows::row_exp_inplace_sum_ref(y, n, r));  // y = exp(logit - r)
+        bref[b * c + t] = r;
       }
     }
-    // 2. lse = M + log(sum_b sum_b' exp(max_b - M)), M the row max, in double
+    // 2. lse = M + log(sum_b sum_b' exp(r_b - M)), M the largest reference, in double
 #pragma omp parallel for schedule(static) num_threads(nthr) if (par)
     for (int64_t t = 0; t < c; ++t) {
       float M = -std::numeric_limits<float>::infinity();
-      for (int64_t b = 0; b < nblk; ++b) M = std::max(M, bmax[b * c + t]);
+      for (int64_t b = 0; b < nblk; ++b) M = std::max(M, bref[b * c + t]);
       double S = 0.0;
       for (int64_t b = 0; b < nblk; ++b)
         S += static_cast<double>(bsum[b * c + t]) *
-             std::exp(static_cast<double>(bmax[b * c + t]) - static_cast<double>(M));
+             std::exp(static_cast<double>(bref[b * c + t]) - static_cast<double>(M));
       const double l = static_cast<double>(M) + std::log(S);
       lse[c0 + t] = static_cast<float>(l);
       row_loss[t] = lab[t] != kIgnoreIndex ? l - static_cast<double>(target[t]) : 0.0;
@@ -160,8 +174,8 @@ double linear_cross_entropy(const float* X, const float* W, const int32_t* label
             std::fill(d, d + n, 0.0f);
             continue;
           }
-          // softmax = exp(logit - m) * exp(m - lse), the first factor stored by the forward
-          const double f = std::exp(static_cast<double>(bmax[b * c + t]) - static_cast<double>(lse[c0 + t]));
+          // softmax = exp(logit - r) * exp(r - lse), the first factor stored by the forward
+          const double f = std::exp(static_cast<double>(bref[b * c + t]) - static_cast<double>(lse[c0 + t]));
           ce_rows::row_scale_to(Y + t * n, d, n, static_cast<float>(static_cast<double>(grad_scale) * f));
           if (l >= v0 && l < v0 + n) d[l - v0] -= grad_scale;
         }
@@ -189,7 +203,7 @@ int64_t linear_cross_entropy_scratch_bytes(int64_t T, int64_t V, int64_t H, int6
                                            bool with_dw, int threads) {
   const Sizes z = sizes(T, V, H, chunk_rows);
   threads = z.nblk > 1 && z.chunk * V > kParWork ? static_cast<int>(std::clamp<int64_t>(threads, 1, z.nblk)) : 1;
-  int64_t b = 4 * (z.chunk * V + 2 * z.nblk * z.chunk + z.chunk) + 8 * z.chunk;
+  int64_t b = 4 * (z.chunk * V + 2 * z.nblk * z.chunk + 2 * z.chunk) + 8 * z.chunk;
   if (backward && z.nslab > 1) b += 4 * (z.nslab - 1) * z.chunk * H;
   if (backward) b += 4 * threads * z.chunk * kVocabBlock;                                   // dlogits blocks
   if (backward && with_dw) b += 4 * (H * z.chunk + threads * std::min(H, kDwRows) * kVocabBlock);  // X^T, dW^T tiles

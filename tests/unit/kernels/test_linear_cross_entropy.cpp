@@ -164,6 +164,62 @@ TEST(LinearCrossEntropy, ResultsDoNotDependOnTheThreadCount) {
   }
 }
 
+// The forward's exp pass takes each row against its label's logit (column 0's for an ignored row) and
+// falls back to the block's maximum where a logit is more than 64 above that reference. Rows with
+// x[0] = 10 see four hot columns (w[0] = 12: logits ~120, at columns 300, 1030, 2047 and 2599, mid-vector,
+// mid-row, a block's last column, the last column) far above their labels' logits: without the fallback
+// exp overflows; row 1's label is a hot column (every other column flushes against it); rows 2 (ignored)
+// and 3 (label 0) start from column 0's logit ~-120, so every block falls back at its first columns, and
+// a fallback that does not rescale the columns it already did leaves them ~e^120 too large.
+TEST(LinearCrossEntropy, LogitsFarFromTheLabelsLogitMatchFloat64Loop) {
+  const int64_t T = 12, V = 2600, H = 8;  // 5 blocks of 512 and one of 40
+  auto X = randv(T * H, 11, 1.0f), W = randv(V * H, 12, 0.5f);
+  for (int64_t v : {300, 1030, 2047, 2599}) W[v * H] = 12.0f;
+  W[0] = -12.0f;
+  for (int64_t t = 0; t < 4; ++t) X[t * H] = 10.0f;
+  const std::vector<int32_t> lab = {5, 1030, -100, 0, 17, 511, 512, -100, 2599, 1500, 2046, 9};
+  int64_t nv = 0;
+  for (auto l : lab) nv += l != -100;
+  const float scale = 1.0f / static_cast<float>(nv);
+  const Ref ref = reference(X, W, lab, T, V, H, scale);
+  for (int64_t t : {0, 2}) {  // the hot columns are more than 64 above row 0's label logit and row 2's column 0
+    const int64_t v = t == 0 ? 5 : 0;
+    double z = 0;
+    for (int64_t h = 0; h < H; ++h) z += static_cast<double>(X[t * H + h]) * W[v * H + h];
+    ASSERT_GT(ref.lse[t] - z, 70.0) << "row " << t;
+  }
+  const std::pair<int64_t, int> runs[] = {{0, 1}, {5, 2}, {0, 2}};
+  for (auto [chunk, threads] : runs) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk) + ", " + std::to_string(threads) + " thread(s)");
+    const Out o = run(X, W, lab, T, V, H, scale, chunk, threads);
+    EXPECT_LE(std::fabs(o.loss - ref.loss) / std::fabs(ref.loss), 1e-6) << o.loss << " vs " << ref.loss;
+    EXPECT_LE(rel_err(o.lse, ref.lse), 1e-6);
+    EXPECT_LE(rel_err(o.dx, ref.dx), 1e-5);
+    EXPECT_LE(rel_err(o.dw, ref.dw, 0.25), 1e-5);
+  }
+}
+
+// Logits near 2^30, where float's spacing is 128: row 0's label logit (the exp pass's reference) is
+// 2^30 + 128 and column 7's is 2^30 + 256, one spacing and 128 above it, so the headroom test must see the
+// difference (taken exactly, as exp gets it) and fall back to the block maximum; without the fallback
+// exp(128) overflows and the loss is inf. Loss 128 (float64 loop).
+TEST(LinearCrossEntropy, LogitsNear2To30MatchFloat64Loop) {
+  const int64_t T = 2, V = 40, H = 2;
+  std::vector<float> X = {32768.0f, 1.0f, 1.0f / 32768.0f, 0.01f}, W(V * H);  // row 1: logits 1 + {0, 1.28, 2.56}
+  for (int64_t v = 0; v < V; ++v) {
+    W[v * H] = 32768.0f;
+    W[v * H + 1] = v == 5 ? 128.0f : v == 7 ? 256.0f : 0.0f;
+  }
+  const std::vector<int32_t> lab = {5, 3};
+  const Ref ref = reference(X, W, lab, T, V, H, 0.5);
+  ASSERT_NEAR(ref.lse[0] - 1073741824.0, 256.0, 1e-9);
+  const Out o = run(X, W, lab, T, V, H, 0.5f, 0, 1);
+  EXPECT_NEAR(o.loss, ref.loss, 1e-3 * std::fabs(ref.loss)) << o.loss << " vs " << ref.loss;
+  EXPECT_LE(rel_err(o.lse, ref.lse), 1e-6);
+  EXPECT_LE(rel_err(o.dx, ref.dx), 1e-4);  // sum_v p_v W_v with W[:, 0] = 32768 cancels to ~float eps x 32768
+  EXPECT_LE(rel_err(o.dw, ref.dw, 0.25), 1e-5);
+}
+
 TEST(LinearCrossEntropy, LabelOutsideTheVocabularyNamesTheRow) {
   const int64_t T = 3, V = 600, H = 4;
   const auto X = randv(T * H, 5, 1.0f), W = randv(V * H, 6, 1.0f);

@@ -20,7 +20,7 @@ double linear_cross_entropy(const float* X, const float* W, const int32_t* label
 
 /// Bytes of the grow-only thread_local buffers linear_cross_entropy keeps after a call with these sizes
 /// run on `threads` OpenMP threads (`backward`: with dX; `with_dw`: with dW too): the [chunk, V] logits,
-/// per-block row maxima and sums, and with `backward` the dX partial sums and one [chunk, 512] dlogits
+/// per-block row references and sums, each row's label logit and starting reference, and with `backward` the dX partial sums and one [chunk, 512] dlogits
 /// block per thread it uses, with `with_dw` also the chunk's X^T and one [min(H, 256), 512] dW^T tile
 /// per thread.
 int64_t linear_cross_entropy_scratch_bytes(int64_t T, int64_t V, int64_t H, int64_t chunk_rows, bool backward,
