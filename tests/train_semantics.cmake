@@ -50,7 +50,7 @@ set_target_properties(mpi_refusal_agreed PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${C
 target_compile_options(mpi_refusal_agreed PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
 target_link_libraries(mpi_refusal_agreed PRIVATE twinkle)
 foreach(spec "dp2|2|qwen3-tiny|--dp 2" "pp2_dp2|4|qwen3-tiny|--pp 2 --dp 2"
-             "moe_dp2_ep2|2|qwen3-moe-tiny|--dp 2 --ep 2")
+             "moe_dp2_ep2|2|qwen3-moe-tiny|--dp 2 --ep 2" "cp2_dp2|4|qwen3-tiny|--cp 2 --dp 2")
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)
   list(GET parts 1 np)

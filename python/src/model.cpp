@@ -7,6 +7,7 @@
 
 #include "bindings.h"
 #include "data_rows.h"
+#include "twinkle/dist/runtime.h"
 #include "twinkle/model/kernelize.h"
 #include "twinkle/train/megatron_model.h"
 
@@ -15,6 +16,21 @@ namespace twinkle_py {
 namespace {
 
 using twinkle::MegatronModel;
+
+// The rows of one forward_backward / forward_only call. A batch this rank cannot convert (a missing
+// key, labels and input_ids of different lengths, a non-integer id) raises its ValueError / TypeError
+// here in a single process; in a job of several ranks the other ranks would already be on their way
+// into the step's collectives, so the error text goes to MegatronModel's agreed refusal instead and
+// every rank raises it alike (catching it leaves no rank waiting).
+std::vector<twinkle::EncodedRow> rows_or_agreed_error(const py::object& inputs, std::string& error) {
+  try {
+    return rows_from_py(inputs);
+  } catch (const std::exception& e) {
+    if (twinkle::world_size() <= 1) throw;
+    error = e.what();
+    return {};
+  }
+}
 
 [[noreturn]] void unknown_kw(const std::string& call, const std::string& key, const std::string& known) {
   throw py::type_error(call + "() got an unexpected keyword argument '" + key + "' (known: " + known + ")");
@@ -165,6 +181,12 @@ void bind_model(py::module_& m) {
              check_signals();
            })
       .def("linear_modules", [](MegatronModel& self) { return self.model().linear_modules(); })
+      .def("other_modules",  // (name, what) of every module twinkle gives no adapter (Qwen3Model::other_modules)
+           [](MegatronModel& self) {
+             std::vector<std::pair<std::string, std::string>> out;
+             for (const auto& m : self.model().other_modules()) out.emplace_back(m.name, m.what);
+             return out;
+           })
       .def_property_readonly("has_adapter", &MegatronModel::has_adapter)
       .def_property_readonly("adapter_name", &MegatronModel::adapter_name)
       .def("set_optimizer",
@@ -192,22 +214,24 @@ void bind_model(py::module_& m) {
            })
       .def("forward_backward",
            [](MegatronModel& self, py::object inputs) {
-             auto rows = rows_from_py(inputs);
+             std::string bad;
+             auto rows = rows_or_agreed_error(inputs, bad);
              double loss;
              {
                HeavyCall h("forward_backward");
-               loss = self.forward_backward(rows);
+               loss = self.forward_backward(rows, bad);
              }
              check_signals();
              return loss;
            })
       .def("forward_only",
            [](MegatronModel& self, py::object inputs) {
-             auto rows = rows_from_py(inputs);
+             std::string bad;
+             auto rows = rows_or_agreed_error(inputs, bad);
              double loss;
              {
                HeavyCall h("forward_only");
-               loss = self.forward_only(rows);
+               loss = self.forward_only(rows, bad);
              }
              check_signals();
              return loss;

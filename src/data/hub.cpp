@@ -228,6 +228,13 @@ std::vector<std::string> dir_data_files(const fs::path& d, const std::string& su
     std::vector<std::string> sel;
     for (const auto& f : it->second)
       if (readable(f)) sel.push_back(f);
+    for (const auto& f : it->second) {  // reading the split's other files alone would drop its rows silently
+      const std::string e = fs::path(f).extension().string();
+      if ((e == ".parquet" || e == ".arrow") && !sel.empty())
+        throw Error("dataset directory '" + dir.string() + "': " + what + " holds " + f +
+                    " (parquet/arrow are not supported) next to .jsonl/.json/.csv files: convert it to jsonl, or "
+                    "pass a file as the dataset path");
+    }
     if (sel.empty())
       throw Error("dataset directory '" + dir.string() + "': the files of " + what + " (" + it->second.front() +
                   (it->second.size() > 1 ? ", ..." : "") + ") are not .jsonl/.json/.csv data files" +

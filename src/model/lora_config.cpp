@@ -52,11 +52,30 @@ std::vector<std::string> lora_target_list(const LoraConfig& c) {
   return out;
 }
 
-std::vector<std::string> resolve_lora_targets(const LoraConfig& cfg, const std::vector<std::string>& linear_modules) {
+namespace {
+
+// The refusal when a target selects a module twinkle cannot wrap (PEFT would wrap it or refuse).
+[[noreturn]] void refuse_non_lora(const LoraConfig& cfg, const std::string& entry, const NonLoraModule& m) {
+  const std::string which = cfg.target_modules_regex
+                                ? "target_modules '" + cfg.target_modules + "' (PEFT's regular expression, matched "
+                                  "against every module name)"
+                                : "the entry '" + entry + "' of target_modules '" + cfg.target_modules + "'";
+  throw Error(option_name("lora", "lora_targets") + ": " + which + " selects " + m.name + ", " + m.what +
+              "; twinkle gives LoRA adapters to linear layers only (q/k/v/o_proj, gate/up/down_proj, the MoE router "
+              "and experts), not the lm head: select only those (e.g. all-linear, or a pattern that leaves " +
+              m.name + " out) rather than train fewer modules than asked");
+}
+
+}  // namespace
+
+std::vector<std::string> resolve_lora_targets(const LoraConfig& cfg, const std::vector<std::string>& linear_modules,
+                                              const std::vector<NonLoraModule>& other_modules) {
   const auto targets = lora_target_list(cfg);
   if (cfg.target_modules_regex) {  // PEFT: re.fullmatch(target_modules, module name)
     validate(cfg);
     const std::regex re(cfg.target_modules);
+    for (const auto& m : other_modules)
+      if (std::regex_match(m.name, re)) refuse_non_lora(cfg, cfg.target_modules, m);
     std::vector<std::string> out;
     for (const auto& m : linear_modules)
       if (std::regex_match(m, re)) out.push_back(m);
@@ -73,6 +92,8 @@ std::vector<std::string> resolve_lora_targets(const LoraConfig& cfg, const std::
   std::vector<std::string> out;
   for (const auto& t : targets) {
     if (t == "all-linear") continue;
+    for (const auto& m : other_modules)
+      if (matches(m.name, t)) refuse_non_lora(cfg, t, m);
     bool any = false;
     for (const auto& m : linear_modules) any = any || matches(m, t);
     if (!any) {

@@ -52,6 +52,43 @@ std::vector<std::string> Qwen3Model::linear_modules() const {
   return out;
 }
 
+std::vector<NonLoraModule> Qwen3Model::other_modules() const {
+  // What PEFT does with each (peft/tuners/lora/model.py _create_new_module and its dispatchers):
+  // nn.Embedding -> lora.Embedding, nn.Linear -> lora.Linear, any other type -> ValueError.
+  const std::string refused = " (PEFT refuses it too: \"Target module ... is not supported\")";
+  const std::string norm = "a Qwen3RMSNorm" + refused;
+  std::vector<NonLoraModule> out;
+  out.push_back({"model", "the Qwen3Model container" + refused});
+  out.push_back({"model.embed_tokens", "an nn.Embedding (PEFT would add a LoRA Embedding layer to it)"});
+  out.push_back({"model.layers", "an nn.ModuleList" + refused});
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l);
+    out.push_back({p, "a decoder layer container" + refused});
+    out.push_back({p + ".self_attn", "the attention container" + refused});
+    out.push_back({p + ".self_attn.q_norm", norm});
+    out.push_back({p + ".self_attn.k_norm", norm});
+    if (cfg_.is_moe_layer(l)) {
+      out.push_back({p + ".mlp", "the sparse MoE block container" + refused});
+      out.push_back({p + ".mlp.experts", "an nn.ModuleList of experts" + refused});
+      for (int64_t e = 0; e < cfg_.num_experts; ++e) {
+        const std::string x = p + ".mlp.experts." + std::to_string(e);
+        out.push_back({x, "an expert MLP container" + refused});
+        out.push_back({x + ".act_fn", "the SiLU activation" + refused});
+      }
+    } else {
+      out.push_back({p + ".mlp", "the MLP container" + refused});
+      out.push_back({p + ".mlp.act_fn", "the SiLU activation" + refused});
+    }
+    out.push_back({p + ".input_layernorm", norm});
+    out.push_back({p + ".post_attention_layernorm", norm});
+  }
+  out.push_back({"model.norm", norm});
+  out.push_back({"model.rotary_emb", "the rotary embedding" + refused});
+  out.push_back({"lm_head", "the output layer, an nn.Linear (PEFT would wrap it in a LoRA Linear when a pattern or "
+                            "list selects it; only all-linear leaves it out)"});
+  return out;
+}
+
 void Qwen3Model::add_adapter(const LoraConfig& cfg, uint64_t seed) {
   check(!has_adapter(), "add_adapter: the model already has an adapter (one adapter per model)");
   check(dev_ == Device::CPU, "add_adapter: LoRA on device '" + device_name(dev_) + "' is not implemented yet; use "
@@ -65,7 +102,7 @@ void Qwen3Model::add_adapter(const LoraConfig& cfg, uint64_t seed) {
       throw Error(std::string("add_adapter: ") + e.what());
     }
   }
-  std::vector<std::string> targets_list = resolve_lora_targets(cfg, linear_modules());
+  std::vector<std::string> targets_list = resolve_lora_targets(cfg, linear_modules(), other_modules());
   lora_targets_ = std::move(targets_list);
   lora_ = cfg;
   const std::set<std::string> targets(lora_targets_.begin(), lora_targets_.end());

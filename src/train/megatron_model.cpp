@@ -237,7 +237,9 @@ std::vector<MicroBatch> MegatronModel::split(const std::vector<EncodedRow>& rows
   return out;
 }
 
-double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows) {
+double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows) { return forward_backward(rows, ""); }
+
+double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows, const std::string& input_error) {
   auto t0 = Clock::now();
   // Refused on every rank alike before any communication (the LoRA dropout row offsets below are an
   // all-gather); Engine::run checks again for callers that drive the Engine directly.
@@ -256,12 +258,12 @@ double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows) {
   }
   // A row this rank cannot collate is refused on every rank alike (Engine's agreed input check).
   std::vector<MicroBatch> mbs;
-  std::string refused;
-  try {
-    mbs = split(rows, row0);
-  } catch (const std::exception& e) {  // twinkle::Error, or a std:: error of this rank's rows alone
-    refused = e.what();
-  }
+  std::string refused = input_error;
+  if (refused.empty()) try {
+      mbs = split(rows, row0);
+    } catch (const std::exception& e) {  // twinkle::Error, or a std:: error of this rank's rows alone
+      refused = e.what();
+    }
   last_fb_ = engine_->forward_backward(mbs, refused);
   fb_time_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
   ++cur_step_;
@@ -272,15 +274,17 @@ double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows) {
   return last_fb_.loss;
 }
 
-double MegatronModel::forward_only(const std::vector<EncodedRow>& rows) {
+double MegatronModel::forward_only(const std::vector<EncodedRow>& rows) { return forward_only(rows, ""); }
+
+double MegatronModel::forward_only(const std::vector<EncodedRow>& rows, const std::string& input_error) {
   finish_param_sync();
   std::vector<MicroBatch> mbs;
-  std::string refused;
-  try {
-    mbs = split(rows);
-  } catch (const std::exception& e) {  // twinkle::Error, or a std:: error of this rank's rows alone
-    refused = e.what();
-  }
+  std::string refused = input_error;
+  if (refused.empty()) try {
+      mbs = split(rows);
+    } catch (const std::exception& e) {  // twinkle::Error, or a std:: error of this rank's rows alone
+      refused = e.what();
+    }
   StepResult r = engine_->forward_only(mbs, refused);
   last_eval_label_tokens_ = r.label_tokens;
   if (r.label_tokens == 0)

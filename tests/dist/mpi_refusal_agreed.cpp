@@ -1,8 +1,8 @@
 // Refusals inside MegatronModel::forward_backward / forward_only are raised on EVERY rank with the
 // same twinkle::Error, so a program that catches it (Python, an API user) never leaves a peer
 // waiting in a collective: a bad row given to one data-parallel replica only — a token id or a
-// label outside the vocabulary (Qwen3Model::prepare), rows that cannot be collated (every row
-// empty: collate_padded) — and, with overlap_grad_reduce, a second forward_backward before the
+// label outside the vocabulary or a row longer than max_position_embeddings (Qwen3Model::prepare),
+// rows that cannot be collated (every row empty: collate_padded) — and, with overlap_grad_reduce, a second forward_backward before the
 // optimizer step (refused on every rank before any communication; under pp only the last stage
 // used to throw, mid-backward). Before, the replica holding the bad row threw while the others
 // went on into the token-count reduction (or stage 0 waited for the last stage's gradient): the
@@ -93,6 +93,7 @@ static int body(int argc, char** argv) {
     std::function<std::vector<twinkle::EncodedRow>()> rows;
     const char* expect;
   };
+  const int32_t max_pos = static_cast<int32_t>(m.model().config().max_position_embeddings);
   const std::vector<Case> cases = {
       {"token id outside the vocabulary", 1,
        [&] {
@@ -111,6 +112,13 @@ static int body(int argc, char** argv) {
       {"rows that cannot be collated", 1,
        [&] { return std::vector<twinkle::EncodedRow>(2); },
        "collate_padded: all rows are empty"},
+      {"a row longer than max_position_embeddings", 1,
+       [&] {
+         auto rows = good();
+         rows[0] = row(max_pos + 1, 9);  // collate numbers positions 0..L-1: the last one is max_pos
+         return rows;
+       },
+       "exceeds max_position_embeddings"},
   };
   for (const Case& c : cases) {
     for (bool train : {true, false}) {

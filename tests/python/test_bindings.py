@@ -622,7 +622,15 @@ class LoraAdapterTest(unittest.TestCase):
                          (dict(lora_alpha=-1), "lora option 'lora_alpha'"),
                          (dict(lora_dropout=1.0), 'lora_dropout'),
                          (dict(target_modules=['qproj']), "'qproj' matches no linear module"),
-                         (dict(target_modules='.*attn'), 'matches no linear module'),
+                         (dict(target_modules='.*xyz'), 'matches no linear module'),
+                         # PEFT matches a str against EVERY module name and refuses what it cannot wrap
+                         # (self_attn, a Qwen3Attention) or wraps what twinkle cannot (embed_tokens, lm_head):
+                         # refused by name instead of training fewer modules than asked
+                         (dict(target_modules='.*attn'), 'selects model.layers.0.self_attn, the attention container'),
+                         (dict(target_modules=r'.*\.(q_proj|embed_tokens)'),
+                          'selects model.embed_tokens, an nn.Embedding'),
+                         (dict(target_modules=['q_proj', 'lm_head']),
+                          "the entry 'lm_head' of target_modules 'q_proj,lm_head' selects lm_head, the output layer"),
                          (dict(target_modules=[]), 'non-empty list')):
             with self.assertRaisesRegex(ValueError, msg):
                 m.add_adapter_to_model('default', LoraConfig(**bad))

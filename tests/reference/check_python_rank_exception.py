@@ -1,6 +1,10 @@
 #!/usr/bin/python3
 """An uncaught Python exception on one rank of a twinkle-run job ends the whole job, non-zero,
 with the traceback and the rank's error line printed, while the other rank waits in a collective.
+And a batch that one rank cannot convert (a row whose labels are shorter than its input_ids, given
+to forward_backward on rank 1 only) is refused on both ranks alike, so a script that catches the
+error goes on training on both (before, rank 1 raised ValueError in the binding while rank 0
+entered the step's collectives: a hang, or collectives paired out of step).
 
 Without twinkle's sys.excepthook (python/twinkle/__init__.py) the failing interpreter exits
 through MPI_Finalize, which waits for the other rank, and that rank waits in the step's
@@ -45,6 +49,71 @@ for i, batch in enumerate(dl):
 print('UNREACHABLE: rank %d finished' % Platform.get_rank(), flush=True)
 '''
 
+CAUGHT = r'''
+import sys
+import twinkle
+from twinkle import DeviceMesh, Platform
+from twinkle.dataloader import DataLoader
+from twinkle.dataset import Dataset, DatasetMeta
+from twinkle.model import MegatronModel
+from twinkle.preprocessor import SelfCognitionProcessor
+
+MODEL = sys.argv[1]
+twinkle.initialize(mode='local', global_device_mesh=DeviceMesh.from_sizes(dp_size=2, device_type='cpu'))
+ds = Dataset(dataset_meta=DatasetMeta(sys.argv[2], data_slice=range(16)))
+ds.set_template('Template', model_id=MODEL, max_length=64)
+ds.map(SelfCognitionProcessor('twinkle', 'ModelScope'))
+ds.encode()
+dl = DataLoader(dataset=ds, batch_size=4)
+model = MegatronModel(model_id=MODEL, mixed_precision='no')
+model.set_optimizer(optimizer_cls='default', lr=1e-4)
+rank = Platform.get_rank()
+for i, batch in enumerate(dl):
+    if rank == 1 and i == 1:
+        batch = [dict(r) for r in batch]
+        batch[0]['labels'] = list(batch[0]['labels'])[:-1]
+    try:
+        model.forward_backward(inputs=batch)
+    except Exception as e:
+        print('REFUSED rank %d step %d: %s' % (rank, i, e), flush=True)
+        continue
+    model.clip_grad_and_step()
+print('DONE rank %d' % rank, flush=True)
+'''
+
+
+def run_caught(build):
+    """Both ranks refuse rank 1's bad batch and finish their loops; returns the failures."""
+    with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "caught_on_both.py")
+        with open(script, "w") as f:
+            f.write(CAUGHT)
+        cmd = [os.path.join(build, "bin", "twinkle-run"), "--nproc_per_node=2", script,
+               os.path.join(ROOT, "models", "qwen3-tiny"), os.path.join(ROOT, "data", "self_cognition.jsonl")]
+        job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
+        try:
+            out, _ = job.communicate(timeout=HANG_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, 9)
+            out, _ = job.communicate()
+            print(out[-4000:])
+            return [f"caught refusal: the job still ran {HANG_S} s after rank 1's bad batch (hang)"]
+    print(out[-3000:])
+    failures = []
+    if job.returncode != 0:
+        failures.append(f"caught refusal: the job exited {job.returncode}")
+    for r in (0, 1):
+        if f"REFUSED rank {r} step 1:" not in out:
+            failures.append(f"caught refusal: rank {r} did not refuse step 1")
+        if f"DONE rank {r}" not in out:
+            failures.append(f"caught refusal: rank {r} did not finish its loop")
+    if "labels has" not in out:
+        failures.append("caught refusal: the error does not say what was wrong with rank 1's row")
+    if "REFUSED rank 0 step 0" in out or "REFUSED rank 1 step 2" in out:
+        failures.append("caught refusal: a good step was refused")
+    return failures
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -76,11 +145,13 @@ def main():
         failures.append("the traceback of rank 1's exception was not printed")
     if "[rank 1] error: uncaught Python exception ValueError: deliberate failure on rank 1" not in out:
         failures.append("rank 1's error line was not printed")
+    failures += run_caught(args.build)
     for f in failures:
         print("FAILED:", f)
     if failures:
         return 1
-    print(f"python rank exception check OK: the job ended with exit code {job.returncode}")
+    print(f"python rank exception check OK: the job ended with exit code {job.returncode}; a batch one rank "
+          "could not convert was refused on both and both finished")
     return 0
 
 

@@ -36,7 +36,8 @@ std::string resolve_model_dir(const std::string& id_or_path);
 
 /// Path of a dataset file (.jsonl/.json/.csv) or directory for a local path or hub id.
 /// A directory (local or cached) resolves to its data file (see resolve_dataset_files);
-/// when the split has several files the directory of the first is returned.
+/// when the split has several files the directory of the first is returned (which need not hold
+/// the whole split: read a split with resolve_dataset_files).
 /// Throws twinkle::Error listing every place it looked and how to download.
 std::string resolve_dataset_path(const std::string& id_or_path, const std::string& subset = "default",
                                  const std::string& split = "train");
@@ -49,9 +50,12 @@ std::string resolve_dataset_path(const std::string& id_or_path, const std::strin
 /// D/<subset> when subset != "default" and it holds data files (twinkle's subset rule), else D.
 /// Of the split's files those ending .jsonl, .json or .csv are read (also ModelScope's
 /// configuration.json and state.json are skipped); rows keep "<file>:<line>" names.
+/// Not emulated (data_files.h): a README.md `configs:` YAML block (datasets reads its data_files
+/// first; twinkle uses the file layout alone) and datasets' inspect-log / harbor layouts.
 /// Throws twinkle::Error when nothing is found, when the directory has no such split (naming its
-/// layout, its splits and their files), and when the chosen files mix CSV with JSON (one format per
-/// split, as datasets' packaged builders read them).
+/// layout, its splits and their files), when the chosen files mix CSV with JSON (one format per
+/// split, as datasets' packaged builders read them), and when the split also holds parquet/arrow
+/// files (not read: its other files alone would be a part of the split).
 std::vector<std::string> resolve_dataset_files(const std::string& id_or_path, const std::string& subset = "default",
                                                const std::string& split = "train");
 

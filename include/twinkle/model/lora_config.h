@@ -49,6 +49,13 @@ void validate(const LoraConfig& cfg);
 /// target_modules_regex the one expression, whole.
 std::vector<std::string> lora_target_list(const LoraConfig& cfg);
 
+/// A module of the Hugging Face model that twinkle gives no LoRA adapter (Qwen3Model::other_modules):
+/// its HF module name and what it is, with what PEFT does with it.
+struct NonLoraModule {
+  std::string name;  ///< e.g. "model.embed_tokens"
+  std::string what;  ///< e.g. "an nn.Embedding (PEFT would add a LoRA Embedding layer to it)"
+};
+
 /// The modules of `linear_modules` (HF module names of every linear layer but the lm head,
 /// in model order) that `cfg` targets. Throws twinkle::Error when an entry matches no module,
 /// listing the valid short names (e.g. "lora option 'lora_targets' (--lora-targets): 'qproj'
@@ -56,6 +63,16 @@ std::vector<std::string> lora_target_list(const LoraConfig& cfg);
 /// up_proj, down_proj (or full module names)"). With target_modules_regex: the modules whose
 /// full name the expression matches entirely (the MoE router too, if it matches, as in PEFT);
 /// an error when none does.
-std::vector<std::string> resolve_lora_targets(const LoraConfig& cfg, const std::vector<std::string>& linear_modules);
+/// PEFT matches target_modules against EVERY module name of the model
+/// (peft/tuners/tuners_utils.py check_target_module_exists: re.fullmatch for a str, name ==
+/// entry or name ending "." + entry for a list) and wraps what it selects: nn.Linear (the lm
+/// head included) and nn.Embedding get LoRA layers, any other type raises "Target module ... is
+/// not supported" (peft/tuners/lora/model.py _create_new_module). So when the expression or an
+/// entry selects one of `other_modules` (the modules twinkle cannot wrap: the embedding, the lm
+/// head, the norms, containers, activations, the rotary embedding), this throws twinkle::Error
+/// naming that module, what it is and the pattern, instead of training fewer modules than
+/// asked. "all-linear" never selects them (PEFT leaves the output layer out of it).
+std::vector<std::string> resolve_lora_targets(const LoraConfig& cfg, const std::vector<std::string>& linear_modules,
+                                              const std::vector<NonLoraModule>& other_modules = {});
 
 }  // namespace twinkle

@@ -165,6 +165,14 @@ class Qwen3Model {
   /// (dense layer) or, in a Qwen3-MoE layer, model.layers.{i}.mlp.gate (the router) and
   /// model.layers.{i}.mlp.experts.{e}.{gate,up,down}_proj (transformers 4's module names, PEFT's keys).
   std::vector<std::string> linear_modules() const;
+  /// Every other module of transformers' Qwen3ForCausalLM / Qwen3MoeForCausalLM (transformers 4
+  /// module tree, named_modules() without the root, model order): model, model.embed_tokens
+  /// (nn.Embedding), model.layers and each decoder layer, its self_attn / mlp containers, q_norm,
+  /// k_norm, input_layernorm, post_attention_layernorm (Qwen3RMSNorm), act_fn, the MoE block's
+  /// experts list and each expert module, model.norm, model.rotary_emb and lm_head (the output
+  /// nn.Linear), each with what it is and what PEFT does when a target selects it (resolve_lora_targets
+  /// refuses them: twinkle has LoRA on linear layers only, the lm head excluded).
+  std::vector<NonLoraModule> other_modules() const;
   /// Adds one LoRA adapter (PEFT semantics, parallel/lora.h sharding) to the modules `cfg`
   /// targets (resolve_lora_targets), on every stage's table and this stage's layers. The
   /// adapter tensors (`<module>.lora_A.weight` [r, in], `<module>.lora_B.weight` [out, r])

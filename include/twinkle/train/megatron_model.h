@@ -189,10 +189,17 @@ class MegatronModel {
   /// call before clip_grad_and_step with overlap_grad_reduce on (the error names the option);
   /// nothing is computed then and the step counter does not advance.
   double forward_backward(const std::vector<EncodedRow>& rows);
+  /// The same, for a caller whose own conversion of this rank's rows already failed (the Python
+  /// binding's list-of-dicts conversion): a non-empty `input_error` is refused on every rank alike
+  /// like a row this rank cannot collate ("dp-cp rank R: forward_backward: <input_error>"); `rows`
+  /// is then not read.
+  double forward_backward(const std::vector<EncodedRow>& rows, const std::string& input_error);
   double forward_backward(const LocalBatch& batch) { return forward_backward(batch.rows); }
   /// Loss only (evaluation); 0 with a warning when the batch has no labelled token
-  /// (last_eval_label_tokens() tells).
+  /// (last_eval_label_tokens() tells). Refusals as forward_backward's.
   double forward_only(const std::vector<EncodedRow>& rows);
+  /// forward_only with a conversion error of this rank's rows (see forward_backward's overload).
+  double forward_only(const std::vector<EncodedRow>& rows, const std::string& input_error);
   double forward_only(const LocalBatch& batch) { return forward_only(batch.rows); }
   /// Reduces gradients, clips to max_grad_norm (default: set_optimizer's clip_grad; <= 0: no clipping), AdamW
   /// step at the scheduler's lr, zeroes gradients, advances the scheduler. Before anything is

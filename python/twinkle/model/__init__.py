@@ -37,8 +37,11 @@ _LORA_UNSUPPORTED = (('exclude_modules', None), ('bias', 'none'), ('fan_in_fan_o
                      ('trainable_token_indices', None), ('layer_replication', None), ('target_parameters', None))
 
 
-def _lora_options(cfg, linear_modules):
-    """PEFT's LoraConfig -> the keyword dict of twinkle::LoraConfig (python/src/model.cpp)."""
+def _lora_options(cfg, linear_modules, other_modules=()):
+    """PEFT's LoraConfig -> the keyword dict of twinkle::LoraConfig (python/src/model.cpp).
+    other_modules: (name, what) of the modules twinkle gives no adapter (embedding, lm head, norms,
+    containers); PEFT matches a str target_modules against every module name, so a regular
+    expression selecting one of them is refused (as the C++ resolve_lora_targets refuses list entries)."""
     for name, unused in _LORA_UNSUPPORTED:
         value = getattr(cfg, name)
         if value != unused and not (unused is None and value in ([], ())):
@@ -58,6 +61,14 @@ def _lora_options(cfg, linear_modules):
             targets = t
         else:  # PEFT: a str is a regular expression that must match a module name in full
             import re
+            for name, what in other_modules:
+                if re.fullmatch(t, name):
+                    raise ValueError(f"lora option 'lora_targets' (--lora-targets): target_modules '{t}' (PEFT's "
+                                     f"regular expression, matched against every module name) selects {name}, {what}; "
+                                     'twinkle gives LoRA adapters to linear layers only (q/k/v/o_proj, '
+                                     'gate/up/down_proj, the MoE router and experts), not the lm head: select only '
+                                     f'those (e.g. all-linear, or a pattern that leaves {name} out) rather than train '
+                                     'fewer modules than asked')
             hit = [m for m in linear_modules if re.fullmatch(t, m)]
             if not hit:
                 raise ValueError(f'LoraConfig.target_modules={t!r} (a regular expression, as in PEFT) matches no '
@@ -151,14 +162,18 @@ class MegatronModel:
         layers_to_transform, layers_pattern, rank_pattern, alpha_pattern, inference_mode,
         other init_lora_weights) raise ValueError naming the field when set; task_type is
         informative. ValueError also for a bad value (the C++ text), a target that matches no
-        module, or a second adapter; TypeError for an unknown field or keyword."""
+        module, a target that selects a module twinkle gives no adapter (PEFT matches every
+        module name: the embedding and the lm head, which PEFT would wrap, or a norm, container or
+        activation, which PEFT refuses too), or a second adapter; TypeError for an unknown field
+        or keyword."""
         if kwargs:
             raise TypeError(f'add_adapter_to_model() got unexpected keyword arguments {sorted(kwargs)}')
         if isinstance(config_or_dir, (str, os.PathLike)):
             self._m.load_adapter(os.fspath(config_or_dir), str(adapter_name))
             return
         cfg = LoraConfig.from_any(config_or_dir)
-        self._m.add_adapter_to_model(str(adapter_name), _lora_options(cfg, self._m.linear_modules()))
+        self._m.add_adapter_to_model(str(adapter_name),
+                                     _lora_options(cfg, self._m.linear_modules(), self._m.other_modules()))
 
     @property
     def has_adapter(self):

@@ -196,6 +196,16 @@ TEST_F(HubTest, SeveralDataFilesLoadAsOneSplitInSortedOrder) {
   touch(m / "b.csv", "a\n1\n");
   e = error_of([&] { resolve_dataset_files(m.string()); });
   EXPECT_NE(e.find("mixes file formats (a.jsonl and b.csv)"), std::string::npos) << e;
+  // A parquet file in a split next to jsonl files (sorted before or after them): refused naming it,
+  // not read as the jsonl rows alone.
+  for (const char* name : {"a.parquet", "z.parquet"}) {
+    fs::path q = root_ / ("pq_" + std::string(name));
+    touch(q / "train" / "m.jsonl");
+    touch(q / "train" / name, "PAR1");
+    e = error_of([&] { resolve_dataset_files(q.string()); });
+    EXPECT_NE(e.find((q / "train" / name).string() + " (parquet/arrow are not supported) next to"), std::string::npos)
+        << e;
+  }
 }
 
 TEST_F(HubTest, MissingListsEveryPathAndHowToDownload) {

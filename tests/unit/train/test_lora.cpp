@@ -125,6 +125,78 @@ TEST(LoraConfig, TargetsAllLinearListsAndUnknownNames) {
   EXPECT_NE(error_of([&] { resolve_lora_targets(c, mods); }).find("matches no linear module"), std::string::npos);
 }
 
+// PEFT matches target_modules against EVERY module name of the model (tuners_utils.py
+// check_target_module_exists: re.fullmatch for a str; name == entry or name ending "." + entry for a
+// list) and wraps what it selects: nn.Linear (lm_head too) and nn.Embedding get LoRA layers, other
+// types raise "Target module ... is not supported" (lora/model.py _create_new_module). twinkle wraps
+// the linear layers but the lm head; before, a pattern that also selected the embedding, the lm head
+// or a norm silently trained only its linear part (and a list entry such as lm_head said only
+// "matches no linear module"). Now each is refused naming the module and the pattern. The module
+// names are transformers 4's Qwen3ForCausalLM / Qwen3MoeForCausalLM named_modules(): which of them a
+// pattern selects is worked out by hand from re.fullmatch / the suffix rule.
+TEST(LoraConfig, TargetsSelectingModulesTwinkleCannotWrapAreRefusedByName) {
+  auto ps = dist::make_single_process_state();
+  Qwen3Model model(tiny_config(), ps);
+  const auto mods = model.linear_modules();
+  const auto others = model.other_modules();
+  LoraConfig c;
+  c.target_modules_regex = true;
+  auto refused = [&](const std::string& pattern, const std::string& module, const std::string& what) {
+    c.target_modules = pattern;
+    const std::string e = error_of([&] { resolve_lora_targets(c, mods, others); });
+    EXPECT_NE(e.find("selects " + module + ", " + what), std::string::npos) << pattern << ": " << e;
+    EXPECT_NE(e.find(pattern), std::string::npos) << e;
+  };
+  // the embedding (PEFT: lora.Embedding), the lm head (PEFT: lora.Linear), a norm (PEFT: ValueError);
+  // before, the first two returned model.layers.{0,1}.self_attn.q_proj alone
+  refused(R"(.*\.(q_proj|embed_tokens))", "model.embed_tokens", "an nn.Embedding (PEFT would add a LoRA Embedding");
+  refused(R"(.*_proj|lm_head)", "lm_head", "the output layer, an nn.Linear");
+  refused(R"(.*layers\.0\..*norm)", "model.layers.0.self_attn.q_norm", "a Qwen3RMSNorm (PEFT refuses it too");
+  // "every module under mlp" includes act_fn (PEFT raises on the SiLU activation)
+  refused(R"(model\.layers\.1\.mlp\..*)", "model.layers.1.mlp.act_fn", "the SiLU activation");
+  refused(".*", "model", "the Qwen3Model container");
+  refused(".*attn", "model.layers.0.self_attn", "the attention container");
+  c.target_modules = R"(.*\.(q_proj|v_proj))";  // linear layers only: as before
+  EXPECT_EQ(resolve_lora_targets(c, mods, others).size(), 4u);
+  // Lists (PEFT's suffix rule)
+  c.target_modules_regex = false;
+  auto refused_entry = [&](const std::string& list, const std::string& entry, const std::string& module) {
+    c.target_modules = list;
+    const std::string e = error_of([&] { resolve_lora_targets(c, mods, others); });
+    EXPECT_NE(e.find("the entry '" + entry + "' of target_modules '" + list + "' selects " + module + ","),
+              std::string::npos)
+        << list << ": " << e;
+  };
+  refused_entry("q_proj,lm_head", "lm_head", "lm_head");
+  refused_entry("embed_tokens", "embed_tokens", "model.embed_tokens");
+  refused_entry("q_proj, input_layernorm", "input_layernorm", "model.layers.0.input_layernorm");
+  refused_entry("norm", "norm", "model.norm");
+  refused_entry("self_attn", "self_attn", "model.layers.0.self_attn");
+  c.target_modules = "all-linear";  // never the lm head (PEFT leaves the output layer out of all-linear)
+  EXPECT_EQ(resolve_lora_targets(c, mods, others), mods);
+  // Qwen3-MoE (layer 0 sparse, layer 1 dense): the router "gate" is a linear layer twinkle wraps;
+  // "experts" is the ModuleList
+  ModelConfig mc = tiny_config();
+  mc.model_type = "qwen3_moe";
+  mc.num_experts = 4;
+  mc.num_experts_per_tok = 2;
+  mc.moe_intermediate_size = 32;
+  mc.mlp_only_layers = {1};
+  Qwen3Model moe(mc, ps);
+  c.target_modules = "gate";
+  EXPECT_EQ(resolve_lora_targets(c, moe.linear_modules(), moe.other_modules()),
+            std::vector<std::string>{"model.layers.0.mlp.gate"});
+  c.target_modules = "experts";
+  EXPECT_NE(error_of([&] { resolve_lora_targets(c, moe.linear_modules(), moe.other_modules()); })
+                .find("selects model.layers.0.mlp.experts, an nn.ModuleList of experts"),
+            std::string::npos);
+  // add_adapter applies the rule
+  LoraConfig a;
+  a.target_modules = "q_proj,lm_head";
+  EXPECT_NE(error_of([&] { model.add_adapter(a, 1); }).find("selects lm_head"), std::string::npos);
+  EXPECT_FALSE(model.has_adapter());
+}
+
 TEST(Lora, BaseFrozenBitIdenticalAndOnlyAdapterInOptimizer) {
   auto ps = dist::make_single_process_state();
   Qwen3Model model(tiny_config(), ps);
@@ -390,8 +462,8 @@ TEST(Lora, PeftRegexTargetModulesAndPatternFields) {
   // written back as the same string (PEFT reads it as the same expression)
   EXPECT_NE(peft_adapter_config_json(c, "m").find(R"J("target_modules": ".*\\.(q_proj|v_proj)")J"), std::string::npos)
       << peft_adapter_config_json(c, "m");
-  c.target_modules = R"(model\.layers\.1\.mlp\..*)";
-  EXPECT_EQ(resolve_lora_targets(c, mods),
+  c.target_modules = R"(model\.layers\.1\.mlp\..*_proj)";
+  EXPECT_EQ(resolve_lora_targets(c, mods, model.other_modules()),
             (std::vector<std::string>{"model.layers.1.mlp.gate_proj", "model.layers.1.mlp.up_proj",
                                       "model.layers.1.mlp.down_proj"}));
   c.target_modules = R"(.*layers\.[0-9]+\.self_attn\.[qk]_proj)";
