@@ -23,33 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 HANG_S = 90
 
-SCRIPT = r'''
-import sys
-import twinkle
-from twinkle import DeviceMesh, Platform
-from twinkle.dataloader import DataLoader
-from twinkle.dataset import Dataset, DatasetMeta
-from twinkle.model import MegatronModel
-from twinkle.preprocessor import SelfCognitionProcessor
-
-MODEL = sys.argv[1]
-twinkle.initialize(mode='local', global_device_mesh=DeviceMesh.from_sizes(dp_size=2, device_type='cpu'))
-ds = Dataset(dataset_meta=DatasetMeta(sys.argv[2], data_slice=range(16)))
-ds.set_template('Template', model_id=MODEL, max_length=64)
-ds.map(SelfCognitionProcessor('twinkle', 'ModelScope'))
-ds.encode()
-dl = DataLoader(dataset=ds, batch_size=4)
-model = MegatronModel(model_id=MODEL, mixed_precision='no')
-model.set_optimizer(optimizer_cls='default', lr=1e-4)
-for i, batch in enumerate(dl):
-    if Platform.get_rank() == 1 and i == 1:
-        raise ValueError('deliberate failure on rank 1 at step %d' % i)
-    model.forward_backward(inputs=batch)
-    model.clip_grad_and_step()
-print('UNREACHABLE: rank %d finished' % Platform.get_rank(), flush=True)
-'''
-
-CAUGHT = r'''
+PRELUDE = r'''
 import sys
 import twinkle
 from twinkle import DeviceMesh, Platform
@@ -68,6 +42,18 @@ dl = DataLoader(dataset=ds, batch_size=4)
 model = MegatronModel(model_id=MODEL, mixed_precision='no')
 model.set_optimizer(optimizer_cls='default', lr=1e-4)
 rank = Platform.get_rank()
+'''
+
+RAISES = PRELUDE + r'''
+for i, batch in enumerate(dl):
+    if rank == 1 and i == 1:
+        raise ValueError('deliberate failure on rank 1 at step %d' % i)
+    model.forward_backward(inputs=batch)
+    model.clip_grad_and_step()
+print('UNREACHABLE: rank %d finished' % rank, flush=True)
+'''
+
+CAUGHT = PRELUDE + r'''
 for i, batch in enumerate(dl):
     if rank == 1 and i == 1:
         batch = [dict(r) for r in batch]
@@ -82,12 +68,13 @@ print('DONE rank %d' % rank, flush=True)
 '''
 
 
-def run_caught(build):
-    """Both ranks refuse rank 1's bad batch and finish their loops; returns the failures."""
+def run_job(build, text):
+    # The script under `twinkle-run --nproc_per_node=2`: (output, exit code), exit code None when it
+    # still ran after HANG_S seconds (then killed).
     with tempfile.TemporaryDirectory() as tmp:
-        script = os.path.join(tmp, "caught_on_both.py")
+        script = os.path.join(tmp, "job.py")
         with open(script, "w") as f:
-            f.write(CAUGHT)
+            f.write(text)
         cmd = [os.path.join(build, "bin", "twinkle-run"), "--nproc_per_node=2", script,
                os.path.join(ROOT, "models", "qwen3-tiny"), os.path.join(ROOT, "data", "self_cognition.jsonl")]
         job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -98,11 +85,19 @@ def run_caught(build):
             os.killpg(job.pid, 9)
             out, _ = job.communicate()
             print(out[-4000:])
-            return [f"caught refusal: the job still ran {HANG_S} s after rank 1's bad batch (hang)"]
+            return out, None
     print(out[-3000:])
+    return out, job.returncode
+
+
+def run_caught(build):
+    # Both ranks refuse rank 1's bad batch and finish their loops; returns the failures.
+    out, rc = run_job(build, CAUGHT)
+    if rc is None:
+        return [f"caught refusal: the job still ran {HANG_S} s after rank 1's bad batch (hang)"]
     failures = []
-    if job.returncode != 0:
-        failures.append(f"caught refusal: the job exited {job.returncode}")
+    if rc != 0:
+        failures.append(f"caught refusal: the job exited {rc}")
     for r in (0, 1):
         if f"REFUSED rank {r} step 1:" not in out:
             failures.append(f"caught refusal: rank {r} did not refuse step 1")
@@ -120,24 +115,11 @@ def main():
     ap.add_argument("--build", required=True)
     args = ap.parse_args()
     failures = []
-    with tempfile.TemporaryDirectory() as tmp:
-        script = os.path.join(tmp, "raise_on_rank1.py")
-        with open(script, "w") as f:
-            f.write(SCRIPT)
-        cmd = [os.path.join(args.build, "bin", "twinkle-run"), "--nproc_per_node=2", script,
-               os.path.join(ROOT, "models", "qwen3-tiny"), os.path.join(ROOT, "data", "self_cognition.jsonl")]
-        job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
-        try:
-            out, _ = job.communicate(timeout=HANG_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(job.pid, 9)
-            out, _ = job.communicate()
-            print(out[-4000:])
-            print(f"FAILED: the job still ran {HANG_S} s after rank 1 raised (hang)")
-            return 1
-    print(out[-3000:])
-    if job.returncode == 0:
+    out, rc = run_job(args.build, RAISES)
+    if rc is None:
+        print(f"FAILED: the job still ran {HANG_S} s after rank 1 raised (hang)")
+        return 1
+    if rc == 0:
         failures.append("the job exited 0")
     if "UNREACHABLE" in out:
         failures.append("a rank finished its loop")
@@ -150,7 +132,7 @@ def main():
         print("FAILED:", f)
     if failures:
         return 1
-    print(f"python rank exception check OK: the job ended with exit code {job.returncode}; a batch one rank "
+    print(f"python rank exception check OK: the job ended with exit code {rc}; a batch one rank "
           "could not convert was refused on both and both finished")
     return 0
 
