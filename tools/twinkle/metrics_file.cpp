@@ -24,11 +24,20 @@ std::ofstream open_metrics_file(const std::string& path, int64_t resumed_step, i
         lines.push_back(line);
     }
   }
-  std::ofstream out(path, std::ios::trunc);
+  if (resumed_step > 0) {
+    // The kept lines go to a temporary file renamed over the old one: a run killed here leaves the old
+    // file or the new one, never a truncated one.
+    const std::string tmp = path + ".tmp";
+    {
+      std::ofstream t(tmp, std::ios::trunc);
+      for (const auto& l : lines) t << l << "\n";
+      t.flush();
+      twinkle::check(t.good(), "cannot write metrics file " + tmp);
+    }
+    std::filesystem::rename(tmp, path);
+  }
+  std::ofstream out(path, resumed_step > 0 ? std::ios::app : std::ios::trunc);
   twinkle::check(out.good(), "cannot open metrics file " + path);
-  for (const auto& l : lines) out << l << "\n";
-  out.flush();
-  twinkle::check(out.good(), "cannot write metrics file " + path);
   if (kept) *kept = static_cast<int64_t>(lines.size());
   return out;
 }

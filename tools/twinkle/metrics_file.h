@@ -14,7 +14,9 @@ namespace twinkle::cli {
 ///    checkpoint, which the resumed run trains again), so the file ends as one run's curve; the
 ///    checkpoint's history is what HF Trainer's resume keeps too (trainer_state.json log_history up
 ///    to its global_step). A line that is not a JSON object with an integer "step" (e.g. cut off
-///    when the earlier run was killed) is dropped. A missing file starts empty.
+///    when the earlier run was killed) is dropped. A missing file starts empty. The kept lines are
+///    written to path + ".tmp" and renamed over the file (a run killed meanwhile leaves the old file
+///    or the new one, never a truncated one).
 /// `kept` (optional) receives the number of lines kept. Throws twinkle::Error naming the file when
 /// it cannot be read or opened for writing.
 std::ofstream open_metrics_file(const std::string& path, int64_t resumed_step, int64_t* kept = nullptr);
