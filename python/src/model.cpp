@@ -21,15 +21,32 @@ using twinkle::MegatronModel;
 // key, labels and input_ids of different lengths, a non-integer id) raises its ValueError / TypeError
 // here in a single process; in a job of several ranks the other ranks would already be on their way
 // into the step's collectives, so the error text goes to MegatronModel's agreed refusal instead and
-// every rank raises it alike (catching it leaves no rank waiting).
-std::vector<twinkle::EncodedRow> rows_or_agreed_error(const py::object& inputs, std::string& error) {
+// every rank raises it (catching it leaves no rank waiting): this rank as the ValueError / TypeError
+// it had (`type_error` tells which; rethrow_refusal), the others as the refusal's RuntimeError.
+std::vector<twinkle::EncodedRow> rows_or_agreed_error(const py::object& inputs, std::string& error, bool& type_error) {
   try {
     return rows_from_py(inputs);
+  } catch (const py::type_error& e) {
+    if (twinkle::world_size() <= 1) throw;
+    error = e.what();
+    type_error = true;
+  } catch (const py::error_already_set& e) {
+    if (twinkle::world_size() <= 1) throw;
+    error = e.what();
+    type_error = e.matches(PyExc_TypeError);
   } catch (const std::exception& e) {
     if (twinkle::world_size() <= 1) throw;
     error = e.what();
-    return {};
   }
+  return {};
+}
+
+// Called in the catch block of a forward_backward / forward_only refusal: re-raises it as the
+// conversion error's own type on the rank whose batch did not convert, unchanged elsewhere.
+[[noreturn]] void rethrow_refusal(const twinkle::Error& e, const std::string& conversion_error, bool type_error) {
+  if (conversion_error.empty()) throw;
+  if (type_error) throw py::type_error(e.what());
+  throw py::value_error(e.what());
 }
 
 [[noreturn]] void unknown_kw(const std::string& call, const std::string& key, const std::string& known) {
@@ -215,11 +232,14 @@ void bind_model(py::module_& m) {
       .def("forward_backward",
            [](MegatronModel& self, py::object inputs) {
              std::string bad;
-             auto rows = rows_or_agreed_error(inputs, bad);
-             double loss;
-             {
+             bool type_error = false;
+             auto rows = rows_or_agreed_error(inputs, bad, type_error);
+             double loss = 0.0;
+             try {
                HeavyCall h("forward_backward");
                loss = self.forward_backward(rows, bad);
+             } catch (const twinkle::Error& e) {
+               rethrow_refusal(e, bad, type_error);
              }
              check_signals();
              return loss;
@@ -227,11 +247,14 @@ void bind_model(py::module_& m) {
       .def("forward_only",
            [](MegatronModel& self, py::object inputs) {
              std::string bad;
-             auto rows = rows_or_agreed_error(inputs, bad);
-             double loss;
-             {
+             bool type_error = false;
+             auto rows = rows_or_agreed_error(inputs, bad, type_error);
+             double loss = 0.0;
+             try {
                HeavyCall h("forward_only");
                loss = self.forward_only(rows, bad);
+             } catch (const twinkle::Error& e) {
+               rethrow_refusal(e, bad, type_error);
              }
              check_signals();
              return loss;

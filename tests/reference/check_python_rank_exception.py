@@ -61,7 +61,7 @@ for i, batch in enumerate(dl):
     try:
         model.forward_backward(inputs=batch)
     except Exception as e:
-        print('REFUSED rank %d step %d: %s' % (rank, i, e), flush=True)
+        print('REFUSED rank %d step %d: %s: %s' % (rank, i, type(e).__name__, e), flush=True)
         continue
     model.clip_grad_and_step()
 print('DONE rank %d' % rank, flush=True)
@@ -98,9 +98,9 @@ def run_caught(build):
     failures = []
     if rc != 0:
         failures.append(f"caught refusal: the job exited {rc}")
-    for r in (0, 1):
-        if f"REFUSED rank {r} step 1:" not in out:
-            failures.append(f"caught refusal: rank {r} did not refuse step 1")
+    for r, kind in ((0, "RuntimeError"), (1, "ValueError")):  # rank 1 keeps its conversion error's type
+        if f"REFUSED rank {r} step 1: {kind}:" not in out:
+            failures.append(f"caught refusal: rank {r} did not refuse step 1 with {kind}")
         if f"DONE rank {r}" not in out:
             failures.append(f"caught refusal: rank {r} did not finish its loop")
     if "labels has" not in out:

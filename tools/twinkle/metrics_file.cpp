@@ -3,6 +3,7 @@
 #include "metrics_file.h"
 
 #include <filesystem>
+#include <system_error>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -12,7 +13,9 @@ namespace twinkle::cli {
 
 std::ofstream open_metrics_file(const std::string& path, int64_t resumed_step, int64_t* kept) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent);
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  twinkle::check(!ec, "cannot create the directory of metrics file " + path + ": " + ec.message());
   std::vector<std::string> lines;
   if (resumed_step > 0 && std::filesystem::exists(path)) {
     std::ifstream in(path);
@@ -34,7 +37,8 @@ std::ofstream open_metrics_file(const std::string& path, int64_t resumed_step, i
       t.flush();
       twinkle::check(t.good(), "cannot write metrics file " + tmp);
     }
-    std::filesystem::rename(tmp, path);
+    std::filesystem::rename(tmp, path, ec);
+    twinkle::check(!ec, "cannot replace metrics file " + path + " by " + tmp + ": " + ec.message());
   }
   std::ofstream out(path, resumed_step > 0 ? std::ios::app : std::ios::trunc);
   twinkle::check(out.good(), "cannot open metrics file " + path);

@@ -15,10 +15,10 @@ namespace twinkle::cli {
 ///    checkpoint's history is what HF Trainer's resume keeps too (trainer_state.json log_history up
 ///    to its global_step). A line that is not a JSON object with an integer "step" (e.g. cut off
 ///    when the earlier run was killed) is dropped. A missing file starts empty. The kept lines are
-///    written to path + ".tmp" and renamed over the file (a run killed meanwhile leaves the old file
-///    or the new one, never a truncated one).
+///    written to path + ".tmp" and renamed over the file (a process killed meanwhile leaves the old
+///    file or the new one, never a truncated one; nothing is fsync'ed, so a machine crash may not).
 /// `kept` (optional) receives the number of lines kept. Throws twinkle::Error naming the file when
-/// it cannot be read or opened for writing.
+/// its directory cannot be made, it cannot be read, replaced or opened for writing.
 std::ofstream open_metrics_file(const std::string& path, int64_t resumed_step, int64_t* kept = nullptr);
 
 }  // namespace twinkle::cli

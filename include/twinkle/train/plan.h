@@ -48,7 +48,9 @@ struct PlanOptions {
   std::string pipeline_split = "balanced";
   std::vector<int64_t> layers_per_stage;
   int64_t micro_batch_size = 1;   ///< rows per micro-batch
-  /// tokens per row; under cp > 1 each row is planned padded as training pads it (padded_seq_length)
+  /// tokens per row; under cp > 1 each row is planned padded as training pads it (padded_seq_length),
+  /// as one attention segment (a packed row of several segments is padded per segment in training: a
+  /// little more than planned)
   int64_t seq_length = 2048;
   int64_t global_batch_size = 0;  ///< rows per step; 0 = micro_batch_size * dp (one micro-batch per replica)
   bool use_distributed_optimizer = true;

@@ -198,14 +198,17 @@ class MegatronModel:
     # steps ------------------------------------------------------------------------------------
     def forward_backward(self, *, inputs, micro_batch_size=None, adapter_name=None, **kwargs):
         """inputs: a DataLoader batch (list of row dicts with input_ids and labels, lists or
-        numpy arrays). Returns ModelOutput(loss=global per-token mean loss). Collective."""
+        numpy arrays). Returns ModelOutput(loss=global per-token mean loss). Collective.
+        A batch that does not convert raises ValueError / TypeError; in a job of several ranks the
+        refusal reaches every rank (catching it leaves no rank waiting): the rank whose batch did
+        not convert raises its ValueError / TypeError, the others RuntimeError with the same text."""
         self._check_step_kwargs('forward_backward', micro_batch_size, kwargs)
         loss = self._m.forward_backward(inputs)
         self.cur_step += 1
         return ModelOutput(loss=loss, logits=None)
 
     def forward_only(self, *, inputs, micro_batch_size=None, adapter_name=None, **kwargs):
-        """Loss only (evaluation): ModelOutput(loss=...). Collective."""
+        """Loss only (evaluation): ModelOutput(loss=...). Collective; refusals as forward_backward's."""
         self._check_step_kwargs('forward_only', micro_batch_size, kwargs)
         return ModelOutput(loss=self._m.forward_only(inputs), logits=None)
 

@@ -148,7 +148,7 @@ TEST(LoraConfig, TargetsSelectingModulesTwinkleCannotWrapAreRefusedByName) {
     EXPECT_NE(e.find(pattern), std::string::npos) << e;
   };
   // the embedding (PEFT: lora.Embedding), the lm head (PEFT: lora.Linear), a norm (PEFT: ValueError);
-  // before, the first two returned model.layers.{0,1}.self_attn.q_proj alone
+  // before, the first returned the q_proj modules alone and the second every *_proj module (lm_head skipped)
   refused(R"(.*\.(q_proj|embed_tokens))", "model.embed_tokens", "an nn.Embedding (PEFT would add a LoRA Embedding");
   refused(R"(.*_proj|lm_head)", "lm_head", "the output layer, an nn.Linear");
   refused(R"(.*layers\.0\..*norm)", "model.layers.0.self_attn.q_norm", "a Qwen3RMSNorm (PEFT refuses it too");
