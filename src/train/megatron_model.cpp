@@ -7,6 +7,7 @@
 #include <regex>
 #include <sstream>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <optional>
@@ -80,6 +81,19 @@ void refuse_unread_weights(const std::string& dir) {
   throw Error("model " + dir + ": holds weight files twinkle does not read (" + list +
               "); it reads model.safetensors, or shards listed in model.safetensors.index.json (transformers' "
               "save_pretrained(dir, safe_serialization=True) writes them)");
+}
+
+// Why this rank's micro-batches cannot be made: `input_error` when the caller's conversion failed,
+// else what `split` throws (twinkle::Error, or a std:: error of this rank's rows alone), else "".
+// The Engine's agreed input check raises it on every rank alike.
+std::string refusal_of(const std::string& input_error, const std::function<void()>& split) {
+  if (!input_error.empty()) return input_error;
+  try {
+    split();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 std::string fmt_double(const char* f, double v) {
@@ -258,12 +272,7 @@ double MegatronModel::forward_backward(const std::vector<EncodedRow>& rows, cons
   }
   // A row this rank cannot collate is refused on every rank alike (Engine's agreed input check).
   std::vector<MicroBatch> mbs;
-  std::string refused = input_error;
-  if (refused.empty()) try {
-      mbs = split(rows, row0);
-    } catch (const std::exception& e) {  // twinkle::Error, or a std:: error of this rank's rows alone
-      refused = e.what();
-    }
+  const std::string refused = refusal_of(input_error, [&] { mbs = split(rows, row0); });
   last_fb_ = engine_->forward_backward(mbs, refused);
   fb_time_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
   ++cur_step_;
@@ -279,12 +288,7 @@ double MegatronModel::forward_only(const std::vector<EncodedRow>& rows) { return
 double MegatronModel::forward_only(const std::vector<EncodedRow>& rows, const std::string& input_error) {
   finish_param_sync();
   std::vector<MicroBatch> mbs;
-  std::string refused = input_error;
-  if (refused.empty()) try {
-      mbs = split(rows);
-    } catch (const std::exception& e) {  // twinkle::Error, or a std:: error of this rank's rows alone
-      refused = e.what();
-    }
+  const std::string refused = refusal_of(input_error, [&] { mbs = split(rows); });
   StepResult r = engine_->forward_only(mbs, refused);
   last_eval_label_tokens_ = r.label_tokens;
   if (r.label_tokens == 0)

@@ -33,6 +33,7 @@ Run with /usr/bin/python3.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,13 @@ def run(cmd, env=None):
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
                        env=harness.one_thread_env(env))
     return r.returncode, r.stdout, r.stderr
+
+
+def copy_model_files(model, dst):
+    """A model directory of `model`'s config and tokenizer files alone (no weights) at dst."""
+    os.makedirs(dst)
+    for fn in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(os.path.join(model, fn), os.path.join(dst, fn))
 
 
 def main():
@@ -288,10 +296,7 @@ def main():
             if rc != 0:
                 failures.append(f"generate --adapter (the way the message names): rc {rc}: {err[-300:]!r}")
         pt = os.path.join(tmp, "pt")
-        os.makedirs(pt)
-        for fn in ("config.json", "tokenizer.json", "tokenizer_config.json"):
-            with open(os.path.join(model, fn), "rb") as src_f, open(os.path.join(pt, fn), "wb") as dst_f:
-                dst_f.write(src_f.read())
+        copy_model_files(model, pt)
         with open(os.path.join(pt, "pytorch_model.bin"), "wb") as f:
             f.write(b"PK\x03\x04 not read")
         rc, out, err = run([twinkle, "generate", "--model", pt, "--prompt", "hi", "--max-new-tokens", "2"])
@@ -328,10 +333,7 @@ def main():
                 if rc == 0 or want not in err or "parameters get the seeded random init" in err:
                     failures.append(f"{cmd[1]} --model <interrupted save>: rc {rc}, expected {want!r}; {err[-400:]!r}")
         shards = os.path.join(tmp, "shards")
-        os.makedirs(shards)
-        for fn in ("config.json", "tokenizer.json", "tokenizer_config.json"):
-            with open(os.path.join(model, fn), "rb") as src_f, open(os.path.join(shards, fn), "wb") as f:
-                f.write(src_f.read())
+        copy_model_files(model, shards)
         for name in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
             with open(os.path.join(shards, name), "wb") as f:
                 f.write(b"\x08" + b"\x00" * 7 + b"{}      ")  # a valid empty safetensors file: never read
