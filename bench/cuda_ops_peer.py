@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """PyTorch-eager peer of bench/cuda_ops_bench.cpp: the same ops on the same shapes on the same GPU, fp32,
 TF32 off (torch.backends.cuda.matmul.allow_tf32 = False, cudnn too), written the way HF transformers'
 Qwen3 eager code writes them (Qwen3RMSNorm, apply_rotary_pos_emb, Qwen3MLP act, repeat_kv-free
@@ -6,7 +6,7 @@ scaled_dot_product_attention with enable_gqa, F.linear + F.cross_entropy, torch.
 (foreach), torch.linalg.vector_norm as clip_grad_norm_ uses). Backward ops are timed as
 torch.autograd.grad of a graph built once (retain_graph), so only the backward kernels are timed.
 
-  /usr/bin/python3 bench/cuda_ops_peer.py --out torch.json [--quick] [--min-time S]
+  .venv/bin/python bench/cuda_ops_peer.py --out torch.json [--quick] [--min-time S]
 
 Writes {"ops": {name: ms}, "device": ..., "torch": version}; cuda_ops_bench --peer torch.json prints
 the ratios; when twinkle's figures exist (--twinkle, default cuda_ops_twinkle.json, which cuda_ops_bench

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """PyTorch-eager peer of bench/moe_block_bench.cpp: one Qwen3-MoE sparse block, forward +
 backward, as transformers computes it (tests/reference/qwen3_moe_ref.py SparseMoeBlock: gate,
 softmax over all experts, top-k, renormalise, a Python loop over the experts with index_add_),
@@ -6,7 +6,7 @@ float32 on CPU, the same shapes, random inputs and the same upstream gradient.
 
 --threads N: torch.set_num_threads(N) and OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = N (set before
 torch loads, as bench/torch_peer.py does). Prints one JSON line like moe_block_bench.
-  /usr/bin/python3 bench/moe_peer.py --config a30b --threads 1 [--steps 3 --warmup 1]
+  .venv/bin/python bench/moe_peer.py --config a30b --threads 1 [--steps 3 --warmup 1]
 """
 import argparse
 import json

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Python overhead per step of the Python recipes (issue 15), measured inside the run.
 
 Runs the loop of examples/python/tp.py (--recipe tp: dp2 tp2 pp2, models/qwen3-tiny, global batch

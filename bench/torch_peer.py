@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """PyTorch-eager peer of twinkle's training-step benchmark (CPU, float32).
 
 Runs the independent Qwen3 reference model (tests/reference/qwen3_ref.py) for whole training
@@ -42,7 +42,7 @@ Configs (--config):
 Best environment on the dev machine, see bench/README.torch.md:
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE MALLOC_MMAP_MAX_=0 \
       MALLOC_TRIM_THRESHOLD_=68719476736 OMP_WAIT_POLICY=passive \
-      /usr/bin/python3 bench/torch_peer.py --config a --threads 2
+      .venv/bin/python bench/torch_peer.py --config a --threads 2
 """
 import argparse
 import json

@@ -7,16 +7,16 @@ set_target_properties(io_xcheck_tool PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE
 target_compile_options(io_xcheck_tool PRIVATE ${TWINKLE_WARN})
 target_link_libraries(io_xcheck_tool PRIVATE twinkle_io)
 
-# The reference needs Debian's python3 with numpy and torch (scripts/setup installs them).
+# The reference needs the project environment's python (.venv) with numpy and torch (scripts/setup installs them).
 # Without it configuration FAILS unless the cross-check is switched off explicitly
 # (-DTWINKLE_IO_PYTHON_XCHECK=OFF; CI never does): it is never dropped silently.
-option(TWINKLE_IO_PYTHON_XCHECK "Register io_safetensors_python_xcheck (needs /usr/bin/python3 with numpy, torch)" ON)
-set(TWINKLE_IO_REFERENCE_PYTHON /usr/bin/python3 CACHE FILEPATH "Debian python3 with numpy and torch")
+option(TWINKLE_IO_PYTHON_XCHECK "Register io_safetensors_python_xcheck (needs ${TWINKLE_REF_PYTHON} with numpy, torch)" ON)
+set(TWINKLE_IO_REFERENCE_PYTHON ${TWINKLE_REF_PYTHON} CACHE FILEPATH "the project environment's python (.venv, scripts/setup) with numpy and torch")
 if(TWINKLE_IO_PYTHON_XCHECK)
   if(NOT EXISTS ${TWINKLE_IO_REFERENCE_PYTHON})
     message(FATAL_ERROR "twinkle: ${TWINKLE_IO_REFERENCE_PYTHON} not found, so io_safetensors_python_xcheck (and the other "
-                        "PyTorch reference tests) cannot run. Run scripts/setup (Debian python3, python3-numpy, "
-                        "python3-torch) or configure with -DTWINKLE_IO_PYTHON_XCHECK=OFF.")
+                        "PyTorch reference tests) cannot run. Run scripts/setup (the project "
+                        "environment .venv) or configure with -DTWINKLE_IO_PYTHON_XCHECK=OFF.")
   endif()
   add_test(NAME io_safetensors_python_xcheck
            COMMAND ${TWINKLE_IO_REFERENCE_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/io_safetensors_ref.py

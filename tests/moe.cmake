@@ -8,7 +8,7 @@ target_compile_options(torch_ref_moe PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAG
 target_link_libraries(torch_ref_moe PRIVATE twinkle_kernels nlohmann_json::nlohmann_json GTest::gtest)
 
 add_test(NAME moe_kernels_ref_data
-         COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/moe_kernels_ref.py --out ${TWINKLE_MOE_REF_DIR})
+         COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/moe_kernels_ref.py --out ${TWINKLE_MOE_REF_DIR})
 set_tests_properties(moe_kernels_ref_data PROPERTIES FIXTURES_SETUP moe_kernels_ref TIMEOUT 120)
 gtest_discover_tests(torch_ref_moe DISCOVERY_TIMEOUT 60
                      PROPERTIES FIXTURES_REQUIRED moe_kernels_ref
@@ -28,7 +28,7 @@ gtest_discover_tests(moe_block_fixed_router DISCOVERY_TIMEOUT 60
 # balanced-load values).
 add_test(NAME moe_reference_selftest
          COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "qwen3_moe_ref selftest: all ok"
-                 /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/qwen3_moe_ref.py selftest)
+                 ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/qwen3_moe_ref.py selftest)
 # check_run.sh: exit code 0 AND the line (a pass regex would ignore the exit code)
 set_tests_properties(moe_reference_selftest PROPERTIES TIMEOUT 120)
 
@@ -82,7 +82,7 @@ foreach(spec ${TWINKLE_MOE_TRAIN})
   list(GET parts 1 flags)
   separate_arguments(flag_list UNIX_COMMAND "${flags}")
   add_test(NAME moe_train_vs_torch_${name}
-           COMMAND /usr/bin/python3 ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} ${flag_list})
+           COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} ${flag_list})
   set_tests_properties(moe_train_vs_torch_${name} PROPERTIES TIMEOUT 300)
 endforeach()
 
@@ -139,7 +139,7 @@ foreach(spec ${TWINKLE_MOE_LAYOUTS})
   list(GET parts 3 layout)
   separate_arguments(flag_list UNIX_COMMAND "${flags}")
   add_test(NAME moe_layout_${name}
-           COMMAND /usr/bin/python3 ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 ${flag_list}
+           COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 ${flag_list}
                    --np ${np} --layout "${layout}")
   set_tests_properties(moe_layout_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
 endforeach()

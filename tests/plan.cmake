@@ -7,7 +7,7 @@
 # the attention kernels' packed operands are ~25 % of the peak; a layout above --memory-per-rank fails naming its biggest item.
 add_test(NAME plan_vs_measured_rss
          COMMAND ${TWINKLE_CHECK_RUN} "check_plan: 24 cases pass"
-                 /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_plan.py --build ${CMAKE_BINARY_DIR}
+                 ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_plan.py --build ${CMAKE_BINARY_DIR}
                  --mpirun ${MPIEXEC_EXECUTABLE})
 set_tests_properties(plan_vs_measured_rss PROPERTIES TIMEOUT 600 PROCESSORS 2)
 add_test(NAME plan_memory_per_rank_exceeded
@@ -19,5 +19,5 @@ set_tests_properties(plan_memory_per_rank_exceeded PROPERTIES TIMEOUT 60)
 # a row length training pads under cp (to 2·cp, 2·cp·tp with SP) is planned padded, not refused
 add_test(NAME plan_cp_pads_rows_as_training
          COMMAND ${TWINKLE_CHECK_RUN} "plan cp padding check OK: [0-9]+ cases"
-                 /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_plan_cp_padding.py --build ${CMAKE_BINARY_DIR})
+                 ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_plan_cp_padding.py --build ${CMAKE_BINARY_DIR})
 set_tests_properties(plan_cp_pads_rows_as_training PROPERTIES TIMEOUT 120 PROCESSORS 2)

@@ -47,4 +47,10 @@ if(TARGET twinkle_python)
                    ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_install.py
                    --build ${CMAKE_BINARY_DIR} --cmake ${CMAKE_COMMAND})
   set_tests_properties(python_install_component PROPERTIES TIMEOUT 120)
+  # `pip install .` into a fresh venv (scikit-build-core from the package index) and the seed's recipe from
+  # that install == from the build tree (tests/reference/check_pip_install.py)
+  add_test(NAME python_pip_install_runs_recipe
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "pip install check OK: .*"
+                   ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_pip_install.py --build ${CMAKE_BINARY_DIR})
+  set_tests_properties(python_pip_install_runs_recipe PROPERTIES TIMEOUT 900 PROCESSORS 2)
 endif()

@@ -7,7 +7,7 @@ set(CHECK_RESUME ${CMAKE_SOURCE_DIR}/tests/reference/check_resume.py)
 function(twinkle_resume_test name np)
   add_test(NAME resume_${name}
            COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "resume check OK .*"
-                   /usr/bin/python3 ${CHECK_RESUME} --build ${CMAKE_BINARY_DIR} ${ARGN})
+                   ${TWINKLE_REF_PYTHON} ${CHECK_RESUME} --build ${CMAKE_BINARY_DIR} ${ARGN})
   if(np GREATER 1)
     set_tests_properties(resume_${name} PROPERTIES TIMEOUT 400 PROCESSORS 2)
   else()
@@ -37,5 +37,5 @@ twinkle_resume_test(exact_dp4_ep2_moe_lora_reshard 4 --model moe --lora-r 4 --np
 # losing the first half of the curve) and drops later ones and a cut-off line
 add_test(NAME resume_keeps_metrics_file_lines
          COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "metrics resume check OK: .*"
-                 /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/reference/check_metrics_resume.py --build ${CMAKE_BINARY_DIR})
+                 ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_metrics_resume.py --build ${CMAKE_BINARY_DIR})
 set_tests_properties(resume_keeps_metrics_file_lines PROPERTIES TIMEOUT 120)

@@ -27,7 +27,7 @@
 //   -x TWINKLE_MASTER_ADDR / TWINKLE_MASTER_PORT   when given (informational: MPI does its
 //                                   own wire-up; torchrun scripts may pass them unchanged)
 // Python programs: a PROGRAM ending in ".py" runs under the interpreter the Python package was
-// built for ($TWINKLE_PYTHON, else the build's, e.g. /usr/bin/python3), with the built package
+// built for ($TWINKLE_PYTHON, else the build's: the project environment's .venv/bin/python), with the built package
 // (build/python) put in front of PYTHONPATH and forwarded (-x PYTHONPATH):
 //   twinkle-run --nproc_per_node=8 examples/python/tp.py
 // Other options: --dry-run prints the command (one shell-quoted line) instead of running it;

@@ -1,6 +1,7 @@
 #include "twinkle/core/dtype.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "twinkle/core/error.h"
 
@@ -59,7 +60,13 @@ float f16_to_f32(uint16_t h) {
   if (exp == 0) {
     v = std::ldexp(static_cast<float>(mant), -24);
   } else if (exp == 31) {
-    v = mant ? std::nanf("") : INFINITY;
+    if (mant) {  // NaN as the F16C / AVX-512 instruction vcvtph2ps converts it: sign and payload kept, quiet bit
+      // set, so the scalar tail and the vector body of a conversion give the same bits
+      const uint32_t u = (sign << 31) | 0x7fc00000u | (mant << 13);
+      std::memcpy(&v, &u, 4);
+      return v;
+    }
+    v = INFINITY;
   } else {
     v = std::ldexp(static_cast<float>(mant | 0x400u), static_cast<int>(exp) - 25);
   }

@@ -10,6 +10,7 @@
 #include "twinkle/core/error.h"
 #include "twinkle/dist/device_mesh.h"
 #include "twinkle/kernels/cpu/attention.h"
+#include "twinkle/kernels/cpu/gemm_bf16.h"
 #include "twinkle/kernels/cpu/linear_cross_entropy.h"
 #include "twinkle/model/qwen3_activations.h"
 #include "twinkle/model/qwen3_flops.h"
@@ -57,12 +58,16 @@ struct Gemm {
 //    K and V as rows, column pairs and K's token pairs ([heads, Tp, Dp] each, Tp = tokens with every
 //    sequence padded to 64, Dp = head_dim rounded up to 16), an fp32 dQ accumulator [T, hq, Dp] and
 //    the row statistics [2, T, hq] (bf16_attention_backward_scratch);
+//  * on a CPU without bf16 instructions (kernels::cpu::bf16_gemm_native() false: the plan is for the
+//    machine it runs on) each bf16 GEMM widens its two operands' rows x cols into dense fp32 copies
+//    (gemm_bf16.cpp bgemm, two more grow-only buffers: A = the largest of X, dY; B = the largest of W, X;
+//    the head's 4096-column blocks) and runs an fp32 GEMM;
 //  * oneDNN's matmul scratchpad (user mode, one grow-only buffer) and JIT code are small and in
 //    the runtime constant.
 // MoE experts: a local expert's GEMM (its etp slice) is bounded by T·etp rows (one rank's tokens,
 // all-gathered over etp; rows received over ep are not counted).
 struct Bf16Workspace {
-  double gemm_scratch = 0;  ///< the Input + Weight + Grad bf16 scratch
+  double gemm_scratch = 0;  ///< the Input + Weight + Grad bf16 scratch (+ the emulation's fp32 copies)
   double fused_head = 0;    ///< the bf16 fused head's logits + scale (replaces the fp32 kernel's logits)
   double attention = 0;     ///< the bf16 attention backward's packed operands (bf16_attention_backward_scratch)
 };
@@ -88,13 +93,18 @@ Bf16Workspace bf16_workspace(const std::vector<Gemm>& gemms, bool fused_head, in
     dy = std::max(dy, g.M * g.N);
   }
   Bf16Workspace b;
+  int64_t fa = std::max(x, dy), fb = std::max(w, x);  // the emulation's fp32 operand copies (elements)
   if (fused_head) {
     const int64_t c2 = std::max<int64_t>(1, std::min(chunk_rows / 2, T));  // linear_cross_entropy_bf16's chunk
+    const int64_t vb = std::min<int64_t>(V, 4096);
     x = std::max(x, c2 * H);
-    w = std::max(w, std::min<int64_t>(V, 4096) * H);
+    w = std::max(w, vb * H);
+    fa = std::max({fa, c2 * H, c2 * vb});
+    fb = std::max({fb, vb * H, c2 * H});
     b.fused_head = 4.0 * static_cast<double>(c2 * V + c2);  // exact std::vector sizes
   }
   b.gemm_scratch = bytes64(2 * x) + bytes64(2 * w) + bytes64(2 * dy);
+  if (!kernels::cpu::bf16_gemm_native()) b.gemm_scratch += bytes64(4 * fa) + bytes64(4 * fb);
   return b;
 }
 }  // namespace

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Independent reference for DeviceMesh: Megatron's rank layout written with numpy
 reshapes (rank = tp + TP*(cp + CP*(dp + DP*pp)), i.e. arange(world).reshape(pp, dp, cp, tp)
 in C order; expert grid arange(world).reshape(pp, edp, ep, etp)). A group of kind X varies

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Runs tests/dist/mpi_count_selftest on 2 ranks with libtwinkle_mpi_count.so preloaded and checks
 its report: every call the self-test makes (blocking and non-blocking collectives, point-to-point
 variants, persistent requests, one Put) is counted with the bytes written below by hand from the

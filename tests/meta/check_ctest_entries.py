@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """CTest entries pass only when their check passes.
 
 1. Lint of every registered test (ctest --show-only=json-v1): no PASS_REGULAR_EXPRESSION (with
@@ -14,7 +14,7 @@
        program printed its expected line but exited 1) -> the entry must FAIL;
      - both without injection            -> they must PASS (the harness itself works).
 
-usage: check_ctest_entries.py BUILD_DIR   (Debian's /usr/bin/python3)
+usage: check_ctest_entries.py BUILD_DIR   (.venv/bin/python, scripts/setup)
 """
 import json
 import os

@@ -1,8 +1,8 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Every public binding of the Python package twinkle (issue 15), good and bad arguments,
 keyword names and defaults as in /work/shared/spec/twinkle-behaviour.md §1-§5.
 
-Run: PYTHONPATH=build/python /usr/bin/python3 -m unittest discover -s tests/python
+Run: PYTHONPATH=build/python .venv/bin/python -m unittest discover -s tests/python
 (CTest: python_bindings). One process, no launcher: the mesh is a single rank; the
 initialize() failures (npu, cuda, world-size mismatch, bad mode, second call) and Ctrl-C run
 in child processes. Losses are checked against the project's PyTorch reference

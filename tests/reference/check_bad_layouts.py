@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Bad parallel configurations fail before training, at once, with a clear message.
 
 The Qwen3-MoE cases (the expert grid) also run `twinkle plan` with the same layout flags, which
@@ -62,7 +62,7 @@ def main():
     launcher = os.path.join(args.build, "bin", "twinkle-run")
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(["/usr/bin/python3", os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"],
+        subprocess.run([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"],
                        check=True, stdout=subprocess.DEVNULL)
         model = os.path.join(tmp, "tiny_a")
         rows = os.path.join(tmp, "rows.jsonl")

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """bf16 mixed precision (twinkle train --bf16) against fp32 and against PyTorch's own bf16 autocast.
 
 Modes:
@@ -19,7 +19,7 @@ Modes:
                     step's loss within --layout-tol (2e-3: the layout changes fp32 summation orders,
                     which flip single bf16 roundings, and the runs drift apart by that noise); the
                     layout's step-1 grad norm must be closer to the bf16 run than to an fp32 run.
-Run with /usr/bin/python3 (Debian's python3-torch).
+Run with the project environment's python (.venv, scripts/setup).
 """
 import argparse
 import json
@@ -34,7 +34,7 @@ sys.path.insert(0, HERE)
 from check_train import make_batch, read_metrics, run, write_rows  # noqa: E402
 import harness  # noqa: E402
 
-PY = os.environ.get("TWINKLE_REF_PYTHON") or "/usr/bin/python3"
+PY = os.environ.get("TWINKLE_REF_PYTHON") or sys.executable
 
 
 def dev(xs, ys):

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The `twinkle` front end as a new user meets it (faults found by trying the documented commands):
 - `twinkle --help` prints the command list on stdout with exit 0 (it went to stderr, so
   `twinkle --help | less` showed nothing); a bare `twinkle` or an unknown command is a usage error
@@ -28,7 +28,7 @@
   naming what to do (it got the seeded random init with only a warning: garbage generations);
 - a model directory left by a save killed while writing its weights (model.safetensors.tmp.<pid>),
   or shards without their index, is refused as incomplete (it got the seeded random init too).
-Run with /usr/bin/python3.
+Run with .venv/bin/python (scripts/setup).
 """
 import argparse
 import json

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Communication volume of one training step, counted at the MPI layer, against Megatron's formulas.
 
 bench/layout_bench is run under mpirun with tests/dist/mpi_count.cpp (libtwinkle_mpi_count.so)

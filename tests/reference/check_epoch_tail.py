@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Failure class B27 / issue 8: every layout trains exactly the rows one process trains, at every
 step, across an epoch boundary, including a short last batch that leaves some data-parallel ranks
 without a row (B24: they count 0 tokens; the global per-token loss stays right, no NaN, no hang).
@@ -13,7 +13,7 @@ The dp>1 runs must also warn that a rank gets no row.
 B24: 2 supervised + 2 fully masked rows ([v,v,m,m] and [v,m,v,m]) as dp1 mbs4 / mbs1 and dp2 mbs1 /
 mbs2 (so a micro-batch or a dp rank has no labelled token): the PyTorch loss of the 4 rows, the
 same grad norm in every layout.
-Run with /usr/bin/python3 (Debian's python3-torch).
+Run with the project environment's python (.venv, scripts/setup).
 """
 import argparse
 import functools
@@ -39,7 +39,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="twinkle-tail-")
     failures = []
     try:
-        run(["/usr/bin/python3", os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "b"])
+        run([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "b"])
         model = os.path.join(tmp, "tiny_b")
         cfg_path = os.path.join(model, "config.json")
         with open(cfg_path) as f:
@@ -48,7 +48,7 @@ def main():
         cfg["max_window_layers"] = 4
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=2)
-        run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "init", "--config", cfg_path, "--seed", "0",
+        run([sys.executable, os.path.join(HERE, "qwen3_ref.py"), "init", "--config", cfg_path, "--seed", "0",
              "--out", model])
         ids, labels = random_rows(9, cfg["vocab_size"], 21, (5, 20))
         rows = os.path.join(tmp, "rows.jsonl")
@@ -58,7 +58,7 @@ def main():
             b = os.path.join(tmp, "b.json")
             with open(b, "w") as f:
                 json.dump({"input_ids": [ids[i] for i in sel], "labels": [labels[i] for i in sel]}, f)
-            out = run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "loss", "--model", model, "--batch", b])
+            out = run([sys.executable, os.path.join(HERE, "qwen3_ref.py"), "loss", "--model", model, "--batch", b])
             return json.loads(out.strip().splitlines()[-1])
 
         def train(tag, np_, flags, steps, extra=()):
@@ -116,7 +116,7 @@ def main():
             b = os.path.join(tmp, "b4.json")
             with open(b, "w") as f:
                 json.dump({"input_ids": [x for x, _ in rows4], "labels": [y for _, y in rows4]}, f)
-            o = json.loads(run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "loss", "--model", model,
+            o = json.loads(run([sys.executable, os.path.join(HERE, "qwen3_ref.py"), "loss", "--model", model,
                                 "--batch", b]).strip().splitlines()[-1])
             ref = None
             for tag, np_, flags in (("dp1_mbs4", 1, ["--micro-batch-size", "4"]),

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """`twinkle generate` stops at the EOS ids the model declares, as transformers' generate does.
 
 A tiny random Qwen3 with the real vocabulary (tokenizer files from models/qwen3-tiny) is decoded
@@ -12,7 +12,7 @@ the last position's logits, re-running the whole sequence each step). Cases:
   config no generation_config.json: config.json's eos_token_id;
   null   generation_config.json without eos_token_id (null): config.json's;
   file   generation_config.json's list wins over config.json's id (transformers loads the file).
-Run with /usr/bin/python3.
+Run with .venv/bin/python (scripts/setup).
 """
 import argparse
 import functools
@@ -47,7 +47,7 @@ def main():
                    bos_token_id=151643, initializer_range=0.5)
         with open(os.path.join(model, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
-        run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "init", "--config",
+        run([sys.executable, os.path.join(HERE, "qwen3_ref.py"), "init", "--config",
              os.path.join(model, "config.json"), "--seed", "3", "--out", model])
         for fn in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copy(os.path.join(a.tokenizer_dir, fn), model)

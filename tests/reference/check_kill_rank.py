@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """A rank killed (SIGKILL) in the middle of training ends the whole job, non-zero, within 30 s."""
 import argparse
 import json
@@ -17,7 +17,7 @@ def main():
     ap.add_argument("--build", required=True)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(["/usr/bin/python3", os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"],
+        subprocess.run([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"],
                        check=True, stdout=subprocess.DEVNULL)
         rows = os.path.join(tmp, "rows.jsonl")
         with open(rows, "w") as f:

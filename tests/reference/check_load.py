@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Checkpoint loading, step 0: `twinkle eval` on a checkpoint with non-trivial RMSNorm weights and
 biases vs the PyTorch reference (tests/reference/qwen3_ref.py, float64) on the same files.
 
@@ -14,7 +14,7 @@ would produce - norm weights left at 1 and biases at 0 ("loader skips norms"), q
 swapped, input_layernorm <-> post_attention_layernorm swapped, final norm skipped, biases
 skipped - and each must move the loss by more than 20x the tolerance.
 
-usage: check_load.py --build BUILD   (Debian's /usr/bin/python3 with torch)
+usage: check_load.py --build BUILD   (.venv/bin/python, scripts/setup)
 """
 import argparse
 import json

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """`twinkle export --merge` and `--adapter` on generate / eval against the PyTorch reference.
 
 A tiny random Qwen3 with the real vocabulary (tokenizer files from models/qwen3-tiny) gets a LoRA
@@ -21,7 +21,7 @@ experts' LoRA pairs), so the saved PEFT directory gathers one pair per expert an
 ranks and its adapter_config.json names the targets explicitly (PEFT's "all-linear" would also
 wrap the router mlp.gate, which twinkle's all-linear leaves out): the reference reads it with the
 same strict key rules; the merged directory is checked by qwen3_moe_ref.py (generation is not).
-Run with /usr/bin/python3.
+Run with .venv/bin/python (scripts/setup).
 """
 import argparse
 import functools
@@ -87,7 +87,7 @@ def main():
                        initializer_range=0.5)
         with open(os.path.join(base, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
-        run(["/usr/bin/python3", os.path.join(HERE, "qwen3_moe_ref.py" if a.moe else "qwen3_ref.py"), "init",
+        run([sys.executable, os.path.join(HERE, "qwen3_moe_ref.py" if a.moe else "qwen3_ref.py"), "init",
              "--config", os.path.join(base, "config.json"), "--seed", "5", "--out", base])
         for fn in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copy(os.path.join(a.tokenizer_dir, fn), base)
@@ -121,9 +121,9 @@ def main():
             failures.append("export --merge wrote an adapter_config.json (a PEFT directory, not a merged checkpoint)")
 
         # Held-out loss: reference with the adapter (unmerged) is the truth.
-        ref_adapter = last_json(run(["/usr/bin/python3", os.path.join(HERE, "lora_ref.py"), "loss", "--model", base,
+        ref_adapter = last_json(run([sys.executable, os.path.join(HERE, "lora_ref.py"), "loss", "--model", base,
                                      "--adapter", adapter, "--batch", held_json, "--dtype", "float64"]))["loss"]
-        ref_merged = last_json(run(["/usr/bin/python3", os.path.join(HERE, "qwen3_moe_ref.py" if a.moe else "qwen3_ref.py"),
+        ref_merged = last_json(run([sys.executable, os.path.join(HERE, "qwen3_moe_ref.py" if a.moe else "qwen3_ref.py"),
                                     "loss", "--model", merged, "--batch", held_json, "--dtype", "float64"]))
         ref_merged = ref_merged["lm_loss" if a.moe else "loss"]
         tw = {}

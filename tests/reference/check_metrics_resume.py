@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """`twinkle train --resume` keeps the --metrics-file lines of the steps up to its checkpoint.
 
 A run of 8 steps (A) saves checkpoint-step-4 (--save-interval 4 --save-optimizer) and writes every
@@ -8,7 +8,7 @@ each, lines 1..4 byte-identical to A's, lines 5..8 with A's losses, grad norms a
 on the same layout is bit-identical), and no fragment. A new run (no --resume) still rewrites the
 file. The expected file is what run A wrote, read back as text and JSON here.
 
-usage: check_metrics_resume.py --build BUILD_DIR   (Debian's /usr/bin/python3)
+usage: check_metrics_resume.py --build BUILD_DIR   (.venv/bin/python, scripts/setup)
 """
 import argparse
 import json
@@ -29,7 +29,7 @@ def main():
     tw = os.path.join(args.build, "bin", "twinkle")
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(["/usr/bin/python3", os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a",
+        subprocess.run([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a",
                         "--init"], check=True, stdout=subprocess.DEVNULL)
         rows = os.path.join(tmp, "rows.jsonl")
         with open(rows, "w") as f:

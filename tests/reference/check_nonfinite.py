@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Failure class B26 / issue 8: a non-finite loss or gradient norm never reaches the weights.
 
 tiny model, 16 pre-tokenized rows, batch 4, `--lr 1e6 --clip-grad 1 --max-steps 4`: step 1 blows
@@ -12,7 +12,7 @@ the weights up (finite), step 2's loss / gradients are NaN or inf.
   3. the same on parallel layouts (dp2 and tp2 x pp2, 4 ranks): every rank agrees (error: the job
      ends non-zero within the timeout, no hang; skip: the same skipped steps and step-1 loss as one
      process).
-Run with /usr/bin/python3.
+Run with .venv/bin/python (scripts/setup).
 """
 import argparse
 import functools
@@ -51,7 +51,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="twinkle-nonfinite-")
     failures = []
     try:
-        run(["/usr/bin/python3", os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"])
+        run([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"])
         model = os.path.join(tmp, "tiny_a")
         cfg_path = os.path.join(model, "config.json")
         with open(cfg_path) as f:
@@ -60,7 +60,7 @@ def main():
         cfg["max_window_layers"] = 4
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=2)
-        run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "init", "--config", cfg_path, "--seed", "0",
+        run([sys.executable, os.path.join(HERE, "qwen3_ref.py"), "init", "--config", cfg_path, "--seed", "0",
              "--out", model])
         rng = random.Random(26)
         rows = os.path.join(tmp, "rows.jsonl")

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """`twinkle plan` under context parallelism with a row length training pads: planned, not refused.
 
 Training right-pads every row to a multiple of 2·cp (2·cp·tp under sequence parallelism, which a
@@ -11,7 +11,7 @@ every stage equals the plan of the padded length (the rows are held padded). Fin
 `twinkle train --cp 2` on rows of 129 tokens (not a multiple of 4) runs, i.e. the layout the plan
 refused is one training accepts.
 
-usage: check_plan_cp_padding.py --build BUILD_DIR   (Debian's /usr/bin/python3)
+usage: check_plan_cp_padding.py --build BUILD_DIR   (.venv/bin/python, scripts/setup)
 """
 import argparse
 import json
@@ -67,7 +67,7 @@ def main():
                     failures.append(f"{what}: stage {a['stage']} {k} {a[k]} != {b[k]} planned for {want} tokens")
     # training accepts the layout the plan refused
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(["/usr/bin/python3", os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"],
+        subprocess.run([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"],
                        check=True, stdout=subprocess.DEVNULL)
         rows = os.path.join(tmp, "rows.jsonl")
         with open(rows, "w") as f:

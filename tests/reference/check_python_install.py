@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """What `pip install .` installs (pyproject.toml: scikit-build-core installs the CMake component
 `python`): `cmake --install BUILD --component python --prefix TMP` must leave an importable package
 TMP/twinkle whose extension and modules all come from TMP (not from the build tree), with the

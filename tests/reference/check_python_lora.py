@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """A LoRA run written in Python (tests/reference/python_lora_run.py: PEFT's LoraConfig given to
 MegatronModel.add_adapter_to_model) equals the C++ command line's LoRA run (`twinkle train
 --lora-* --bf16`: the Python side keeps MegatronModel's default mixed_precision, Twinkle's 'bf16') on

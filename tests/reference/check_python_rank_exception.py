@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """An uncaught Python exception on one rank of a twinkle-run job ends the whole job, non-zero,
 with the traceback and the rank's error line printed, while the other rank waits in a collective.
 And a batch that one rank cannot convert (a row whose labels are shorter than its input_ids, given
@@ -11,7 +11,7 @@ through MPI_Finalize, which waits for the other rank, and that rank waits in the
 collectives for the failing one: the job hangs. The check gives it HANG_S seconds (a hang
 detector, not a speed figure; a working abort takes a few seconds) and then kills it.
 
-usage: check_python_rank_exception.py --build BUILD_DIR   (Debian's /usr/bin/python3)
+usage: check_python_rank_exception.py --build BUILD_DIR   (.venv/bin/python, scripts/setup)
 """
 import argparse
 import os

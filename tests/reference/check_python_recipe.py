@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Acceptance check of the Python package (issue 15): examples/python/tp.py on 8 ranks
 (dp=2, tp=2, pp=2, launched by twinkle-run) against the C++ recipe examples/tp_recipe on the
 same data and seed (one epoch of --data-rows rows, global batch 8); with --recipe moe
@@ -23,7 +23,7 @@ adapter directory instead of the full checkpoint. Checks:
 Catches: a binding that changes the rows (columns, labels, order, dp split), the optimizer or
 scheduler options, the step sequence, or the save path; one that drops mixed_precision (a Python
 run in fp32 differs from the C++ --bf16 run by far more than 1e-6: bf16 GEMM inputs change the
-loss in the 3rd-4th digit) or the adapter. Run with /usr/bin/python3.
+loss in the 3rd-4th digit) or the adapter. Run with .venv/bin/python (scripts/setup).
 """
 import argparse
 import ast
@@ -68,11 +68,11 @@ def main():
         cpp_path, py_path = os.path.join(args.build, 'examples', cpp_prog), os.path.join(ROOT, 'examples', 'python', py_prog)
         # 0. the script's options are the C++ recipe's (same names), and one it lacks is refused by name
         help_env = dict(env, PYTHONPATH=os.path.join(args.build, 'python'))
-        py_opts = set(re.findall(r'(--[a-z][a-z0-9-]+)', run(['/usr/bin/python3', py_path, '--help'], help_env)))
+        py_opts = set(re.findall(r'(--[a-z][a-z0-9-]+)', run([sys.executable, py_path, '--help'], help_env)))
         cpp_opts = set(re.findall(r'(--[a-z][a-z0-9-]+)', run([cpp_path, '--help'], env)))
         if not py_opts or py_opts - cpp_opts:
             failures.append(f'{py_prog} options missing from {cpp_prog} --help: {sorted(py_opts - cpp_opts)}')
-        r = subprocess.run(['/usr/bin/python3', py_path, '--save-interval', '2'], env=help_env, capture_output=True,
+        r = subprocess.run([sys.executable, py_path, '--save-interval', '2'], env=help_env, capture_output=True,
                            text=True)
         if r.returncode != 2 or 'unrecognized arguments: --save-interval 2' not in r.stderr:
             failures.append(f'{py_prog} --save-interval 2 (an option it lacks): exit {r.returncode}, stderr '

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Exact resume through the Python package (issue 15): MegatronModel.load(name, output_dir,
 load_optimizer=True) continues a run exactly like the uninterrupted one.
 

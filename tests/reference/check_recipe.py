@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Acceptance checks of the dense recipe (examples/tp_recipe.cpp) and, with --recipe moe_recipe /
 moe_cp_recipe, of the Qwen3-MoE recipes (examples/moe_recipe.cpp, dp=2 tp=2 pp=2 ep=2;
 examples/moe_cp_recipe.cpp, tp=2 pp=2 cp=2 ep=2 with ring attention):
@@ -15,7 +15,7 @@ a LoRA adapter from a base with weights (the reference's seeded init of models/q
 above; 2. the saved PEFT adapter directory, applied to that base by tests/reference/lora_ref.py
 (PEFT's key names and formulas), gives the held-out loss `twinkle eval --adapter` gives (1e-5
 relative), and differs from the base's.
-Run with /usr/bin/python3; needs the Qwen3 tokenizer files placed by scripts/setup.
+Run with .venv/bin/python (scripts/setup); needs the Qwen3 tokenizer files placed by scripts/setup.
 """
 import argparse
 import json
@@ -55,7 +55,7 @@ def main():
         if args.lora:  # a base with weights (the reference's seeded init of the tiny config) both sides read
             base = os.path.join(tmp, "base")
             shutil.copytree(tiny, base)
-            run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "init", "--config",
+            run([sys.executable, os.path.join(HERE, "qwen3_ref.py"), "init", "--config",
                  os.path.join(base, "config.json"), "--seed", "4", "--out", base])
             common += ["--model", base, "--lora", "--lr", "5e-3"]
         run([launcher, "--nproc_per_node=8", recipe, "--output-dir", os.path.join(tmp, "r8")] + common, env=env)
@@ -96,17 +96,17 @@ def main():
         if args.lora:
             tw = json.loads(run([twinkle, "eval", "--model", base, "--adapter", ck, "--dataset", rows, "--batch-size",
                                  "4"], env=env).strip().splitlines()[-1])
-            ref = json.loads(run(["/usr/bin/python3", os.path.join(HERE, "lora_ref.py"), "loss", "--model", base,
+            ref = json.loads(run([sys.executable, os.path.join(HERE, "lora_ref.py"), "loss", "--model", base,
                                   "--adapter", ck, "--batch", batch, "--dtype", "float32"]).strip().splitlines()[-1])
         else:
             tw = json.loads(run([twinkle, "eval", "--model", ck, "--dataset", rows, "--batch-size", "4"], env=env)
                             .strip().splitlines()[-1])
             ref_py = "qwen3_moe_ref.py" if moe else "qwen3_ref.py"
-            ref = json.loads(run(["/usr/bin/python3", os.path.join(HERE, ref_py), "loss", "--model", ck,
+            ref = json.loads(run([sys.executable, os.path.join(HERE, ref_py), "loss", "--model", ck,
                                   "--batch", batch]).strip().splitlines()[-1])
         print(f"held-out loss: twinkle {tw['loss']:.8f} torch {ref['loss']:.8f}")
         if args.lora:  # the trained adapter must matter, else the check above could not fail
-            b = json.loads(run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "loss", "--model", base,
+            b = json.loads(run([sys.executable, os.path.join(HERE, "qwen3_ref.py"), "loss", "--model", base,
                                 "--batch", batch]).strip().splitlines()[-1])["loss"]
             print(f"held-out loss of the base model without the adapter: {b:.8f}")
             if rel(b, ref["loss"]) < 1e-4:

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The recipes' --resume as the examples README shows it (`--resume output/tp_recipe`): a run of
 4 steps saving every 2, then a new process resumed from checkpoint-step-2 into the same output
 directory. OUTPUT_DIR/metrics.jsonl must stay the whole loss curve (steps 1-2 of the first run kept,
@@ -7,7 +7,7 @@ speak of the steps this run trained. Before the fix the resumed run truncated me
 own two steps and printed "4 steps, loss 0.0000 -> ..." with the tokens/s (tp_recipe) or step time
 (moe_recipe) mean divided by steps it never ran; resumed at the last step it printed
 "loss 0.0000 -> 0.0000" and a mean of 0.
-Single process (dp = tp = pp = ep = 1), one thread. Run with /usr/bin/python3.
+Single process (dp = tp = pp = ep = 1), one thread. Run with .venv/bin/python (scripts/setup).
 """
 import argparse
 import json

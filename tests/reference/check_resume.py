@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Checkpoints that resume (issue 13): exact resume, resharding, crash safety, bad checkpoints.
 
 Every check trains a tiny model with `twinkle train` (--save-interval 5 --save-optimizer, a cosine
@@ -23,7 +23,7 @@ and compares against the uninterrupted run of the same flags:
              tensor or field: a missing optimizer file, a missing tensor, a truncated file, a bf16
              tensor, a tensor of another shape (a layout that cannot be mapped), a model-config
              mismatch, a changed schedule, LoRA state into a full model.
-Run with /usr/bin/python3.
+Run with .venv/bin/python (scripts/setup).
 """
 import argparse
 import json
@@ -55,10 +55,10 @@ class Runner:
             cfg = ctm.moe_config(True, [1], 4)
             with open(os.path.join(model, "config.json"), "w") as f:
                 json.dump(cfg, f, indent=2)
-            run(["/usr/bin/python3", os.path.join(HERE, "qwen3_moe_ref.py"), "init", "--config",
+            run([sys.executable, os.path.join(HERE, "qwen3_moe_ref.py"), "init", "--config",
                     os.path.join(model, "config.json"), "--seed", "0", "--out", model])
         else:
-            run(["/usr/bin/python3", os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"])
+            run([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"])
             os.rename(os.path.join(tmp, "tiny_a"), model)
             cfg_path = os.path.join(model, "config.json")
             with open(cfg_path) as f:
@@ -66,7 +66,7 @@ class Runner:
             cfg["num_hidden_layers"] = cfg["max_window_layers"] = 4
             with open(cfg_path, "w") as f:
                 json.dump(cfg, f, indent=2)
-            run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "init", "--config", cfg_path, "--seed", "0",
+            run([sys.executable, os.path.join(HERE, "qwen3_ref.py"), "init", "--config", cfg_path, "--seed", "0",
                     "--out", model, "--norm-std", "0.1", "--bias-std", "0.02"])
         self.model, self.cfg = model, cfg
         ids, labels = ct.make_batch("rows:20", cfg["vocab_size"], 1234)

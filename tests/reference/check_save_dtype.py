@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Checkpoint dtypes (issue 14): a bf16 HF checkpoint trains in fp32 and in bf16 mixed precision and is
 saved back, in the dtype asked for.
 
@@ -11,7 +11,7 @@ saved back, in the dtype asked for.
      checkpoint loads into --fp32 training, whose step-1 loss equals PyTorch's on it (1e-5), and a
      --save-dtype float16 save names float16. A save that ignores the option, writes fp32 under a bf16
      torch_dtype, truncates instead of rounding, or loads bf16 wrongly fails.
-Run with /usr/bin/python3.
+Run with .venv/bin/python (scripts/setup).
 """
 import argparse
 import json
@@ -29,7 +29,7 @@ import safetensors_py  # noqa: E402
 from check_train import load_ckpt, make_batch, read_metrics, run, write_rows  # noqa: E402
 import harness  # noqa: E402
 
-PY = "/usr/bin/python3"
+PY = sys.executable
 
 
 def main():

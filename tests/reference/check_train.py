@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Checks twinkle's trainer against independent references.
 
 Modes:
@@ -18,7 +18,7 @@ Modes:
                     parameters as for --against single (--layout-tol).
 The initial checkpoint has RMSNorm weights 1 + 0.1*N(0,1) and biases 0.02*N(0,1) (not HF's 1 / 0),
 so a loader that skips or swaps norms or biases changes the step-1 loss.
-Run with /usr/bin/python3 (Debian's python3-torch); the PyTorch reference scripts run under
+Run with the project environment's python (.venv, scripts/setup); the PyTorch reference scripts run under
 $TWINKLE_REF_PYTHON when set (the GPU machine's python3, scripts/device-check run). --layout also
 applies to the --against torch run (e.g. "--device cuda": the GPU against PyTorch float64).
 """
@@ -38,7 +38,7 @@ from harness import random_rows, read_metrics, rel, run, write_rows  # noqa: E40
 
 import torch  # noqa: E402
 
-PY = os.environ.get("TWINKLE_REF_PYTHON") or "/usr/bin/python3"
+PY = os.environ.get("TWINKLE_REF_PYTHON") or sys.executable
 
 
 def make_batch(kind, vocab, seed):
@@ -51,6 +51,11 @@ def make_batch(kind, vocab, seed):
     parts = kind.split(":")
     lengths = (int(parts[2]), int(parts[3])) if len(parts) == 4 else (5, 24)
     return random_rows(int(parts[1]), vocab, seed, lengths)
+
+
+def oracle_py(args):
+    """The reference of --against torch: qwen3_ref.py (ref) or transformers itself (hf_oracle.py)."""
+    return "hf_oracle.py" if args.oracle == "hf" else "qwen3_ref.py"
 
 
 def compare_tensors(name_a, a, name_b, b, tol, what):
@@ -81,6 +86,9 @@ def main():
     ap.add_argument("--clip-grad", type=float, default=0.05)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--against", choices=["torch", "single", "kernels"], default="torch")
+    ap.add_argument("--oracle", choices=["ref", "hf"], default="ref",
+                    help="--against torch: ref = tests/reference/qwen3_ref.py / lora_ref.py (models written for the "
+                         "tests), hf = tests/reference/hf_oracle.py (transformers' Qwen3ForCausalLM, PEFT, torch)")
     ap.add_argument("--single-kernels", choices=["fused", "reference"], default="fused",
                     help="kernel set of the one-process run of --against single")
     ap.add_argument("--np", type=int, default=1)
@@ -213,10 +221,15 @@ def main():
                 shutil.copytree(model, base_dir)
                 with open(os.path.join(base_dir, "config.json"), "w") as f:
                     json.dump(base_cfg, f, indent=2)
-                lv = json.loads(run([PY, os.path.join(HERE, "qwen3_ref.py"), "loss", "--model", model,
-                                     "--batch", batch_json, "--dtype", "float64"]).strip().splitlines()[-1])["loss"]
-                lb = json.loads(run([PY, os.path.join(HERE, "qwen3_ref.py"), "loss", "--model",
-                                     base_dir, "--batch", batch_json, "--dtype", "float64"]).strip().splitlines()[-1])["loss"]
+                if args.oracle == "hf":  # both in one process (transformers' import is most of the cost)
+                    lv, lb = json.loads(run([PY, os.path.join(HERE, "hf_oracle.py"), "loss", "--model", model, "--model",
+                                             base_dir, "--batch", batch_json, "--dtype", "float64"]
+                                            ).strip().splitlines()[-1])["losses"]
+                else:
+                    lv = json.loads(run([PY, os.path.join(HERE, "qwen3_ref.py"), "loss", "--model", model,
+                                         "--batch", batch_json, "--dtype", "float64"]).strip().splitlines()[-1])["loss"]
+                    lb = json.loads(run([PY, os.path.join(HERE, "qwen3_ref.py"), "loss", "--model",
+                                         base_dir, "--batch", batch_json, "--dtype", "float64"]).strip().splitlines()[-1])["loss"]
                 print(f"reference loss: variant {lv:.10f}, base config {lb:.10f}")
                 if args.same_as_base and rel(lv, lb) > 1e-12:
                     failures.append(f"variant loss {lv} should equal the base config's {lb}")
@@ -224,7 +237,7 @@ def main():
                     failures.append(f"variant loss {lv} is too close to the base config's {lb}: the test could not fail")
             for dt in ("float64",):
                 ref_out = os.path.join(tmp, "ref_" + dt)
-                run([PY, os.path.join(HERE, "qwen3_ref.py"), "step", "--model", model, "--batch",
+                run([PY, os.path.join(HERE, oracle_py(args)), "step", "--model", model, "--batch",
                      batch_json, "--steps", str(args.steps), "--lr", str(args.lr), "--weight-decay",
                      str(args.weight_decay), "--beta1", "0.9", "--beta2", "0.95", "--eps", "1e-8", "--clip-grad",
                      str(args.clip_grad), "--out", ref_out, "--dtype", dt, "--save-dtype", "F64"])
@@ -312,6 +325,9 @@ def check_lora_vs_torch(args, tmp, model, init_adapter, batch_json, tw_metrics, 
     the base weights untouched; merged vs unmerged loss on a held-out batch in the reference."""
     failures = []
     lora_ref = os.path.join(HERE, "lora_ref.py")
+    step_ref = os.path.join(HERE, "hf_oracle.py") if args.oracle == "hf" else lora_ref
+    if args.oracle == "hf" and args.lora_dropout:
+        raise SystemExit("--oracle hf: PEFT draws its own dropout masks; use --oracle ref for --lora-dropout")
     with open(os.path.join(tw_out, "adapter_config.json")) as f:
         acfg = json.load(f)
     want_scaling = args.lora_alpha / (math.sqrt(args.lora_r) if args.lora_rslora else args.lora_r)
@@ -327,7 +343,7 @@ def check_lora_vs_torch(args, tmp, model, init_adapter, batch_json, tw_metrics, 
     refs = {}
     for dt in ("float64", "float32"):
         out = os.path.join(tmp, "lora_ref_" + dt)
-        run([PY, lora_ref, "step", "--model", model, "--adapter", init_adapter, "--batch", batch_json,
+        run([PY, step_ref, "step", "--model", model, "--adapter", init_adapter, "--batch", batch_json,
              "--steps", str(args.steps), "--lr", str(args.lr), "--weight-decay", str(args.weight_decay), "--beta1",
              "0.9", "--beta2", "0.95", "--eps", "1e-8", "--clip-grad", str(args.clip_grad), "--out", out,
              "--dtype", dt] + drop)

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Checks twinkle's Qwen3-MoE training (one process) against tests/reference/qwen3_moe_ref.py.
 
 A tiny Qwen3-MoE (3 layers, layer 1 in mlp_only_layers = a dense MLP among sparse ones,
@@ -26,7 +26,7 @@ initial adapter (--lora-init false: B random too; --lora-rslora: alpha / sqrt(r)
 norm, lm / aux / z loss of every step, the step-0 adapter gradients, the saved scaling and the
 adapter after the last step (check_train.compare_adapter_f64, PyTorch float32 held to the same
 bound); with --layout the layout's adapter vs one process's.
-Run with /usr/bin/python3 (Debian's python3-torch).
+Run with the project environment's python (.venv, scripts/setup).
 """
 import argparse
 import json
@@ -80,6 +80,9 @@ def main():
     ap.add_argument("--aux-coef", type=float, default=0.0)
     ap.add_argument("--aux-type", choices=["global", "per_layer"], default="global")
     ap.add_argument("--z-coef", type=float, default=0.0)
+    ap.add_argument("--oracle", choices=["ref", "hf"], default="ref",
+                    help="ref = tests/reference/qwen3_moe_ref.py, hf = tests/reference/hf_oracle.py (transformers' "
+                         "Qwen3MoeForCausalLM with output_router_logits, torch's AdamW)")
     ap.add_argument("--param-tol", type=float, default=1e-5)
     ap.add_argument("--layout-tol", type=float, default=0.01,
                     help="LoRA layouts: bound on every adapter element's difference as a fraction of steps * lr")
@@ -93,6 +96,8 @@ def main():
                     help="lora_dropout (with --layout: the masks are keyed by token, so layouts must agree; vs "
                          "PyTorch: twinkle's masks are fed to the reference, one micro-batch per step)")
     args = ap.parse_args()
+    if args.oracle == "hf" and (args.lora_r or args.layout):
+        raise SystemExit("--oracle hf checks one process's full training (LoRA on experts and layouts: --oracle ref)")
     if args.lora_dropout and not args.layout:
         args.mbs = 0  # one micro-batch per step: the dumped masks are tagged <step>.0
     lora = ["--lora-r", str(args.lora_r), "--lora-alpha", str(args.lora_alpha), "--lora-targets", args.lora_targets,
@@ -109,7 +114,7 @@ def main():
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=2)
         ref_py = os.path.join(HERE, "qwen3_moe_ref.py")
-        run(["/usr/bin/python3", ref_py, "init", "--config", cfg_path, "--seed", "0", "--out", model])
+        run([sys.executable, ref_py, "init", "--config", cfg_path, "--seed", "0", "--out", model])
         ids, labels = ct.make_batch(args.batch, cfg["vocab_size"], 1234)
         args.mbs = args.mbs or len(ids)
         rows_path = os.path.join(tmp, "rows.jsonl")
@@ -177,14 +182,15 @@ def main():
         ref_out = os.path.join(tmp, "ref")
         if args.lora_r:  # float64 (the truth) and float32 (PyTorch's own rounding, held to the same bound)
             for dt in ("float32", "float64"):
-                run(["/usr/bin/python3", os.path.join(HERE, "lora_ref.py"), "step", "--model", model, "--adapter",
+                run([sys.executable, os.path.join(HERE, "lora_ref.py"), "step", "--model", model, "--adapter",
                      init_adapter, "--batch", batch_json, "--steps", str(args.steps), "--lr", str(args.lr),
                      "--weight-decay", str(args.weight_decay), "--beta1", "0.9", "--beta2", "0.95", "--eps", "1e-8",
                      "--clip-grad", str(args.clip_grad), "--out", ref_out + ("" if dt == "float64" else "_f32"),
                      "--dtype", dt, "--aux-coef", str(args.aux_coef), "--aux-type", args.aux_type, "--z-coef",
                      str(args.z_coef)] + drop)
         else:
-            run(["/usr/bin/python3", ref_py, "step", "--model", model, "--batch", batch_json, "--steps",
+            step_py = os.path.join(HERE, "hf_oracle.py") if args.oracle == "hf" else ref_py
+            run([sys.executable, step_py, "step", "--model", model, "--batch", batch_json, "--steps",
                     str(args.steps), "--lr", str(args.lr), "--weight-decay", str(args.weight_decay), "--beta1", "0.9",
                     "--beta2", "0.95", "--eps", "1e-8", "--clip-grad", str(args.clip_grad), "--out", ref_out,
                     "--dtype", "float64", "--save-dtype", "F64", "--aux-coef", str(args.aux_coef), "--aux-type",

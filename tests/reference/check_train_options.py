@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Issue 17 (and issue 8's smaller faults) through `twinkle train`, `twinkle eval` and the recipe:
 every row of issue 17's table and each out-of-range bound is an error naming the option and the
 allowed range (the same validate() the C++ API calls); --max-steps 0 or absent = one epoch,
@@ -7,7 +7,7 @@ negative = error; --help shows every default; --batch-size larger than the datas
 (without the flag: the error); a step / eval without a labelled token logs "no labelled tokens"
 (null in JSON) with a warning, never loss 0.0; B30: labels holding the pad (151643) and stop (151645)
 ids count and train like any other (eval vs PyTorch on the real Qwen3 vocabulary).
-Run with /usr/bin/python3.
+Run with .venv/bin/python (scripts/setup).
 """
 import argparse
 import functools
@@ -46,7 +46,7 @@ def main():
         print("FAIL " + msg)
 
     try:
-        subprocess.run(["/usr/bin/python3", os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a",
+        subprocess.run([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a",
                         "--init", "--seed", "1"], check=True, stdout=subprocess.DEVNULL)
         model = os.path.join(tmp, "tiny_a")
         rng = random.Random(17)
@@ -200,7 +200,7 @@ def main():
         src = os.path.join(HERE, "..", "..", "models", "qwen3-tiny")
         for fn in ("config.json", "tokenizer.json", "tokenizer_config.json"):
             shutil.copy(os.path.join(src, fn), real)
-        subprocess.run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "init", "--config",
+        subprocess.run([sys.executable, os.path.join(HERE, "qwen3_ref.py"), "init", "--config",
                         os.path.join(real, "config.json"), "--seed", "3", "--out", real], check=True,
                        stdout=subprocess.DEVNULL)
         stop_rows = []
@@ -215,7 +215,7 @@ def main():
         bp = os.path.join(tmp, "stop_batch.json")
         with open(bp, "w") as f:
             json.dump({"input_ids": [r["input_ids"] for r in stop_rows], "labels": [r["labels"] for r in stop_rows]}, f)
-        rc, out = run(["/usr/bin/python3", os.path.join(HERE, "qwen3_ref.py"), "loss", "--model", real, "--batch", bp])
+        rc, out = run([sys.executable, os.path.join(HERE, "qwen3_ref.py"), "loss", "--model", real, "--batch", bp])
         want = json.loads(out.strip().splitlines()[-1])
         rc, out = run([twinkle, "eval", "--model", real, "--dataset", rp, "--batch-size", "3"])
         js = [l for l in out.splitlines() if l.startswith("{")]

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Independent cross-check of twinkle's safetensors reader / writer.
 
 The `safetensors` Python package is not available here, so this file implements the
@@ -6,7 +6,7 @@ format by hand from its specification (8-byte little-endian header length N, N b
 JSON {name: {dtype, shape, data_offsets}, "__metadata__"}, then the data buffer) with
 struct + json + numpy, and uses torch only to convert bfloat16 (numpy has no bf16).
 
-  /usr/bin/python3 io_safetensors_ref.py <io_xcheck_tool> <scratch dir>
+  .venv/bin/python io_safetensors_ref.py <io_xcheck_tool> <scratch dir>
 
 1. Python writes files (all bf16 / f16 bit patterns, random f32 with specials, ints, a
    scalar, an empty tensor; header unpadded; buffer order != header order) and a sharded

@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Independent references for twinkle's CPU kernels (tests/unit/kernels/torch_ref_kernels.cpp).
 
-Run with Debian's python3-torch:  /usr/bin/python3 tests/reference/kernels_ref.py --out DIR
+Run with the project environment's python:  .venv/bin/python tests/reference/kernels_ref.py --out DIR
 
 For every case it generates deterministic inputs (torch.manual_seed), computes the reference outputs
 and gradients in float64 with torch autograd, and writes

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Independent PyTorch LoRA (PEFT's formulas) on tests/reference/qwen3_ref.py, for checking twinkle.
 
   y = base(x) + scaling * (x @ A^T) @ B^T,  scaling = lora_alpha / r  (lora_alpha / sqrt(r) with
@@ -17,7 +17,7 @@ both keys, so a renamed key or a wrong target fails.
          grads_step0.safetensors, final.safetensors (adapter tensors, HF names without
          PEFT's prefix) and adam_sensitivity.safetensors (see adam_sensitivity).
   loss:  the loss of a batch with the adapter (unmerged), and with W + scaling B A merged.
-Run with /usr/bin/python3 (Debian's python3-torch).
+Run with the project environment's python (.venv, scripts/setup).
 """
 import argparse
 import json

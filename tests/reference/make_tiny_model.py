@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Writes the tiny Qwen3 config.json files used by twinkle's tests (and, with --init, a random
 checkpoint made by qwen3_ref.py init).
 

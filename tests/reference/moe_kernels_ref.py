@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Float64 PyTorch references for twinkle's MoE CPU kernels (tests/unit/kernels/torch_ref_moe.cpp).
 
-Run with Debian's python3-torch:  /usr/bin/python3 tests/reference/moe_kernels_ref.py --out DIR
+Run with the project environment's python:  .venv/bin/python tests/reference/moe_kernels_ref.py --out DIR
 Same file format as tests/reference/kernels_ref.py (DIR/<case>/meta.json + raw .bin tensors; inputs
 float32, references float64 computed from those float32 values with autograd). The semantics are
 tests/reference/qwen3_moe_ref.py's (transformers' Qwen3MoeSparseMoeBlock and

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The Python side of check_python_lora.py, launched by twinkle-run: the same run as
 `twinkle train --dataset ms://swift/self-cognition --self-cognition NAME,AUTHOR --data-slice 0:N
 --batch-size 8 --lr LR --tp 2 --dp 2 --lora-r 4 --lora-alpha 16 --lora-targets q_proj,v_proj,down_proj

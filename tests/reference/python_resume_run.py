@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The Python side of check_python_resume.py, launched by twinkle-run on 8 ranks (dp 2 x tp 2 x
 pp 2): Twinkle's training loop over self-cognition with a cosine schedule, and Twinkle's
 checkpoint calls — save(name, save_optimizer=True, consumed_train_samples=...) after step

@@ -1,7 +1,9 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Independent PyTorch reference of Qwen3MoeForCausalLM (transformers' Qwen3-MoE semantics).
 
-Run with Debian's /usr/bin/python3 (PyTorch 1.13; `transformers` is not installed).  Attention,
+Run with the project environment's python (.venv, scripts/setup). Written as an independent model
+when transformers could not be installed; tests/reference/hf_oracle.py now checks twinkle against
+transformers itself, and this reference stays for what transformers has no knob for (layouts).  Attention,
 norms, RoPE, the dense MLP, batches and the label shift are tests/reference/qwen3_ref.py's (imported,
 not repeated); this file adds what Qwen3-MoE changes, written from the facts of transformers'
 models/qwen3_moe/modeling_qwen3_moe.py (no code copied):

@@ -1,7 +1,9 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Independent PyTorch reference of Qwen3ForCausalLM training, the ground truth for twinkle.
 
-Run with Debian's /usr/bin/python3 (PyTorch 1.13; `transformers` is not installed).  The model
+Run with the project environment's python (.venv, scripts/setup). Written as an independent model
+when transformers could not be installed; tests/reference/hf_oracle.py now checks twinkle against
+transformers itself, and this reference stays for what transformers has no knob for (layouts).  The model
 is written here from the facts of HF transformers' models/qwen3/modeling_qwen3.py and
 loss/loss_utils.py (ForCausalLMLoss); no code is copied:
 

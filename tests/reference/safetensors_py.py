@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Minimal, independent safetensors reader/writer (pure Python: struct + json + numpy + torch).
 
 Used by the PyTorch reference (qwen3_ref.py) because the `safetensors` package is not

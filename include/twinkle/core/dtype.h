@@ -37,7 +37,8 @@ inline uint16_t f32_to_bf16(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(u >> 16);
 }
-/// IEEE half -> f32 (exact, handles subnormals, inf, NaN).
+/// IEEE half -> f32 (exact, handles subnormals and inf; a NaN keeps its sign and payload with the quiet bit
+/// set, the bits the F16C instruction vcvtph2ps gives, so vectorized and scalar conversions agree bit for bit).
 float f16_to_f32(uint16_t h);
 /// f32 -> IEEE half, round-to-nearest-even.
 uint16_t f32_to_f16(float f);

@@ -57,6 +57,20 @@ void bf16_to_f32_n(const uint16_t* src, float* dst, int64_t n) {
   }
 }
 
+// rows x cols bf16 values at stride ld -> a dense fp32 [rows, cols] copy
+void widen_rows(const uint16_t* src, int64_t ld, float* dst, int64_t rows, int64_t cols) {
+  if (ld == cols) {
+    bf16_to_f32_n(src, dst, rows * cols);
+    return;
+  }
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint32_t u = static_cast<uint32_t>(src[r * ld + c]) << 16;
+      std::memcpy(dst + r * cols + c, &u, 4);
+    }
+}
+
 bool native_now() {
   static const bool native = [] {
     const unsigned bf16 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
@@ -296,12 +310,16 @@ void bgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const ui
     return;
   }
   if (!native_now()) {  // exact emulation: bf16 values widened to fp32, fp32 GEMM
-    const int64_t na = trans_a ? K * lda : M * lda, nb = trans_b ? N * ldb : K * ldb;
-    float* fa = f32_scratch(kFa, na);
-    float* fb = f32_scratch(kFb, nb);
-    bf16_to_f32_n(A, fa, na);
-    bf16_to_f32_n(B, fb, nb);
-    sgemm(trans_a, trans_b, M, N, K, 1.0f, fa, lda, fb, ldb, beta, C, ldc);
+    // Only the operand's rows x cols are widened, into a dense fp32 copy (leading dimension = cols): an
+    // operand that is a column block of a wider matrix (the lm head's [rows, vocab] gradient read 4096
+    // vocab columns at a time, lda = vocab) must not be widened whole (311 MB more for Qwen3's 151,936
+    // vocab on 512 rows; twinkle plan's bf16 model counts these copies, train/plan.cpp).
+    const int64_t ar = trans_a ? K : M, ac = trans_a ? M : K, br = trans_b ? N : K, bc = trans_b ? K : N;
+    float* fa = f32_scratch(kFa, ar * ac);
+    float* fb = f32_scratch(kFb, br * bc);
+    widen_rows(A, lda, fa, ar, ac);
+    widen_rows(B, ldb, fb, br, bc);
+    sgemm(trans_a, trans_b, M, N, K, 1.0f, fa, ac, fb, bc, beta, C, ldc);
     return;
   }
   Prim& p = primitive(trans_a, trans_b, M, N, K, lda, ldb, ldc, beta != 0.0f);

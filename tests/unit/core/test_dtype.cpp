@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "twinkle/core/dtype.h"
@@ -34,4 +36,21 @@ TEST(DType, F16RoundsOverflowsAndKeepsSubnormals) {
   EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));
   EXPECT_EQ(f16_to_f32(0xC000), -2.0f);
   EXPECT_TRUE(std::isnan(f16_to_f32(0x7E00)));
+}
+
+// A NaN half keeps its sign and payload and gets the quiet bit, as vcvtph2ps (F16C / AVX-512) converts
+// it: the safetensors reader converts a tensor's body with that instruction and its tail with
+// f16_to_f32, so a row loaded whole and the same row loaded in column slices must agree bit for bit
+// (found by fuzz_safetensors on an AVX2 machine: an F16 signalling NaN came back as 0x7fc00000 from the
+// scalar path and 0x7fcb6000 from the vector one). Bits worked out by hand from IEEE 754.
+TEST(DType, F16NanKeepsSignAndPayloadQuieted) {
+  auto bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+  };
+  EXPECT_EQ(bits(f16_to_f32(0x7c5b)), 0x7fcb6000u);  // signalling NaN, payload 0x05b -> quiet, payload << 13
+  EXPECT_EQ(bits(f16_to_f32(0xfe01)), 0xffc02000u);  // negative quiet NaN
+  EXPECT_EQ(bits(f16_to_f32(0x7c00)), 0x7f800000u);  // +inf stays inf
+  EXPECT_EQ(bits(f16_to_f32(0xfc00)), 0xff800000u);
 }

@@ -341,12 +341,12 @@ TEST(DatasetLoad, FromRowsRejectsNonObjects) {
 }
 
 // Independent references: Python's csv module and strict UTF-8 decoder
-// (tests/data/datasets/make_reference.py, run with /usr/bin/python3 at test time).
+// (tests/data/datasets/make_reference.py, run with the project environment's python, TWINKLE_REF_PYTHON, at test time).
 class ReaderReference : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = (fs::temp_directory_path() / ("twinkle_dsref_" + std::to_string(::getpid()))).string();
-    std::string cmd = "/usr/bin/python3 " + fixture("make_reference.py") + " " + dir_;
+    std::string cmd = std::string(TWINKLE_REF_PYTHON) + " " + fixture("make_reference.py") + " " + dir_;
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }

@@ -4,9 +4,12 @@
 // DONE marker the script writes last. Header-only, test code.
 //
 // RefEnv(env_var, script): with env_var set (the CTest fixture that ran the script wrote there)
-// the cases are read from that folder; run standalone, the binary runs /usr/bin/python3
-// tests/reference/<script> --out DIR once into a temporary folder and removes it at exit.
+// the cases are read from that folder; run standalone, the binary runs TWINKLE_REF_PYTHON (the project
+// environment's python, tests/CMakeLists.txt) tests/reference/<script> --out DIR once into a temporary folder and removes it at exit.
 #pragma once
+#ifndef TWINKLE_REF_PYTHON
+#define TWINKLE_REF_PYTHON "python3"
+#endif
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -41,7 +44,7 @@ class RefEnv : public ::testing::Environment {
       g_dir = (fs::temp_directory_path() / ("twinkle_" + stem + "_" + std::to_string(::getpid()))).string();
       const char* src = std::getenv("TWINKLE_SOURCE_DIR");
       const std::string root = src && *src ? src : TWINKLE_SOURCE_DIR;
-      const std::string cmd = "/usr/bin/python3 " + root + "/tests/reference/" + script_ + " --out " + g_dir;
+      const std::string cmd = std::string(TWINKLE_REF_PYTHON) + " " + root + "/tests/reference/" + script_ + " --out " + g_dir;
       ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
       owned_ = true;
     }

@@ -2,7 +2,7 @@
 //
 // Registered by tests/kernels.cmake: the CTest fixture `kernels_ref_data` runs the python script once
 // into ${CMAKE_BINARY_DIR}/kernels_ref and passes the directory in KERNELS_REF_DIR. Run standalone
-// (KERNELS_REF_DIR unset), the binary runs /usr/bin/python3 itself once into a temporary directory.
+// (KERNELS_REF_DIR unset), the binary runs the reference python (TWINKLE_REF_PYTHON) itself once into a temporary directory.
 // Tolerance: max |got - ref| <= tol * max|ref| per tensor, tol per case below (all <= 1e-4).
 #include <gtest/gtest.h>
 #include <omp.h>

@@ -439,7 +439,7 @@ TEST(Lora, MoePartialExpertTargetsAndExpertDropout) {
 // "all-linear" is a regular expression full-matched against module names (peft/tuners/tuners_utils.py
 // check_target_module_exists: re.fullmatch); it was read as a comma list of names, so a PEFT adapter
 // saved with target_modules=r".*\.(q_proj|v_proj)" could not be loaded. The expected module lists are
-// Python's re.fullmatch over these names (computed with /usr/bin/python3, written out here).
+// Python's re.fullmatch over these names (computed with CPython's re, written out here).
 // rank_pattern / alpha_pattern / exclude_modules / lora_bias / trainable_token_indices /
 // layer_replication with non-default values were dropped silently (alpha_pattern {"q_proj": 64}
 // loaded with the wrong scaling); PEFT's defaults ({}, null, false) load.
