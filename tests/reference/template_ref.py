@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Reference chat rendering: Debian's python3-jinja2 rendering the REAL Qwen3 chat_template.
+"""Reference chat rendering: jinja2 (the project environment, .venv) rendering the REAL Qwen3 chat_template.
 
-Usage: /usr/bin/python3 template_ref.py TOKENIZER_CONFIG_JSON OUT_DIR [N_RANDOM=300]
+Usage: .venv/bin/python template_ref.py TOKENIZER_CONFIG_JSON OUT_DIR [N_RANDOM=300]
 
 Writes OUT_DIR/convs.jsonl  — {"messages": [...]} rows (deterministic: hand-written cases + seeded
                                random conversations), the input of `twinkle encode`;
@@ -17,7 +17,8 @@ Writes OUT_DIR/convs.jsonl  — {"messages": [...]} rows (deterministic: hand-wr
                             "<|im_end|>\\n" (found by searching the rendered text, independently of
                             the C++ renderer's bookkeeping).
 The environment mirrors transformers' _compile_jinja_template: ImmutableSandboxedEnvironment,
-trim_blocks, lstrip_blocks, loopcontrols, a tojson filter and raise_exception.
+trim_blocks, lstrip_blocks, loopcontrols, a tojson filter and raise_exception (template_check.py
+also compares these renders with transformers' own apply_chat_template, template_hf_ref.py).
 """
 import json
 import os
