@@ -6,7 +6,7 @@ seed's recipe runs from that install.
   2. `VENV/bin/pip install SOURCE` with pip's build isolation: pip fetches scikit-build-core and
      pybind11 from the package index (pyproject.toml's build-system), which configures and builds the
      CMake target twinkle_python and installs the component `python` into VENV's site-packages
-     (-C build-dir=TMP/build; the CUDA backend too where scripts/setup's .cuda/ is there, as in `make`'s
+     (--config-settings=build-dir=TMP/build: Debian's pip 23.0 has no -C; the CUDA backend too where scripts/setup's .cuda/ is there, as in `make`'s
      build; with ccache as the compiler launcher, as the Makefile configures it, `make`'s own build has
      already compiled the same objects and this one takes a few minutes instead of a full build).
   3. From a directory outside the source tree, without PYTHONPATH: `import twinkle` and its
@@ -66,7 +66,7 @@ def main():
             env.setdefault("CMAKE_C_COMPILER_LAUNCHER", "ccache")
         env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(os.cpu_count() or 2)
         sh([py, "-m", "pip", "install", "--disable-pip-version-check", "-q", ROOT,
-            "-C", f"build-dir={os.path.join(tmp, 'build')}"], env=env)
+            f"--config-settings=build-dir={os.path.join(tmp, 'build')}"], env=env)
         print(f"pip install: {time.time() - t0:.0f} s")
         where = sh([py, "-c", "import os, twinkle, twinkle._core; "
                               "print(os.path.dirname(twinkle.__file__)); print(twinkle._core.__file__)"],
