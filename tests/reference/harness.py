@@ -5,6 +5,7 @@ import json
 import os
 import random
 import subprocess
+import sys
 
 
 def one_thread_env(env=None):
@@ -76,3 +77,24 @@ def write_rows(path, ids, labels):
     with open(path, 'w') as f:
         for a, b in zip(ids, labels):
             f.write(json.dumps({'input_ids': a, 'labels': b}) + '\n')
+
+
+def start(cmd, stdin_path, stdout_path, what):
+    """Starts cmd in the background (a reference that runs while twinkle or another reference does),
+    stdin from stdin_path, stdout to stdout_path, stderr kept for finish()."""
+    fin, fout, ferr = open(stdin_path, "rb"), open(stdout_path, "wb"), open(stdout_path + ".stderr", "w+b")
+    return subprocess.Popen(cmd, stdin=fin, stdout=fout, stderr=ferr), (fin, fout, ferr), cmd, what
+
+
+def finish(job):
+    """Waits for a start()ed command; exits with FAIL and its stderr when it failed, else returns stderr."""
+    p, (fin, fout, ferr), cmd, what = job
+    rc = p.wait()
+    fin.close()
+    fout.close()
+    ferr.seek(0)
+    err = ferr.read().decode("utf-8", "replace")
+    ferr.close()
+    if rc != 0:
+        sys.exit(f"FAIL: {what} exited {rc}: {' '.join(cmd)}\n{err}")
+    return err

@@ -40,6 +40,7 @@ CLI:
         -> {"loss" (the first model's), "losses" (each model's), "tokens"}
 """
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -182,37 +183,34 @@ def forward_losses(model, mbs, aux_coef):
     return r
 
 
-def saved_tensors(model, values=None):
-    """The model's tensors under the checkpoint's names, as transformers' save_pretrained writes them
-    (values: {param: tensor} to write instead of the parameters, e.g. their gradients)."""
+@contextlib.contextmanager
+def swapped(values):
+    """Within the block each parameter p of values ({param: tensor}) holds values[p] (e.g. its gradient)."""
     backup = {}
     try:
-        if values is not None:
-            for p, v in values.items():
-                backup[p] = p.data
-                p.data = v
-        with tempfile.TemporaryDirectory() as d:
-            model.save_pretrained(d, safe_serialization=True)
-            return st.load_dir(d)
+        for p, v in (values or {}).items():
+            backup[p] = p.data
+            p.data = v
+        yield
     finally:
         for p, v in backup.items():
             p.data = v
+
+
+def saved_tensors(model, values=None):
+    """The model's tensors under the checkpoint's names, as transformers' save_pretrained writes them
+    (values: {param: tensor} to write instead of the parameters, e.g. their gradients)."""
+    with swapped(values), tempfile.TemporaryDirectory() as d:
+        model.save_pretrained(d, safe_serialization=True)
+        return st.load_dir(d)
 
 
 def adapter_tensors(model, values=None):
     """PEFT's adapter state dict (get_peft_model_state_dict) under lora_ref.py's names:
     '<module>.lora_A.weight', the module named from the base model (model.layers.L....)."""
     import peft
-    backup = {}
-    try:
-        if values is not None:
-            for p, v in values.items():
-                backup[p] = p.data
-                p.data = v
+    with swapped(values):
         sd = peft.get_peft_model_state_dict(model)
-    finally:
-        for p, v in backup.items():
-            p.data = v
     prefix = "base_model.model."
     return {(n[len(prefix):] if n.startswith(prefix) else n): t.detach().clone() for n, t in sd.items()}
 

@@ -31,26 +31,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from harness import finish, start  # noqa: E402
 import tok_hf_ref  # noqa: E402
 
-
-def start(cmd, stdin_path, stdout_path, what):
-    """Starts cmd in the background (the node second opinion runs while the rest is computed)."""
-    fin, fout, ferr = open(stdin_path, "rb"), open(stdout_path, "wb"), open(stdout_path + ".stderr", "w+b")
-    return subprocess.Popen(cmd, stdin=fin, stdout=fout, stderr=ferr), (fin, fout, ferr), cmd, what
-
-
-def finish(job):
-    p, (fin, fout, ferr), cmd, what = job
-    rc = p.wait()
-    fin.close()
-    fout.close()
-    ferr.seek(0)
-    err = ferr.read().decode("utf-8", "replace")
-    ferr.close()
-    if rc != 0:
-        sys.exit(f"FAIL: {what} exited {rc}: {' '.join(cmd)}\n{err}")
-    return err
 
 
 def run(cmd, stdin_path, stdout_path, what):
