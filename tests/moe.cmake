@@ -143,3 +143,33 @@ foreach(spec ${TWINKLE_MOE_LAYOUTS})
                    --np ${np} --layout "${layout}")
   set_tests_properties(moe_layout_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
 endforeach()
+
+# Pipeline stages without experts (Qwen3-MoE mlp_only_layers covering a whole stage; every
+# "first k layers dense" model): such a stage holds no expert tensor, no router and no expert
+# LoRA pair, yet every collective it joins must have the count the config and the mesh give (the
+# grad norm's world all-reduce once sent 1 double from the dense stage and 2 from the MoE one:
+# MPI_ERR_TRUNCATE at the first step). The dense stage first and last, on pp2, pp2 x dp2,
+# pp2 x dp2 x ep2 and the seed's tp2 pp2 dp2 ep2; with LoRA all-linear, without the distributed
+# optimizer and with overlapped gradient reduction.
+# name | ranks | flags of the check | layout flags
+set(TWINKLE_MOE_DENSE_STAGE_LAYOUTS
+  "pp2_first_stage_dense_aux_per_layer|2|--layers 2 --mlp-only-layers 0 --aux-coef 0.1 --aux-type per_layer|--pp 2"
+  "pp2_last_stage_dense_aux_per_layer_z|2|--layers 2 --mlp-only-layers 1 --aux-coef 0.1 --aux-type per_layer --z-coef 0.01|--pp 2"
+  "pp2_dp2_first_stage_dense|4|--layers 4 --mlp-only-layers 0,1 --batch rows:8 --aux-coef 0.1 --aux-type per_layer|--pp 2 --dp 2"
+  "pp2_dp2_ep2_last_stage_dense_z|4|--layers 4 --mlp-only-layers 2,3 --batch rows:8 --aux-coef 0.05 --aux-type per_layer --z-coef 0.01|--pp 2 --dp 2 --ep 2"
+  "tp2_pp2_dp2_ep2_first_stage_dense|8|--layers 4 --mlp-only-layers 0,1 --batch rows:8 --aux-coef 0.05 --aux-type per_layer|--tp 2 --pp 2 --dp 2 --ep 2"
+  "pp2_dp2_ep2_first_stage_dense_lora_all_linear|4|--layers 4 --mlp-only-layers 0,1 --batch rows:8 --aux-coef 0.1 --aux-type per_layer --lora-r 4 --lora-targets all-linear|--pp 2 --dp 2 --ep 2"
+  "pp2_dp2_ep2_last_stage_dense_no_distopt|4|--layers 4 --mlp-only-layers 2,3 --batch rows:8 --aux-coef 0.1 --aux-type per_layer|--pp 2 --dp 2 --ep 2 --use-distributed-optimizer false"
+  "pp2_dp2_ep2_first_stage_dense_overlap|4|--layers 4 --mlp-only-layers 0,1 --batch rows:8 --aux-coef 0.1 --aux-type per_layer|--pp 2 --dp 2 --ep 2 --overlap-grad-reduce --overlap-param-gather")
+foreach(spec ${TWINKLE_MOE_DENSE_STAGE_LAYOUTS})
+  string(REPLACE "|" ";" parts "${spec}")
+  list(GET parts 0 name)
+  list(GET parts 1 np)
+  list(GET parts 2 flags)
+  list(GET parts 3 layout)
+  separate_arguments(flag_list UNIX_COMMAND "${flags}")
+  add_test(NAME moe_layout_${name}
+           COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 ${flag_list}
+                   --np ${np} --layout "${layout}")
+  set_tests_properties(moe_layout_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
+endforeach()

@@ -33,6 +33,10 @@ twinkle_resume_test(bad_checkpoints 1 --mode bad)
 # router pair replicated): saved on dp4 ep2 and resumed in one process, on dp2 ep2 and on tp2 dp2 ep2
 twinkle_resume_test(exact_dp4_ep2_moe_lora_reshard 4 --model moe --lora-r 4 --np 4 --layout "--dp 4 --ep 2"
                     --reshard "1:,2:--dp 2 --ep 2,4:--tp 2 --dp 2 --ep 2")
+# A pipeline stage without experts (layers 0-1 dense): saved with the optimizer on pp2 dp2 ep2
+# (stage 0 writes no expert tensor) and resumed on pp2 dp2 and in one process
+twinkle_resume_test(exact_pp2_dp2_ep2_first_stage_dense_moe_reshard 4 --model moe --mlp-only-layers 0,1 --np 4
+                    --layout "--pp 2 --dp 2 --ep 2" --reshard "1:,4:--pp 2 --dp 2")
 # --metrics-file on --resume keeps the lines of the steps up to the checkpoint (it was truncated,
 # losing the first half of the curve) and drops later ones and a cut-off line
 add_test(NAME resume_keeps_metrics_file_lines

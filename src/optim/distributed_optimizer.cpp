@@ -321,8 +321,11 @@ double DistributedOptimizer::grad_norm() {
   double ss[2] = {0, 0};  // dense, expert sums of squares
   for (const auto& seg : segments_)
     if (seg.counts) ss[seg.expert ? 1 : 0] += kernels().norms.sum_squares(grads + seg.start, seg.len);
-  // one fp64 all-reduce: of the dense sum alone, or of both sums when there are experts
-  if (ps_->world->size() > 1) ps_->world->all_reduce_f64(ss, regions_.size() > 1 ? 2 : 1, dist::ReduceOp::Sum);
+  // One fp64 all-reduce over the world of both sums, always two doubles: a pipeline stage without
+  // expert tensors (a dense model, or Qwen3-MoE's mlp_only_layers / decoder_sparse_step covering
+  // the stage) adds 0 to the expert sum and still sends it, so the count never depends on what
+  // this stage holds (docs/architecture.md, "Collectives follow the config and the mesh").
+  if (ps_->world->size() > 1) ps_->world->all_reduce_f64(ss, 2, dist::ReduceOp::Sum);
   last_dense_sq_ = ss[0];
   last_expert_sq_ = ss[1];
   return std::sqrt(ss[0] + ss[1]);  // sqrt(dense^2 + expert^2)

@@ -229,9 +229,10 @@ def expected(t, d, p, sp, distopt, split="balanced"):
             # ranks that refused their micro-batches (1 int64: a bad row on one replica is raised on
             # every rank, twinkle/dist/agreed_error.h; Megatron raises it on that rank alone)
             add("dp", "Allreduce", 3 * F64 + 3 * 8)
-        # grad norm: the squared norm (fp64) summed over every rank (Megatron: model-parallel
-        # group, plus data-parallel with the distributed optimizer)
-        add("world", "Allreduce", F64)
+        # grad norm: the dense and the expert squared norms (2 fp64, the expert one 0 on a dense
+        # model or stage) summed over every rank (Megatron: model-parallel group, plus
+        # data-parallel with the distributed optimizer)
+        add("world", "Allreduce", 2 * F64)
         out[r] = e
     return out
 

@@ -52,7 +52,7 @@ class Runner:
         model = os.path.join(tmp, "model")
         if args.model == "moe":
             os.makedirs(model)
-            cfg = ctm.moe_config(True, [1], 4)
+            cfg = ctm.moe_config(True, [int(x) for x in args.mlp_only_layers.split(",") if x != ""], 4)
             with open(os.path.join(model, "config.json"), "w") as f:
                 json.dump(cfg, f, indent=2)
             run([sys.executable, os.path.join(HERE, "qwen3_moe_ref.py"), "init", "--config",
@@ -315,6 +315,8 @@ def main():
     ap.add_argument("--model", choices=["dense", "moe"], default="dense")
     ap.add_argument("--np", type=int, default=1)
     ap.add_argument("--layout", default="")
+    ap.add_argument("--mlp-only-layers", default="1",
+                    help="--model moe: the dense layers of the 4 (comma list; '0,1' puts pp2's first stage on dense layers)")
     ap.add_argument("--lora-r", type=int, default=0)
     ap.add_argument("--lora-targets", default="all-linear")
     ap.add_argument("--reshard", default="", help="'NP:FLAGS,NP:FLAGS' layouts that resume the checkpoint")

@@ -157,7 +157,8 @@ class DistributedOptimizer {
   const CommOverlapStats& comm_stats() const { return stats_; }
   void reset_comm_stats() { stats_ = CommOverlapStats{}; }
   /// Global pre-clip gradient L2 norm sqrt(dense^2 + expert^2) (call after reduce_gradients;
-  /// collective over the world).
+  /// collective over the world: one all-reduce of 2 fp64 on every rank, the expert sum 0 where
+  /// the stage holds no experts).
   double grad_norm();
   /// The dense and the expert parts of the last grad_norm() (global sums of squares).
   double last_dense_norm() const { return std::sqrt(last_dense_sq_); }
