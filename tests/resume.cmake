@@ -37,6 +37,9 @@ twinkle_resume_test(exact_dp4_ep2_moe_lora_reshard 4 --model moe --lora-r 4 --np
 # (stage 0 writes no expert tensor) and resumed on pp2 dp2 and in one process
 twinkle_resume_test(exact_pp2_dp2_ep2_first_stage_dense_moe_reshard 4 --model moe --mlp-only-layers 0,1 --np 4
                     --layout "--pp 2 --dp 2 --ep 2" --reshard "1:,4:--pp 2 --dp 2")
+# LoRA on expert 0 only (ep rank 1's adapter store holds nothing): saved on dp2 ep2, resumed in one process
+twinkle_resume_test(exact_dp2_ep2_moe_lora_one_expert_reshard 2 --model moe --lora-r 4 --lora-targets experts.0.gate_proj
+                    --np 2 --layout "--dp 2 --ep 2" --reshard "1:")
 # --metrics-file on --resume keeps the lines of the steps up to the checkpoint (it was truncated,
 # losing the first half of the curve) and drops later ones and a cut-off line
 add_test(NAME resume_keeps_metrics_file_lines

@@ -1,5 +1,6 @@
 #include "twinkle/parallel/param_store.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "twinkle/core/error.h"
@@ -60,12 +61,17 @@ void ParamStore::finalize(int64_t align, int64_t expert_align, Device dev) {
       off += (n + 15) / 16 * 16;  // 64-byte aligned starts
     }
     if (pass == 0) {
-      off = round_up(off, align);
+      // The dense region is never empty: an empty one becomes one aligned block of zeros, whether
+      // or not this rank holds experts. Its length is then a function of the dense entries alone,
+      // the same on every rank of the dp-cp group; a LoRA store whose targets are some experts
+      // only (experts.0.gate_proj) holds no dense pair, and its dense region was 0 long on the ep
+      // ranks owning a targeted expert but one block long on the others, so their dp-cp bucket
+      // collectives differed and the step hung.
+      off = std::max(round_up(off, align), align);
       expert_offset_ = off;
     }
   }
   numel_ = any_expert ? expert_offset_ + round_up(off - expert_offset_, expert_align) : expert_offset_;
-  if (numel_ == 0) numel_ = expert_offset_ = align;
   dev_ = dev;
   flat_params_ = Tensor::zeros({numel_}, DType::F32, dev);
   flat_grads_ = Tensor::zeros({numel_}, DType::F32, dev);

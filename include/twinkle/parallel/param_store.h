@@ -61,7 +61,9 @@ class ParamStore {
   /// and binds every Param's data/grad views. Must be called once before use. Two regions, as
   /// Megatron-core keeps dense and expert-parallel parameters in separate ParamAndGradBuffers
   /// (megatron/core/distributed/distributed_data_parallel.py): the dense parameters first, in
-  /// declaration order, padded to a multiple of `align` elements; then the expert parameters
+  /// declaration order, padded to a multiple of `align` elements and at least `align` long (an
+  /// empty dense region is one block of zeros, so its length depends on the dense parameters
+  /// alone, never on which experts this rank holds); then the expert parameters
   /// (Param::expert), in declaration order, padded to a multiple of `expert_align` (0: `align`).
   /// Without expert parameters the expert region is empty (expert_offset() == numel()).
   void finalize(int64_t align = 64, int64_t expert_align = 0, Device dev = Device::CPU);
