@@ -60,28 +60,36 @@ std::string peak_file_path() {
 }
 
 double job_peak_flops(dist::ProcessGroup& world, bool bf16) {
-  if (const char* e = std::getenv("TWINKLE_PEAK_GFLOPS")) return std::atof(e) * 1e9;
   const int64_t hw = std::max<unsigned>(1u, std::thread::hardware_concurrency());
   const int64_t used = std::min<int64_t>(hw, static_cast<int64_t>(world.size()) * omp_get_max_threads());
-  double peak = 0;
-  const std::string file = peak_file_path();
-  if (fs::exists(file)) {
-    try {
-      std::ifstream in(file);
-      auto j = nlohmann::json::parse(in);
-      // a peak file written before bf16 existed has no core_bf16_gflops: measure that one
-      const char* key = bf16 ? "core_bf16_gflops" : "core_gflops";
-      if (j.contains(key)) peak = j.at(key).get<double>() * 1e9 * static_cast<double>(used);
-    } catch (const std::exception& ex) {
-      if (world.rank() == 0)
+  // Rank 0 alone reads TWINKLE_PEAK_GFLOPS and the peak file and every rank follows its answer:
+  // an environment or a file present on one node only must not make some ranks measure (a world
+  // barrier and all-reduce) while the others go on to their first step. One fp64 all-reduce
+  // (only rank 0's values non-zero) stands for the broadcast: [0] the job's peak from the
+  // environment, [1] the per-core rate from the peak file.
+  double known[2] = {0, 0};
+  if (world.rank() == 0) {
+    if (const char* e = std::getenv("TWINKLE_PEAK_GFLOPS")) known[0] = std::max(std::atof(e), 0.0) * 1e9;
+    const std::string file = peak_file_path();
+    if (known[0] == 0 && fs::exists(file)) {
+      try {
+        std::ifstream in(file);
+        auto j = nlohmann::json::parse(in);
+        // a peak file written before bf16 existed has no core_bf16_gflops: measure that one
+        const char* key = bf16 ? "core_bf16_gflops" : "core_gflops";
+        if (j.contains(key)) known[1] = std::max(j.at(key).get<double>(), 0.0) * 1e9;
+      } catch (const std::exception& ex) {
         get_logger().warning("MFU peak file " + file + " is unreadable (" + ex.what() +
                              "); measuring the peak instead (rerun `twinkle info` to rewrite it)");
-      peak = 0;
+        known[1] = 0;
+      }
     }
   }
-  if (peak > 0) return peak;
+  if (world.size() > 1) world.all_reduce_f64(known, 2, dist::ReduceOp::Sum);
+  if (known[0] > 0) return known[0];
+  if (known[1] > 0) return known[1] * static_cast<double>(used);
   double core = 0;
-  world.barrier();
+  world.barrier();  // the other ranks idle while rank 0 measures
   if (world.rank() == 0) core = measure_core_flops(bf16);
   if (world.size() > 1) world.all_reduce_f64(&core, 1, dist::ReduceOp::Sum);
   return core * static_cast<double>(used);

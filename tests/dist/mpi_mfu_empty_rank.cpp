@@ -2,11 +2,13 @@
 // that has no row this step (a short last batch, B27): before, such a rank kept the previous
 // step's local mean (and every rank used its own local mean). The FLOPs of a step are
 // recovered from the public metrics (fl = mfu * step_time_s * peak) and compared with
-// flops_per_token(S) * tokens, S computed here from the rows each rank was given.
+// flops_per_token(S) * tokens, S computed here from the rows each rank was given. The peak
+// itself is rank 0's on every rank, also where rank 1's environment lacks it.
 // Usage: mpi_mfu_empty_rank MODEL_DIR   (2 ranks, dp = 2; TWINKLE_PEAK_GFLOPS set; prints "mfu OK")
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -42,7 +44,19 @@ static int body(int argc, char** argv) {
   twinkle::initialize(o);
   auto& world = *twinkle::parallel_state().world;
   const int rank = world.rank();
+  // The peak is rank 0's: rank 1 sees neither TWINKLE_PEAK_GFLOPS nor a peak file (as a second
+  // node without them would). Before, rank 1 went to measure (a world barrier) while rank 0
+  // returned the environment's figure: the job hung in the constructor.
+  if (rank == 1) {
+    ::unsetenv("TWINKLE_PEAK_GFLOPS");
+    ::setenv("TWINKLE_HOME", "/nonexistent/twinkle-home-of-rank-1", 1);
+  }
   twinkle::MegatronModel m(argv[1]);
+  if (m.peak_flops() != 1e9) {
+    std::printf("[rank %d] CHECK FAILED: peak %.9g FLOP/s, want rank 0's TWINKLE_PEAK_GFLOPS=1 (1e9)\n", rank,
+                m.peak_flops());
+    return 1;
+  }
   m.set_optimizer("default", {.lr = 1e-4});
   // per step: the row lengths of rank 0 and rank 1, and the global mean S
   struct Step {

@@ -29,8 +29,9 @@ double measure_core_flops(bool bf16 = false);
 /// $HOME/.cache/twinkle/peak.json (/tmp when HOME is unset).
 std::string peak_file_path();
 
-/// The job's achievable peak in FLOP/s (see the file comment). Collective over `world`
-/// when it has to measure. A peak file that cannot be read is reported with a warning
+/// The job's achievable peak in FLOP/s (see the file comment). Collective over `world` (every
+/// rank calls it): rank 0's environment and peak file decide for all ranks, and when it has
+/// to measure the others wait in a barrier. A peak file that cannot be read is reported with a warning
 /// naming it and then measured instead. bf16: the bf16 GEMM peak (peak.json's core_bf16_gflops), the
 /// one MFU of a --bf16 run is computed against (as Megatron quotes MFU of bf16 training against the
 /// device's bf16 peak).
