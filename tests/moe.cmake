@@ -144,6 +144,26 @@ foreach(spec ${TWINKLE_MOE_LAYOUTS})
   set_tests_properties(moe_layout_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
 endforeach()
 
+# Packed rows under expert parallelism, against the one-process run of the same micro-batches
+# unpacked (check_train_moe.py --packed-layout): padding and document boundaries must not enter the
+# router statistics (aux / z loss, expert load) or the token counts. Lengths 1..29, row 1 = row 0.
+set(TWINKLE_MOE_PACKED_LAYOUTS
+  "dp2_ep2_aux_per_layer_z|2|--aux-coef 0.1 --aux-type per_layer --z-coef 0.01|--dp 2 --ep 2"
+  "tp2_sp_ep2_aux_global|2|--aux-coef 0.1 --aux-type global|--tp 2 --ep 2"
+  "cp2_ep2_aux_global_z|2|--aux-coef 0.1 --aux-type global --z-coef 0.01|--cp 2 --ep 2")
+foreach(spec ${TWINKLE_MOE_PACKED_LAYOUTS})
+  string(REPLACE "|" ";" parts "${spec}")
+  list(GET parts 0 name)
+  list(GET parts 1 np)
+  list(GET parts 2 flags)
+  list(GET parts 3 layout)
+  separate_arguments(flag_list UNIX_COMMAND "${flags}")
+  add_test(NAME moe_layout_packed_vs_unpacked_${name}
+           COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 --batch rows:8:1:29:dup
+                   --mbs 4 ${flag_list} --packed-layout --np ${np} --layout "${layout}")
+  set_tests_properties(moe_layout_packed_vs_unpacked_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
+endforeach()
+
 # Pipeline stages without experts (Qwen3-MoE mlp_only_layers covering a whole stage; every
 # "first k layers dense" model): such a stage holds no expert tensor, no router and no expert
 # LoRA pair, yet every collective it joins must have the count the config and the mesh give (the

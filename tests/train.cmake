@@ -111,6 +111,44 @@ endforeach()
 add_test(NAME layout_cp2_packed COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant b
          --layers 2 --batch rows:8 --mbs 4 --packing --steps 3 --against single --np 2 --layout "--cp 2")
 set_tests_properties(layout_cp2_packed PROPERTIES TIMEOUT 300 PROCESSORS 2)
+# Packed rows on every layout family, against the one-process run of the same rows UNPACKED
+# (check_train.py --packed-layout): the loss is a mean over the same labelled tokens either way,
+# so attention across documents (a packed loss below the unpacked one: row 1 repeats row 0), a
+# middle stage without the block-diagonal mask or per-document positions, or a pad counted as a
+# token shows as a difference. Rows of lengths 1..29 (cp4: 1..7, documents shorter than 2*cp,
+# ranks holding pads only); pp3 with an uneven split, pp4; sequence parallelism on tp2 and
+# tp2 x cp2 (packs padded to a multiple of 2*cp*tp); a sliding window under cp2; LoRA dropout
+# under cp2 (its masks keyed by token; 2 steps: the fp32 ring merge's rounding, amplified by AdamW
+# on the adapter's near-zero gradients, reaches the 1e-5 grad-norm rule by step 3 with or without
+# packing).
+# name | ranks | variant | check flags | layout flags
+set(TWINKLE_PACKED_LAYOUTS
+  "dp2|2|a|--layers 2 --mbs 4|--dp 2"
+  "tp2_sp|2|b|--layers 2 --mbs 4|--tp 2 --sequence-parallel"
+  "pp3_uneven_1_2_1|3|a|--layers 4 --mbs 2|--pp 3 --layers-per-stage 1,2,1"
+  "pp4|4|b|--layers 4 --mbs 2|--pp 4"
+  "cp2_a2a|2|b|--layers 2 --mbs 4|--cp 2 --cp-comm-type a2a"
+  "cp4_ring_docs_below_2cp|4|a|--layers 2 --mbs 4 --batch rows:8:1:7:dup|--cp 4"
+  "tp2_cp2_sp|4|b|--layers 2 --mbs 4|--tp 2 --cp 2 --sequence-parallel"
+  "cp2_lora_dropout|2|a|--layers 2 --mbs 4 --lora-r 4 --lora-dropout 0.1 --steps 2|--cp 2")
+foreach(spec ${TWINKLE_PACKED_LAYOUTS})
+  string(REPLACE "|" ";" parts "${spec}")
+  list(GET parts 0 name)
+  list(GET parts 1 np)
+  list(GET parts 2 variant)
+  list(GET parts 3 flags)
+  list(GET parts 4 layout)
+  separate_arguments(flag_list UNIX_COMMAND "${flags}")
+  add_test(NAME layout_packed_vs_unpacked_${name}
+           COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant ${variant} --batch rows:8:1:29:dup
+                   --steps 3 ${flag_list} --against single --packed-layout --np ${np} --layout "${layout}")
+  set_tests_properties(layout_packed_vs_unpacked_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
+endforeach()
+add_test(NAME layout_packed_vs_unpacked_cp2_swa
+         COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant a --batch rows:8:1:29:dup --steps 3
+                 --layers 2 --mbs 4 --config-json "{\"use_sliding_window\": true, \"sliding_window\": 5, \"max_window_layers\": 0}"
+                 --against single --packed-layout --np 2 --layout "--cp 2")
+set_tests_properties(layout_packed_vs_unpacked_cp2_swa PROPERTIES TIMEOUT 300 PROCESSORS 2)
 
 # cp = 4 (issue 11): 4 ranks, dense, ring and Ulysses, equal to one process; Ulysses at cp 4 needs
 # kv heads divisible by 4 (MHA variant). Sliding-window layers under CP (Qwen3 use_sliding_window,

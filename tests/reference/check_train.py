@@ -47,10 +47,17 @@ def make_batch(kind, vocab, seed):
             b = json.load(f)
         return b["input_ids"], b["labels"]
     # "rows:N": N rows of random lengths 5..24, first tokens unlabelled (prompt), some rows fully padded later;
-    # "rows:N:LO:HI": lengths LO..HI
+    # "rows:N:LO:HI": lengths LO..HI; a trailing ":dup": row 1 repeats row 0 (two identical documents
+    # in one pack: attention across them would see the same tokens and lower the packed loss)
     parts = kind.split(":")
+    dup = parts[-1] == "dup"
+    if dup:
+        parts = parts[:-1]
     lengths = (int(parts[2]), int(parts[3])) if len(parts) == 4 else (5, 24)
-    return random_rows(int(parts[1]), vocab, seed, lengths)
+    ids, labels = random_rows(int(parts[1]), vocab, seed, lengths)
+    if dup and len(ids) > 1:
+        ids[1], labels[1] = list(ids[0]), list(labels[0])
+    return ids, labels
 
 
 def oracle_py(args):
@@ -96,6 +103,10 @@ def main():
     ap.add_argument("--mbs", type=int, default=0)
     ap.add_argument("--param-tol", type=float, default=1e-5)
     ap.add_argument("--packing", action="store_true")
+    ap.add_argument("--packed-layout", action="store_true",
+                    help="--against single: only the layout run packs (--packing); the one-process run keeps padded "
+                         "rows, so attention across documents or a wrong per-document position shows as a "
+                         "difference (the loss is a mean over the same labelled tokens either way)")
     ap.add_argument("--pad-token-id", type=int, default=None, help="set config.pad_token_id (HF padding_idx)")
     ap.add_argument("--lora-r", type=int, default=0, help="train a LoRA adapter of this rank (0: full training)")
     ap.add_argument("--lora-alpha", type=float, default=32)
@@ -300,7 +311,8 @@ def main():
             failures += compare_params_strict(load_ckpt(f_out), load_ckpt(r_out), args)
         else:
             base_metrics, _, base_out = twinkle_run("single", 1, ["--kernels", args.single_kernels])
-            lay_metrics, _, lay_out = twinkle_run("layout", args.np, args.layout.split())
+            lay_metrics, _, lay_out = twinkle_run("layout", args.np, args.layout.split() +
+                                                  (["--packing"] if args.packed_layout else []))
             for i in range(args.steps):
                 a, b = lay_metrics[i], base_metrics[i]
                 print(f"step {i+1}: loss layout {a['loss']:.8f} single {b['loss']:.8f} | grad_norm layout {a['grad_norm']:.8f} single {b['grad_norm']:.8f}")

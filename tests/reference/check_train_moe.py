@@ -88,6 +88,13 @@ def main():
                     help="LoRA layouts: bound on every adapter element's difference as a fraction of steps * lr")
     ap.add_argument("--np", type=int, default=1, help="ranks of the layout run (with --layout)")
     ap.add_argument("--layout", default="", help="twinkle train flags of a layout compared with one process")
+    ap.add_argument("--packing", action="store_true",
+                    help="--layout: both runs pack their rows (twinkle train --packing; the router statistics and "
+                         "the aux loss are per micro-batch, so the one-process run packs too)")
+    ap.add_argument("--packed-layout", action="store_true",
+                    help="--layout: only the layout run packs; the one-process run keeps padded rows of the same "
+                         "micro-batches, so a pad or a document boundary entering the router statistics, the token "
+                         "counts or the attention shows as a difference")
     ap.add_argument("--lora-r", type=int, default=0, help="train a LoRA adapter of this rank (0: full training)")
     ap.add_argument("--lora-alpha", type=float, default=8)
     ap.add_argument("--lora-targets", default="q_proj,k_proj,v_proj,o_proj,gate")
@@ -127,7 +134,8 @@ def main():
                    str(args.steps), "--lr", str(args.lr), "--weight-decay", str(args.weight_decay), "--clip-grad",
                    str(args.clip_grad), "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--adam-eps", "1e-8",
                    "--output-dir", out, "--metrics-file", metrics, "--moe-aux-loss-coeff", str(args.aux_coef),
-                   "--moe-aux-loss-type", args.aux_type, "--moe-z-loss-coeff", str(args.z_coef)] + lora + extra
+                   "--moe-aux-loss-type", args.aux_type, "--moe-z-loss-coeff", str(args.z_coef)] + lora + \
+                  (["--packing"] if args.packing else []) + extra
             if np_ > 1:
                 cmd = [os.path.join(args.build, "bin", "twinkle-run"), f"--nproc_per_node={np_}"] + cmd
             run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1", **(env_extra or {})))
@@ -135,7 +143,8 @@ def main():
 
         if args.layout:
             base, base_out = twinkle_train("single", 1, [])
-            lay, lay_out = twinkle_train("layout", args.np, args.layout.split())
+            lay, lay_out = twinkle_train("layout", args.np, args.layout.split() +
+                                         (["--packing"] if args.packed_layout else []))
             failures = []
             if len(lay) != args.steps or len(base) != args.steps:
                 failures.append(f"logged {len(lay)} / {len(base)} steps, expected {args.steps}")
