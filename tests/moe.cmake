@@ -164,6 +164,34 @@ foreach(spec ${TWINKLE_MOE_PACKED_LAYOUTS})
   set_tests_properties(moe_layout_packed_vs_unpacked_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
 endforeach()
 
+# Experts and whole ep ranks without a row (check_train_moe.py --rig-router: every token picks
+# experts 0 and 1): one process vs PyTorch float64 (the idle experts' step-0 gradients exactly 0,
+# expert_load_min 0 every step), and layouts vs one process: ep2 (ep rank 1 gets nothing), ep4 of
+# 8 experts (three idle ep ranks), etp2 with and without ep2, bf16, expert LoRA.
+add_test(NAME moe_train_vs_torch_rigged_router_idle_experts
+         COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 --rig-router
+                 --aux-coef 0.1 --aux-type global --z-coef 0.01)
+set_tests_properties(moe_train_vs_torch_rigged_router_idle_experts PROPERTIES TIMEOUT 300)
+set(TWINKLE_MOE_RIGGED_LAYOUTS
+  "dp2_ep2|2|--aux-coef 0.1 --aux-type global|--dp 2 --ep 2"
+  "dp4_ep4|4|--experts 8 --aux-coef 0.1 --aux-type per_layer --z-coef 0.01|--dp 4 --ep 4"
+  "tp2_dp2_ep2_etp2|4|--aux-coef 0.1 --aux-type per_layer|--tp 2 --dp 2 --ep 2 --etp 2"
+  "dp2_etp2|2|--aux-coef 0.1 --aux-type global|--dp 2 --etp 2"
+  "dp2_ep2_bf16|2|--train-flags=--bf16 --aux-coef 0.1 --aux-type global|--dp 2 --ep 2"
+  "dp2_ep2_expert_lora|2|--lora-r 4 --lora-alpha 1 --lora-targets all-linear --aux-coef 0.1 --aux-type global|--dp 2 --ep 2")
+foreach(spec ${TWINKLE_MOE_RIGGED_LAYOUTS})
+  string(REPLACE "|" ";" parts "${spec}")
+  list(GET parts 0 name)
+  list(GET parts 1 np)
+  list(GET parts 2 flags)
+  list(GET parts 3 layout)
+  separate_arguments(flag_list UNIX_COMMAND "${flags}")
+  add_test(NAME moe_layout_rigged_router_idle_experts_${name}
+           COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 --rig-router
+                   --batch rows:8 ${flag_list} --np ${np} --layout "${layout}")
+  set_tests_properties(moe_layout_rigged_router_idle_experts_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
+endforeach()
+
 # Pipeline stages without experts (Qwen3-MoE mlp_only_layers covering a whole stage; every
 # "first k layers dense" model): such a stage holds no expert tensor, no router and no expert
 # LoRA pair, yet every collective it joins must have the count the config and the mesh give (the

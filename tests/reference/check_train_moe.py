@@ -57,6 +57,27 @@ def moe_config(norm_topk_prob, mlp_only_layers, layers, experts=6):
         "use_sliding_window": False, "sliding_window": None, "max_window_layers": layers}
 
 
+def rig_router(path):
+    """Every token routes to experts 0 and 1 (see --rig-router): a constant +1 in the embedding's
+    column 0 (its entries are N(0, 0.02)) makes the normalised residual stream's column 0 ~8, which
+    routers' rows 0 and 1 read with weights 1 and 0.5 (logits ~8 and ~4 against ~0.2 for the others)."""
+    t = safetensors_py.load(path)
+    t["model.embed_tokens.weight"][:, 0] += 1.0
+    for k in t:
+        if k.endswith(".mlp.gate.weight"):
+            t[k][0, 0], t[k][1, 0] = 1.0, 0.5
+    safetensors_py.save(path, t)
+
+
+def rigged_load_failures(metrics, who):
+    """With the rigged router every step's expert_load_min is 0 (experts 2.. get no row)."""
+    bad = []
+    for i, m in enumerate(metrics):
+        if m.get("expert_load_min") != 0:
+            bad.append(f"{who} step {i+1}: expert_load_min {m.get('expert_load_min')}, want 0 (experts 2.. get no row)")
+    return bad
+
+
 def lora_modules(adapter_dir):
     """The module names of a PEFT adapter directory's lora_A tensors."""
     t = safetensors_py.load(os.path.join(adapter_dir, "adapter_model.safetensors"))
@@ -95,6 +116,11 @@ def main():
                     help="--layout: only the layout run packs; the one-process run keeps padded rows of the same "
                          "micro-batches, so a pad or a document boundary entering the router statistics, the token "
                          "counts or the attention shows as a difference")
+    ap.add_argument("--rig-router", action="store_true",
+                    help="every token picks experts 0 and 1 (the embedding's column 0 += 1, every router's rows 0 / 1 "
+                         "read it with weights 1 / 0.5): the other experts, and whole ep ranks, get no row; their "
+                         "gradients must be exactly 0 and expert_load_min 0")
+    ap.add_argument("--train-flags", default="", help="twinkle train flags of both runs (e.g. --bf16)")
     ap.add_argument("--lora-r", type=int, default=0, help="train a LoRA adapter of this rank (0: full training)")
     ap.add_argument("--lora-alpha", type=float, default=8)
     ap.add_argument("--lora-targets", default="q_proj,k_proj,v_proj,o_proj,gate")
@@ -122,6 +148,8 @@ def main():
             json.dump(cfg, f, indent=2)
         ref_py = os.path.join(HERE, "qwen3_moe_ref.py")
         run([sys.executable, ref_py, "init", "--config", cfg_path, "--seed", "0", "--out", model])
+        if args.rig_router:
+            rig_router(os.path.join(model, "model.safetensors"))
         ids, labels = ct.make_batch(args.batch, cfg["vocab_size"], 1234)
         args.mbs = args.mbs or len(ids)
         rows_path = os.path.join(tmp, "rows.jsonl")
@@ -135,7 +163,7 @@ def main():
                    str(args.clip_grad), "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--adam-eps", "1e-8",
                    "--output-dir", out, "--metrics-file", metrics, "--moe-aux-loss-coeff", str(args.aux_coef),
                    "--moe-aux-loss-type", args.aux_type, "--moe-z-loss-coeff", str(args.z_coef)] + lora + \
-                  (["--packing"] if args.packing else []) + extra
+                  (["--packing"] if args.packing else []) + args.train_flags.split() + extra
             if np_ > 1:
                 cmd = [os.path.join(args.build, "bin", "twinkle-run"), f"--nproc_per_node={np_}"] + cmd
             run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1", **(env_extra or {})))
@@ -158,6 +186,8 @@ def main():
                         failures.append(f"step {i+1}: metrics lack {key}")
                     elif rel(a[key], b[key]) > 1e-5 and abs(a[key] - b[key]) > 1e-12:
                         failures.append(f"step {i+1}: {key} {a[key]} vs single {b[key]}")
+            if args.rig_router:
+                failures += rigged_load_failures(lay, "layout") + rigged_load_failures(base, "single")
             # LoRA: every adapter element within layout_tol * steps * lr, as the dense LoRA layouts
             # (check_train.compare_params_strict); full training keeps the per-tensor rule.
             cmp = ct.compare_params_strict if args.lora_r else ct.compare_params
@@ -228,6 +258,14 @@ def main():
                     failures.append(f"step {i+1}: {key} {tw[i].get(key)} vs torch {ref[key][i]}")
         g_tw = safetensors_py.load(grads_path)
         g_ref = safetensors_py.load(os.path.join(ref_out, "grads_step0.safetensors"))
+        if args.rig_router:
+            failures += rigged_load_failures(tw, "twinkle")
+            idle = [k for k in g_tw if ".mlp.experts." in k and int(k.split(".mlp.experts.")[1].split(".")[0]) >= 2]
+            nonzero = [k for k in idle if bool((g_tw[k] != 0).any())]
+            print(f"rigged router: {len(idle)} gradients of experts without rows, {len(nonzero)} not exactly 0")
+            if not idle:
+                failures.append("rigged router: no gradient of an expert without rows was dumped")
+            failures += [f"rigged router: {k}: gradient of an expert without rows is not exactly 0" for k in nonzero[:5]]
         if set(g_tw) != set(g_ref):
             failures.append(f"gradient names differ: only twinkle {sorted(set(g_tw) - set(g_ref))[:5]}, "
                             f"only torch {sorted(set(g_ref) - set(g_tw))[:5]}")
