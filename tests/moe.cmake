@@ -192,6 +192,18 @@ foreach(spec ${TWINKLE_MOE_RIGGED_LAYOUTS})
   set_tests_properties(moe_layout_rigged_router_idle_experts_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
 endforeach()
 
+# Uneven pipeline splits: which layers are sparse follows the global layer index (a stage-local
+# index would put the dense layer elsewhere and rename the tensors).
+add_test(NAME moe_layout_pp2_split_1_3_dense_layers_0_2
+         COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 --layers 4 --batch rows:8
+                 --mlp-only-layers 0,2 --aux-coef 0.1 --aux-type per_layer --np 2 --layout "--pp 2 --layers-per-stage 1,3")
+add_test(NAME moe_layout_pp2_split_3_1_dense_layers_1_3
+         COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 --layers 4 --batch rows:8
+                 --mlp-only-layers 1,3 --aux-coef 0.1 --aux-type per_layer --z-coef 0.01 --np 2
+                 --layout "--pp 2 --layers-per-stage 3,1")
+set_tests_properties(moe_layout_pp2_split_1_3_dense_layers_0_2 moe_layout_pp2_split_3_1_dense_layers_1_3
+                     PROPERTIES TIMEOUT 300 PROCESSORS 2)
+
 # Pipeline stages without experts (Qwen3-MoE mlp_only_layers covering a whole stage; every
 # "first k layers dense" model): such a stage holds no expert tensor, no router and no expert
 # LoRA pair, yet every collective it joins must have the count the config and the mesh give (the

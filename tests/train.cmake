@@ -144,6 +144,25 @@ foreach(spec ${TWINKLE_PACKED_LAYOUTS})
                    --steps 3 ${flag_list} --against single --packed-layout --np ${np} --layout "${layout}")
   set_tests_properties(layout_packed_vs_unpacked_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
 endforeach()
+# Uneven pipeline splits with per-layer settings, which must use the global layer index:
+# sliding-window layers (layer_types from max_window_layers; rows longer than the window) and
+# LoRA dropout masks (keyed by module name).
+add_test(NAME layout_pp2_split_1_3_swa_from_layer_2
+         COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant a --layers 4 --batch rows:6:20:40
+                 --mbs 2 --steps 3 --config-json "{\"use_sliding_window\": true, \"sliding_window\": 5, \"max_window_layers\": 2}"
+                 --against single --np 2 --layout "--pp 2 --layers-per-stage 1,3")
+add_test(NAME layout_pp2_split_3_1_swa_from_layer_1
+         COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant b --layers 4 --batch rows:6:20:40
+                 --mbs 2 --steps 3 --config-json "{\"use_sliding_window\": true, \"sliding_window\": 5, \"max_window_layers\": 1}"
+                 --against single --np 2 --layout "--pp 2 --layers-per-stage 3,1")
+add_test(NAME layout_pp2_split_1_3_lora_dropout
+         COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant a --layers 4 --batch rows:8 --mbs 2
+                 --steps 3 --lora-r 4 --lora-dropout 0.1 --against single --np 2 --layout "--pp 2 --layers-per-stage 1,3")
+add_test(NAME layout_pp2_split_3_1_lora_dropout
+         COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant b --layers 4 --batch rows:8 --mbs 2
+                 --steps 3 --lora-r 4 --lora-dropout 0.1 --against single --np 2 --layout "--pp 2 --layers-per-stage 3,1")
+set_tests_properties(layout_pp2_split_1_3_swa_from_layer_2 layout_pp2_split_3_1_swa_from_layer_1
+                     layout_pp2_split_1_3_lora_dropout layout_pp2_split_3_1_lora_dropout PROPERTIES TIMEOUT 300 PROCESSORS 2)
 add_test(NAME layout_packed_vs_unpacked_cp2_swa
          COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant a --batch rows:8:1:29:dup --steps 3
                  --layers 2 --mbs 4 --config-json "{\"use_sliding_window\": true, \"sliding_window\": 5, \"max_window_layers\": 0}"
