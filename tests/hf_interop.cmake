@@ -5,6 +5,8 @@
 #    checkpoints in from_pretrained (clean loading info) and their held-out loss vs `twinkle eval`;
 #  - transformers_sharded_bf16_in_twinkle: a bf16 save_pretrained with >= 2 shards read by
 #    `twinkle train` (step-1 loss at lr 0);
+#  - transformers_f64_in_twinkle: a float64 save_pretrained model and a float64 PEFT adapter (F64
+#    tensors) read by `twinkle train` / `twinkle eval --adapter`;
 #  - twinkle_adapter_in_peft: twinkle's PEFT adapters (all-linear; rslora + a target list) in
 #    PeftModel.from_pretrained (keys, config fields, scaling) and the held-out loss;
 #  - peft_adapter_in_twinkle: get_peft_model(..., init_lora_weights=False).save_pretrained read by
@@ -15,6 +17,7 @@
 set(TWINKLE_HF_INTEROP_CASES
   twinkle_ckpt_in_transformers
   transformers_sharded_bf16_in_twinkle
+  transformers_f64_in_twinkle
   twinkle_adapter_in_peft
   peft_adapter_in_twinkle
   export_merge_vs_merge_and_unload)

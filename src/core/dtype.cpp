@@ -14,6 +14,7 @@ size_t dtype_size(DType t) {
     case DType::F16: return 2;
     case DType::I32: return 4;
     case DType::I64: return 8;
+    case DType::F64: return 8;
   }
   return 0;
 }
@@ -25,6 +26,7 @@ std::string dtype_name(DType t) {
     case DType::F16: return "F16";
     case DType::I32: return "I32";
     case DType::I64: return "I64";
+    case DType::F64: return "F64";
   }
   return "?";
 }
@@ -35,14 +37,16 @@ DType dtype_from_name(const std::string& s) {
   if (s == "F16") return DType::F16;
   if (s == "I32") return DType::I32;
   if (s == "I64") return DType::I64;
-  throw Error("unknown dtype '" + s + "' (supported: F32, BF16, F16, I32, I64)");
+  if (s == "F64") return DType::F64;
+  throw Error("unknown dtype '" + s + "' (supported: F32, BF16, F16, F64, I32, I64)");
 }
 
 DType dtype_from_torch_name(const std::string& s) {
   if (s == "float32" || s == "float") return DType::F32;
   if (s == "bfloat16") return DType::BF16;
   if (s == "float16" || s == "half") return DType::F16;
-  throw Error("unsupported torch_dtype '" + s + "' (supported: float32, bfloat16, float16)");
+  if (s == "float64" || s == "double") return DType::F64;
+  throw Error("unsupported torch_dtype '" + s + "' (supported: float32, bfloat16, float16, float64)");
 }
 
 std::string dtype_torch_name(DType t) {
@@ -50,6 +54,7 @@ std::string dtype_torch_name(DType t) {
     case DType::F32: return "float32";
     case DType::BF16: return "bfloat16";
     case DType::F16: return "float16";
+    case DType::F64: return "float64";
     default: throw Error("dtype " + dtype_name(t) + " has no torch float name");
   }
 }

@@ -235,6 +235,11 @@ Tensor Tensor::to_f32() const {
       for (int64_t i = 0; i < n; ++i) o[i] = f16_to_f32(p[i]);
       break;
     }
+    case DType::F64: {
+      const auto* p = static_cast<const double*>(c.raw());
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<float>(p[i]);
+      break;
+    }
     default: throw Error("Tensor::to_f32: " + dtype_name(dtype_) + " is not a float dtype");
   }
   return out;
@@ -246,6 +251,12 @@ Tensor Tensor::to_dtype(DType dt) const {
   Tensor c = is_contiguous() ? *this : clone();
   if (dt == DType::F32) return c.clone();
   Tensor out = zeros(shape_, dt);
+  if (dt == DType::F64) {  // exact widening
+    auto* d = static_cast<double*>(out.raw());
+    const float* p = c.f32();
+    for (int64_t i = 0, n = numel(); i < n; ++i) d[i] = p[i];
+    return out;
+  }
   const float* p = c.f32();
   auto* o = static_cast<uint16_t*>(out.raw());
   int64_t n = numel();

@@ -284,7 +284,7 @@ void ModelConfig::validate() const {
     for (int64_t l = 0; l < num_hidden_layers; ++l)
       if (attention_window(l) > 0)
         bad("use_sliding_window", "is true; sliding-window attention is implemented for qwen3 only, not qwen3_moe");
-  if (torch_dtype != DType::F32 && torch_dtype != DType::BF16 && torch_dtype != DType::F16)
+  if (torch_dtype != DType::F32 && torch_dtype != DType::BF16 && torch_dtype != DType::F16 && torch_dtype != DType::F64)
     bad("torch_dtype", "must be a float dtype, got " + dtype_name(torch_dtype));
   if (bos_token_id && *bos_token_id < 0) bad("bos_token_id", "must be >= 0");
   if (pad_token_id && *pad_token_id < 0) bad("pad_token_id", "must be >= 0");

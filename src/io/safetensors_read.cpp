@@ -305,6 +305,13 @@ void convert_to_f32(const void* src, DType dt, float* dst, size_t n) {
       }
       return;
     }
+    case DType::F64:  // round to nearest even, as PyTorch's Tensor.float()
+      for (size_t i = 0; i < n; ++i) {
+        double d;
+        std::memcpy(&d, s + 8 * i, 8);
+        dst[i] = static_cast<float>(d);
+      }
+      return;
     default:
       throw Error("convert_to_f32: integer dtype " + dtype_name(dt));
   }
@@ -314,7 +321,7 @@ void convert_to_f32(const void* src, DType dt, float* dst, size_t n) {
 
 namespace {
 void require_float(const SafetensorsFile::Impl& im, const std::string& name, const TensorInfo& t) {
-  if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
+  if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16 && t.dtype != DType::F64)
     throw Error(im.path + ": tensor " + quote(name) + " has integer dtype " + dtype_name(t.dtype) +
                 "; it cannot be loaded as F32 (use load())");
 }

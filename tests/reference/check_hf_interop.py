@@ -37,6 +37,15 @@ Cases (--case NAME):
       wrongly (e.g. as f16, or rounded again), transformers 5's config keys (dtype instead of
       torch_dtype, rope_parameters instead of rope_theta, layer_types) misread. Controls: the tensors of any single shard replaced by another random draw of their
       kind move the reference loss by > 20 * TOL (a loader skipping or misreading any shard fails).
+  transformers_f64_in_twinkle
+      a float64 model and a float64 PEFT adapter, as PyTorch writes them (safetensors dtype F64,
+      config.json "dtype": "float64"): transformers builds tiny Qwen3 b (from_config, float64,
+      random weights as above) and save_pretrained's it, PEFT's get_peft_model(...,
+      init_lora_weights=False) on that float64 model save_pretrained's an all-linear adapter;
+      `twinkle train --lr 0` of the model and `twinkle eval --adapter` of model + adapter must
+      equal transformers' / PEFT's float64 losses (twinkle rounds F64 to fp32 as Tensor.float()
+      does). Catches: F64 refused (it was: "unknown dtype 'F64'") or decoded as another width.
+      Controls: the base model without the adapter; one adapter tensor zeroed.
   twinkle_adapter_in_peft
       twinkle trains LoRA adapters for 2 steps: (1) r 4, alpha 16, all-linear, lora-init gaussian
       (A ~ N(0, 1/r), B = 0), lr 5e-2, on model b; (2) r 4, alpha 16, rslora, targets
@@ -421,6 +430,51 @@ def case_transformers_sharded_bf16_in_twinkle(c):
                 for k in names:
                     params[k].copy_(keep[k])
             c.control(f"model {variant}: the {len(names)} tensors of {fn} redrawn", moved, want)
+
+
+def case_transformers_f64_in_twinkle(c):
+    import peft
+    from transformers import AutoConfig, AutoModelForCausalLM
+    cdir = c.path("config")
+    os.makedirs(cdir)
+    with open(os.path.join(cdir, "config.json"), "w") as f:
+        json.dump(make_tiny_model.config("b"), f)
+    torch.manual_seed(51)
+    m = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(cdir), dtype=torch.float64)
+    fill(m, torch.Generator().manual_seed(52))
+    d = c.path("hf_f64")
+    m.save_pretrained(d)
+    with open(os.path.join(d, "config.json")) as f:
+        saved_cfg = json.load(f)
+    dts = {str(t.dtype) for t in stpy.load_dir(d).values()}
+    print(f"  transformers wrote tensor dtypes {dts}, config dtype {saved_cfg.get('dtype', saved_cfg.get('torch_dtype'))!r}")
+    if dts != {"torch.float64"}:
+        raise SystemExit(f"the transformers checkpoint is not float64: {dts}")
+    V = saved_cfg["vocab_size"]
+    rows, held = random_rows(6, V, 53, (8, 20), 1), random_rows(4, V, 54, (8, 20), 1)
+    ref, info = hf_load(d)
+    for p in loading_problems(info, "transformers' own float64 checkpoint"):
+        raise SystemExit(p)
+    c.same_loss("step-1 loss (lr 0) of the float64 checkpoint", c.tw_loss_lr0(d, rows), lib_loss(ref, rows))
+    torch.manual_seed(55)
+    pm = peft.get_peft_model(ref, peft.LoraConfig(r=4, lora_alpha=8, target_modules="all-linear",
+                                                  init_lora_weights=False))
+    adapter = c.path("peft_adapter_f64")
+    pm.save_pretrained(adapter)
+    adts = {str(t.dtype) for t in stpy.load(os.path.join(adapter, "adapter_model.safetensors")).values()}
+    print(f"  PEFT wrote adapter tensor dtypes {adts}")
+    if adts != {"torch.float64"}:
+        raise SystemExit(f"the PEFT adapter is not float64: {adts}")
+    pref, ws = peft_load(d, adapter)
+    if ws:
+        raise SystemExit(f"PEFT's own adapter: {ws}")
+    want_held = lib_loss(pref, held)
+    c.same_loss("held-out loss (eval --adapter) of the float64 adapter", c.tw_eval(d, held, adapter), want_held)
+    with pref.disable_adapter():
+        c.control("base model without the adapter", lib_loss(pref, held), want_held)
+    victim = "base_model.model.model.layers.1.mlp.down_proj.lora_B.weight"
+    dropped = edit_adapter(adapter, c.path("dropped"), edit=lambda k, t: (k, t * 0 if k == victim else t))
+    c.control(f"{victim} zeroed (one module not adapted)", lib_loss(peft_load(d, dropped)[0], held), want_held)
 
 
 def fill(model, g):

@@ -15,8 +15,11 @@ with the libraries twinkle's users run, not with a model written for the tests:
     micro-batches, as transformers' Trainer accumulates gradients); with output_router_logits the
     model adds router_aux_loss_coef * load_balancing_loss_func over the real tokens
     (attention_mask), per forward. Note: ForCausalLMLoss and load_balancing_loss_func compute in
-    float32 even for a float64 model (transformers upcasts logits with .float()), so the loss
-    head of this oracle is good to ~1e-7 relative, far inside the 1e-5 the checks use;
+    float32 even for a float64 model (transformers upcasts logits with .float()), and so do the
+    eager attention's softmax and Qwen3-MoE's router softmax (softmax(..., dtype=torch.float32 /
+    torch.float) in modeling_qwen3.py / modeling_qwen3_moe.py), so this oracle is good to ~1e-7
+    relative (5e-8 on the loss with the rigged router of check_train_moe.py --rig-router, whose
+    logits ~8 sharpen the routing), far inside the 1e-5 the checks use;
   * the optimizer is torch.optim.AdamW (decoupled weight decay; Megatron's two groups: dim >= 2
     decayed, biases and norm weights not) after torch.nn.utils.clip_grad_norm_ (its returned
     total norm is the logged grad norm);

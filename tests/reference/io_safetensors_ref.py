@@ -27,7 +27,7 @@ import sys
 import numpy as np
 import torch
 
-DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "I64": np.int64, "BF16": np.uint16}
+DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "I64": np.int64, "BF16": np.uint16, "F64": np.float64}
 FAILS = []
 
 
@@ -77,6 +77,8 @@ def to_f32_bits(dt, raw):
     if dt == "BF16":
         i16 = torch.from_numpy(np.frombuffer(raw, dtype=np.int16).copy())
         return i16.view(torch.bfloat16).to(torch.float32).numpy().view(np.uint32)
+    if dt == "F64":  # PyTorch's Tensor.float(): round to nearest even, overflow to inf
+        return torch.from_numpy(np.frombuffer(raw, dtype=np.float64).copy()).to(torch.float32).numpy().view(np.uint32)
     raise ValueError(dt)
 
 
@@ -102,6 +104,17 @@ def tool(*args, expect_ok=True):
     return json.loads(p.stdout)
 
 
+def f64_values(rng):
+    """64 doubles that exercise the rounding to fp32: random magnitudes 1e-50..1e50 (fp32
+    subnormals, overflow to inf), exact ties between two fp32 values (even and odd), 0, -0, inf,
+    nan, the largest finite fp32 and the value just past its rounding boundary."""
+    v = rng.standard_normal(64) * 10.0 ** rng.uniform(-50, 50, 64)
+    one_ulp = 2.0 ** -23
+    v[:10] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0 + one_ulp / 2, 1.0 + 1.5 * one_ulp,
+              float(np.finfo(np.float32).max), float(np.finfo(np.float32).max) * (1 + 2.0 ** -25), 1e-46]
+    return v
+
+
 def python_tensors():
     rng = np.random.default_rng(1234)
     f32 = rng.standard_normal(97).astype(np.float32) * 1e3
@@ -116,6 +129,7 @@ def python_tensors():
         ("ids.i64", "I64", (4,), np.array([-2**63, 2**63 - 1, 0, 12345678901234], dtype=np.int64).tobytes()),
         ("s.scalar", "F16", (), np.array([1.5], dtype=np.float16).tobytes()),
         ("z.empty", "F32", (0, 7), b""),
+        ("w.f64", "F64", (4, 16), f64_values(rng).tobytes()),
         ("uni.\u00e9\u4e2d", "F32", (1,), np.array([3.0], dtype=np.float32).tobytes()),
     ]
 
@@ -130,7 +144,7 @@ def check_dump(dump, tensors, what):
         check(g["dtype"] == dt, f"{what}/{n}: dtype {g['dtype']} != {dt}")
         check(tuple(g["shape"]) == tuple(shape), f"{what}/{n}: shape {g['shape']} != {shape}")
         check(g["raw"] == raw.hex(), f"{what}/{n}: raw bytes differ")
-        if dt in ("F32", "F16", "BF16"):
+        if dt in ("F32", "F16", "BF16", "F64"):
             same_f32(to_f32_bits(dt, raw), g["f32"], f"{what}/{n} load_f32")
 
 
@@ -256,7 +270,7 @@ def part3_corrupt(work):
     cases = {
         "hole.safetensors": (lambda p: write_st(p, f + [("b", "F32", (1,), b"\0" * 4)]) or _poke(p, "b", [12, 16]), "hole"),
         "trail.safetensors": (lambda p: (write_st(p, f), open(p, "ab").write(b"junk")), "trailing"),
-        "dtype.safetensors": (lambda p: write_st(p, [("a", "F64", (1,), b"\0" * 8)]), "'dtype'"),
+        "dtype.safetensors": (lambda p: write_st(p, [("a", "F8_E4M3", (1,), b"\0")]), "'dtype'"),
         "short.safetensors": (lambda p: open(p, "wb").write(b"\x10\0\0"), "shorter"),
     }
     for fn, (make, needle) in cases.items():

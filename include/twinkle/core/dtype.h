@@ -7,19 +7,20 @@
 
 namespace twinkle {
 
-/// Element types a Tensor can hold. Training math is f32; bf16/f16 appear on disk
-/// (safetensors) and are converted at load/save. i32/i64 hold token ids.
-enum class DType { F32, BF16, F16, I32, I64 };
+/// Element types a Tensor can hold. Training math is f32; bf16/f16 (and f64: PyTorch writes it for
+/// float64 tensors, e.g. an adapter trained in double) appear on disk (safetensors) and are
+/// converted at load/save. i32/i64 hold token ids.
+enum class DType { F32, BF16, F16, I32, I64, F64 };
 
 /// Size in bytes of one element.
 size_t dtype_size(DType t);
-/// Safetensors / torch spelling: "F32", "BF16", "F16", "I32", "I64".
+/// Safetensors / torch spelling: "F32", "BF16", "F16", "I32", "I64", "F64".
 std::string dtype_name(DType t);
 /// Parses a safetensors dtype string; throws twinkle::Error for an unknown one.
 DType dtype_from_name(const std::string& s);
-/// Parses a HF config `torch_dtype` ("float32", "bfloat16", "float16"); throws on others.
+/// Parses a HF config `torch_dtype` ("float32", "bfloat16", "float16", "float64"); throws on others.
 DType dtype_from_torch_name(const std::string& s);
-/// HF config spelling of a float dtype ("float32", "bfloat16", "float16").
+/// HF config spelling of a float dtype ("float32", "bfloat16", "float16", "float64").
 std::string dtype_torch_name(DType t);
 
 /// bf16 -> f32 (exact).

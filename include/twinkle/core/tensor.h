@@ -94,9 +94,9 @@ class Tensor {
   /// Element-wise copy from `src` (same shape and dtype). Host to host: any strides. When either side
   /// is on a device: both contiguous (else twinkle::Error), through that device's allocator.
   void copy_(const Tensor& src);
-  /// f32 copy of a float tensor of any dtype (bf16/f16/f32).
+  /// f32 copy of a float tensor of any dtype (bf16/f16/f32 exactly; f64 rounded to nearest even).
   Tensor to_f32() const;
-  /// Converts an f32 tensor to `dt` (BF16 with round-to-nearest-even).
+  /// Converts an f32 tensor to `dt` (BF16 / F16 with round-to-nearest-even, F64 exactly).
   Tensor to_dtype(DType dt) const;
   /// Elements as a std::vector<float> (f32 tensors; test helper).
   std::vector<float> to_vector() const;

@@ -76,14 +76,15 @@ class SafetensorsFile {
   /// Contiguous CPU tensor with the on-disk dtype and shape (bytes copied verbatim).
   Tensor load(const std::string& name) const;
   /// Contiguous CPU F32 tensor; F32/BF16/F16 on disk are converted exactly (bf16 and f16
-  /// widen losslessly). Throws twinkle::Error for an integer tensor.
+  /// widen losslessly), F64 rounded to nearest even (PyTorch's Tensor.float()). Throws
+  /// twinkle::Error for an integer tensor.
   Tensor load_f32(const std::string& name) const;
   /// F32 copy of indices [start, start+len) along dimension `dim` (negative counts from the
   /// end) — what one tensor-parallel rank needs of a column- or row-parallel weight
   /// (Megatron's split along output / input dim), without converting the rest.
   /// Throws twinkle::Error when the range is outside the shape or the tensor is integer.
   Tensor load_f32_narrow(const std::string& name, int64_t dim, int64_t start, int64_t len) const;
-  /// Converts (F32/BF16/F16 -> F32, or same-dtype copy) into an existing contiguous CPU tensor
+  /// Converts (F32/BF16/F16/F64 -> F32, or same-dtype copy) into an existing contiguous CPU tensor
   /// `dst` whose shape must equal the stored shape; dst.dtype() must be F32 or the stored dtype.
   void load_into(const std::string& name, Tensor& dst) const;
   /// Pointer to the raw little-endian bytes of tensor `name` inside the mapping (valid while

@@ -99,6 +99,7 @@ ncclDataType_t nccl_type(DType t) {
     case DType::F16: return ncclFloat16;
     case DType::I32: return ncclInt32;
     case DType::I64: return ncclInt64;
+    case DType::F64: return ncclFloat64;
   }
   return ncclUint8;
 }

@@ -34,7 +34,7 @@ std::string hex(const void* p, size_t n) {
   return s;
 }
 
-bool is_float(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
+bool is_float(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16 || t == DType::F64; }
 
 template <typename Reader>
 json describe(const Reader& r, const std::string& name) {
@@ -77,6 +77,7 @@ std::vector<std::pair<std::string, Tensor>> gen_tensors() {
           break;
         case DType::I32: t.data<int32_t>()[i] = static_cast<int32_t>(i * i - 1000 * K); break;
         case DType::I64: t.data<int64_t>()[i] = i * 1'000'000'000'007LL - K; break;
+        case DType::F64: static_cast<double*>(t.raw())[i] = static_cast<double>(i) / 3.0 - K; break;
       }
     }
     out.emplace_back(s.name, t);

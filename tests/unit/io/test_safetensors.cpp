@@ -115,8 +115,8 @@ TEST(SafetensorsBad, EntryShape) {
 
 TEST(SafetensorsBad, Dtype) {
   TempDir d;
-  expect_bad(d, "f64.st", st_bytes(R"({"w": {"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", std::string(8, 0)),
-             {"'w'", "'dtype'", "F64"});
+  expect_bad(d, "f8.st", st_bytes(R"({"w": {"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})", std::string(1, 0)),
+             {"'w'", "'dtype'", "F8_E4M3"});
   expect_bad(d, "q4.st", st_bytes(R"({"w": {"dtype":"","shape":[1],"data_offsets":[0,8]}})", std::string(8, 0)),
              {"'w'", "'dtype'"});
 }
