@@ -4,9 +4,11 @@
 # ForCausalLMLoss (and load_balancing_loss_func with output_router_logits), torch.optim.AdamW and
 # torch.nn.utils.clip_grad_norm_, and PEFT's LoraModel for adapters: loss and grad norm of every step
 # (1e-5), every step-0 gradient (1e-4 of the tensor's max), the parameters after the AdamW steps
-# (check_train.compare_params, the float64 rule). The models written for the tests (qwen3_ref.py,
-# qwen3_moe_ref.py, lora_ref.py) stay the oracle where transformers has no knob: layouts, packing,
-# Megatron's per-layer aux loss and z-loss, LoRA dropout masks shared with twinkle (tests/README.md).
+# (check_train.compare_params, the float64 rule). LoRA dropout: PEFT's own lora.Linear forward with
+# each lora_dropout module (PEFT's nn.Dropout built from the saved adapter's lora_dropout) replaced by
+# the mask twinkle drew for that module and step (hf_oracle.SharedMaskDropout). The models written for
+# the tests (qwen3_ref.py, qwen3_moe_ref.py, lora_ref.py) stay the oracle where transformers has no
+# knob: layouts, packing, Megatron's per-layer aux loss and z-loss, expert LoRA (tests/README.md).
 set(CHECK_TRAIN_HF ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py)
 
 # dense Qwen3: name | variant | extra flags (each config variant must change the oracle's loss vs the base
@@ -21,7 +23,9 @@ set(TWINKLE_HF_DENSE
   "rope_yarn_attention_factor|b|--steps 3 --init-std 0.2 --config-json '{\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":2.0,\"rope_theta\":20000.0,\"beta_fast\":16,\"attention_factor\":1.3}}' --base-json '{\"rope_theta\":20000.0}'"
   "rope_yarn_null_attention_factor|a|--steps 3 --init-std 0.2 --config-json '{\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":4.0,\"rope_theta\":10000.0,\"original_max_position_embeddings\":128,\"attention_factor\":null}}' --base-json '{\"rope_theta\":10000.0}'"
   "lora_all_linear|b|--steps 3 --lora-r 4 --lora-alpha 16 --lora-targets all-linear"
-  "lora_rslora_targets|a|--steps 3 --lora-r 8 --lora-alpha 32 --lora-targets q_proj,v_proj,down_proj --lora-rslora")
+  "lora_rslora_targets|a|--steps 3 --lora-r 8 --lora-alpha 32 --lora-targets q_proj,v_proj,down_proj --lora-rslora"
+  "lora_dropout|b|--steps 3 --lora-r 4 --lora-alpha 16 --lora-targets all-linear --lora-dropout 0.1"
+  "lora_dropout_rslora_targets|a|--steps 3 --lora-r 8 --lora-alpha 32 --lora-targets q_proj,v_proj,down_proj --lora-rslora --lora-dropout 0.1")
 foreach(spec ${TWINKLE_HF_DENSE})
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)

@@ -113,7 +113,9 @@ def main():
     ap.add_argument("--lora-targets", default="all-linear")
     ap.add_argument("--lora-rslora", action="store_true")
     ap.add_argument("--lora-dropout", type=float, default=0.0,
-                    help="lora_dropout p; vs torch the masks twinkle drew are fed to the reference (one micro-batch)")
+                    help="lora_dropout p; vs torch the masks twinkle drew are fed to the reference (one micro-batch): "
+                         "lora_ref.py's LoraLinear, or with --oracle hf PEFT's own lora.Linear with its "
+                         "lora_dropout modules replaced by the masks (hf_oracle.SharedMaskDropout)")
     ap.add_argument("--lora-init", default="false", help="false: B random too, so step-0 gradients of A are not 0")
     ap.add_argument("--config-json", default=None,
                     help="JSON object merged into config.json (RoPE variants, sliding-window fields, ...)")
@@ -338,8 +340,6 @@ def check_lora_vs_torch(args, tmp, model, init_adapter, batch_json, tw_metrics, 
     failures = []
     lora_ref = os.path.join(HERE, "lora_ref.py")
     step_ref = os.path.join(HERE, "hf_oracle.py") if args.oracle == "hf" else lora_ref
-    if args.oracle == "hf" and args.lora_dropout:
-        raise SystemExit("--oracle hf: PEFT draws its own dropout masks; use --oracle ref for --lora-dropout")
     with open(os.path.join(tw_out, "adapter_config.json")) as f:
         acfg = json.load(f)
     want_scaling = args.lora_alpha / (math.sqrt(args.lora_r) if args.lora_rslora else args.lora_r)

@@ -25,6 +25,11 @@ with the libraries twinkle's users run, not with a model written for the tests:
     total norm is the logged grad norm);
   * LoRA is PEFT's: PeftModel.from_pretrained(base, ADAPTER, is_trainable=True) loads the
     adapter directory twinkle saved (so the load itself is checked), only lora_A / lora_B train;
+    with --dropout P --dropout-masks DIR (lora_dropout) PEFT builds its own nn.Dropout(P) from the
+    adapter's lora_dropout, and each of them (every LoraLayer's lora_dropout[adapter]) is replaced by
+    SharedMaskDropout: x * mask / (1 - P) with the mask twinkle drew for that module and step (the
+    files of its test hook TWINKLE_TEST_LORA_DROPOUT_DUMP, read by lora_ref.dropout_mask), so PEFT's
+    own Linear.forward, result + lora_B(lora_A(dropout(x))) * scaling, runs with the shared masks;
   * gradients and parameters are written under the checkpoint's names by transformers' own
     save_pretrained (its reverse weight conversion: Qwen3-MoE's fused experts tensors back to
     model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight), so nothing here maps names.
@@ -35,7 +40,7 @@ Rows are right-padded per micro-batch (token 0, label -100, attention_mask 0); p
 CLI:
   step  --model DIR --batch batch.json --steps N --lr --weight-decay --beta1 --beta2 --eps
         --clip-grad --out OUT [--dtype float64|float32] [--save-dtype F64|F32]
-        [--aux-coef X --aux-type global --z-coef 0] [--adapter DIR]
+        [--aux-coef X --aux-type global --z-coef 0] [--adapter DIR [--dropout P --dropout-masks DIR]]
         OUT/metrics.json (loss, grad_norm, tokens, clip_coef; MoE: lm_loss, aux_loss, z_loss,
         expert_load_max/min), OUT/grads_step0.safetensors, OUT/final.safetensors (LoRA: the
         adapter's tensors under twinkle's / lora_ref.py's names, and adam_sensitivity.safetensors)
@@ -230,6 +235,86 @@ def make_optimizer(model, lr, weight_decay, beta1, beta2, eps, lora):
     return torch.optim.AdamW(groups, lr=lr, betas=(beta1, beta2), eps=eps), [p for _, p in named]
 
 
+class SharedMaskDropout(torch.nn.Module):
+    """Stands in for PEFT's lora_dropout[adapter] (nn.Dropout(p) on one LoraLayer's input): in training
+    x * mask / (1 - p) with twinkle's mask for this module and the step in lora_ref.DROPOUT (file
+    DIR/<step>.0.<name>.mask, name = the module's path in the base model, as twinkle names its adapter
+    tensors), in eval x, as nn.Dropout. `used` collects the names read in the step (check_masks_used)."""
+
+    def __init__(self, name, p, used):
+        super().__init__()
+        self.name, self.p, self.used = name, p, used
+
+    def forward(self, x):
+        if not self.training:
+            return x
+        import lora_ref
+        d = lora_ref.DROPOUT
+        path = os.path.join(d["dir"], f"{d['step']}.0.{self.name}.mask")
+        if not os.path.isfile(path):
+            raise SystemExit(f"hf_oracle: PEFT module {self.name}: no dropout mask {path} for step {d['step']} "
+                             "(twinkle drew none for this module and step, or the module names do not map)")
+        if self.name in self.used:
+            raise SystemExit(f"hf_oracle: PEFT module {self.name} ran its lora_dropout twice in step {d['step']} "
+                             "(one forward per step is what the masks are for)")
+        self.used.add(self.name)
+        return x * lora_ref.dropout_mask(self.name, x.shape, x.dtype) / (1.0 - self.p)
+
+    def extra_repr(self):
+        return f"p={self.p}, name={self.name}"
+
+
+def share_dropout_masks(model, p, adapter_dir):
+    """Replace every PEFT LoraLayer's lora_dropout[adapter] by SharedMaskDropout. PEFT must have built
+    nn.Dropout(p) from the adapter's config (lora_dropout = p) on lora.Linear modules only: PEFT's
+    lora.Embedding never calls its lora_dropout (and twinkle adapts no embedding), its ParamWrapper
+    refuses dropout. Every module's name must be one of the adapter's ("<name>.lora_A.weight").
+    Returns the set the modules record the masks they read in."""
+    import peft
+    from peft.tuners.lora import LoraLayer
+    from peft.tuners.lora import Linear as PeftLoraLinear
+    used = set()
+    adapter_names = set(adapter_tensors(model))
+    prefix = "base_model.model."
+    replaced = []
+    for path, mod in model.named_modules():
+        if not isinstance(mod, LoraLayer):
+            continue
+        if not isinstance(mod, PeftLoraLinear):
+            raise SystemExit(f"hf_oracle: {path} is a PEFT {type(mod).__name__}: only lora.Linear applies "
+                             "lora_dropout as twinkle does (dropout(x) before lora_A)")
+        if not path.startswith(prefix):
+            raise SystemExit(f"hf_oracle: PEFT LoRA module {path} is not under {prefix}")
+        name = path[len(prefix):]
+        if name + ".lora_A.weight" not in adapter_names:
+            raise SystemExit(f"hf_oracle: PEFT LoRA module {path} -> {name}: not an adapter tensor's module")
+        for adapter in list(mod.lora_dropout.keys()):
+            drop = mod.lora_dropout[adapter]
+            if not isinstance(drop, torch.nn.Dropout) or drop.p != p:
+                raise SystemExit(f"hf_oracle: {path}.lora_dropout[{adapter}] is {drop!r}, not nn.Dropout(p={p}): "
+                                 f"{adapter_dir}/adapter_config.json's lora_dropout is not --dropout {p}")
+            mod.lora_dropout[adapter] = SharedMaskDropout(name, p, used)
+            replaced.append(name)
+    if not replaced:
+        raise SystemExit("hf_oracle: --dropout: the PEFT model has no LoRA module")
+    print(f"hf_oracle: PEFT lora_dropout of {len(replaced)} modules fed twinkle's masks (p {p}, {peft.__version__})",
+          file=sys.stderr)
+    return used
+
+
+def check_masks_used(d, step, used):
+    """After a step: the modules that read a mask are exactly those twinkle drew one for (file names
+    <step>.<slot>.<module>.mask; one micro-batch: slot 0 only)."""
+    files = [f for f in os.listdir(d) if f.startswith(f"{step}.") and f.endswith(".mask")]
+    other = sorted(f for f in files if not f.startswith(f"{step}.0."))
+    if other:
+        raise SystemExit(f"hf_oracle: dropout masks of another slot in step {step}: {other[:4]}")
+    drawn = {f[len(f"{step}.0."):-len(".mask")] for f in files}
+    if drawn != used:
+        raise SystemExit(f"hf_oracle: step {step}: twinkle drew masks for {sorted(drawn - used)[:4]} that no PEFT "
+                         f"module read, PEFT read {sorted(used - drawn)[:4]} twinkle did not draw")
+
+
 def cmd_step(a):
     if a.aux_type != "global" or a.z_coef != 0:
         raise SystemExit("hf_oracle: transformers has only the global load-balancing loss and no z-loss "
@@ -238,6 +323,20 @@ def cmd_step(a):
     model = load_model(a.model, dtype, a.adapter)
     steps = load_steps(a.batch)
     lora = bool(a.adapter)
+    used = None
+    if a.dropout > 0:
+        if not lora or not a.dropout_masks:
+            raise SystemExit("hf_oracle: --dropout needs --adapter and --dropout-masks (the masks twinkle drew)")
+        if any(len(mbs) != 1 for mbs in steps):
+            raise SystemExit("hf_oracle: --dropout: one micro-batch per step (the masks are per forward)")
+        used = share_dropout_masks(model, a.dropout, a.adapter)
+    elif lora:
+        from peft.tuners.lora import LoraLayer
+        drawn = sorted(n for n, m in model.named_modules() if isinstance(m, LoraLayer) and
+                       any(isinstance(d, torch.nn.Dropout) for d in m.lora_dropout.values()))
+        if drawn:  # PEFT would draw masks of its own: a different function on every run
+            raise SystemExit(f"hf_oracle: the adapter's lora_dropout is > 0 ({drawn[0]}, ...): pass --dropout P "
+                             "--dropout-masks DIR (the masks twinkle drew)")
     opt, params = make_optimizer(model, a.lr, a.weight_decay, a.beta1, a.beta2, a.eps, lora)
     os.makedirs(a.out, exist_ok=True)
     metrics = {"settings": {k: getattr(a, k) for k in ("lr", "weight_decay", "beta1", "beta2", "eps", "clip_grad",
@@ -249,7 +348,13 @@ def cmd_step(a):
         names = sorted(adapter_tensors(model))
     for i in range(max(a.steps, 1)):
         opt.zero_grad(set_to_none=True)
+        if used is not None:
+            import lora_ref
+            lora_ref.DROPOUT = {"p": a.dropout, "dir": a.dropout_masks, "step": i}
+            used.clear()
         r = forward_losses(model, steps[i % len(steps)], a.aux_coef)
+        if used is not None:
+            check_masks_used(a.dropout_masks, i, used)
         for p in params:  # a parameter that received no gradient (an unrouted expert) has a zero one
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
@@ -340,6 +445,9 @@ def main(argv=None):
             p.add_argument("--aux-coef", type=float, default=0.0)
             p.add_argument("--aux-type", default="global")
             p.add_argument("--z-coef", type=float, default=0.0)
+            p.add_argument("--dropout", type=float, default=0.0,
+                           help="LoRA: the adapter's lora_dropout p, applied with the masks of --dropout-masks")
+            p.add_argument("--dropout-masks", default="", help="directory of twinkle's dumped dropout masks")
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
