@@ -86,6 +86,25 @@ foreach(spec ${TWINKLE_MOE_TRAIN})
   set_tests_properties(moe_train_vs_torch_${name} PROPERTIES TIMEOUT 300)
 endforeach()
 
+# One test per "name | ranks | flags of the check | layout flags" spec: check_train_moe.py --layout
+# (the layout vs one process), named PREFIX<name>, with FIXED (flags of every test of the list)
+# before the spec's own flags.
+function(twinkle_moe_layout_tests prefix fixed)
+  separate_arguments(fixed_list UNIX_COMMAND "${fixed}")
+  foreach(spec ${ARGN})
+    string(REPLACE "|" ";" parts "${spec}")
+    list(GET parts 0 name)
+    list(GET parts 1 np)
+    list(GET parts 2 flags)
+    list(GET parts 3 layout)
+    separate_arguments(flag_list UNIX_COMMAND "${flags}")
+    add_test(NAME ${prefix}${name}
+             COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} ${fixed_list} ${flag_list}
+                     --np ${np} --layout "${layout}")
+    set_tests_properties(${prefix}${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
+  endforeach()
+endfunction()
+
 # Qwen3-MoE layouts == one process (check_train_moe.py --layout): loss, grad norm and its
 # expert part, lm / aux / z loss, expert load per step, final parameters. Pipeline stages (MoE
 # and dense layers on different stages); data parallelism with ZeRO-1 on the dense (dp-cp) and
@@ -131,18 +150,7 @@ set(TWINKLE_MOE_LAYOUTS
   "pp2_dp2_etp2_aux_per_layer|4|--aux-coef 0.05 --aux-type per_layer --batch rows:8 --layers 4|--pp 2 --dp 2 --etp 2"
   "tp2_pp2_dp2_etp2_ep2_aux_per_layer|8|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4|--tp 2 --pp 2 --dp 2 --ep 2 --etp 2"
   "tp2_pp2_dp2_etp2_aux_off|8|--batch rows:8 --layers 4|--tp 2 --pp 2 --dp 2 --etp 2")
-foreach(spec ${TWINKLE_MOE_LAYOUTS})
-  string(REPLACE "|" ";" parts "${spec}")
-  list(GET parts 0 name)
-  list(GET parts 1 np)
-  list(GET parts 2 flags)
-  list(GET parts 3 layout)
-  separate_arguments(flag_list UNIX_COMMAND "${flags}")
-  add_test(NAME moe_layout_${name}
-           COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 ${flag_list}
-                   --np ${np} --layout "${layout}")
-  set_tests_properties(moe_layout_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
-endforeach()
+twinkle_moe_layout_tests(moe_layout_ "--steps 3" ${TWINKLE_MOE_LAYOUTS})
 
 # Packed rows under expert parallelism, against the one-process run of the same micro-batches
 # unpacked (check_train_moe.py --packed-layout): padding and document boundaries must not enter the
@@ -151,18 +159,7 @@ set(TWINKLE_MOE_PACKED_LAYOUTS
   "dp2_ep2_aux_per_layer_z|2|--aux-coef 0.1 --aux-type per_layer --z-coef 0.01|--dp 2 --ep 2"
   "tp2_sp_ep2_aux_global|2|--aux-coef 0.1 --aux-type global|--tp 2 --ep 2"
   "cp2_ep2_aux_global_z|2|--aux-coef 0.1 --aux-type global --z-coef 0.01|--cp 2 --ep 2")
-foreach(spec ${TWINKLE_MOE_PACKED_LAYOUTS})
-  string(REPLACE "|" ";" parts "${spec}")
-  list(GET parts 0 name)
-  list(GET parts 1 np)
-  list(GET parts 2 flags)
-  list(GET parts 3 layout)
-  separate_arguments(flag_list UNIX_COMMAND "${flags}")
-  add_test(NAME moe_layout_packed_vs_unpacked_${name}
-           COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 --batch rows:8:1:29:dup
-                   --mbs 4 ${flag_list} --packed-layout --np ${np} --layout "${layout}")
-  set_tests_properties(moe_layout_packed_vs_unpacked_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
-endforeach()
+twinkle_moe_layout_tests(moe_layout_packed_vs_unpacked_ "--steps 3 --batch rows:8:1:29:dup --mbs 4 --packed-layout" ${TWINKLE_MOE_PACKED_LAYOUTS})
 
 # Experts and whole ep ranks without a row (check_train_moe.py --rig-router: every token picks
 # experts 0 and 1): one process vs PyTorch float64 (the idle experts' step-0 gradients exactly 0,
@@ -179,18 +176,7 @@ set(TWINKLE_MOE_RIGGED_LAYOUTS
   "dp2_etp2|2|--aux-coef 0.1 --aux-type global|--dp 2 --etp 2"
   "dp2_ep2_bf16|2|--train-flags=--bf16 --aux-coef 0.1 --aux-type global|--dp 2 --ep 2"
   "dp2_ep2_expert_lora|2|--lora-r 4 --lora-alpha 1 --lora-targets all-linear --aux-coef 0.1 --aux-type global|--dp 2 --ep 2")
-foreach(spec ${TWINKLE_MOE_RIGGED_LAYOUTS})
-  string(REPLACE "|" ";" parts "${spec}")
-  list(GET parts 0 name)
-  list(GET parts 1 np)
-  list(GET parts 2 flags)
-  list(GET parts 3 layout)
-  separate_arguments(flag_list UNIX_COMMAND "${flags}")
-  add_test(NAME moe_layout_rigged_router_idle_experts_${name}
-           COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 --rig-router
-                   --batch rows:8 ${flag_list} --np ${np} --layout "${layout}")
-  set_tests_properties(moe_layout_rigged_router_idle_experts_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
-endforeach()
+twinkle_moe_layout_tests(moe_layout_rigged_router_idle_experts_ "--steps 3 --rig-router --batch rows:8" ${TWINKLE_MOE_RIGGED_LAYOUTS})
 
 # Uneven pipeline splits: which layers are sparse follows the global layer index (a stage-local
 # index would put the dense layer elsewhere and rename the tensors).
@@ -226,15 +212,4 @@ set(TWINKLE_MOE_DENSE_STAGE_LAYOUTS
   "pp2_dp2_ep2_first_stage_dense_overlap|4|--layers 4 --mlp-only-layers 0,1 --batch rows:8 --aux-coef 0.1 --aux-type per_layer|--pp 2 --dp 2 --ep 2 --overlap-grad-reduce --overlap-param-gather"
   "pp2_lora_first_layer_only|2|--layers 2 --mlp-only-layers 0 --lora-r 4 --lora-targets layers.0.self_attn.q_proj --aux-coef 0.1 --aux-type per_layer|--pp 2"
   "dp2_ep2_lora_one_expert_only|2|--batch rows:8 --lora-r 4 --lora-targets experts.0.gate_proj|--dp 2 --ep 2")
-foreach(spec ${TWINKLE_MOE_DENSE_STAGE_LAYOUTS})
-  string(REPLACE "|" ";" parts "${spec}")
-  list(GET parts 0 name)
-  list(GET parts 1 np)
-  list(GET parts 2 flags)
-  list(GET parts 3 layout)
-  separate_arguments(flag_list UNIX_COMMAND "${flags}")
-  add_test(NAME moe_layout_${name}
-           COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 ${flag_list}
-                   --np ${np} --layout "${layout}")
-  set_tests_properties(moe_layout_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
-endforeach()
+twinkle_moe_layout_tests(moe_layout_ "--steps 3" ${TWINKLE_MOE_DENSE_STAGE_LAYOUTS})
