@@ -216,6 +216,7 @@ Volume analytic(Qwen3Model& model, const std::vector<MicroBatch>& mbs, const dis
   // micro-batches: 5 int64) and the loss (1 fp64)
   v.by_group["dp-cp"] = ar(5, 8, d) + ar(1, 8, d) + (distopt ? 2 * (d - 1) * 4 * N / d : ar(N, 4, d));
   v.by_group["world"] = ar(2, 8, w);  // the grad norm: dense and expert sums of squares (always both)
+  if (w > d) v.by_group["world"] += ar(1, 8, w);  // ranks that refused their micro-batches, over the world
   if (moe) {
     const int dpn = ps.dp->size(), ep = ps.ep->size(), e = ps.edp->size();
     v.by_group["dp"] = ar(1, 8, dpn) + ar(E + 3, 8, dpn);  // micro-batch count, router totals

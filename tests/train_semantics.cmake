@@ -28,6 +28,20 @@ add_test(NAME train_save_failure_reaches_every_rank
                  ${CMAKE_BINARY_DIR}/tests)
 set_tests_properties(train_save_failure_reaches_every_rank PROPERTIES TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1"
                      FAIL_REGULAR_EXPRESSION "CHECK FAILED")
+# Loading that fails on one pipeline stage only (a checkpoint / adapter without the last layer's
+# tensors) is refused on both ranks, in the constructor, load() and load_adapter(); a refused
+# load() changes no rank's parameters (tests/dist/mpi_load_failure.cpp).
+add_executable(mpi_load_failure ${CMAKE_SOURCE_DIR}/tests/dist/mpi_load_failure.cpp)
+set_target_properties(mpi_load_failure PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+target_compile_options(mpi_load_failure PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
+target_link_libraries(mpi_load_failure PRIVATE twinkle)
+add_test(NAME train_load_failure_reaches_every_rank
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "load failure OK on 2 ranks"
+                 ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none --mca mpi_yield_when_idle 1
+                 -np 2 ${CMAKE_BINARY_DIR}/tests/mpi_load_failure ${CMAKE_SOURCE_DIR}/models/qwen3-tiny
+                 ${CMAKE_BINARY_DIR}/tests)
+set_tests_properties(train_load_failure_reaches_every_rank PROPERTIES TIMEOUT 120 PROCESSORS 2
+                     ENVIRONMENT "OMP_NUM_THREADS=1" FAIL_REGULAR_EXPRESSION "CHECK FAILED")
 # MFU uses the global mean sequence length on every rank, also on a dp rank without a row this
 # step (a short last batch); before, that rank kept the previous step's local mean.
 add_executable(mpi_mfu_empty_rank ${CMAKE_SOURCE_DIR}/tests/dist/mpi_mfu_empty_rank.cpp)
@@ -50,7 +64,8 @@ set_target_properties(mpi_refusal_agreed PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${C
 target_compile_options(mpi_refusal_agreed PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
 target_link_libraries(mpi_refusal_agreed PRIVATE twinkle)
 foreach(spec "dp2|2|qwen3-tiny|--dp 2" "pp2_dp2|4|qwen3-tiny|--pp 2 --dp 2"
-             "moe_dp2_ep2|2|qwen3-moe-tiny|--dp 2 --ep 2" "cp2_dp2|4|qwen3-tiny|--cp 2 --dp 2")
+             "moe_dp2_ep2|2|qwen3-moe-tiny|--dp 2 --ep 2" "cp2_dp2|4|qwen3-tiny|--cp 2 --dp 2"
+             "tp2_dp2|4|qwen3-tiny|--tp 2 --dp 2")
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)
   list(GET parts 1 np)

@@ -26,7 +26,8 @@ void throw_agreed_error(ProcessGroup& group, int64_t failed, const std::string& 
     text.assign(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(len));
   }
   // Named by its rank in the group (the same text in every group of the same kind, e.g. the dp-cp
-  // groups of the pipeline stages), not its world rank.
+  // groups of the pipeline stages); a one-rank group needs no name.
+  if (group.size() == 1) throw Error(text);
   throw Error(group.name() + " rank " + std::to_string(root) + ": " + text);
 }
 

@@ -1,6 +1,7 @@
 // Qwen3Model: weights out — full Hugging Face tensors gathered on rank 0 for saving.
 #include <cstring>
 
+#include "twinkle/dist/agreed_error.h"
 #include "twinkle/model/qwen3_model.h"
 
 namespace twinkle {
@@ -22,6 +23,16 @@ std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather(bool grads, bool 
   // rank of its ep owner the canonical copy of an expert; they send their shards to the root.
   std::vector<std::pair<std::string, Tensor>> out;
   const int tag = 7001;
+  // Gradients of frozen tensors do not exist: refused on every rank before the first send (a
+  // rank that threw mid-gather would leave rank 0 waiting in its receive).
+  if (grads)
+    dist::run_agreed(world, [&] {
+      for (size_t id = 0; id < table_.size(); ++id) {
+        const parallel::TensorEntry& e = table_[id];
+        if (e.saved && e.adapter == adapters && e.param != parallel::kNoParam)
+          check(table_.param(id).grad.defined(), "gather_state_dict: " + e.name + " is frozen (no gradient)");
+      }
+    });
   // The table lists every saved tensor once, in HF order (embed, layers, norm, lm_head).
   for (size_t id = 0; id < table_.size(); ++id) {
     const parallel::TensorEntry& e = table_[id];
@@ -41,7 +52,6 @@ std::vector<std::pair<std::string, Tensor>> Qwen3Model::gather(bool grads, bool 
       if (world.rank() == src && mine) {
         const Param& p = table_.param(id);
         Tensor dt = grads ? p.grad : p.data;
-        check(dt.defined(), "gather_state_dict: " + e.name + " is frozen (no gradient)");
         if (flat) {  // the same slice of another buffer in the store's flat layout (host memory)
           dt = Tensor::empty(p.data.shape());
           std::memcpy(dt.f32(), flat + p.flat_offset, static_cast<size_t>(dt.numel()) * 4);

@@ -76,21 +76,60 @@ void Qwen3Model::init_random(uint64_t seed) {
   }
 }
 
+namespace {
+
+// The checkpoint name that entry `e` loads from (its first load name present in `ck`), after
+// checking its shape. Throws twinkle::Error naming the missing tensor or the wrong shape.
+template <class Reader>
+const std::string& checked_load_name(const Reader& ck, const parallel::TensorEntry& e) {
+  const std::string* found = nullptr;
+  for (const auto& n : e.load_names)
+    if (ck.contains(n)) {
+      found = &n;
+      break;
+    }
+  check(found != nullptr, "checkpoint " + where(ck) + " has no tensor '" + e.load_names.front() + "'");
+  const TensorInfo& info = ck.info(*found);
+  check(info.shape == e.full, "checkpoint " + where(ck) + ": tensor '" + *found + "' has shape " +
+                                  shape_str(info.shape) + ", expected " + shape_str(e.full) + " from config.json");
+  return *found;
+}
+
+}  // namespace
+
+template <class Reader>
+void Qwen3Model::check_entries(const Reader& ck, bool adapters) const {
+  for (size_t id = 0; id < table_.size(); ++id) {
+    const parallel::TensorEntry& e = table_[id];
+    if (e.param != parallel::kNoParam && e.adapter == adapters) checked_load_name(ck, e);
+  }
+}
+
+void Qwen3Model::check_checkpoint(const CheckpointReader& ck) const {
+  if (cfg_.is_moe()) check_moe_checkpoint(cfg_, ck.names(), ck.dir());
+  check_entries(ck, false);
+}
+
+void Qwen3Model::check_adapter(const SafetensorsFile& ck) const {
+  check(has_adapter(), "load_adapter: the model has no adapter (add_adapter first)");
+  check_entries(ck, true);
+}
+
+template <class Reader>
+void Qwen3Model::load_entries(const Reader& ck, bool adapters, float* flat) {
+  check_entries(ck, adapters);  // every entry before any is read: a missing or misshapen tensor changes nothing
+  for (size_t id = 0; id < table_.size(); ++id) {
+    const parallel::TensorEntry& e = table_[id];
+    if (e.param == parallel::kNoParam || e.adapter != adapters) continue;
+    load_entry(ck, id, flat ? flat + table_.param(id).flat_offset : nullptr);
+  }
+}
+
 template <class Reader>
 void Qwen3Model::load_entry(const Reader& ck, size_t id, float* dst_override) {
   {
     const parallel::TensorEntry& e = table_[id];
-    const std::string* found = nullptr;
-    for (const auto& n : e.load_names)
-      if (ck.contains(n)) {
-        found = &n;
-        break;
-      }
-    check(found != nullptr, "checkpoint " + where(ck) + " has no tensor '" + e.load_names.front() + "'");
-    const std::string& name = *found;
-    const TensorInfo& info = ck.info(name);
-    check(info.shape == e.full, "checkpoint " + where(ck) + ": tensor '" + name + "' has shape " + shape_str(info.shape) +
-                                    ", expected " + shape_str(e.full) + " from config.json");
+    const std::string& name = checked_load_name(ck, e);
     Param& p = table_.param(id);
     // The host bytes to fill: the caller's flat buffer, the parameter itself on the host, or (device
     // parameters) a host staging tensor uploaded at the end.
@@ -128,11 +167,7 @@ void Qwen3Model::load_entry(const Reader& ck, size_t id, float* dst_override) {
 
 void Qwen3Model::load_checkpoint(const CheckpointReader& ck) {
   if (cfg_.is_moe()) check_moe_checkpoint(cfg_, ck.names(), ck.dir());
-  for (size_t id = 0; id < table_.size(); ++id) {
-    const parallel::TensorEntry& e = table_[id];
-    if (e.param == parallel::kNoParam || e.adapter) continue;
-    load_entry(ck, id);
-  }
+  load_entries(ck, false, nullptr);
 }
 
 std::vector<std::string> Qwen3Model::unused_checkpoint_tensors(const CheckpointReader& ck) const {
@@ -151,19 +186,9 @@ std::vector<std::string> Qwen3Model::unused_checkpoint_tensors(const CheckpointR
 
 void Qwen3Model::load_adapter(const SafetensorsFile& ck) {
   check(has_adapter(), "load_adapter: the model has no adapter (add_adapter first)");
-  for (size_t id = 0; id < table_.size(); ++id) {
-    const parallel::TensorEntry& e = table_[id];
-    if (e.param == parallel::kNoParam || !e.adapter) continue;
-    load_entry(ck, id);
-  }
+  load_entries(ck, true, nullptr);
 }
 
-void Qwen3Model::load_flat(const SafetensorsFile& ck, bool adapters, float* flat) {
-  for (size_t id = 0; id < table_.size(); ++id) {
-    const parallel::TensorEntry& e = table_[id];
-    if (e.param == parallel::kNoParam || e.adapter != adapters) continue;
-    load_entry(ck, id, flat + table_.param(id).flat_offset);
-  }
-}
+void Qwen3Model::load_flat(const SafetensorsFile& ck, bool adapters, float* flat) { load_entries(ck, adapters, flat); }
 
 }  // namespace twinkle

@@ -76,10 +76,12 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training, con
   sb.reserve(mbs.size());
   // labelled tokens, tokens, sequences, their real tokens; ranks that refused their micro-batches
   int64_t counts[5] = {0, 0, 0, 0, 0};
-  // A refused micro-batch (bad token id, label, position, shape) is this data-parallel replica's
-  // data: the other replicas would go on into the reductions below. The refusal is counted in the
-  // token-count reduction over dp-cp instead (every rank of a replica holds the same micro-batches,
-  // and each dp-cp group holds a rank of every replica), and every rank then throws the same error.
+  // A refused micro-batch (bad token id, label, position, shape) is this rank's data: the other
+  // ranks would go on into the reductions below. The refusal is counted in the token-count
+  // reduction over dp-cp and, when the world is larger than dp-cp (tp, pp, ep), in one more
+  // int64 sum over the world: a replica's tp and pp ranks hold the same rows only when the caller
+  // gave them the same (a Python program may not), so the group follows from the mesh, not from
+  // that assumption. Every rank then throws the same error.
   const std::string call = training ? "forward_backward: " : "forward_only: ";
   std::string refused = input_error.empty() ? std::string() : call + input_error;
   if (refused.empty()) try {
@@ -101,7 +103,12 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training, con
     }
   counts[4] = refused.empty() ? 0 : 1;
   if (ps.dp_cp->size() > 1) ps.dp_cp->all_reduce(counts, 5, DType::I64, dist::ReduceOp::Sum);
-  dist::throw_agreed_error(*ps.dp_cp, counts[4], refused);
+  int64_t refusals = counts[4];
+  if (ps.world->size() > ps.dp_cp->size()) {
+    refusals = refused.empty() ? 0 : 1;
+    ps.world->all_reduce(&refusals, 1, DType::I64, dist::ReduceOp::Sum);
+  }
+  dist::throw_agreed_error(*ps.world, refusals, refused);
   if (training && opt_) opt_->backward_started();
   const bool moe = model_.is_moe();
   const int64_t E = moe ? model_.config().num_experts : 0;

@@ -14,6 +14,7 @@
 
 #include "twinkle/data/hub.h"
 #include "twinkle/data/tokenizer.h"
+#include "twinkle/dist/agreed_error.h"
 #include "twinkle/dist/runtime.h"
 #include "twinkle/model/kernelize.h"
 #include "twinkle/io/safetensors.h"
@@ -107,6 +108,16 @@ std::string fmt_double(const char* f, double v) {
 MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOptions& options)
     : ps_(global_state()), opts_(options) {
   validate(opts_);
+  // Everything up to the engine reads files (config, weights, tokenizer) and runs no collective:
+  // a failure on some ranks only (a checkpoint missing the tensors of one pipeline stage, a file
+  // one node cannot read) is raised on every rank alike, so a caller that catches it leaves no
+  // rank waiting in job_peak_flops' all-reduce below.
+  dist::run_agreed(*ps_->world, [&] { build(model_id); });
+  peak_flops_ = job_peak_flops(*ps_->world, opts_.mixed_precision == "bf16");
+  t_start_ = t_last_metric_ = Clock::now();
+}
+
+void MegatronModel::build(const std::string& model_id) {
   model_dir_ = resolve_model_dir(model_id);
   ModelConfig cfg = load_model_config((fs::path(model_dir_) / "config.json").string());
   Qwen3ModelOptions mo;
@@ -167,8 +178,6 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
   // The pad id collates padded micro-batches: a tokenizer that is present but cannot be
   // loaded is an error naming its file, not a silent pad id 0.
   if (fs::exists(fs::path(model_dir_) / "tokenizer.json")) pad_id_ = Tokenizer::from_dir(model_dir_).pad_token_id();
-  peak_flops_ = job_peak_flops(*ps_->world, opts_.mixed_precision == "bf16");
-  t_start_ = t_last_metric_ = Clock::now();
 }
 
 void MegatronModel::set_optimizer(const std::string& name, const OptimizerConfig& cfg) {
@@ -219,10 +228,20 @@ void MegatronModel::add_adapter_to_model(const std::string& name, const LoraConf
 void MegatronModel::load_adapter(const std::string& dir, const std::string& name) {
   const fs::path d(dir);
   const fs::path cfg_path = d / "adapter_config.json";
-  check(fs::exists(cfg_path), "load_adapter: " + dir + " has no adapter_config.json (not a PEFT adapter directory)");
-  check(fs::exists(d / "adapter_model.safetensors"), "load_adapter: " + dir + " has no adapter_model.safetensors");
-  add_adapter_to_model(name, read_peft_adapter_config(cfg_path.string()));
-  model_->load_adapter(SafetensorsFile::open((d / "adapter_model.safetensors").string()));
+  // The files are read on every rank; a failure on some ranks only (a tensor of one stage's
+  // layers missing, a file one node cannot read) is raised on all of them (run_agreed), first
+  // for the config (before the adapter exists), then for the tensors.
+  LoraConfig cfg;
+  SafetensorsFile file;
+  dist::run_agreed(*ps_->world, [&] {
+    check(fs::exists(cfg_path), "load_adapter: " + dir + " has no adapter_config.json (not a PEFT adapter directory)");
+    check(fs::exists(d / "adapter_model.safetensors"), "load_adapter: " + dir + " has no adapter_model.safetensors");
+    cfg = read_peft_adapter_config(cfg_path.string());
+    file = SafetensorsFile::open((d / "adapter_model.safetensors").string());
+  });
+  add_adapter_to_model(name, cfg);
+  dist::run_agreed(*ps_->world, [&] { model_->check_adapter(file); });
+  dist::run_agreed(*ps_->world, [&] { model_->load_adapter(file); });
 }
 
 void MegatronModel::set_lr_scheduler(const std::string& name, LRSchedulerConfig cfg) {
@@ -555,13 +574,21 @@ std::string MegatronModel::save(const std::optional<std::string>& name_opt, cons
 
 void MegatronModel::load(const std::string& dir) {
   finish_param_sync();
-  CheckpointReader ck = CheckpointReader::open_dir(resolve_model_dir(dir));
-  check(ck.has_weights(), "load: " + dir + " has no safetensors weights");
-  check(!(model_->config().tie_word_embeddings && checkpoint_head_differs(ck)),
-        "load: " + ck.dir() + " holds an lm_head.weight that differs from model.embed_tokens.weight but this "
-        "model is tied; build the model from that checkpoint (it is then untied, as transformers 5 does)");
-  model_->load_checkpoint(ck);
-  warn_unused_tensors(ck);
+  // Every rank reads its own shards. The checks are agreed over the world before any rank loads,
+  // so a checkpoint refused on some ranks only (one stage's tensors missing) changes no rank.
+  std::optional<CheckpointReader> ck;
+  dist::run_agreed(*ps_->world, [&] {
+    ck = CheckpointReader::open_dir(resolve_model_dir(dir));
+    check(ck->has_weights(), "load: " + dir + " has no safetensors weights");
+    check(!(model_->config().tie_word_embeddings && checkpoint_head_differs(*ck)),
+          "load: " + ck->dir() + " holds an lm_head.weight that differs from model.embed_tokens.weight but this "
+          "model is tied; build the model from that checkpoint (it is then untied, as transformers 5 does)");
+    model_->check_checkpoint(*ck);
+  });
+  dist::run_agreed(*ps_->world, [&] {
+    model_->load_checkpoint(*ck);
+    warn_unused_tensors(*ck);
+  });
 }
 
 void MegatronModel::warn_unused_tensors(const CheckpointReader& ck) const {

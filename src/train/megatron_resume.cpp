@@ -7,11 +7,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "twinkle/dist/agreed_error.h"
 #include "twinkle/dist/runtime.h"
 #include "twinkle/io/model_config.h"
 #include "twinkle/io/safetensors.h"
@@ -55,36 +55,6 @@ T field(const json& j, const std::string& key, const fs::path& file) {
   } catch (const std::exception&) {
     throw Error("resume: " + file.string() + ": field '" + key + "' has the wrong type (" + j[key].dump() + ")");
   }
-}
-
-// Runs `f` on every rank; if it throws on any rank, every rank throws the first failing rank's
-// message (no rank is left waiting in a later collective).
-template <class F>
-void agreed(dist::ProcessGroup& world, F&& f) {
-  std::string msg;
-  try {
-    f();
-  } catch (const std::exception& e) {
-    msg = e.what();
-    if (msg.empty()) msg = "unknown error";
-  }
-  if (world.size() == 1) {
-    if (!msg.empty()) throw Error(msg);
-    return;
-  }
-  int64_t first = msg.empty() ? std::numeric_limits<int64_t>::max() : world.rank();
-  world.all_reduce(&first, 1, DType::I64, dist::ReduceOp::Min);
-  if (first == std::numeric_limits<int64_t>::max()) return;
-  const int root = static_cast<int>(first);
-  int64_t len = static_cast<int64_t>(msg.size());
-  world.broadcast(&len, 1, DType::I64, root);
-  std::vector<int32_t> chars(static_cast<size_t>(len));
-  if (world.rank() == root)
-    for (size_t i = 0; i < chars.size(); ++i) chars[i] = static_cast<unsigned char>(msg[i]);
-  world.broadcast(chars.data(), len, DType::I32, root);
-  std::string text(chars.size(), ' ');
-  for (size_t i = 0; i < chars.size(); ++i) text[i] = static_cast<char>(chars[i]);
-  throw Error(text);
 }
 
 // Every tensor of an optimizer-state file must be f32 (the state is never rounded).
@@ -192,7 +162,7 @@ ResumeState MegatronModel::resume_from_checkpoint(const std::string& dir, bool r
   json st;
   fs::path it, state_path;
   // 1. Files and metadata (every rank reads them; any failure is agreed before a collective).
-  agreed(world, [&] {
+  dist::run_agreed(world, [&] {
     rs.dir = resolve_resume_dir(dir);
     const fs::path d(rs.dir);
     const fs::path tsp = d / "trainer_state.json";
@@ -292,7 +262,7 @@ ResumeState MegatronModel::resume_from_checkpoint(const std::string& dir, bool r
   ParamStore& store = model_->trainable_store();
   const bool adapters = model_->has_adapter();
   std::vector<float> m, v;
-  agreed(world, [&] {
+  dist::run_agreed(world, [&] {
     const SafetensorsFile master = open_state_file(it / kMaster, "fp32 trainable weights");
     model_->load_flat(master, adapters, store.flat_params().f32());
     if (resume_only_model) return;

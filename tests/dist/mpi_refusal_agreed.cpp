@@ -6,7 +6,10 @@
 // optimizer step (refused on every rank before any communication; under pp only the last stage
 // used to throw, mid-backward). Before, the replica holding the bad row threw while the others
 // went on into the token-count reduction (or stage 0 waited for the last stage's gradient): the
-// run hung until the test's timeout. After every refusal the job must go on: a good
+// run hung until the test's timeout. A bad row given to one rank of a replica only (its tp or pp
+// peers get good rows: a Python program may do that) is refused on every rank too; before, only
+// that rank's dp-cp group agreed, and the other stage went on into the pipeline's exchanges.
+// After every refusal the job must go on: a good
 // forward_backward + clip_grad_and_step runs on every rank with a finite loss, and refused calls
 // do not advance the step counter.
 // Usage: mpi_refusal_agreed MODEL_DIR [--pp N] [--dp N] [--tp N] [--ep N] [--cp N]
@@ -89,7 +92,7 @@ static int body(int argc, char** argv) {
   };
   struct Case {
     const char* name;
-    int bad_replica;
+    int bad_replica;  // -1: the last world rank only (one rank of a replica, not its tp / pp peers)
     std::function<std::vector<twinkle::EncodedRow>()> rows;
     const char* expect;
   };
@@ -99,6 +102,13 @@ static int body(int argc, char** argv) {
        [&] {
          auto rows = good();
          rows[1].input_ids[3] = vocab + 5;
+         return rows;
+       },
+       "is outside the vocabulary"},
+      {"a token id outside the vocabulary on one rank of a replica only", -1,
+       [&] {
+         auto rows = good();
+         rows[0].input_ids[1] = vocab;
          return rows;
        },
        "is outside the vocabulary"},
@@ -122,11 +132,12 @@ static int body(int argc, char** argv) {
   };
   for (const Case& c : cases) {
     for (bool train : {true, false}) {
-      const auto rows = dp_rank == c.bad_replica ? c.rows() : good();
+      const bool bad = c.bad_replica >= 0 ? dp_rank == c.bad_replica : world.rank() == world.size() - 1;
+      const auto rows = bad ? c.rows() : good();
       const std::string err = error_of([&] { train ? (void)m.forward_backward(rows) : (void)m.forward_only(rows); });
       const std::string call = train ? "forward_backward: " : "forward_only: ";
       MPI_CHECK(err.find(c.expect) != std::string::npos && err.find(call) != std::string::npos &&
-                    err.rfind("dp-cp rank ", 0) == 0,
+                    err.rfind("world rank ", 0) == 0,
                 c.name << " (" << call << "): not refused here as expected (error: '" << err << "')");
       same_everywhere(err, c.name);
     }

@@ -233,6 +233,10 @@ def expected(t, d, p, sp, distopt, split="balanced"):
         # model or stage) summed over every rank (Megatron: model-parallel group, plus
         # data-parallel with the distributed optimizer)
         add("world", "Allreduce", 2 * F64)
+        if t * p > 1:
+            # twinkle: the ranks that refused their micro-batches (1 int64) once more over the world,
+            # when it is larger than dp: a replica's tp / pp ranks may be given different rows
+            add("world", "Allreduce", 8)
         out[r] = e
     return out
 

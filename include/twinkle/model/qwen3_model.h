@@ -145,8 +145,13 @@ class Qwen3Model {
   /// (transformers Qwen3PreTrainedModel._init_weights, nn.Embedding padding_idx).
   void init_random(uint64_t seed);
   /// Loads this rank's shards from a HF checkpoint (any float dtype, converted to f32).
-  /// Throws twinkle::Error naming a missing tensor or a wrong shape.
+  /// Throws twinkle::Error naming a missing tensor or a wrong shape; every tensor of this rank
+  /// is checked before any is read, so a refused checkpoint changes no parameter.
   void load_checkpoint(const CheckpointReader& ck);
+  /// The checks of load_checkpoint alone (this rank's tensors present with their shapes; the
+  /// expert layout of a MoE checkpoint), reading no tensor data: a caller agrees on them over the
+  /// world before any rank loads (MegatronModel::load), so a refusal changes no rank's parameters.
+  void check_checkpoint(const CheckpointReader& ck) const;
   /// Tensors of `ck` that load_checkpoint reads for no entry of the model (any stage or rank):
   /// what transformers' from_pretrained reports as "Some weights of the model checkpoint ... were
   /// not used" — e.g. model.layers.3.* when config.json says num_hidden_layers = 3, or a renamed
@@ -157,7 +162,8 @@ class Qwen3Model {
   /// Full HF tensors (f32) assembled on global rank 0 from every tp/pp shard (collective
   /// over the world; other ranks return an empty list). Vocab padding is dropped; a
   /// tied lm head is not listed (HF convention).
-  /// With grads = true the gradients are gathered instead (same names).
+  /// With grads = true the gradients are gathered instead (same names); a frozen tensor (no
+  /// gradient) is refused on every rank before any exchange.
   std::vector<std::pair<std::string, Tensor>> gather_state_dict(bool grads = false);
 
   /// HF module names of every linear layer but the lm head (all stages, model order):
@@ -203,8 +209,10 @@ class Qwen3Model {
   const std::vector<std::string>& adapter_targets() const { return lora_targets_; }
   /// Loads this rank's adapter shards from a PEFT adapter checkpoint (keys
   /// "base_model.model.<module>.lora_A.weight", or the bare HF names). Throws twinkle::Error
-  /// naming a missing tensor or a wrong shape.
+  /// naming a missing tensor or a wrong shape (checked for all before any is read).
   void load_adapter(const SafetensorsFile& ck);
+  /// The checks of load_adapter alone (as check_checkpoint).
+  void check_adapter(const SafetensorsFile& ck) const;
   /// Like gather_state_dict, for the adapter tensors (HF names, not PEFT's prefix).
   std::vector<std::pair<std::string, Tensor>> gather_adapter_state_dict(bool grads = false);
   /// Like gather_state_dict (adapters = false) / gather_adapter_state_dict (true), but each
@@ -287,6 +295,12 @@ class Qwen3Model {
   void upload(StageBatch& b) const;  // qwen3_stage.cpp
   template <class Reader>
   void load_entry(const Reader& ck, size_t id, float* dst = nullptr);  // qwen3_weights.cpp; dst: the parameter
+  // Loads every base (adapters = false) or adapter entry of this rank, each checked before any
+  // is read; `flat`: the store's flat buffer to fill instead of the parameters (load_flat).
+  template <class Reader>
+  void load_entries(const Reader& ck, bool adapters, float* flat);
+  template <class Reader>
+  void check_entries(const Reader& ck, bool adapters) const;
   std::vector<std::pair<std::string, Tensor>> gather(bool grads, bool adapters, const float* flat = nullptr);
   StageActivations& slot_acts(int slot);
   parallel::TensorParallel tp_group() const;

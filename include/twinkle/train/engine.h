@@ -52,9 +52,10 @@ class Engine {
   /// leaves no rank waiting in a collective: a second call before the optimizer step under
   /// overlap_grad_reduce, or after reduce_gradients (DistributedOptimizer::check_backward_allowed,
   /// before any communication); a micro-batch that Qwen3Model::prepare refuses on some ranks
-  /// (a token id, label or position id out of range, inconsistent lengths) is agreed over dp-cp
-  /// in the token-count reduction and every rank throws that rank's message prefixed
-  /// "dp-cp rank R: forward_backward: " (dist/agreed_error.h). A non-empty `input_error` is the caller's
+  /// (a token id, label or position id out of range, inconsistent lengths) is agreed in the
+  /// token-count reduction over dp-cp plus one int64 sum over the world when it is larger, and
+  /// every rank throws the lowest refusing rank's message prefixed "world rank R: forward_backward: "
+  /// (no prefix in a one-rank job) (dist/agreed_error.h). A non-empty `input_error` is the caller's
   /// own refusal of this rank's input (e.g. MegatronModel's collation of its rows failed; pass the
   /// micro-batches that remain, or none): it is agreed and raised the same way. Nothing is
   /// computed and no gradient changes when a call is refused.

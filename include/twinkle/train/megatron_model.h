@@ -151,6 +151,9 @@ class MegatronModel {
   /// or unread weight files (*.bin, *.pt, *.pth, *.gguf, other *.safetensors names), or what an
   /// interrupted save leaves (model*.safetensors[.index.json].tmp.<pid> temporaries, or
   /// model-NNNNN-of-NNNNN.safetensors shards without their index): "holds no complete weights".
+  /// Collective over the world: an error on some ranks only (a checkpoint missing the tensors of
+  /// one pipeline stage, a file one node cannot read) is raised on every rank, prefixed
+  /// "world rank R: " (dist::run_agreed), so a caller that catches it leaves no rank waiting.
   explicit MegatronModel(const std::string& model_id, const MegatronModelOptions& options = {});
 
   /// Adds LoRA adapter `name` (Twinkle's add_adapter_to_model; one adapter per model,
@@ -164,7 +167,9 @@ class MegatronModel {
   void add_adapter_to_model(const std::string& name, const LoraConfig& cfg);
   /// Adds the adapter stored in a PEFT adapter directory (adapter_config.json +
   /// adapter_model.safetensors, as save() writes it) and loads its weights. Throws
-  /// twinkle::Error naming the file or field that is missing or unsupported.
+  /// twinkle::Error naming the file or field that is missing or unsupported, on every rank alike
+  /// (dist::run_agreed). A file that cannot be read is refused before the adapter is added; a
+  /// tensor missing for some layers leaves the adapter added with its seeded init.
   void load_adapter(const std::string& dir, const std::string& name = "default");
   bool has_adapter() const { return model_->has_adapter(); }
   const std::string& adapter_name() const { return adapter_name_; }
@@ -185,13 +190,13 @@ class MegatronModel {
   /// undefined: the call returns 0, last_metrics().has_loss is false, the gradients are
   /// zero, and a warning says so. Refusals are raised on every rank alike, so catching one
   /// leaves no rank waiting (Engine::forward_backward): rows one rank cannot collate or a token /
-  /// label / position out of range ("dp-cp rank R: forward_backward: ..." on every rank), a second
+  /// label / position out of range ("world rank R: forward_backward: ..." on every rank), a second
   /// call before clip_grad_and_step with overlap_grad_reduce on (the error names the option);
   /// nothing is computed then and the step counter does not advance.
   double forward_backward(const std::vector<EncodedRow>& rows);
   /// The same, for a caller whose own conversion of this rank's rows already failed (the Python
   /// binding's list-of-dicts conversion): a non-empty `input_error` is refused on every rank alike
-  /// like a row this rank cannot collate ("dp-cp rank R: forward_backward: <input_error>"); `rows`
+  /// like a row this rank cannot collate ("world rank R: forward_backward: <input_error>"); `rows`
   /// is then not read.
   double forward_backward(const std::vector<EncodedRow>& rows, const std::string& input_error);
   double forward_backward(const LocalBatch& batch) { return forward_backward(batch.rows); }
@@ -276,7 +281,9 @@ class MegatronModel {
   /// embedding (the constructor unties for such a checkpoint; see twinkle/io/tied_head.h).
   /// Checkpoint tensors the model does not use (Qwen3Model::unused_checkpoint_tensors) are
   /// named in a warning on rank 0, here and in the constructor (transformers' from_pretrained
-  /// warning "Some weights of the model checkpoint ... were not used").
+  /// warning "Some weights of the model checkpoint ... were not used"). Collective over the
+  /// world; a refusal on some ranks is raised on all (dist::run_agreed) and, for a missing or
+  /// misshapen tensor, changes no parameter (Qwen3Model::load_checkpoint).
   void load(const std::string& dir);
 
   Qwen3Model& model() { return *model_; }
@@ -297,6 +304,9 @@ class MegatronModel {
   void finish_param_sync() {
     if (optim_) optim_->finish_param_sync();
   }
+  // The constructor's file-reading part (config, model, weights, tokenizer; no collective), run
+  // under dist::run_agreed so a failure on some ranks is raised on all.
+  void build(const std::string& model_id);
   // Rank 0 warns naming the checkpoint tensors the model does not use (see load()).
   void warn_unused_tensors(const CheckpointReader& ck) const;
   // Micro-batches of `rows`; segment_row offset by row0 (the block's first global row).
