@@ -50,7 +50,7 @@ foreach(cfg "2;2" "4;4" "4;2")
 endforeach()
 
 # Megatron's per-layer aux loss and z-loss with the tokens split over 2 and 3 ranks == one
-# process (values, router-logit and router-weight gradients, padding excluded) — B09.
+# process (values, router-logit and router-weight gradients, padding excluded).
 add_executable(moe_aux_check ${CMAKE_SOURCE_DIR}/tests/dist/moe_aux_check.cpp)
 set_target_properties(moe_aux_check PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 target_compile_options(moe_aux_check PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})

@@ -33,7 +33,8 @@ foreach(spec ${TWINKLE_LAYOUTS})
 endforeach()
 add_test(NAME reference_model_selftest COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/qwen3_ref.py selftest)
 
-# Config variants transformers accepts (issue 8; failure classes B21 B25 B29), each against the
+# Config variants transformers accepts (issue 8; RoPE scaling spellings, sliding-window layer
+# selection), each against the
 # PyTorch reference (losses, grad norms, step-0 gradients, params after 3 steps); every variant must
 # change the reference loss vs the base config (or, for dynamic NTK below max_position_embeddings and
 # configs that window no layer, equal it), so a run that ignored it would fail.

@@ -150,7 +150,7 @@ class Qwen3Model {
   /// Tensors of `ck` that load_checkpoint reads for no entry of the model (any stage or rank):
   /// what transformers' from_pretrained reports as "Some weights of the model checkpoint ... were
   /// not used" — e.g. model.layers.3.* when config.json says num_hidden_layers = 3, or a renamed
-  /// tensor. Not listed: zero-element tensors (legal filler, failure class B28) and, for a tied
+  /// tensor. Not listed: zero-element tensors (legal filler) and, for a tied
   /// model, a lm_head.weight copy of the embedding (transformers 5's tie rule, io/tied_head.h).
   /// Sorted by name.
   std::vector<std::string> unused_checkpoint_tensors(const CheckpointReader& ck) const;

@@ -1,7 +1,7 @@
 // Issue 17: the template option set is validated in one place (validate(TemplateOptions)),
 // used by Template, Dataset::set_template and the command line; pre-tokenized rows go through
 // Dataset::encode_pretokenized, where --skip-bad-rows drops a malformed row with a warning
-// naming file:line (it used to fail anyway, B-issue 17), and without it the error stays.
+// naming file:line (it used to fail anyway), and without it the error stays.
 #include <gtest/gtest.h>
 
 #include <cstdio>
