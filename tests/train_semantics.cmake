@@ -1,4 +1,4 @@
-# Training semantics users trip on (issue 8) and option / row validation (issue 17):
+# Training semantics users trip on and option / row validation:
 #  - non-finite loss / grad norm never reaches the weights, on one process and parallel layouts;
 #  - every layout trains the same rows at every step across an epoch boundary, short last batch
 #    included, vs the PyTorch loss of those rows, also when a micro-batch, a dp rank or the

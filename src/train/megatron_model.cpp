@@ -114,7 +114,7 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
   mo.pipeline_split = opts_.pipeline_split;
   mo.recompute_granularity = opts_.recompute_granularity;
   if (ps_->mesh.device_type() != "cpu" && mo.recompute_granularity != "none") {
-    // Recompute runs host-side buffer logic not yet ported to device memory (issue 18); it changes
+    // Recompute runs host-side buffer logic not yet ported to device memory; it changes
     // memory, never results (bit-identical to none), so a device run keeps its activations instead
     // of refusing the default.
     get_logger().warning("recompute_granularity '" + mo.recompute_granularity + "' is not implemented on device '" +

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every public binding of the Python package twinkle (issue 15), good and bad arguments,
+"""Every public binding of the Python package twinkle, good and bad arguments,
 keyword names and defaults as in Twinkle's (modelscope/twinkle) public API.
 
 Run: PYTHONPATH=build/python .venv/bin/python -m unittest discover -s tests/python

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Issue 17 (and issue 8's smaller faults) through `twinkle train`, `twinkle eval` and the recipe:
-every row of issue 17's table and each out-of-range bound is an error naming the option and the
+"""Option and row validation (and smaller training faults) through `twinkle train`, `twinkle eval`
+and the recipe: every option rule and each out-of-range bound is an error naming the option and the
 allowed range (the same validate() the C++ API calls); --max-steps 0 or absent = one epoch,
 negative = error; --help shows every default; --batch-size larger than the dataset warns;
 --skip-bad-rows drops a malformed pre-tokenized row with a warning naming file:line and counts it

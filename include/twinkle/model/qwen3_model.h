@@ -65,7 +65,7 @@ struct Qwen3ModelOptions {
   std::string recompute_granularity = "none";
   /// Tokens per chunk of the fused lm-head + cross-entropy (bounds the [chunk, vocab/tp] logits buffer).
   int64_t lm_head_chunk_tokens = 1024;
-  /// Qwen3-MoE router losses (issue 10; parallel/expert_layout.h check_moe_loss_options):
+  /// Qwen3-MoE router losses (parallel/expert_layout.h check_moe_loss_options):
   /// "global" = transformers' load_balancing_loss_func over the micro-batch's MoE layers
   /// (pp = 1), "per_layer" = Megatron's switch_load_balancing_loss_func per layer; the
   /// coefficient 0 (default, as Twinkle's Megatron path) logs the value without a gradient.

@@ -104,7 +104,7 @@ TEST(DataLoaderTest, OptionErrors) {
 }
 
 // Twinkle's DeviceMeshSampler: `if len(batch) < self.min_batch_size: return` ends the epoch before
-// a short final batch. 0 keeps it (issue 8's default); the checked values are the sampler's by hand:
+// a short final batch. 0 keeps it (twinkle's default); the checked values are the sampler's by hand:
 // 10 rows in batches of 4 are 4, 4, 2.
 TEST(DataLoaderTest, MinBatchSizeEndsTheEpochBeforeAShorterFinalBatch) {
   auto rows = make_rows(10);
