@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Python overhead per step of the Python recipes (issue 15), measured inside the run.
+"""Python overhead per step of the Python recipes, measured inside the run.
 
 Runs the loop of examples/python/tp.py (--recipe tp: dp2 tp2 pp2, models/qwen3-tiny, global batch
 8) or of examples/python/tp_moe_cp.py (--recipe moe_cp: tp2 pp2 cp2 ep2, models/qwen3-moe-tiny,

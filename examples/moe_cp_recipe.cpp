@@ -4,9 +4,10 @@
 //   twinkle-run --nproc_per_node=8 build/examples/moe_cp_recipe [--model DIR] [--cp-comm-type p2p|a2a]
 //               [--max-steps N] [--output-dir output/moe_cp_recipe] [--bf16 | --fp32] [--lora ...]
 //
-// The seed's run (spec twinkle-behaviour.md §0, tp_moe_cp_npu): mesh dp=1 x tp=2 x pp=2 x cp=2
-// with ep=2 — the ep groups are the tp groups and the expert-data-parallel groups the cp groups
-// (spec §1.1: dense dp is 1 but the experts are data-parallel over cp); every sequence is split
+// The seed's run (Twinkle's cookbook/megatron/ascend/tp_moe_cp_npu.py): mesh dp=1 x tp=2 x pp=2
+// x cp=2 with ep=2 — the ep groups are the tp groups and the expert-data-parallel groups the cp groups
+// (Megatron-core's expert RankGenerator, megatron/core/parallel_state.py: dense dp is 1 but the
+// experts are data-parallel over cp); every sequence is split
 // over the two cp ranks (load-balanced chunks r and 2cp-1-r) and attention runs as the ring
 // (Megatron's cp_comm_type p2p; --cp-comm-type a2a for Ulysses); sequence parallelism is switched
 // on for MoE with tp > 1. The rest as examples/moe_recipe.cpp: self-cognition range(128), global

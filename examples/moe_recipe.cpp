@@ -5,8 +5,9 @@
 //               [--device cpu] [--max-steps N] [--output-dir output/moe_recipe] [--bf16 | --fp32]
 //               [--lora [--lora-r 8 --lora-alpha 32 --lora-targets all-linear]]
 //
-// The seed's run (spec twinkle-behaviour.md §0, tp_moe_npu): mesh dp=2 x tp=2 x pp=2 x cp=1 with
-// ep=2 (the ep groups are the tp groups, the expert-dp groups the dp groups, spec §1.1),
+// The seed's run (Twinkle's cookbook/megatron/ascend/tp_moe_npu.py): mesh dp=2 x tp=2 x pp=2 x
+// cp=1 with ep=2 (the ep groups are the tp groups, the expert-dp groups the dp groups, as Megatron-core's
+// expert RankGenerator in megatron/core/parallel_state.py builds them),
 // sequence parallelism switched on for MoE with tp > 1 (logged), self-cognition data_slice
 // range(128), global batch 2, the first 10 of the epoch's 64 steps, AdamW lr 1e-4 with the
 // distributed optimizer (dense state sharded over dp, expert state over expert-dp), cosine

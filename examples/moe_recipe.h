@@ -19,7 +19,8 @@ using namespace twinkle;
 
 namespace moe_recipe {
 
-/// What distinguishes the two recipes (spec twinkle-behaviour.md §0).
+/// What distinguishes the two recipes (Twinkle's cookbook/megatron/ascend/tp_moe_npu.py and
+/// tp_moe_cp_npu.py).
 struct Defaults {
   const char* title;       ///< CLI description
   const char* name;        ///< program name

@@ -1,4 +1,4 @@
-# bf16 mixed precision (issue 14; tests/reference/check_bf16.py, test_gemm_bf16.cpp):
+# bf16 mixed precision (tests/reference/check_bf16.py, test_gemm_bf16.cpp):
 #  - bf16_vs_fp32_vs_torch_autocast: 30 steps; twinkle --bf16 within 5e-3 (max relative loss
 #    deviation) of twinkle --fp32 and at least as close to it as PyTorch's bf16 autocast is to PyTorch
 #    fp32 (same model, init and batch); PyTorch with bf16 parameters and no fp32 master weights must

@@ -1,4 +1,4 @@
-# The model on device "cuda" (issue 18, dist/nccl_process_group.h and the device-aware model): GPU tests,
+# The model on device "cuda" (dist/nccl_process_group.h and the device-aware model): GPU tests,
 # labelled `gpu`; without a GPU they print the reason and exit 77 (CTest reports them skipped, never
 # passed). On the lent GPU scripts/device-check run executes them (ctest -L gpu).
 if(TWINKLE_WITH_CUDA_BACKEND)

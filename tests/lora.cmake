@@ -1,4 +1,4 @@
-# LoRA (issue 12) against independent references (tests/reference/check_train.py --lora-r,
+# LoRA against independent references (tests/reference/check_train.py --lora-r,
 # tests/reference/lora_ref.py: PEFT's formulas on the PyTorch reference model, the initial
 # adapter read through PEFT's key names and config fields):
 #  - one process vs PyTorch float64: loss and grad norm every step, step-0 adapter gradients,

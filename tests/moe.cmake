@@ -50,7 +50,7 @@ foreach(cfg "2;2" "4;4" "4;2")
 endforeach()
 
 # Megatron's per-layer aux loss and z-loss with the tokens split over 2 and 3 ranks == one
-# process (values, router-logit and router-weight gradients, padding excluded) — B09.
+# process (values, router-logit and router-weight gradients, padding excluded).
 add_executable(moe_aux_check ${CMAKE_SOURCE_DIR}/tests/dist/moe_aux_check.cpp)
 set_target_properties(moe_aux_check PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 target_compile_options(moe_aux_check PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
@@ -115,7 +115,7 @@ endfunction()
 # edp 2 (dp4: ZeRO shards experts over edp), ep4 over tp x dp, ep2 with pp, and the seed's
 # recipe-2 grid tp2 pp2 dp2 ep2 on 8 ranks; a short last batch (5 rows, batch 4) whose second
 # step leaves dp rank 1 without a row: it runs a filler micro-batch so every ep dispatch meets.
-# With context parallelism (issue 11's recipe 3): cp2 x ep2 (the ep group is the cp group; each
+# With context parallelism (the seed's third recipe): cp2 x ep2 (the ep group is the cp group; each
 # cp rank routes its load-balanced half of every sequence; router statistics summed over cp) and
 # the seed's recipe-3 grid tp2 pp2 cp2 ep2 on 8 ranks (ep = the tp groups, edp = the cp groups),
 # aux per_layer on and off.

@@ -1,4 +1,4 @@
-# Overlapped dp communication (issue 14, "Overlap"): overlap_grad_reduce and overlap_param_gather
+# Overlapped dp communication: overlap_grad_reduce and overlap_param_gather
 # give bit-identical losses, grad norms, reduced gradients and parameters to the synchronous path
 # over 3 steps, and really overlap (buckets started in the backward, all-gathers waited for in the
 # forward) — tests/dist/overlap_check.cpp. dp4 reduces over 4 ranks (summation order matters);

@@ -1,7 +1,7 @@
-# `twinkle plan` (issue 14): the planned per-rank peak within 15 % of the measured peak RSS of the
+# `twinkle plan`: the planned per-rank peak within 15 % of the measured peak RSS of the
 # bench configs (train_bench a, b; b with full recompute; a and b-full also with --bf16, whose
 # planned saving over fp32 on a must match the measured one within 30 %), of a 4-rank pp2 dp2
-# layout and of a 4-rank Qwen3-MoE dp4 etp2 layout (issue 10: experts split over etp, ZeRO over
+# layout and of a 4-rank Qwen3-MoE dp4 etp2 layout (experts split over etp, ZeRO over
 # edp 2), and on both layouts every rank's parameter and AdamW-state elements exactly
 # (tests/reference/check_plan.py); train_bench w (wide attention on 2048-token rows, fp32 and bf16) where
 # the attention kernels' packed operands are ~25 % of the peak; a layout above --memory-per-rank fails naming its biggest item.

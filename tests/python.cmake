@@ -1,4 +1,4 @@
-# The Python package (python/, issue 15): built only when pybind11-dev / python3-dev are there.
+# The Python package (python/): built only when pybind11-dev / python3-dev are there.
 # Pass / fail on exit codes (unittest and the check script exit non-zero on any failure).
 if(TARGET twinkle_python)
   set(TWINKLE_PY_ENV "PYTHONPATH=${CMAKE_BINARY_DIR}/python;TWINKLE_SOURCE_DIR=${CMAKE_SOURCE_DIR};OMP_NUM_THREADS=1")

@@ -1,4 +1,4 @@
-# The dense recipe end to end (issue: make demo) and its device errors.
+# The dense recipe end to end (make demo) and its device errors.
 add_test(NAME recipe_8ranks_equals_single_and_loads_in_torch
          COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_recipe.py --build ${CMAKE_BINARY_DIR} --steps 4)
 set_tests_properties(recipe_8ranks_equals_single_and_loads_in_torch PROPERTIES TIMEOUT 600 PROCESSORS 2)
@@ -26,14 +26,14 @@ add_test(NAME recipe_lora_8ranks_equals_single_and_loads_in_torch
          COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_recipe.py --build ${CMAKE_BINARY_DIR} --steps 3 --lora)
 set_tests_properties(recipe_lora_8ranks_equals_single_and_loads_in_torch PROPERTIES TIMEOUT 600 PROCESSORS 2)
 
-# The Qwen3-MoE recipe (examples/moe_recipe.cpp, issue 10): dp2 tp2 pp2 ep2 on 8 ranks == one
+# The Qwen3-MoE recipe (examples/moe_recipe.cpp): dp2 tp2 pp2 ep2 on 8 ranks == one
 # process per step (loss, grad norm and its expert part, aux loss, expert load), and its
 # checkpoint (experts gathered from their ep ranks) loads in the PyTorch Qwen3-MoE reference.
 add_test(NAME moe_recipe_8ranks_equals_single_and_loads_in_torch
          COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_recipe.py --build ${CMAKE_BINARY_DIR}
                  --steps 3 --recipe moe_recipe)
 set_tests_properties(moe_recipe_8ranks_equals_single_and_loads_in_torch PROPERTIES TIMEOUT 600 PROCESSORS 2)
-# Recipe 3 (examples/moe_cp_recipe.cpp, issue 11): tp2 pp2 cp2 ep2 with ring attention, the same checks.
+# Recipe 3 (examples/moe_cp_recipe.cpp): tp2 pp2 cp2 ep2 with ring attention, the same checks.
 add_test(NAME moe_cp_recipe_8ranks_equals_single_and_loads_in_torch
          COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_recipe.py --build ${CMAKE_BINARY_DIR}
                  --steps 2 --recipe moe_cp_recipe)

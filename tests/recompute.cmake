@@ -1,4 +1,4 @@
-# Activation recompute (issue 14): "selective" and "full" are bit-identical to "none" (losses,
+# Activation recompute: "selective" and "full" are bit-identical to "none" (losses,
 # grad norms, gradients, parameters over 3 steps) and save fewer activation bytes, on one process
 # and on parallel layouts (tests/dist/recompute_check.cpp); with a LoRA adapter whose dropout masks
 # the recomputed forwards must draw again (_lora), and with the bf16 kernel set (_bf16).

@@ -1,4 +1,4 @@
-# Checkpoints that resume (issue 13; tests/reference/check_resume.py): 10 steps uninterrupted vs
+# Checkpoints that resume (tests/reference/check_resume.py): 10 steps uninterrupted vs
 # 5 + save (--save-optimizer) + a new process resuming for 5: losses, grad norms, lrs and the
 # final fp32 weights / AdamW state bit-identical; the 8-rank checkpoint resumed on other layouts
 # within 1e-6 relative; a rank killed mid-write and a full filesystem lose nothing; bad

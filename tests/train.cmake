@@ -33,7 +33,8 @@ foreach(spec ${TWINKLE_LAYOUTS})
 endforeach()
 add_test(NAME reference_model_selftest COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/qwen3_ref.py selftest)
 
-# Config variants transformers accepts (issue 8; failure classes B21 B25 B29), each against the
+# Config variants transformers accepts (RoPE scaling spellings, sliding-window layer
+# selection), each against the
 # PyTorch reference (losses, grad norms, step-0 gradients, params after 3 steps); every variant must
 # change the reference loss vs the base config (or, for dynamic NTK below max_position_embeddings and
 # configs that window no layer, equal it), so a run that ignored it would fail.
@@ -89,7 +90,7 @@ foreach(spec ${TWINKLE_KERNEL_CHECKS})
   set_tests_properties(kernels_fused_vs_reference_${name} PROPERTIES TIMEOUT 300 PROCESSORS ${np})
 endforeach()
 
-# Context parallelism (issue 11): cp2 (ring p2p and Ulysses a2a) and cp combined with tp+sp, dp
+# Context parallelism: cp2 (ring p2p and Ulysses a2a) and cp combined with tp+sp, dp
 # and pp (1F1B keeps two micro-batches in flight: Ulysses state per slot) equal one process on the
 # same data (rows of odd lengths padded per row to 2*cp(*tp)); packed micro-batches split per segment.
 set(TWINKLE_CP_LAYOUTS
@@ -169,7 +170,7 @@ add_test(NAME layout_packed_vs_unpacked_cp2_swa
                  --against single --packed-layout --np 2 --layout "--cp 2")
 set_tests_properties(layout_packed_vs_unpacked_cp2_swa PROPERTIES TIMEOUT 300 PROCESSORS 2)
 
-# cp = 4 (issue 11): 4 ranks, dense, ring and Ulysses, equal to one process; Ulysses at cp 4 needs
+# cp = 4: 4 ranks, dense, ring and Ulysses, equal to one process; Ulysses at cp 4 needs
 # kv heads divisible by 4 (MHA variant). Sliding-window layers under CP (Qwen3 use_sliding_window,
 # every layer windowed, window 5 < the 2*cp chunks of 40..64-token rows): the windowed single-process
 # run is checked against PyTorch by train_vs_torch_config_swa_*, and these layouts must equal it.

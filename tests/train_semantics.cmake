@@ -1,7 +1,8 @@
-# Training semantics users trip on (issue 8) and option / row validation (issue 17):
-#  - non-finite loss / grad norm never reaches the weights, on one process and parallel layouts (B26);
+# Training semantics users trip on and option / row validation:
+#  - non-finite loss / grad norm never reaches the weights, on one process and parallel layouts;
 #  - every layout trains the same rows at every step across an epoch boundary, short last batch
-#    included, vs the PyTorch loss of those rows (B27, B24);
+#    included, vs the PyTorch loss of those rows, also when a micro-batch, a dp rank or the
+#    whole step has no labelled token;
 #  - every option bound, --max-steps, --help defaults, --skip-bad-rows, steps without labels.
 if(NOT TARGET twinkle_cli)  # never drop these tests silently
   message(FATAL_ERROR "train_semantics.cmake needs the twinkle CLI target (tools/twinkle)")

@@ -28,7 +28,7 @@ foreach(spec ${TWINKLE_VOLUME_LAYOUTS})
   set_tests_properties(comm_volume_${name} PROPERTIES TIMEOUT 240 PROCESSORS 2)
 endforeach()
 
-# Qwen3-MoE (issue 10): bench/layout_bench --check-volume with --config moe: every rank's bytes
+# Qwen3-MoE: bench/layout_bench --check-volume with --config moe: every rank's bytes
 # per process group equal the analytic volume, the ep group's all-to-all bytes computed from the
 # top-k routing that happened (each micro-batch's routing read from the model's activations, the
 # other ranks' rows exchanged after the step), the expert region reduced over expert-dp and the

@@ -18,7 +18,7 @@
 //   -x OMP_WAIT_POLICY=passive      (unless set by the user)
 //   -x MALLOC_MMAP_MAX_=0 -x MALLOC_TRIM_THRESHOLD_=68719476736
 //                                   glibc keeps freed memory: removes the page-fault cliff of
-//                                   large messages (docs: /work/shared/spec/machine-figures.md)
+//                                   large messages (bench/README.md, MALLOC_MMAP_MAX_)
 //   -x LOG_LEVEL, -x TWINKLE_*, -x CUDA_VISIBLE_DEVICES, -x ASCEND_RT_VISIBLE_DEVICES
 //                                   forwarded when set. Device mapping is done by the runtime
 //                                   (twinkle::local_device_id): local rank i

@@ -1,5 +1,5 @@
 # examples/python/tp.py — the seed's dense recipe (Twinkle cookbook/megatron/ascend/tp_npu.py and
-# its GPU twin cookbook/megatron/tp.py; call sequence in /work/shared/spec/twinkle-behaviour.md §0)
+# its GPU twin cookbook/megatron/tp.py)
 # as a Python script on twinkle's C++ core. Differences from the seed: device_type='cpu', the
 # default model is the embedded models/qwen3-tiny (--model overrides it), the seed's LoRA
 # adapter line runs only with --lora (default: full-parameter training, as the seed's

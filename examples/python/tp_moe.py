@@ -1,5 +1,5 @@
 # examples/python/tp_moe.py — the seed's MoE recipe (Twinkle cookbook/megatron/ascend/tp_moe_npu.py;
-# call sequence in /work/shared/spec/twinkle-behaviour.md §0: the one of tp_npu.py with
+# the call sequence of tp_npu.py with
 # Qwen3-30B-A3B, data_slice range(128), global batch 2, mesh dp 2 x tp 2 x pp 2 x cp 1 x ep 2 on
 # 8 ranks, the first 10 steps) as a Python script on twinkle's C++ core; the Python twin of
 # examples/moe_recipe.cpp (checked against it: tests/reference/check_python_recipe.py --recipe moe).

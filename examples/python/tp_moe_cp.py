@@ -1,10 +1,11 @@
 # examples/python/tp_moe_cp.py — the seed's third recipe (Twinkle cookbook/megatron/ascend/
-# tp_moe_cp_npu.py; call sequence in /work/shared/spec/twinkle-behaviour.md §0: the one of
+# tp_moe_cp_npu.py: the call sequence of
 # tp_npu.py with Qwen3-30B-A3B, data_slice range(128), global batch 2, mesh dp 1 x tp 2 x pp 2 x
 # cp 2 x ep 2 on 8 ranks, ring context parallelism, the first 10 steps) as a Python script on
 # twinkle's C++ core; the Python twin of examples/moe_cp_recipe.cpp (checked against it:
 # tests/reference/check_python_recipe.py --recipe moe_cp).
-# The ep groups are the tp groups and the experts are data-parallel over cp (spec §1.1); every
+# The ep groups are the tp groups and the experts are data-parallel over cp (Megatron-core's expert
+# RankGenerator, megatron/core/parallel_state.py); every
 # sequence is split over the two cp ranks (load-balanced chunks r and 2cp-1-r) and attention runs
 # as Megatron's ring (cp_comm_type p2p); sequence parallelism is on for MoE with tp > 1.
 # Differences from the seed:

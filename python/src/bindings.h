@@ -1,6 +1,6 @@
 // python/src/bindings.h — helpers shared by the binding files of twinkle._core.
 //
-// Error mapping (issue 15): a C++ option check (one validate() per option set, see
+// Error mapping: a C++ option check (one validate() per option set, see
 // twinkle/core/option_check.h, and DeviceMesh::from_sizes' size checks) failing becomes
 // ValueError with the same text (arg_check); every other twinkle::Error becomes RuntimeError
 // (module.cpp). Heavy calls (model construction, forward/backward, step, save, load) run with

@@ -12,8 +12,8 @@ device type and the model id:
 
 launched with `twinkle-run --nproc_per_node=8 script.py` (or mpirun / srun; PYTHONPATH must
 reach build/python, which twinkle-run sets). Keyword names and defaults follow Twinkle
-(see /work/shared/spec/twinkle-behaviour.md sections 1-5); the computation is the C++ core's
-(twinkle/twinkle.h). Errors: a bad argument raises ValueError (TypeError for an unknown
+(modelscope/twinkle: DeviceMesh, Dataset, Template, DataLoader, MegatronModel); the computation
+is the C++ core's (twinkle/twinkle.h). Errors: a bad argument raises ValueError (TypeError for an unknown
 keyword), every other failure of the core RuntimeError, both with the C++ message.
 """
 import os as _os
@@ -113,7 +113,7 @@ def _global_mesh():
 
 
 def kernelize_model(model, mapping=None, **kwargs):
-    """Twinkle's kernelize (twinkle.kernel.kernelize, spec §6.1) over twinkle::kernelize_model:
+    """Twinkle's kernelize (twinkle.kernel.kernelize, src/twinkle/kernel/) over twinkle::kernelize_model:
     swaps the kernels a MegatronModel calls. mapping: {op: {device: implementation}} over the
     kernel registry (None or {} = the device's built-in fused bundle); entries for other devices
     are skipped. Returns the model (Twinkle returns the kernelized model); the ops that changed

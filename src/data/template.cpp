@@ -90,7 +90,7 @@ struct Rendered {
 // Where the untrained empty think block of a turn ends in token terms: the largest byte
 // position p <= sp.masked_end at a character boundary where the turn's ids split into the ids
 // of [begin, p) and [p, end) (every token of the first part lies inside the regex match). The
-// ids stay those of the whole conversation (failure class B17); a token holding both matched
+// ids stay those of the whole conversation; a token holding both matched
 // whitespace and the content (" Hello" after "</think>\n\n") is the content's and trained.
 // ms-swift tokenizes the matched text and the rest apart instead, which changes the ids.
 size_t masked_boundary(const Tokenizer& tok, std::string_view text, const Span& sp) {

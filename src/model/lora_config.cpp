@@ -112,7 +112,7 @@ std::vector<std::string> resolve_lora_targets(const LoraConfig& cfg, const std::
   const bool all = std::find(targets.begin(), targets.end(), "all-linear") != targets.end();
   for (const auto& m : linear_modules) {
     // all-linear: every linear layer but the lm head and the MoE router "mlp.gate" (Twinkle's
-    // rule, spec §5.2); the router only when named.
+    // add_adapter_to_model, src/twinkle/model/megatron/megatron.py); the router only when named.
     const bool router = m.size() > 9 && m.compare(m.size() - 9, 9, ".mlp.gate") == 0;
     bool hit = all && !router;
     for (const auto& t : targets) hit = hit || matches(m, t);

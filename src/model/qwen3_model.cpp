@@ -26,8 +26,8 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   recompute_ = parse_recompute(opts_.recompute_granularity);
   dev_ = parse_device(ps_->mesh.device_type());
   if (dev_ != Device::CPU) {
-    // What still runs host loops over model buffers is refused by name (issue 18's first slice:
-    // the dense model on tp/pp/dp layouts).
+    // What still runs host loops over model buffers is refused by name (supported on a
+    // device so far: the dense model on tp/pp/dp layouts).
     const std::string on = " on device '" + ps_->mesh.device_type() + "' is not implemented yet";
     check(!cfg_.is_moe(), "Qwen3-MoE (model_type qwen3_moe)" + on + "; use device_type cpu");
     check(ps_->cp->size() == 1, "context parallelism (cp > 1)" + on + "; use cp = 1");
@@ -45,7 +45,7 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
                                    ps_->mesh, cfg_.is_moe());
   tp_ = ps_->tp_size();
   // Megatron requires sequence parallelism for MoE with tp > 1 and Twinkle switches it on
-  // (strategy/megatron.py, spec §5.1): each tp rank routes its own token shard.
+  // (src/twinkle/model/megatron/strategy/megatron.py): each tp rank routes its own token shard.
   sp_ = tp_ > 1 && (ps_->sequence_parallel() || cfg_.is_moe());
   if (tp_ > 1 && cfg_.is_moe() && !ps_->sequence_parallel() && ps_->world->rank() == 0)
     get_logger().info("Qwen3-MoE with tp = " + std::to_string(tp_) + ": sequence parallelism switched on");

@@ -43,7 +43,8 @@ StageBatch Qwen3Model::prepare(const MicroBatch& mb) const {
   b.T = T0;
   if (cp_attention_) {
     // Context parallelism: pad every segment to 2*cp (2*cp*tp under SP) and keep this rank's
-    // load-balanced chunks (Megatron get_batch_on_this_cp_rank; spec §4 pad_cp / split_cp).
+    // load-balanced chunks (Megatron get_batch_on_this_cp_rank; Twinkle's pad_cp / split_cp,
+    // src/twinkle/processor/base.py).
     const parallel::CpShard sh = parallel::cp_split_micro_batch(mb, ps_->cp_size(), ps_->cp_rank(), tp_, sp_);
     for (int32_t p : sh.positions)
       check(p < cfg_.max_position_embeddings, "position id " + std::to_string(p) + " (after padding for cp " +

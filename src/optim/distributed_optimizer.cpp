@@ -23,7 +23,7 @@ DistributedOptimizer::DistributedOptimizer(ParamStore& store, std::shared_ptr<di
   validate(cfg_);
   // Two regions of the flat buffer (ParamStore::finalize): dense parameters, reduced and
   // sharded over dp-cp, then expert parameters, reduced and sharded over the expert-data-
-  // parallel group (Megatron-core: expert_data_parallel_group; anchors §2.8).
+  // parallel group (Megatron-core: expert_data_parallel_group).
   const int64_t N = store_.numel(), X = store_.expert_offset();
   regions_.push_back(Region{ps_->dp_cp.get(), 0, X, false, {}});
   if (X < N) {
@@ -57,7 +57,7 @@ DistributedOptimizer::DistributedOptimizer(ParamStore& store, std::shared_ptr<di
       owned.push_back({rg.start, rg.len});
     }
     // Each element counts once in the grad norm: on its ZeRO owner, else on the group's rank 0;
-    // a tied copy never, a tp-replicated dense parameter on tp rank 0 only (anchors §2.9).
+    // a tied copy never, a tp-replicated dense parameter on tp rank 0 only (Megatron's get_grad_norm_fp32).
     const bool count_here = dist || r == 0;
     for (auto [a, len] : owned) {
       int64_t pos = a, end = a + len;
@@ -344,7 +344,7 @@ StepStats DistributedOptimizer::step(double lr, double max_norm) {
   st.expert_grad_norm = last_expert_norm();
   st.lr = lr;
   if (!std::isfinite(st.grad_norm)) {
-    // Never apply a non-finite update (failure class B26): the norm is a world all-reduce,
+    // Never apply a non-finite update: the norm is a world all-reduce,
     // so every rank takes this branch and no collective below is left half-entered.
     discard_gradients();
     st.skipped = true;

@@ -53,7 +53,7 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training, con
   // overlap_grad_reduce: the optimizer's state is the same on every rank).
   if (training && opt_) opt_->check_backward_allowed();
   // No micro-batch is allowed: a data-parallel rank without a row of a short last batch
-  // (B27) still joins the token count, the pipeline (0 micro-batches on every stage of its
+  // still joins the token count, the pipeline (0 micro-batches on every stage of its
   // replica) and the loss reduction, contributing 0.
   // Under expert parallelism every micro-batch's dispatch is a collective over the ep group
   // (and, with etp > 1, the etp group), which spans data-parallel replicas: a replica with fewer

@@ -125,7 +125,7 @@ void MegatronModel::build(const std::string& model_id) {
   mo.pipeline_split = opts_.pipeline_split;
   mo.recompute_granularity = opts_.recompute_granularity;
   if (ps_->mesh.device_type() != "cpu" && mo.recompute_granularity != "none") {
-    // Recompute runs host-side buffer logic not yet ported to device memory (issue 18); it changes
+    // Recompute runs host-side buffer logic not yet ported to device memory; it changes
     // memory, never results (bit-identical to none), so a device run keeps its activations instead
     // of refusing the default.
     get_logger().warning("recompute_granularity '" + mo.recompute_granularity + "' is not implemented on device '" +
@@ -259,7 +259,7 @@ DistributedOptimizer& MegatronModel::optimizer() {
 
 std::vector<MicroBatch> MegatronModel::split(const std::vector<EncodedRow>& rows, int64_t row0) const {
   std::vector<MicroBatch> out;
-  if (rows.empty()) return out;  // a rank without a row of a short last batch (B27)
+  if (rows.empty()) return out;  // a rank without a row of a short last batch
   int64_t mbs = opts_.micro_batch_size > 0 ? opts_.micro_batch_size : std::min<int64_t>(2, rows.size());
   for (size_t i = 0; i < rows.size(); i += static_cast<size_t>(mbs)) {
     std::vector<EncodedRow> part(rows.begin() + static_cast<std::ptrdiff_t>(i),
@@ -502,7 +502,7 @@ std::string MegatronModel::save(const std::optional<std::string>& name_opt, cons
   if (world.rank() == 0) try {
     if (opts.save_optimizer) remove_stale_staging(final_dir.string());  // of a process that died mid-write
     if (adapter && opts.merge_lora) merge_lora_into(tensors, lora, model_->adapter_config().scaling());
-    // Never write non-finite weights (B26): refuse before any file is touched.
+    // Never write non-finite weights: refuse before any file is touched.
     for (auto& [n, t] : tensors) {
       const float* p = t.f32();
       for (int64_t i = 0, e = t.numel(); i < e; ++i)

@@ -1,6 +1,6 @@
 // MegatronModel: the training state of a checkpoint — saved with save(..., save_optimizer) and
 // restored by resume_from_checkpoint (Twinkle's save_optimizer / resume_from_checkpoint,
-// shared/spec/twinkle-behaviour.md 5.9). Layout-independent: the fp32 trainable weights and
+// src/twinkle/model/megatron/megatron.py). Layout-independent: the fp32 trainable weights and
 // AdamW's moments are written as full Hugging Face-named tensors (the tp/pp shards and the
 // ZeRO-1 dp-cp shards gathered), so any layout can slice them back (Megatron's dp_reshardable
 // optimizer form does the same for the dp shards).

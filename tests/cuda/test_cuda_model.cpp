@@ -1,4 +1,4 @@
-// The dense Qwen3 model on device "cuda" against the CPU backend, one process, fp32 (issue 18):
+// The dense Qwen3 model on device "cuda" against the CPU backend, one process, fp32:
 // the same seeded weights and micro-batches give the same loss and the same gradient of every
 // tensor within 1e-5 (relative to the tensor's largest gradient), and the same weights after two
 // AdamW steps. Labelled `gpu`: without a GPU it prints the reason and exits 77 (CTest: skipped).

@@ -1,7 +1,7 @@
 // Megatron's per-layer router losses on a split sequence (parallel/moe_router_loss.h): with the
 // tokens of a micro-batch split over the ranks of a group (tp under sequence parallelism, cp),
 // the aux loss, the z-loss, the router-logit gradients of every token and the router weight
-// gradient (summed over the group) equal one process holding all tokens — failure class B09.
+// gradient (summed over the group) equal one process holding all tokens, whatever the split.
 // The single-process values use the same class over a size-1 group, whose kernels are checked
 // against PyTorch (tests/unit/kernels/torch_ref_moe.cpp: AuxLossPerLayerIsMegatrons, ZLoss).
 //

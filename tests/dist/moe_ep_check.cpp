@@ -1,7 +1,7 @@
 // Expert parallelism: an MoE block on the EP group (Megatron's alltoall dispatcher,
 // parallel/moe_dispatcher.h) equals the single-process block on the same tokens — outputs, input
-// gradients, router-logit gradients and every expert weight gradient (ratio 1, failure class
-// B10), including an expert that receives no tokens, a rank that sends none and a rank whose
+// gradients, router-logit gradients and every expert weight gradient (ratio 1, not
+// doubled), including an expert that receives no tokens, a rank that sends none and a rank whose
 // experts receive none.
 //
 // Usage: moe_ep_check EP   (world size = dp, mesh dp=world, ep=EP; each EP group checks its own
@@ -219,7 +219,7 @@ void scenario(const char* name, const vector<int64_t>& tokens_per_rank, const ve
     MPI_CHECK(ws.bytes() == held, name << ": dispatch_tags grew the workspace from " << held << " to " << ws.bytes()
                                        << " bytes");
   }
-  // B10: the expert gradient norm summed over the EP group equals the single-process one
+  // Not doubled: the expert gradient norm summed over the EP group equals the single-process one
   double sq = 0.0, sq_ref = 0.0;
   for (auto v : dwg) sq += double(v) * v;
   for (auto v : dwu) sq += double(v) * v;

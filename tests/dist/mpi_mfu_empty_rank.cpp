@@ -1,5 +1,5 @@
 // MFU uses the global batch's mean sequence length on every rank, also on a data-parallel rank
-// that has no row this step (a short last batch, B27): before, such a rank kept the previous
+// that has no row this step (a short last batch): before, such a rank kept the previous
 // step's local mean (and every rank used its own local mean). The FLOPs of a step are
 // recovered from the public metrics (fl = mfu * step_time_s * peak) and compared with
 // flops_per_token(S) * tokens, S computed here from the rows each rank was given. The peak

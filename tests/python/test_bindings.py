@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Every public binding of the Python package twinkle (issue 15), good and bad arguments,
-keyword names and defaults as in /work/shared/spec/twinkle-behaviour.md §1-§5.
+"""Every public binding of the Python package twinkle, good and bad arguments,
+keyword names and defaults as in Twinkle's (modelscope/twinkle) public API.
 
 Run: PYTHONPATH=build/python .venv/bin/python -m unittest discover -s tests/python
 (CTest: python_bindings). One process, no launcher: the mesh is a single rank; the
@@ -97,7 +97,7 @@ class DeviceMeshTest(unittest.TestCase):
     def test_moe_mesh_expert_groups(self):
         m = DeviceMesh.from_sizes(dp_size=2, tp_size=2, pp_size=2, cp_size=1, ep_size=2)
         self.assertEqual(m.mesh_dim_names, ('pp', 'dp', 'cp', 'tp'))
-        self.assertEqual(m.groups('ep'), m.groups('tp'))  # etp=1: EP group = TP group (spec §1.1)
+        self.assertEqual(m.groups('ep'), m.groups('tp'))  # etp=1: EP group = TP group (Megatron's RankGenerator)
         self.assertEqual(m.ep_size, 2)
 
     def test_bad_sizes_raise_value_error_with_the_cpp_text(self):

@@ -2,7 +2,7 @@
 """Bad parallel configurations fail before training, at once, with a clear message.
 
 The Qwen3-MoE cases (the expert grid) also run `twinkle plan` with the same layout flags, which
-must fail with the same message as training (issue 10: plan --ep / --etp)."""
+must fail with the same message as training (plan --ep / --etp)."""
 import argparse
 import json
 import os
@@ -21,7 +21,7 @@ CASES = [
     (2, ["--tp", "2", "--pp", "2"], "world size 2 does not match the device mesh"),
     (1, ["--device", "tpu"], "device_type"),
     (1, ["--device", "npu"], "no NPU backend"),
-    # context parallelism (issue 11): Ulysses needs heads divisible by cp*tp; the world must fit
+    # context parallelism: Ulysses needs heads divisible by cp*tp; the world must fit
     (4, ["--cp", "4", "--cp-comm-type", "a2a"],
      "cp_comm_type a2a (Ulysses) needs num_attention_heads (4) and num_key_value_heads (2) divisible by cp*tp = 4*1 = 4"),
     (1, ["--cp-comm-type", "ring"], "cp_comm_type"),
@@ -30,7 +30,7 @@ CASES = [
 
 # Qwen3-MoE cases on the embedded models/qwen3-moe-tiny (8 experts, moe_intermediate_size 64).
 MOE_CASES = [
-    # expert tensor parallelism splits moe_intermediate_size over etp (issue 10)
+    # expert tensor parallelism splits moe_intermediate_size over etp
     (3, ["--dp", "3", "--etp", "3", "--batch-size", "3"], "moe_intermediate_size = 64 is not divisible by etp = 3"),
     # LoRA with etp > 1 stays refused, as in Megatron-Bridge
     (2, ["--dp", "2", "--etp", "2", "--lora-r", "4", "--lora-targets", "q_proj,gate"],

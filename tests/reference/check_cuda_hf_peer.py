@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The real peer of twinkle's CUDA model (issue 18): transformers' Qwen3ForCausalLM on the GPU loads
+"""The real peer of twinkle's CUDA model: transformers' Qwen3ForCausalLM on the GPU loads
 the checkpoint twinkle saved after training on the GPU and computes the loss of the batch twinkle
 scored; the two losses must agree (fp32, TF32 off; tolerance 2e-5 relative).
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Failure class B27 / issue 8: every layout trains exactly the rows one process trains, at every
+"""The tail of an epoch: every layout trains exactly the rows one process trains, at every
 step, across an epoch boundary, including a short last batch that leaves some data-parallel ranks
-without a row (B24: they count 0 tokens; the global per-token loss stays right, no NaN, no hang).
+without a row (they count 0 tokens; the global per-token loss stays right, no NaN, no hang).
 
 9 pre-tokenized rows, global batch 4, no shuffle, 4 steps at lr 0 (the weights never move, so each
 step's loss is the loss of that step's rows at the initial weights):
@@ -10,9 +10,9 @@ Oracle: tests/reference/qwen3_ref.py (PyTorch) loss and label-token count of tho
 Layouts: dp 1, 2, 4, tp2 x dp2, pp2 x dp2: per-step loss, label tokens, grad norm equal to dp 1
 and the oracle (1e-5 relative). --drop-last: batches 0-3, 4-7, then 0-3 again, for dp 1 and dp 4 alike.
 The dp>1 runs must also warn that a rank gets no row.
-B24: 2 supervised + 2 fully masked rows ([v,v,m,m] and [v,m,v,m]) as dp1 mbs4 / mbs1 and dp2 mbs1 /
-mbs2 (so a micro-batch or a dp rank has no labelled token): the PyTorch loss of the 4 rows, the
-same grad norm in every layout.
+No labelled token: 2 supervised + 2 fully masked rows ([v,v,m,m] and [v,m,v,m]) as dp1 mbs4 /
+mbs1 and dp2 mbs1 / mbs2 (so a micro-batch or a dp rank has no labelled token): the PyTorch loss
+of the 4 rows, the same grad norm in every layout.
 Run with the project environment's python (.venv, scripts/setup).
 """
 import argparse
@@ -103,7 +103,7 @@ def main():
         if "drop_last drops the last 1 rows" not in log:
             failures.append("drop_last: no warning about the dropped rows")
 
-        # B24: micro-batches / dp ranks holding rows but no labelled token. Rows 0, 1 supervised,
+        # Micro-batches / dp ranks holding rows but no labelled token. Rows 0, 1 supervised,
         # 2, 3 fully masked, in the orders [v,v,m,m] and [v,m,v,m]; dp1 mbs4, dp1 mbs1, dp2 mbs1,
         # dp2 mbs2: loss = the PyTorch loss of the 4 rows, the same grad norm everywhere, no NaN.
         for order in ([0, 1, 2, 3], [0, 2, 1, 3]):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Failure class B26 / issue 8: a non-finite loss or gradient norm never reaches the weights.
+"""A non-finite loss or gradient norm never reaches the weights.
 
 tiny model, 16 pre-tokenized rows, batch 4, `--lr 1e6 --clip-grad 1 --max-steps 4`: step 1 blows
 the weights up (finite), step 2's loss / gradients are NaN or inf.

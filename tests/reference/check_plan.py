@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`twinkle plan` against the measured peak RSS (issue 14): for each case, run the planner, then
+"""`twinkle plan` against the measured peak RSS: for each case, run the planner, then
 the real thing, and require the planned per-rank peak to be within 15 % of the measured peak RSS
 of every rank over the training steps (VmHWM reset after the model is built: the plan is the
 training step's memory, not the transient buffers of the seeded init).
@@ -8,7 +8,7 @@ Cases: bench/train_bench configs a, b and w (one process; a with recompute none,
 full), the same with mixed precision bf16 (`twinkle plan --bf16` against `train_bench --bf16`: a
 with recompute none, b with full), a pipelined data-parallel layout of bench/layout_bench (pp2
 dp2, "small" config, fixed 512-token rows, full recompute) and an expert-tensor-parallel
-Qwen3-MoE layout (issue 10: layout_bench's "moe_wide", 16 experts of width 512 holding most of
+Qwen3-MoE layout (layout_bench's "moe_wide", 16 experts of width 512 holding most of
 the memory, dp4 x etp2, so edp = world / (etp·ep·pp) = 2: each expert's gate/up rows and down
 columns halved over etp and its AdamW state ZeRO-sharded over the 2 edp ranks), both under
 mpirun. The model configs are written here from the figures of bench/train_bench.cpp and

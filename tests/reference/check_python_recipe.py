@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Acceptance check of the Python package (issue 15): examples/python/tp.py on 8 ranks
+"""Acceptance check of the Python package: examples/python/tp.py on 8 ranks
 (dp=2, tp=2, pp=2, launched by twinkle-run) against the C++ recipe examples/tp_recipe on the
 same data and seed (one epoch of --data-rows rows, global batch 8); with --recipe moe
 examples/python/tp_moe.py against examples/moe_recipe (Qwen3-MoE, dp2 tp2 pp2 ep2, global batch 2,

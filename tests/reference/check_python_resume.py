@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Exact resume through the Python package (issue 15): MegatronModel.load(name, output_dir,
+"""Exact resume through the Python package: MegatronModel.load(name, output_dir,
 load_optimizer=True) continues a run exactly like the uninterrupted one.
 
 tests/reference/python_resume_run.py on 8 ranks (dp 2 x tp 2 x pp 2, cosine schedule with 2

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checkpoints that resume (issue 13): exact resume, resharding, crash safety, bad checkpoints.
+"""Checkpoints that resume: exact resume, resharding, crash safety, bad checkpoints.
 
 Every check trains a tiny model with `twinkle train` (--save-interval 5 --save-optimizer, a cosine
 schedule with warm-up, clipping active, shuffled rows over several epochs with a short last batch)

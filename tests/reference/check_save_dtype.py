@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checkpoint dtypes (issue 14): a bf16 HF checkpoint trains in fp32 and in bf16 mixed precision and is
+"""Checkpoint dtypes: a bf16 HF checkpoint trains in fp32 and in bf16 mixed precision and is
 saved back, in the dtype asked for.
 
   1. init a bf16 checkpoint (qwen3_ref.py init --dtype BF16, config torch_dtype bfloat16);

@@ -21,7 +21,7 @@ difference 5e-8 (dp2 pp2) to 2.05e-5 (cp2 ep2 with dropout on the experts), dete
 CPU results do not depend on the thread count; the near-bound elements are those whose gradient is
 near AdamW's eps, where a summation-order difference moves the update by a fraction of lr).
 With --lora-r R (--lora-targets, default attention + router "gate") twinkle trains a LoRA
-adapter instead (issue 12): against tests/reference/lora_ref.py on qwen3_moe_ref.py from the same
+adapter instead: against tests/reference/lora_ref.py on qwen3_moe_ref.py from the same
 initial adapter (--lora-init false: B random too; --lora-rslora: alpha / sqrt(r)) — loss, grad
 norm, lm / aux / z loss of every step, the step-0 adapter gradients, the saved scaling and the
 adapter after the last step (check_train.compare_adapter_f64, PyTorch float32 held to the same

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Issue 17 (and issue 8's smaller faults) through `twinkle train`, `twinkle eval` and the recipe:
-every row of issue 17's table and each out-of-range bound is an error naming the option and the
+"""Option and row validation (and smaller training faults) through `twinkle train`, `twinkle eval`
+and the recipe: every option rule and each out-of-range bound is an error naming the option and the
 allowed range (the same validate() the C++ API calls); --max-steps 0 or absent = one epoch,
 negative = error; --help shows every default; --batch-size larger than the dataset warns;
 --skip-bad-rows drops a malformed pre-tokenized row with a warning naming file:line and counts it
 (without the flag: the error); a step / eval without a labelled token logs "no labelled tokens"
-(null in JSON) with a warning, never loss 0.0; B30: labels holding the pad (151643) and stop (151645)
+(null in JSON) with a warning, never loss 0.0; labels holding the pad (151643) and stop (151645)
 ids count and train like any other (eval vs PyTorch on the real Qwen3 vocabulary).
 Run with .venv/bin/python (scripts/setup).
 """
@@ -192,7 +192,7 @@ def main():
         if rc != 0:
             fail(f"plot of a metrics file with a null loss: {out[-300:]}")
 
-        # 8. B30: stop / pad ids are ordinary labels. The real Qwen3 vocabulary (models/qwen3-tiny's
+        # 8. Stop / pad ids are ordinary labels. The real Qwen3 vocabulary (models/qwen3-tiny's
         #    config and tokenizer: pad <|endoftext|> 151643, eos <|im_end|> 151645); 3 rows whose labels
         #    hold both, padded with 151643 by twinkle: label count and loss equal PyTorch's.
         real = os.path.join(tmp, "real_vocab")

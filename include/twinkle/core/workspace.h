@@ -1,9 +1,9 @@
 // twinkle/core/workspace.h — named, grow-only scratch tensors reused across steps.
 //
-// Page faults on fresh memory cost 12-17 us per 4 KiB page on the development machine
-// (../shared/spec/machine-figures.md), so activations and scratch buffers are
-// allocated once and reused: get() returns a view of a buffer that only grows. The buffers
-// live on the workspace's device (the model's: host memory, or the GPU for device_type cuda).
+// Page faults on fresh memory cost 12-17 us per 4 KiB page on the development machine, so
+// activations and scratch buffers are allocated once and reused: get() returns a view of a
+// buffer that only grows. The buffers live on the workspace's device (the model's: host memory,
+// or the GPU for device_type cuda).
 #pragma once
 #include <map>
 #include <string>

@@ -6,7 +6,7 @@
 // rank k of n takes the contiguous block [k*b/n, (k+1)*b/n) of it (b = rows in that
 // batch), like Twinkle's DeviceMeshSampler / mesh.get_slice. A final batch with fewer
 // rows than dp_size is kept by default (the ranks without a row contribute no token, so every
-// layout trains the same rows, issue 8); min_batch_size > 0 ends the epoch before a final batch
+// layout trains the same rows); min_batch_size > 0 ends the epoch before a final batch
 // shorter than it (Twinkle's DeviceMeshSampler check, whose default there is the data world
 // size); with drop_last any final partial batch is dropped. Every rank computes the same order:
 // the loader needs no communication.

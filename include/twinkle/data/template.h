@@ -73,7 +73,7 @@ struct TemplateOptions {
   /// "<think>\n\n</think>\n\n" the Qwen3 template inserts into turns without reasoning)
   /// gets -100 labels on the tokens lying wholly inside the match; the rest of the turn stays
   /// labelled. Off by default (Twinkle labels every assistant token). The ids stay those of the
-  /// whole conversation (failure class B17): when the match's trailing whitespace and the
+  /// whole conversation: when the match's trailing whitespace and the
   /// content's first characters form one token (content " Hello": tokens "\n\n", " Hello"),
   /// that token is the content's and stays labelled (ms-swift would tokenize the two pieces
   /// apart, " " and "Hello", and change the ids). Never throws for this boundary.

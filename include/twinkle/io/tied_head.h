@@ -1,7 +1,7 @@
 // twinkle/io/tied_head.h — tie_word_embeddings versus the lm_head a checkpoint holds.
 //
-// transformers 5's rule (as summarised in vllm-project/vllm#51063; the failure class B25 of
-// the project's spec): a config that says tie_word_embeddings = true is tied when the
+// transformers 5's rule (as summarised in vllm-project/vllm#51063): a config that says
+// tie_word_embeddings = true is tied when the
 // checkpoint holds only one of model.embed_tokens.weight / lm_head.weight, or both with equal
 // values; when it holds both with DIFFERENT values, both are kept (the model is untied) and a
 // warning names the two tensors. (transformers 4.54 tied unconditionally and dropped the head.)

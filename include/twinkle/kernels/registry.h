@@ -1,5 +1,5 @@
 // twinkle/kernels/registry.h — named kernel implementations per device, and the resolved table a model
-// calls (the seam where Twinkle's kernelize_model swaps kernels; shared/spec/twinkle-behaviour.md §6).
+// calls (the seam where Twinkle's kernelize_model swaps kernels; twinkle.kernel, src/twinkle/kernel/).
 //
 // The registry maps (op, device, implementation name) to an op struct of twinkle/kernels/ops.h.
 // Built in, device "cpu":

@@ -1,5 +1,5 @@
-// twinkle/model/kernelize.h — Twinkle's kernelize_model (twinkle.kernel.kernelize, shared/spec/
-// twinkle-behaviour.md §6.1): swaps the kernels a model calls, per op and device.
+// twinkle/model/kernelize.h — Twinkle's kernelize_model (twinkle.kernel.kernelize,
+// src/twinkle/kernel/): swaps the kernels a model calls, per op and device.
 //
 //   kernelize_model(model);                                        // the device's built-in fused bundle
 //   kernelize_model(model, {{"rms_norm", {{"cpu", "reference"}}}});  // one op; other devices skipped

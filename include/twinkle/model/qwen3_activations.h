@@ -4,7 +4,7 @@
 // ActivationTensors): every buffer a backward reads is a field written by the matching
 // forward, for one micro-batch slot. The buffers of a slot are carved from one 64-byte
 // aligned allocation sized for the largest micro-batch seen so far (25% headroom), so
-// steps reuse memory (fresh pages cost 12-17 us each, ../shared/spec/machine-figures.md).
+// steps reuse memory (fresh pages cost 12-17 us each on the development machine).
 // Shapes below: T tokens of the micro-batch, Tl = T/tp under sequence parallelism (else T),
 // H hidden, local sizes nq = heads/tp * head_dim, nkv = kv_heads/tp * head_dim, I = intermediate/tp.
 #pragma once

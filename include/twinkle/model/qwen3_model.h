@@ -65,7 +65,7 @@ struct Qwen3ModelOptions {
   std::string recompute_granularity = "none";
   /// Tokens per chunk of the fused lm-head + cross-entropy (bounds the [chunk, vocab/tp] logits buffer).
   int64_t lm_head_chunk_tokens = 1024;
-  /// Qwen3-MoE router losses (issue 10; parallel/expert_layout.h check_moe_loss_options):
+  /// Qwen3-MoE router losses (parallel/expert_layout.h check_moe_loss_options):
   /// "global" = transformers' load_balancing_loss_func over the micro-batch's MoE layers
   /// (pp = 1), "per_layer" = Megatron's switch_load_balancing_loss_func per layer; the
   /// coefficient 0 (default, as Twinkle's Megatron path) logs the value without a gradient.
@@ -155,7 +155,7 @@ class Qwen3Model {
   /// Tensors of `ck` that load_checkpoint reads for no entry of the model (any stage or rank):
   /// what transformers' from_pretrained reports as "Some weights of the model checkpoint ... were
   /// not used" — e.g. model.layers.3.* when config.json says num_hidden_layers = 3, or a renamed
-  /// tensor. Not listed: zero-element tensors (legal filler, failure class B28) and, for a tied
+  /// tensor. Not listed: zero-element tensors (legal filler) and, for a tied
   /// model, a lm_head.weight copy of the embedding (transformers 5's tie rule, io/tied_head.h).
   /// Sorted by name.
   std::vector<std::string> unused_checkpoint_tensors(const CheckpointReader& ck) const;

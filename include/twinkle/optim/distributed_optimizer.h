@@ -6,7 +6,7 @@
 //    the loss gradient already carries 1/global_token_count), in buckets of the flat buffer;
 //    the expert region of the buffer (ParamStore::expert_offset(), MoE expert parameters) over
 //    the expert-data-parallel group instead (Megatron's expert-parallel buffers reduced over
-//    expert_data_parallel_group; MoE parallel folding, anchors §2.1 / §2.8).
+//    expert_data_parallel_group; MoE parallel folding, megatron/core/parallel_state.py).
 //  * use_distributed_optimizer (megatron/core/optimizer/distrib_optimizer.py): each bucket is
 //    reduce-scattered so rank r of its group (dp-cp, or expert-dp for the expert region) owns
 //    a contiguous 1/n of it; AdamW state exists only for owned elements; updated parameters
@@ -18,7 +18,7 @@
 //    (etp*ep*pp); etp slices are distinct elements, each counted on its own rank); the dense and
 //    expert sums of squares are all-reduced over the world and the norm is
 //    sqrt(dense^2 + expert^2) (Megatron's ChainedOptimizer over the dense and expert
-//    optimizers; anchors §2.9), never an average of per-rank norms.
+//    optimizers), never an average of per-rank norms.
 //  * Clipping (torch.nn.utils.clip_grad_norm_): coefficient max_norm / (norm + 1e-6),
 //    applied only when below 1.
 //  * AdamW: torch.optim.AdamW; biases and 1-D parameters are not decayed (Megatron).
@@ -36,7 +36,7 @@
 //    forward, and each is waited for in param_use just before a forward reads the bucket (the
 //    forward pre-hooks). Both switches change when the same collectives run, never what they
 //    compute: results are bit-identical (tests/dist/overlap_check.cpp).
-//    Megatron's and Twinkle's default is off for both (twinkle-behaviour.md DDP row).
+//    Megatron's and Twinkle's default is off for both (Twinkle's DDP config, strategy/megatron.py).
 //  * Gradients are zeroed after every step (unlike upstream Twinkle, whose DDP buffers leak).
 //  * A non-finite global grad norm (NaN / inf on any rank: the norm is reduced over the
 //    world, so every rank sees the same value) never reaches the weights: step() then

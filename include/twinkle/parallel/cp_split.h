@@ -1,7 +1,7 @@
 // twinkle/parallel/cp_split.h — context-parallel input side: per-segment right padding and the
 // load-balanced ("zig-zag") split of a micro-batch's token axis over the cp ranks.
 //
-// Semantics (shared/spec/twinkle-behaviour.md §4 `pad_cp` / `split_cp`; Megatron-core
+// Semantics (Twinkle's `pad_cp` / `split_cp`, src/twinkle/processor/base.py; Megatron-core
 // get_batch_on_this_cp_rank and TE's THD split, docs/source/api-guide/context_parallel.rst):
 //  * every split unit — each segment (a packed row, or a padded row: Megatron's THD split per
 //    document), or, when asked, each row of the micro-batch (the BSHD split, which lets segment
@@ -68,7 +68,7 @@ CpShard cp_pad_and_split(const std::vector<int32_t>& ids, const std::vector<int3
 
 /// The micro-batch path: shift_labels(mb.labels), then cp_pad_and_split with multiple 2·cp, or
 /// 2·cp·tp when `sequence_parallel` (Megatron needs (L/cp) % tp == 0; Twinkle's pad_cp uses 2·cp
-/// only, spec §4 "known gap"). `per_row`: split units are the mb.batch rows of mb.seq tokens
+/// only). `per_row`: split units are the mb.batch rows of mb.seq tokens
 /// instead of the segments (for a packed micro-batch: the whole row).
 CpShard cp_split_micro_batch(const MicroBatch& mb, int cp, int rank, int tp = 1, bool sequence_parallel = false,
                              bool per_row = false);

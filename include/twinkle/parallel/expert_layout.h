@@ -36,8 +36,8 @@ void check_expert_tensor_split(int64_t moe_intermediate_size, int etp);
 /// Megatron-Bridge); use --etp 1" when etp > 1. Used by add_adapter and `twinkle plan --lora-r`.
 void check_lora_expert_tensor_parallel(int etp);
 
-/// The MoE loss options (`--moe-aux-loss-type`, `--moe-aux-loss-coeff`, `--moe-z-loss-coeff`;
-/// issue 10). Throws twinkle::Error naming the option and the value:
+/// The MoE loss options (`--moe-aux-loss-type`, `--moe-aux-loss-coeff`, `--moe-z-loss-coeff`).
+/// Throws twinkle::Error naming the option and the value:
 ///   * type other than "global" / "per_layer";
 ///   * a coefficient that is negative or not finite;
 ///   * type "global" with a coefficient > 0 and pp > 1: transformers' definition needs every MoE

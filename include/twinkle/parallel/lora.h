@@ -1,8 +1,7 @@
 // twinkle/parallel/lora.h — a LoRA pair (PEFT) next to a column- or row-parallel linear.
 //
 // y = base(x) + scaling * (x A^T) B^T with A [r, in], B [out, r] (peft/tuners/lora/layer.py
-// Linear.forward). Tensor parallelism as Megatron / mcore-bridge (tuners/lora.py), failure
-// class B14:
+// Linear.forward). Tensor parallelism as Megatron / mcore-bridge (tuners/lora.py):
 //  * column-parallel base (W split by output rows): A replicated, B split by output rows
 //    (dim 0). The input is the full [T, in] (after the SP all-gather), so x A^T is the same on
 //    every tp rank; the d(x A^T) = scaling dy_local B_local is a tp-partial sum, so A's

@@ -31,7 +31,7 @@
 // Row order inside a local expert: etp rank, then ep source, then token, as in Megatron.
 //
 // The backward of an all-to-all is the all-to-all in the other direction (a permutation of
-// rows across ranks): no reduction and no scaling (failure class B10: expert gradients must
+// rows across ranks): no reduction and no scaling (expert gradients must
 // not double). With ep = 1 (a size-1 group) the same code runs without communication and
 // equals the single-process expert block.
 //

@@ -4,7 +4,7 @@
 // Megatron-core (megatron/core/transformer/moe/router.py, TopKRouter.apply_load_balancing_loss /
 // apply_z_loss; moe_utils.py switch_load_balancing_loss_func, z_loss_func) aggregates the
 // per-expert counts and the token count over the "tp_cp" group that splits the sequence, so the
-// loss and its gradient do not depend on the split (failure class B09, Megatron PR #5047):
+// loss and its gradient do not depend on the split (Megatron PR #5047):
 //   aux   = coeff * E / (k * N^2) * sum_e P_e * count_e
 //           N, count_e summed over the group's real tokens; P_e = sum of the softmax
 //           probabilities of e over THIS rank's real tokens (each rank's value is its part; the

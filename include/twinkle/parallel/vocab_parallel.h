@@ -4,7 +4,7 @@
 // (megatron/core/tensor_parallel/{layers,cross_entropy}.py). The vocabulary is padded
 // to a multiple of 128*tp (make_vocab_size_divisible_by = 128); tp rank r owns rows
 // [r*Vl, (r+1)*Vl) of the padded table, of which `valid` are real ids. Padded rows
-// never enter the softmax and receive zero gradient (failure class B01).
+// never enter the softmax and receive zero gradient.
 #pragma once
 #include <cstdint>
 

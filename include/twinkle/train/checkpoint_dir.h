@@ -1,6 +1,6 @@
 // twinkle/train/checkpoint_dir.h — crash-safe training-checkpoint directories on disk.
 //
-// Twinkle's names (shared/spec/twinkle-behaviour.md 5.9; src/twinkle/model/megatron/megatron.py
+// Twinkle's names (src/twinkle/model/megatron/megatron.py
 // save): a checkpoint is `<output_dir>/checkpoint-step-<cur_step>`; with save_optimizer it also
 // holds the Megatron-style tracker `latest_checkpointed_iteration.txt` (the step) and the
 // directory `iter_<step:07d>/` with the optimizer state (twinkle's layout-independent form,

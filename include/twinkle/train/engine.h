@@ -1,7 +1,6 @@
 // twinkle/train/engine.h — one training step over micro-batches on any parallel layout.
 //
-// Loss normalisation (Megatron-core with calculate_per_token_loss, and the fix for
-// failure classes B07 / B13): the gradient is that of
+// Loss normalisation (Megatron-core with calculate_per_token_loss): the gradient is that of
 //     sum over every labelled token of the global batch of -log p(token)
 //     / (number of labelled tokens in the global batch),
 // the count taken over all micro-batches and all dp-cp ranks before the forward pass, so

@@ -1,7 +1,7 @@
 // twinkle/train/megatron_model.h — Twinkle's MegatronModel: the user-facing trainer.
 //
 // The C++ counterpart of twinkle.model.MegatronModel (src/twinkle/model/megatron/megatron.py;
-// see ../shared/spec/twinkle-behaviour.md section 5) for dense Qwen3, on the global
+// strategy/megatron.py) for dense Qwen3, on the global
 // DeviceMesh set by twinkle::initialize. Differences from upstream Twinkle, on purpose:
 //  * clip_grad_and_step(max_grad_norm) honours its argument (Twinkle ignores it);
 //  * gradients are zeroed after every step (Twinkle's DDP buffers are never reset);
@@ -42,7 +42,7 @@ struct MegatronModelOptions {
   std::string recompute_granularity = "full";
   bool packing = false;              ///< padding-free micro-batches (one packed sequence each)
   int64_t lm_head_chunk_tokens = 1024;  ///< tokens per lm-head / cross-entropy chunk (>= 1)
-  /// What a step whose loss or global grad norm is NaN / inf does (failure class B26):
+  /// What a step whose loss or global grad norm is NaN / inf does:
   /// "error" (default; Megatron's check_for_nan_in_loss_and_grad) throws twinkle::Error
   /// naming the step and the value before anything is applied, so the weights stay those
   /// of the last good step; "skip" applies nothing (like Megatron's skipped iterations
@@ -63,7 +63,7 @@ struct MegatronModelOptions {
   /// swapped afterwards with kernelize_model(model.model(), mapping) (twinkle/model/kernelize.h).
   std::string kernels = "fused";
   /// "fp32" (default, as twinkle has always trained) or "bf16" (`--bf16` / `--fp32`): Megatron's bf16
-  /// mixed precision as Twinkle's Megatron path runs it (shared/spec/twinkle-behaviour.md §5.1):
+  /// mixed precision as Twinkle's Megatron path runs it (mixed_precision='bf16', strategy/megatron.py):
   /// bf16 GEMM inputs with fp32 accumulation, fp32 master weights, gradients (grad_reduce_in_fp32) and
   /// Adam state, fp32 norms / softmax / cross entropy (Qwen3ModelOptions::mixed_precision). CPU only:
   /// "bf16" on device cuda throws twinkle::Error.
@@ -184,9 +184,9 @@ class MegatronModel {
 
   /// Forward + backward over this rank's rows (split into micro-batches, pipelined with
   /// 1F1B); returns the global per-token mean loss. Gradients accumulate until the next step.
-  /// Collective over the world. A rank may get no row (a short last batch split over dp,
-  /// B27): it runs no micro-batch, contributes 0 tokens and still takes part in every
-  /// reduction. When the whole global batch has no labelled token (B24) the loss is
+  /// Collective over the world. A rank may get no row (a short last batch split over
+  /// dp): it runs no micro-batch, contributes 0 tokens and still takes part in every
+  /// reduction. When the whole global batch has no labelled token the loss is
   /// undefined: the call returns 0, last_metrics().has_loss is false, the gradients are
   /// zero, and a warning says so. Refusals are raised on every rank alike, so catching one
   /// leaves no rank waiting (Engine::forward_backward): rows one rank cannot collate or a token /
@@ -229,11 +229,11 @@ class MegatronModel {
     int64_t skipped_steps = 0;  ///< skipped updates so far
     bool moe = false;           ///< a Qwen3-MoE model: the fields below are set (engine.h StepResult)
     double lm_loss = 0, aux_loss = 0, z_loss = 0, expert_load_max = 0, expert_load_min = 0;
-    double expert_grad_norm = 0;  ///< the expert part of grad_norm (DistributedOptimizer, anchors §2.9)
+    double expert_grad_norm = 0;  ///< the expert part of grad_norm (DistributedOptimizer)
   };
   const StepMetrics& last_metrics() const { return last_; }
   /// Layout, adapter (Twinkle's "Adapter config:" line, when one was added), model, kernels, mixed
-  /// precision, optimizer and scheduler settings as text (Twinkle's get_train_configs, spec §5.8).
+  /// precision, optimizer and scheduler settings as text (Twinkle's get_train_configs).
   std::string get_train_configs() const;
 
   /// Saves a Hugging Face checkpoint to output_dir/name (output_dir itself when name is empty;

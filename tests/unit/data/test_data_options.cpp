@@ -1,7 +1,7 @@
-// Issue 17: the template option set is validated in one place (validate(TemplateOptions)),
+// The template option set is validated in one place (validate(TemplateOptions)),
 // used by Template, Dataset::set_template and the command line; pre-tokenized rows go through
 // Dataset::encode_pretokenized, where --skip-bad-rows drops a malformed row with a warning
-// naming file:line (it used to fail anyway, B-issue 17), and without it the error stays.
+// naming file:line (it used to fail anyway), and without it the error stays.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -46,7 +46,7 @@ TEST(TemplateOptions, EveryBound) {
 }
 
 TEST(PretokenizedRows, SkipBadRowsDropsTheRowAndCountsIt) {
-  // row 3 has a string inside input_ids (the issue's example), row 5 a label of another length
+  // row 3 has a string inside input_ids, row 5 a label of another length
   const std::string path = write_rows("twinkle_pretok_bad.jsonl",
                                       "{\"input_ids\": [1, 2, 3], \"labels\": [-100, 2, 3]}\n"
                                       "{\"input_ids\": [4, 5]}\n"

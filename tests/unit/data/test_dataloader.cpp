@@ -77,7 +77,7 @@ TEST(DataLoaderTest, SizesAreTheSameForEveryDpSize) {
   EXPECT_EQ(DataLoader(rows, {.batch_size = 4}).size(), 3);                    // ceil(10/4)
   EXPECT_EQ(DataLoader(rows, {.batch_size = 4, .drop_last = true}).size(), 2);  // floor
   EXPECT_EQ(DataLoader(rows, {.batch_size = 4, .dp_size = 2}).size(), 3);       // last batch 2 rows >= dp 2
-  // B27: last batch 2 rows < dp 4 is still trained (Twinkle's DeviceMeshSampler ends the epoch)
+  // Last batch 2 rows < dp 4 is still trained (Twinkle's DeviceMeshSampler ends the epoch)
   EXPECT_EQ(DataLoader(rows, {.batch_size = 4, .dp_size = 4}).size(), 3);
   EXPECT_EQ(DataLoader(rows, {.batch_size = 4, .drop_last = true, .dp_size = 4}).size(), 2);
   EXPECT_EQ(DataLoader(make_rows(256), {.batch_size = 8, .dp_size = 2}).size(), 32);  // tp_npu recipe
@@ -104,7 +104,7 @@ TEST(DataLoaderTest, OptionErrors) {
 }
 
 // Twinkle's DeviceMeshSampler: `if len(batch) < self.min_batch_size: return` ends the epoch before
-// a short final batch. 0 keeps it (issue 8's default); the checked values are the sampler's by hand:
+// a short final batch. 0 keeps it (twinkle's default); the checked values are the sampler's by hand:
 // 10 rows in batches of 4 are 4, 4, 2.
 TEST(DataLoaderTest, MinBatchSizeEndsTheEpochBeforeAShorterFinalBatch) {
   auto rows = make_rows(10);
@@ -140,7 +140,7 @@ TEST(DataLoaderTest, DpSplitCoversEveryRowOnceInOrder) {
       auto rows = make_rows(N);
       std::vector<int64_t> sizes;
       std::vector<int> got = gather_epoch(rows, {.batch_size = 8, .dp_size = n}, 0, &sizes);
-      // Rows come out in order, every row once, whatever the dp size (B27).
+      // Rows come out in order, every row once, whatever the dp size (no tail dropped or repeated).
       std::vector<int> want(static_cast<size_t>(N));
       std::iota(want.begin(), want.end(), 0);
       EXPECT_EQ(got, want) << "dp " << n << " N " << N;
@@ -167,7 +167,7 @@ TEST(DataLoaderTest, RankBlocksAreContiguous) {
 }
 
 TEST(DataLoaderTest, ShortLastBatchLeavesSomeRanksEmpty) {
-  // B27: 9 rows, batch 4, dp 2 and 4: batch 2 is row 8 alone on one rank, the others get none.
+  // 9 rows, batch 4, dp 2 and 4: batch 2 is row 8 alone on one rank, the others get none.
   auto rows = make_rows(9);
   for (int n : {2, 4}) {
     int64_t with_row = 0;

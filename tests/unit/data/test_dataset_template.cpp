@@ -1,7 +1,8 @@
 // Integration: Dataset + the real Qwen3 Template on the recipe's data path
 // (Dataset(ms://swift/self-cognition, range(256)) -> set_template -> map(SelfCognitionProcessor)
 // -> encode -> DataLoader). Expected texts come from the Qwen3 chat template's rendering
-// of one recipe sample (spec §2.3), not from the code under test.
+// of one recipe sample (as Twinkle's src/twinkle/template/base.py encodes it), not from the
+// code under test.
 #include <gtest/gtest.h>
 #include <unistd.h>
 

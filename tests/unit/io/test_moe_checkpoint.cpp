@@ -1,5 +1,5 @@
-// Expert tensors of a checkpoint vs config.json (issue 10: "checkpoint expert count different
-// from config" is an error before training, naming the numbers).
+// Expert tensors of a checkpoint vs config.json (an expert count in the checkpoint
+// different from config.json's is an error before training, naming the numbers).
 #include <gtest/gtest.h>
 
 #include <string>

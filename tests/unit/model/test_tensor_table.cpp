@@ -221,7 +221,7 @@ TEST(TensorTable, TiedModelLoadsFromLmHeadName) {
 
 // A config.json that describes fewer layers than the checkpoint holds used to load silently,
 // dropping the extra layers (and the next save wrote the truncated model); transformers names the
-// unused tensors. Zero-element filler (B28) and a tied model's lm_head copy are not "unused".
+// unused tensors. Zero-element filler and a tied model's lm_head copy are not "unused".
 TEST(TensorTable, UnusedCheckpointTensorsAreListed) {
   const std::string dir = (fs::temp_directory_path() / ("twinkle_table_u_" + std::to_string(::getpid()))).string();
   for (bool tied : {true, false}) {
@@ -322,7 +322,7 @@ TEST(TensorTable, OptimizerFlagsFollowMegatron) {
 }
 
 // Qwen3-MoE on tp 2 x dp 2 with ep 2 (the ep groups are the tp groups, expert-dp the dp
-// groups, spec twinkle-behaviour.md §1.1): each rank holds exactly its ep rank's experts, in
+// groups, as in megatron/core/parallel_state.py): each rank holds exactly its ep rank's experts, in
 // the expert region of its ParamStore after every dense parameter (each region divisible by its
 // ZeRO group); the router is tp-replicated with a tp-partial gradient (SP), the experts carry no
 // tp flag (reduced over expert-dp instead); loading a checkpoint on every rank and putting the

@@ -1,6 +1,6 @@
-// LRScheduler against the table of shared/spec/twinkle-behaviour.md section 5.4 (values of
-// Megatron-core's OptimizerParamScheduler as Twinkle configures it: max_lr 1e-4, min_lr 0,
-// init_lr 0, cosine), value by value, and the step-to-lr convention (optimizer step k runs
+// LRScheduler against a table of values of Megatron-core's OptimizerParamScheduler
+// (megatron/core/optimizer_param_scheduler.py) as Twinkle configures it: max_lr 1e-4, min_lr 0,
+// init_lr 0, cosine, value by value, and the step-to-lr convention (optimizer step k runs
 // at lr(n = k-1), so the first step runs at lr 0 when there is a warm-up).
 #include <gtest/gtest.h>
 
@@ -26,12 +26,12 @@ LRScheduler cosine(int64_t warmup, int64_t decay) {
 
 struct Row {
   int64_t n;
-  double lr;  // as printed in the spec (5 significant digits)
+  double lr;  // as tabulated (5 significant digits)
 };
 
 void expect_table(const LRScheduler& s, const std::vector<Row>& rows) {
   for (const auto& r : rows) {
-    // The spec prints 5 significant digits: half a unit of the last digit.
+    // The table has 5 significant digits: half a unit of the last digit.
     const double tol = r.lr == 0 ? 0.0 : 0.5 * std::pow(10.0, std::floor(std::log10(r.lr)) - 4);
     EXPECT_NEAR(s.lr_at(r.n), r.lr, tol) << "n = " << r.n;
   }

@@ -1,4 +1,4 @@
-// Issue 17: the optimizer and scheduler option sets are validated in one place each
+// The optimizer and scheduler option sets are validated in one place each
 // (validate() in distributed_optimizer.h / lr_scheduler.h), with PyTorch AdamW's and Megatron's
 // OptimizerParamScheduler's rules, and every out-of-range bound is an error naming the field
 // and its flag. The constructors (DistributedOptimizer, LRScheduler) go through the same check.

@@ -1,4 +1,4 @@
-// Expert grid vs model checks: the errors name the numbers (issue 10, "Errors before training").
+// Expert grid vs model checks: the errors, raised before training, name the numbers.
 #include <gtest/gtest.h>
 
 #include <string>

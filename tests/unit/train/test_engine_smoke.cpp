@@ -98,8 +98,8 @@ TEST(Engine, MicroBatchSplitAndPackingDoNotChangeLossOrGrads) {
   }
 }
 
-// A step skipped for a non-finite gradient norm (DistributedOptimizer::step -> discard_gradients,
-// failure class B26) leaves nothing behind: the next step's gradients, update and step count are
+// A step skipped for a non-finite gradient norm (DistributedOptimizer::step -> discard_gradients)
+// leaves nothing behind: the next step's gradients, update and step count are
 // those of a run that never saw the bad step (its weights were not touched), bit for bit. A discard
 // that kept the gradient buffer adds the NaN (and the old batch's gradient) onto the next step's.
 // (train_nonfinite_stops_or_skips cannot see it: every step after its first bad one is bad too.)

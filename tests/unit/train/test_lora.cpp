@@ -1,4 +1,4 @@
-// LoRA (issue 12) unit tests: LoraConfig checks and scaling, target resolution and its error,
+// LoRA unit tests: LoraConfig checks and scaling, target resolution and its error,
 // the frozen base (no gradient buffer, no optimizer state, weights bit-identical after AdamW
 // steps), PEFT adapter files round trip and the merge. Numerics against PyTorch and every
 // parallel layout: tests/lora.cmake (tests/reference/check_train.py --lora-r).
@@ -346,7 +346,7 @@ TEST(Lora, DropoutMaskIsLayoutIndependent) {
   EXPECT_NE(other, full);  // a fresh mask every step
 }
 
-// Qwen3-MoE (issue 12): the linear modules carry transformers 4's / PEFT's names; all-linear skips
+// Qwen3-MoE: the linear modules carry transformers 4's / PEFT's names; all-linear skips
 // the router and reaches every expert (one pair per expert and projection, experts in the adapter
 // store's expert region).
 TEST(Lora, MoeTargets) {

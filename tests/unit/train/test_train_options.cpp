@@ -1,11 +1,11 @@
-// Issue 8 / 17 on the C++ API:
-//  - B26: a non-finite grad norm never reaches the weights (DistributedOptimizer skips the update
+// Training semantics and option validation on the C++ API:
+//  - a non-finite grad norm never reaches the weights (DistributedOptimizer skips the update
 //    and leaves parameters, AdamW moments and step count as they were); MegatronModel stops with
 //    an error naming the step and the value (on_nonfinite "error") or skips and counts the step
 //    (on_nonfinite "skip", no scheduler step);
-//  - B24: a global batch without a labelled token gives no NaN: has_loss false, zero gradients,
+//  - a global batch without a labelled token gives no NaN: has_loss false, zero gradients,
 //    "no labelled tokens" in calculate_metric;
-//  - issue 17: set_optimizer / set_lr_scheduler / the constructor validate their option sets
+//  - set_optimizer / set_lr_scheduler / the constructor validate their option sets
 //    (the same functions the command line calls) and leave the model unchanged on error;
 //    resolve_max_steps: 0 = one epoch, negative = error.
 #include <gtest/gtest.h>

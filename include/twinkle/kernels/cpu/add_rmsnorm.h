@@ -1,5 +1,5 @@
 // twinkle/kernels/cpu/add_rmsnorm.h — residual add fused with RMSNorm (one pass over the row instead of
-// an add pass and a norm pass; MindSpeed's npu_add_rms_norm contract, anchors-and-megatron-rules.md §3).
+// an add pass and a norm pass; MindSpeed's npu_add_rms_norm contract).
 // Semantics: h = x + r; y = HF Qwen3RMSNorm(h) exactly as rmsnorm_forward (rmsnorm.h) computes it.
 #pragma once
 #include <cstdint>

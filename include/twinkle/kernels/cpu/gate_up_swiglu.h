@@ -1,7 +1,7 @@
 // twinkle/kernels/cpu/gate_up_swiglu.h — HF Qwen3MLP's gate_proj and up_proj as ONE GEMM over the
 // concatenated weight Wgu [2I, H] (gate rows, then up rows; in the model's ParamStore the two shards are
 // adjacent, so this is a view), then SwiGLU on the [T, 2I] output with MindSpeed's npu_swiglu contract:
-// a = silu(gu[:, :I]) * gu[:, I:] (anchors-and-megatron-rules.md §3; Megatron's bias_swiglu with
+// a = silu(gu[:, :I]) * gu[:, I:] (Megatron's bias_swiglu with
 // chunk(2, dim=-1)).
 #pragma once
 #include <cstdint>
