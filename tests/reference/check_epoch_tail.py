@@ -131,7 +131,7 @@ def main():
                 run(cmd)
                 with open(metrics) as f:
                     g = json.loads(f.readline())
-                name = f"B24 order {order} {tag}"
+                name = f"no-label rows order {order} {tag}"
                 print(f"{name}: loss {g['loss']} oracle {o['loss']:.9f} label_tokens {g['label_tokens']} "
                       f"grad_norm {g['grad_norm']}")
                 if g["loss"] is None or rel(g["loss"], o["loss"]) > 1e-5 or g["label_tokens"] != o["tokens"]:

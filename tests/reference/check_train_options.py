@@ -220,10 +220,10 @@ def main():
         rc, out = run([twinkle, "eval", "--model", real, "--dataset", rp, "--batch-size", "3"])
         js = [l for l in out.splitlines() if l.startswith("{")]
         got = json.loads(js[-1]) if js else {}
-        print(f"B30: twinkle {got} torch {want}")
+        print(f"stop / pad ids as labels: twinkle {got} torch {want}")
         if rc != 0 or got.get("label_tokens") != want["tokens"] or want["tokens"] != 15 or \
                 abs(got["loss"] - want["loss"]) > 1e-5 * want["loss"]:
-            fail(f"B30: stop / pad ids as labels: twinkle {got} vs torch {want}")
+            fail(f"stop / pad ids as labels: twinkle {got} vs torch {want}")
 
         # 9. --ignore-empty-think reaches the template from `twinkle train`: 2 self-cognition rows (one
         #    assistant turn each, no reasoning: the template inserts <think>\n\n</think>\n\n = 4 tokens
