@@ -5,11 +5,19 @@
 # edp 2), and on both layouts every rank's parameter and AdamW-state elements exactly
 # (tests/reference/check_plan.py); train_bench w (wide attention on 2048-token rows, fp32 and bf16) where
 # the attention kernels' packed operands are ~25 % of the peak; a layout above --memory-per-rank fails naming its biggest item.
-add_test(NAME plan_vs_measured_rss
-         COMMAND ${TWINKLE_CHECK_RUN} "check_plan: 24 cases pass"
-                 ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_plan.py --build ${CMAKE_BINARY_DIR}
-                 --mpirun ${MPIEXEC_EXECUTABLE})
-set_tests_properties(plan_vs_measured_rss PROPERTIES TIMEOUT 600 PROCESSORS 2)
+# One test per case group (check_plan.py --only), so CTest spreads them over the cores: a, b and w
+# run one single-threaded process each, the two layouts 4 ranks.
+foreach(spec "a|3|1" "b|3|1" "w|2|1" "layout|8|2" "moe|8|2")
+  string(REPLACE "|" ";" parts "${spec}")
+  list(GET parts 0 only)
+  list(GET parts 1 ncases)
+  list(GET parts 2 procs)
+  add_test(NAME plan_vs_measured_rss_${only}
+           COMMAND ${TWINKLE_CHECK_RUN} "check_plan: ${ncases} cases pass"
+                   ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_plan.py --build ${CMAKE_BINARY_DIR}
+                   --mpirun ${MPIEXEC_EXECUTABLE} --only ${only})
+  set_tests_properties(plan_vs_measured_rss_${only} PROPERTIES TIMEOUT 600 PROCESSORS ${procs})
+endforeach()
 add_test(NAME plan_memory_per_rank_exceeded
          COMMAND ${CMAKE_SOURCE_DIR}/tests/dist/expect_fail.sh 30
                  "does not fit --memory-per-rank 0.01 GiB: stage 0 needs [0-9.]+ GiB; its biggest item is optimizer state"

@@ -6,18 +6,12 @@
 #include <random>
 
 #include "twinkle/core/error.h"
+#include "twinkle/core/hash.h"
 #include "twinkle/core/option_check.h"
 #include "twinkle/data/dataset.h"
 
 namespace twinkle {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 // Unbiased integer in [0, bound) from a 64-bit engine (rejection of the short tail);
 // defined here rather than std::uniform_int_distribution so the permutation is the

@@ -4,6 +4,7 @@
 #include <random>
 #include <set>
 
+#include "twinkle/core/hash.h"
 #include "twinkle/model/qwen3_model.h"
 #include "twinkle/parallel/expert_layout.h"
 #include "twinkle/parallel/lora.h"
@@ -11,22 +12,6 @@
 namespace twinkle {
 
 namespace {
-
-uint64_t name_hash(const std::string& s) {  // FNV-1a
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-uint64_t mix(uint64_t x) {  // splitmix64
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 bool ends_with(const std::string& s, const std::string& t) {
   return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
@@ -176,7 +161,7 @@ void Qwen3Model::add_adapter(const LoraConfig& cfg, uint64_t seed) {
     Tensor full = Tensor::zeros(e.full);
     float* f = full.f32();
     const int64_t numel = full.numel();
-    std::mt19937_64 gen(mix(seed ^ name_hash(e.name)));
+    std::mt19937_64 gen(splitmix64(seed ^ fnv1a64(e.name)));
     const std::string& how = cfg.init_lora_weights;
     if (is_a && how == "gaussian") {
       std::normal_distribution<double> nd(0.0, 1.0 / static_cast<double>(cfg.r));

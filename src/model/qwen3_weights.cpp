@@ -3,28 +3,13 @@
 #include <random>
 #include <unordered_set>
 
+#include "twinkle/core/hash.h"
 #include "twinkle/io/moe_checkpoint.h"
 #include "twinkle/model/qwen3_model.h"
 
 namespace twinkle {
 
 namespace {
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 const std::string& where(const CheckpointReader& r) { return r.dir(); }
 const std::string& where(const SafetensorsFile& f) { return f.path(); }
@@ -60,7 +45,7 @@ void Qwen3Model::init_random(uint64_t seed) {
       case parallel::ParamInit::Normal: {
         // The full tensor is drawn on every rank, so every layout starts from the same weights.
         Tensor full = Tensor::zeros(e.full);
-        std::mt19937_64 gen(splitmix64(seed ^ fnv1a(e.name)));
+        std::mt19937_64 gen(splitmix64(seed ^ fnv1a64(e.name)));
         std::normal_distribution<float> nd(0.0f, stdv);
         float* f = full.f32();
         for (int64_t i = 0, n = full.numel(); i < n; ++i) f[i] = nd(gen);

@@ -2,16 +2,13 @@
 
 #include <cmath>
 
+#include "twinkle/core/hash.h"
+
 namespace twinkle::parallel {
 
 namespace {
 
-uint64_t mix(uint64_t x) {  // splitmix64 finalizer (Steele, Lea, Flood 2014)
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+uint64_t mix(uint64_t x) { return splitmix64(x); }
 
 thread_local const LoraDropout* g_current = nullptr;
 
@@ -26,12 +23,7 @@ uint64_t lora_token_key(int64_t global_row, int64_t position) {
 }
 
 uint64_t lora_module_key(const std::string& module) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : module) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
+  return fnv1a64(module);
 }
 
 void lora_dropout_mask(const LoraDropout& d, uint64_t module_key, int64_t feature0, int64_t in_l, uint8_t* m) {

@@ -1,0 +1,33 @@
+// twinkle/core/hash.h — the two 64-bit hashes every seeded draw is built from.
+//
+// The seeded random init (Qwen3Model::init_random: a generator per tensor name), LoRA's init
+// (qwen3_lora.cpp), LoRA dropout masks (parallel/lora_dropout.h) and the dataloader's epoch
+// shuffle (data/dataloader.cpp) derive their streams from these, so every layout draws the same
+// numbers; the reference checks (tests/reference/lora_ref.py, qwen3_ref.py) reimplement them.
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+namespace twinkle {
+
+/// 64-bit FNV-1a of the bytes of `s` (offset basis 14695981039346656037, prime 1099511628211;
+/// Fowler, Noll, Vo: http://www.isthe.com/chongo/tech/comp/fnv/).
+constexpr uint64_t fnv1a64(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : s) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+/// The splitmix64 generator's output function applied to x + golden gamma (Steele, Lea, Flood,
+/// "Fast splittable pseudorandom number generators", OOPSLA 2014; Vigna's splitmix64.c).
+constexpr uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace twinkle
