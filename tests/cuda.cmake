@@ -36,10 +36,21 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   twinkle_gpu_test(cuda_device ${CMAKE_BINARY_DIR}/tests/test_cuda_device)
 endif()
 
-# The same conformance table on the HOST EMULATION of CUDA (tests/cuda/emu/cuda_shim.h: every CUDA thread a
-# host thread, real barriers, device memory = host memory, cuBLAS = a reference loop), built from the CUDA
-# backend's own sources under AddressSanitizer: the kernels' index arithmetic, masks, synchronization
-# structure and host logic are checked on every run, GPU or not (not a substitute for the gpu-labelled run).
+# The HOST EMULATION of CUDA (tests/cuda/emu/cuda_shim.h: a block's threads are fibers on one OS thread
+# meeting at barriers, device memory a separate address range that launches, copies and cuBLAS check
+# pointers against, cuBLAS = a reference loop). test_cuda_shim checks the emulation itself (needs no CUDA
+# toolchain); the conformance table below runs the CUDA backend's own sources on it under AddressSanitizer:
+# the kernels' index arithmetic, masks, synchronization structure, host logic and pointer spaces are checked
+# on every run, GPU or not (not a substitute for the gpu-labelled run).
+add_executable(test_cuda_shim ${CMAKE_SOURCE_DIR}/tests/cuda/emu/test_cuda_shim.cpp
+               ${CMAKE_SOURCE_DIR}/tests/cuda/emu/cuda_shim.cpp)
+set_target_properties(test_cuda_shim PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+target_include_directories(test_cuda_shim PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda/emu)
+target_compile_options(test_cuda_shim PRIVATE ${TWINKLE_WARN} -O1 -fsanitize=address -fno-omit-frame-pointer)
+target_link_options(test_cuda_shim PRIVATE -fsanitize=address)
+target_link_libraries(test_cuda_shim PRIVATE GTest::gtest GTest::gtest_main)
+gtest_discover_tests(test_cuda_shim DISCOVERY_TIMEOUT 60 PROPERTIES ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+
 if(TWINKLE_WITH_CUDA_BACKEND)
   file(GLOB _twinkle_cuda_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/kernels/cuda/*.cu
        ${CMAKE_SOURCE_DIR}/src/kernels/cuda/*.cpp)
@@ -59,8 +70,7 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   target_compile_options(kernel_conformance_cuda_emu PRIVATE ${TWINKLE_WARN} -Wno-unknown-pragmas -O1 -fsanitize=address
                          -fno-omit-frame-pointer)
   target_link_options(kernel_conformance_cuda_emu PRIVATE -fsanitize=address)
-  target_link_libraries(kernel_conformance_cuda_emu PRIVATE twinkle_kernels nlohmann_json::nlohmann_json GTest::gtest
-                        Threads::Threads)
+  target_link_libraries(kernel_conformance_cuda_emu PRIVATE twinkle_kernels nlohmann_json::nlohmann_json GTest::gtest)
   add_test(NAME cuda_kernel_conformance_emu COMMAND kernel_conformance_cuda_emu --gtest_brief=1)
   set_tests_properties(cuda_kernel_conformance_emu PROPERTIES FIXTURES_REQUIRED kernels_ref TIMEOUT 600
                        ENVIRONMENT "KERNELS_REF_DIR=${CMAKE_BINARY_DIR}/kernels_ref;TWINKLE_SOURCE_DIR=${CMAKE_SOURCE_DIR};ASAN_OPTIONS=detect_leaks=0")

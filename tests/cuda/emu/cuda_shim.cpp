@@ -1,66 +1,684 @@
-// Host emulation of CUDA for the CUDA backend's sources (see cuda_shim.h). Test code.
+// Host emulation of CUDA for the CUDA backend's sources (what it models and what it cannot: cuda_shim.h).
+// Three parts: the error state, the device heap with its pointer checks, and the fiber scheduler that runs
+// a block's threads on one OS thread. Test code.
 #include "cuda_shim.h"
 
-#include <barrier>
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <elf.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
+#include <string>
 #include <vector>
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TWINKLE_SHIM_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(TWINKLE_SHIM_ASAN)
+#define TWINKLE_SHIM_ASAN 1
+#endif
+#ifdef TWINKLE_SHIM_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+// The context switch: our own on x86-64 (TWINKLE_SHIM_UCONTEXT selects the portable one there too),
+// ucontext elsewhere (each switch then costs a sigprocmask system call, and ASan's swapcontext
+// interceptor clears the target stack's shadow).
+#if defined(__x86_64__) && !defined(TWINKLE_SHIM_UCONTEXT)
+#define TWINKLE_SHIM_X86_SWITCH 1
+#else
+#include <ucontext.h>
+#endif
 
 thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 namespace twinkle_shim {
 
+// ---------------------------------------------------------------- errors
 namespace {
 
-struct Block {
-  std::unique_ptr<std::barrier<>> bar;
-  std::vector<std::unique_ptr<std::barrier<>>> warp_bar;
-  std::vector<double> warp_slot;  // per thread, for shuffles
-  std::vector<int> or_slot;
-  std::vector<char> smem;
-};
-thread_local Block* t_block = nullptr;
-thread_local unsigned t_tid = 0;
+// Per host thread, as the CUDA runtime's last error: the code and the detail of the last failure.
+thread_local cudaError_t t_last = cudaSuccess;
+thread_local cudaError_t t_detail_code = cudaSuccess;
+thread_local std::string t_detail;
+thread_local cublasStatus_t t_blas_detail_code = CUBLAS_STATUS_SUCCESS;
+thread_local std::string t_blas_detail;
 
-std::mutex g_mu;
-std::map<const void*, int> g_smem_attr;
-cudaError_t g_last = cudaSuccess;
+std::string vformat(const char* fmt, va_list ap) {
+  char buf[1024];
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  return buf;
+}
+
+// Records e with its detail for cudaGetLastError / cudaGetErrorString, prints the detail, returns e.
+__attribute__((format(printf, 2, 3))) cudaError_t fail(cudaError_t e, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  t_detail = vformat(fmt, ap);
+  va_end(ap);
+  t_detail_code = e;
+  t_last = e;
+  std::fprintf(stderr, "cuda shim: %s\n", t_detail.c_str());
+  return e;
+}
+
+__attribute__((format(printf, 2, 3))) cublasStatus_t blas_fail(cublasStatus_t s, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  t_blas_detail = vformat(fmt, ap);
+  va_end(ap);
+  t_blas_detail_code = s;
+  std::fprintf(stderr, "cuda shim: %s\n", t_blas_detail.c_str());
+  return s;
+}
+
+// The function symbol of the object file `path` (loaded at `base`) that contains `addr`, demangled, from
+// its ELF symbol table (.symtab: kernels live in anonymous namespaces, which the dynamic symbols dladdr
+// reads never list); empty when the file has none.
+std::string elf_symbol(const char* path, uintptr_t base, uintptr_t addr) {
+  FILE* f = std::fopen(path, "rb");
+  if (!f) return {};
+  std::vector<char> img;
+  char chunk[1 << 16];
+  for (size_t n; (n = std::fread(chunk, 1, sizeof chunk, f)) > 0;) img.insert(img.end(), chunk, chunk + n);
+  std::fclose(f);
+  auto in = [&](size_t off, size_t len) { return off <= img.size() && len <= img.size() - off; };
+  if (!in(0, sizeof(Elf64_Ehdr)) || std::memcmp(img.data(), ELFMAG, SELFMAG) != 0 || img[EI_CLASS] != ELFCLASS64)
+    return {};
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, img.data(), sizeof eh);
+  const uintptr_t rel = eh.e_type == ET_EXEC ? addr : addr - base;  // symbol values of a PIE are offsets
+  if (!in(eh.e_shoff, size_t{eh.e_shnum} * sizeof(Elf64_Shdr))) return {};
+  std::vector<Elf64_Shdr> sh(eh.e_shnum);
+  std::memcpy(sh.data(), img.data() + eh.e_shoff, sh.size() * sizeof(Elf64_Shdr));
+  for (const Elf64_Shdr& s : sh) {
+    if (s.sh_type != SHT_SYMTAB || s.sh_link >= sh.size() || !in(s.sh_offset, s.sh_size)) continue;
+    const Elf64_Shdr& strs = sh[s.sh_link];
+    if (!in(strs.sh_offset, strs.sh_size)) continue;
+    for (size_t i = 0; i < s.sh_size / sizeof(Elf64_Sym); ++i) {
+      Elf64_Sym sym;
+      std::memcpy(&sym, img.data() + s.sh_offset + i * sizeof(Elf64_Sym), sizeof sym);
+      const uint64_t size = std::max<uint64_t>(sym.st_size, 1);
+      if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC || rel < sym.st_value || rel >= sym.st_value + size ||
+          sym.st_name >= strs.sh_size)
+        continue;
+      const char* mangled = img.data() + strs.sh_offset + sym.st_name;
+      int status = -1;
+      char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+      std::string name = status == 0 && d ? d : mangled;
+      std::free(d);
+      return name;
+    }
+  }
+  return {};
+}
+
+// The name of a kernel from its address: the ELF symbol table of the file that holds it, else the
+// sanitizer's symbolizer, else dladdr, else the address.
+std::string kernel_name(const void* fn) {
+  static std::mutex mu;
+  static std::map<const void*, std::string>* names = new std::map<const void*, std::string>();
+  std::lock_guard<std::mutex> lk(mu);
+  if (auto it = names->find(fn); it != names->end()) return it->second;
+  std::string name;
+  Dl_info info{};
+  const bool found = dladdr(fn, &info) != 0;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(info.dli_fbase), addr = reinterpret_cast<uintptr_t>(fn);
+  if (found && info.dli_fname && info.dli_fname[0]) name = elf_symbol(info.dli_fname, base, addr);
+  if (name.empty() && found) name = elf_symbol("/proc/self/exe", base, addr);  // the main program's may be no path
+#ifdef TWINKLE_SHIM_ASAN
+  if (name.empty()) {
+    char buf[1024] = {0};
+    // the symbolizer takes a return address and looks up the instruction before it
+    __sanitizer_symbolize_pc(const_cast<char*>(static_cast<const char*>(fn)) + 1, "%f", buf, sizeof buf);
+    if (buf[0] && std::strcmp(buf, "??") != 0 && std::strncmp(buf, "<null>", 6) != 0) name = buf;
+  }
+#endif
+  if (name.empty() && found && info.dli_sname) name = info.dli_sname;
+  if (name.empty()) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "<kernel at %p>", fn);
+    name = buf;
+  }
+  names->emplace(fn, name);
+  return name;
+}
 
 }  // namespace
 
-void syncthreads() { t_block->bar->arrive_and_wait(); }
+// ---------------------------------------------------------------- device heap
+namespace {
+
+constexpr size_t kPage = 4096;
+
+// One reserved range of addresses (PROT_NONE until allocated). A block is [base, base + size) with
+// size rounded up to pages and one unmapped page after it; the bytes past the requested size are
+// poisoned for ASan. Fresh addresses are handed out first (the bump pointer); freed ranges are reused,
+// first fit, only once the bump pointer reached the end, so a stale device pointer keeps faulting for long.
+class DeviceHeap {
+ public:
+  enum class Where { Host, Live, Stale };  // Stale: inside the heap but in no live block
+  struct Lookup {
+    Where where = Where::Host;
+    uintptr_t base = 0;
+    size_t bytes = 0;  // the requested size of the live block
+  };
+
+  DeviceHeap() {
+    size_t mib = size_t{32} << 10;  // 32 GiB of addresses by default
+    if (const char* v = std::getenv("TWINKLE_CUDA_SHIM_DEVICE_MIB"); v && *v) mib = std::strtoull(v, nullptr, 10);
+    cap_ = std::max<size_t>(mib, 1) << 20;
+    void* p = mmap(nullptr, cap_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      std::fprintf(stderr, "cuda shim: cannot reserve %zu MiB of addresses for the device heap\n", cap_ >> 20);
+      std::abort();
+    }
+    lo_ = reinterpret_cast<uintptr_t>(p);
+    bump_ = lo_;
+  }
+
+  size_t capacity() const { return cap_; }
+
+  void* alloc(size_t n) {
+    const size_t span = round_up(std::max<size_t>(n, 1)) + kPage;  // + the unmapped page after the block
+    std::lock_guard<std::mutex> lk(mu_);
+    uintptr_t base = 0;
+    if (bump_ + span <= lo_ + cap_) {
+      base = bump_;
+      bump_ += span;
+    } else {
+      for (auto it = free_.begin(); it != free_.end(); ++it)
+        if (it->second >= span) {
+          base = it->first;
+          const size_t rest = it->second - span;
+          free_.erase(it);
+          if (rest) free_.emplace(base + span, rest);
+          break;
+        }
+      if (!base) return nullptr;
+    }
+    const size_t mapped = span - kPage;
+    if (mprotect(reinterpret_cast<void*>(base), mapped, PROT_READ | PROT_WRITE) != 0) {
+      give_back_locked(base, span);
+      return nullptr;
+    }
+    live_.emplace(base, Block{n, span});
+#ifdef TWINKLE_SHIM_ASAN
+    if (mapped > n) ASAN_POISON_MEMORY_REGION(reinterpret_cast<void*>(base + n), mapped - n);
+#endif
+    return reinterpret_cast<void*>(base);
+  }
+
+  /// False when p is not the start of a live block.
+  bool free(void* p) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = live_.find(a);
+    if (it == live_.end()) return false;
+    const size_t span = it->second.span;
+    live_.erase(it);
+#ifdef TWINKLE_SHIM_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(p, span - kPage);
+#endif
+    // a fresh PROT_NONE mapping over the block: its memory goes back, any later access faults
+    mmap(p, span - kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    give_back_locked(a, span);
+    return true;
+  }
+
+  Lookup lookup(const void* p) const {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    if (a < lo_ || a >= lo_ + cap_) return {};
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = live_.upper_bound(a);
+    if (it != live_.begin()) {
+      --it;
+      if (a <= it->first + it->second.bytes) return {Where::Live, it->first, it->second.bytes};
+    }
+    return {Where::Stale, 0, 0};
+  }
+
+ private:
+  struct Block {
+    size_t bytes, span;
+  };
+  static size_t round_up(size_t n) { return (n + kPage - 1) / kPage * kPage; }
+  void give_back_locked(uintptr_t base, size_t span) {
+    auto next = free_.lower_bound(base);
+    if (next != free_.end() && base + span == next->first) {  // merge with the range after
+      span += next->second;
+      next = free_.erase(next);
+    }
+    if (next != free_.begin()) {  // and with the range before
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == base) {
+        prev->second += span;
+        return;
+      }
+    }
+    free_.emplace(base, span);
+  }
+
+  mutable std::mutex mu_;
+  uintptr_t lo_ = 0, bump_ = 0;
+  size_t cap_ = 0;
+  std::map<uintptr_t, Block> live_;
+  std::map<uintptr_t, size_t> free_;  // base -> span
+};
+
+DeviceHeap& heap() {
+  static DeviceHeap* h = new DeviceHeap();  // never destroyed: device memory may be freed during static destruction
+  return *h;
+}
+
+const char* where_text(DeviceHeap::Where w) {
+  return w == DeviceHeap::Where::Host ? "a host pointer, not device memory"
+                                      : "inside the device heap but in no live allocation (freed device memory?)";
+}
+
+// Empty when [p, p + n) lies inside one live device block; else why not.
+std::string device_range_error(const void* p, size_t n) {
+  const DeviceHeap::Lookup l = heap().lookup(p);
+  char buf[256];
+  if (l.where != DeviceHeap::Where::Live) {
+    std::snprintf(buf, sizeof buf, "%p is %s", p, where_text(l.where));
+    return buf;
+  }
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (a + n > l.base + l.bytes) {
+    std::snprintf(buf, sizeof buf, "[%p, +%zu B) runs %zu B past the end of its device allocation of %zu B at %p", p,
+                  n, static_cast<size_t>(a + n - l.base - l.bytes), l.bytes, reinterpret_cast<void*>(l.base));
+    return buf;
+  }
+  return {};
+}
+
+// Empty when p is outside the device heap (host memory); else why not.
+std::string host_pointer_error(const void* p) {
+  const DeviceHeap::Lookup l = heap().lookup(p);
+  if (l.where == DeviceHeap::Where::Host) return {};
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%p is %s", p,
+                l.where == DeviceHeap::Where::Live
+                    ? "device memory, not a host pointer"
+                    : "inside the device heap (freed device memory), not a host pointer");
+  return buf;
+}
+
+}  // namespace
+
+bool check_kernel_pointer(const void* fn, const char* launch_sig, size_t index, size_t count, std::string_view type,
+                          const void* p) {
+  if (!p) return true;
+  const DeviceHeap::Lookup l = heap().lookup(p);
+  if (l.where == DeviceHeap::Where::Live) return true;
+  std::string name = kernel_name(fn);
+  if (name.rfind("<kernel at", 0) == 0) name += std::string(" (") + launch_sig + ")";
+  fail(cudaErrorIllegalAddress, "launch of kernel %s refused: argument %zu of %zu (%.*s) = %p is %s", name.c_str(),
+       index + 1, count, static_cast<int>(type.size()), type.data(), p, where_text(l.where));
+  return false;
+}
+
+// ---------------------------------------------------------------- fibers
+namespace {
+
+#ifdef TWINKLE_SHIM_ASAN
+inline void start_switch(void** fake_save, const void* bottom, size_t size) {
+  __sanitizer_start_switch_fiber(fake_save, bottom, size);
+}
+inline void finish_switch(void* fake_save, const void** bottom_old, size_t* size_old) {
+  __sanitizer_finish_switch_fiber(fake_save, bottom_old, size_old);
+}
+#else
+inline void start_switch(void**, const void*, size_t) {}
+inline void finish_switch(void*, const void**, size_t*) {}
+#endif
+
+#ifdef TWINKLE_SHIM_X86_SWITCH
+// switch_stack(save, to): pushes the callee-saved registers, MXCSR and the x87 control word, stores the
+// stack pointer to *save, loads `to` and pops the same from there (System V AMD64 ABI). A new fiber's
+// stack is laid out so that the first switch to it "returns" into twinkle_shim_fiber_trampoline, which calls
+// r13(r12).
+extern "C" void twinkle_shim_switch_stack(void** save, void* to);
+extern "C" void twinkle_shim_fiber_trampoline();
+asm(R"(
+  .pushsection .text
+  .globl twinkle_shim_switch_stack
+  .hidden twinkle_shim_switch_stack
+  .type twinkle_shim_switch_stack, @function
+twinkle_shim_switch_stack:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size twinkle_shim_switch_stack, .-twinkle_shim_switch_stack
+
+  .globl twinkle_shim_fiber_trampoline
+  .hidden twinkle_shim_fiber_trampoline
+  .type twinkle_shim_fiber_trampoline, @function
+twinkle_shim_fiber_trampoline:
+  movq %r12, %rdi
+  callq *%r13
+  ud2
+  .size twinkle_shim_fiber_trampoline, .-twinkle_shim_fiber_trampoline
+  .popsection
+)");
+#endif
+
+constexpr size_t kStackBytes = 256 * 1024;  // per fiber (ASan frames and an ASan report need room)
+
+struct Fiber {
+  char* map = nullptr;  // [guard page][stack]
+  char* stack = nullptr;
+#ifdef TWINKLE_SHIM_X86_SWITCH
+  void* sp = nullptr;
+#else
+  ucontext_t uc;
+#endif
+  void* fake = nullptr;  // ASan's fake stack while switched away
+};
+
+enum : uint8_t { kUnstarted, kRunning, kReady, kAtBlockBarrier, kAtWarpBarrier, kDone };
+
+// One block's run: thread states and barrier bookkeeping.
+struct BlockRun {
+  void (*thunk)(void*) = nullptr;
+  void* ctx = nullptr;
+  dim3 block, grid, idx;
+  unsigned nt = 0, nwarps = 0;
+  unsigned next_unstarted = 0, n_done = 0, at_block = 0;
+  std::vector<uint8_t> state;
+  std::vector<Fiber*> holder;  // the fiber a started, unfinished thread runs on
+  std::vector<unsigned> ready;  // released threads, resumed in this order
+  size_t ready_head = 0;
+  std::vector<unsigned> warp_waiting, warp_done, warp_size;
+  std::vector<uint64_t> warp_gen;
+  uint64_t block_gen = 0;
+  std::vector<double> slot;  // [2][nt]: shuffle deposits, double-buffered by the warp's barrier generation
+  int or_acc[2] = {0, 0};    // __syncthreads_or, double-buffered by the block's barrier generation
+  std::vector<char> smem;
+};
+
+void fiber_main(void* arg);
+
+// The fibers of one OS thread and the scheduler's side of the switches.
+struct Worker {
+  std::vector<Fiber*> all, idle;
+  BlockRun* block = nullptr;
+  Fiber* cur = nullptr;  // the fiber running now (null: the scheduler)
+  unsigned cur_tid = 0;
+#ifdef TWINKLE_SHIM_X86_SWITCH
+  void* sched_sp = nullptr;
+#else
+  ucontext_t sched_uc;
+#endif
+  FiberStats stats;
+  const void* sched_bottom = nullptr;  // the scheduler's stack, for ASan (learned at the first switch)
+  size_t sched_size = 0;
+
+  ~Worker() {
+    for (Fiber* f : all) {
+      munmap(f->map, kStackBytes + kPage);
+      delete f;
+    }
+  }
+
+  void init_context(Fiber* f) {
+#ifdef TWINKLE_SHIM_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(f->stack, kStackBytes);  // frames abandoned by a failed launch
+#endif
+#ifdef TWINKLE_SHIM_X86_SWITCH
+    // [mxcsr|fpucw][r15][r14][r13][r12][rbx][rbp][ret] from sp upwards; rsp 16-aligned at the trampoline
+    auto* top = reinterpret_cast<uint64_t*>(f->stack + kStackBytes - 16);
+    uint64_t* sp = top - 8;
+    uint16_t cw = 0;
+    asm volatile("fnstcw %0" : "=m"(cw));
+    sp[0] = static_cast<uint64_t>(__builtin_ia32_stmxcsr()) | (static_cast<uint64_t>(cw) << 32);
+    sp[1] = sp[2] = 0;                                            // r15, r14
+    sp[3] = reinterpret_cast<uint64_t>(&fiber_main);              // r13: the entry
+    sp[4] = reinterpret_cast<uint64_t>(f);                        // r12: its argument
+    sp[5] = sp[6] = 0;                                            // rbx, rbp
+    sp[7] = reinterpret_cast<uint64_t>(&twinkle_shim_fiber_trampoline);
+    f->sp = sp;
+#else
+    getcontext(&f->uc);
+    f->uc.uc_stack.ss_sp = f->stack;
+    f->uc.uc_stack.ss_size = kStackBytes;
+    f->uc.uc_link = nullptr;
+    // makecontext passes ints: the fiber finds itself in the worker (cur is set before the first switch)
+    makecontext(&f->uc, reinterpret_cast<void (*)()>(&fiber_start_uc), 0);
+#endif
+    f->fake = nullptr;
+  }
+#ifndef TWINKLE_SHIM_X86_SWITCH
+  static void fiber_start_uc();
+#endif
+
+  Fiber* get_idle() {
+    if (!idle.empty()) {
+      Fiber* f = idle.back();
+      idle.pop_back();
+      return f;
+    }
+    auto* f = new Fiber();
+    void* m = mmap(nullptr, kStackBytes + kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (m == MAP_FAILED) {
+      std::fprintf(stderr, "cuda shim: cannot map a fiber stack\n");
+      std::abort();
+    }
+    f->map = static_cast<char*>(m);
+    mprotect(f->map, kPage, PROT_NONE);  // guard page below the stack: an overflow faults
+    f->stack = f->map + kPage;
+    init_context(f);
+    all.push_back(f);
+    ++stats.fibers;
+    return f;
+  }
+
+  // scheduler -> fiber f (returns when some fiber switches back)
+  void resume(Fiber* f) {
+    cur = f;
+    ++stats.switches;
+    void* fake = nullptr;
+    start_switch(&fake, f->stack, kStackBytes);
+#ifdef TWINKLE_SHIM_X86_SWITCH
+    twinkle_shim_switch_stack(&sched_sp, f->sp);
+#else
+    swapcontext(&sched_uc, &f->uc);
+#endif
+    finish_switch(fake, nullptr, nullptr);
+    cur = nullptr;
+  }
+
+  // fiber f -> scheduler (returns when the scheduler resumes f)
+  void yield(Fiber* f) {
+    ++stats.switches;
+    start_switch(&f->fake, sched_bottom, sched_size);
+#ifdef TWINKLE_SHIM_X86_SWITCH
+    twinkle_shim_switch_stack(&f->sp, sched_sp);
+#else
+    swapcontext(&f->uc, &sched_uc);
+#endif
+    finish_switch(f->fake, &sched_bottom, &sched_size);
+  }
+};
+
+thread_local Worker t_worker;
+
+inline void enter_thread(BlockRun& b, unsigned t) {
+  t_worker.cur_tid = t;
+  threadIdx = dim3(t % b.block.x, (t / b.block.x) % b.block.y, t / (b.block.x * b.block.y));
+}
+
+// A fiber's life: run not-yet-started threads of the current block one after another (a thread that
+// reaches a barrier suspends the fiber with it), then wait idle for the next block.
+void fiber_main(void* arg) {
+  Fiber* self = static_cast<Fiber*>(arg);
+  Worker& w = t_worker;
+  finish_switch(nullptr, &w.sched_bottom, &w.sched_size);
+  for (;;) {
+    BlockRun& b = *w.block;
+    while (b.next_unstarted < b.nt) {
+      const unsigned t = b.next_unstarted++;
+      b.state[t] = kRunning;
+      b.holder[t] = self;
+      enter_thread(b, t);
+      b.thunk(b.ctx);
+      b.state[t] = kDone;
+      b.holder[t] = nullptr;
+      ++b.n_done;
+      ++b.warp_done[t / 32];
+    }
+    w.idle.push_back(self);
+    w.yield(self);
+  }
+}
+
+#ifndef TWINKLE_SHIM_X86_SWITCH
+void Worker::fiber_start_uc() { fiber_main(t_worker.cur); }
+#endif
+
+// The running thread waits at a barrier (state already set); returns when it is released.
+inline void suspend() {
+  Worker& w = t_worker;
+  Fiber* self = w.cur;
+  w.yield(self);
+}
+
+// Runs one block to completion. False (with the error recorded) when its barriers cannot all be met.
+bool run_block(Worker& w, BlockRun& b, const void* fn) {
+  for (;;) {
+    if (b.ready_head < b.ready.size()) {
+      const unsigned t = b.ready[b.ready_head++];
+      b.state[t] = kRunning;
+      enter_thread(b, t);
+      w.resume(b.holder[t]);
+      continue;
+    }
+    b.ready.clear();
+    b.ready_head = 0;
+    if (b.next_unstarted < b.nt) {
+      w.resume(w.get_idle());
+      continue;
+    }
+    if (b.n_done == b.nt) return true;
+    // every thread has exited or waits: release the warps whose live lanes all wait at a shuffle, else
+    // the block when every live thread waits at __syncthreads
+    for (unsigned wp = 0; wp < b.nwarps; ++wp) {
+      if (!b.warp_waiting[wp] || b.warp_waiting[wp] + b.warp_done[wp] != b.warp_size[wp]) continue;
+      const unsigned t1 = wp * 32 + b.warp_size[wp];
+      for (unsigned t = wp * 32; t < t1; ++t)
+        if (b.state[t] == kAtWarpBarrier) {
+          b.state[t] = kReady;
+          b.ready.push_back(t);
+        }
+      b.warp_waiting[wp] = 0;
+      ++b.warp_gen[wp];
+    }
+    if (!b.ready.empty()) continue;
+    if (b.at_block && b.at_block + b.n_done == b.nt) {
+      b.or_acc[(b.block_gen + 1) & 1] = 0;  // everyone has read the generation before this one
+      ++b.block_gen;
+      b.at_block = 0;
+      for (unsigned t = 0; t < b.nt; ++t)
+        if (b.state[t] == kAtBlockBarrier) {
+          b.state[t] = kReady;
+          b.ready.push_back(t);
+        }
+      continue;
+    }
+    unsigned tb = 0, tw = 0;
+    for (unsigned t = 0; t < b.nt; ++t) {
+      if (b.state[t] == kAtBlockBarrier) tb = t;
+      if (b.state[t] == kAtWarpBarrier) tw = t;
+    }
+    fail(cudaErrorLaunchFailure,
+         "kernel %s, block (%u, %u, %u): barriers that cannot meet: thread %u waits at __syncthreads while thread %u "
+         "(warp %u) waits at a warp shuffle its warp's other lanes do not reach",
+         kernel_name(fn).c_str(), b.idx.x, b.idx.y, b.idx.z, tb, tw, tw / 32);
+    // abandon the suspended threads: their fibers start over
+    for (unsigned t = 0; t < b.nt; ++t)
+      if (b.holder[t]) {
+        w.init_context(b.holder[t]);
+        w.idle.push_back(b.holder[t]);
+        b.holder[t] = nullptr;
+      }
+    return false;
+  }
+}
+
+std::mutex g_mu;
+std::map<const void*, int> g_smem_attr;
+
+}  // namespace
+
+void syncthreads() {
+  BlockRun& b = *t_worker.block;
+  b.state[t_worker.cur_tid] = kAtBlockBarrier;
+  ++b.at_block;
+  suspend();
+}
 
 int syncthreads_or(int p) {
-  Block& b = *t_block;
-  b.or_slot[t_tid] = p != 0;
-  b.bar->arrive_and_wait();
-  int r = 0;
-  for (int v : b.or_slot) r |= v;
-  b.bar->arrive_and_wait();  // nobody overwrites or_slot before everyone has read it
-  return r;
+  BlockRun& b = *t_worker.block;
+  const unsigned g = b.block_gen & 1;
+  b.or_acc[g] |= p != 0;
+  syncthreads();
+  return b.or_acc[g];
 }
 
 template <typename T> T shfl(T v, int delta) {
-  Block& b = *t_block;
-  const unsigned warp = t_tid / 32, lane = t_tid % 32;
-  b.warp_slot[t_tid] = static_cast<double>(v);
-  b.warp_bar[warp]->arrive_and_wait();
+  BlockRun& b = *t_worker.block;
+  const unsigned tid = t_worker.cur_tid, warp = tid / 32, lane = tid % 32;
+  double* buf = b.slot.data() + (b.warp_gen[warp] & 1) * b.nt;
+  buf[tid] = static_cast<double>(v);
+  b.state[tid] = kAtWarpBarrier;
+  ++b.warp_waiting[warp];
+  suspend();
   const unsigned src = lane + static_cast<unsigned>(delta);
-  const T r = src < 32 && warp * 32 + src < b.warp_slot.size() ? static_cast<T>(b.warp_slot[warp * 32 + src]) : v;
-  b.warp_bar[warp]->arrive_and_wait();
-  return r;
+  return src < 32 && warp * 32 + src < b.nt ? static_cast<T>(buf[warp * 32 + src]) : v;
 }
 float shfl_down(float v, int delta) { return shfl(v, delta); }
 double shfl_down(double v, int delta) { return shfl(v, delta); }
 
-void* dyn_smem() { return t_block->smem.data(); }
+FiberStats fiber_stats() { return t_worker.stats; }
+
+void* dyn_smem() { return t_worker.block->smem.data(); }
 
 cudaError_t set_smem_attribute(const void* fn, int bytes) {
-  if (bytes > 227 * 1024) return cudaErrorInvalidValue;
+  if (bytes > 227 * 1024)
+    return fail(cudaErrorInvalidValue,
+                "cudaFuncSetAttribute(MaxDynamicSharedMemorySize = %d) of kernel %s: above 227 KiB", bytes,
+                kernel_name(fn).c_str());
   std::lock_guard<std::mutex> lk(g_mu);
   g_smem_attr[fn] = bytes;
   return cudaSuccess;
@@ -74,42 +692,55 @@ cudaError_t run_grid(const LaunchCfg& cfg, void (*thunk)(void*), void* ctx) {
     if (auto it = g_smem_attr.find(cfg.fn); it != g_smem_attr.end()) allowed = std::max(allowed, it->second);
   }
   if (nt == 0 || nt > 1024 || cfg.grid.x == 0 || cfg.grid.y == 0 || cfg.grid.z == 0 || cfg.grid.y > 65535 ||
-      cfg.grid.z > 65535 || cfg.grid.x > 2147483647u || cfg.smem > static_cast<size_t>(allowed)) {
-    std::fprintf(stderr, "cuda shim: refused launch: block %u threads, grid %u x %u x %u, %zu B dynamic smem (allowed %d)\n",
-                 nt, cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.smem, allowed);
-    g_last = cudaErrorInvalidConfiguration;
-    return g_last;
-  }
-  for (unsigned bz = 0; bz < cfg.grid.z; ++bz)
-    for (unsigned by = 0; by < cfg.grid.y; ++by)
+      cfg.grid.z > 65535 || cfg.grid.x > 2147483647u || cfg.smem > static_cast<size_t>(allowed))
+    return fail(cudaErrorInvalidConfiguration,
+                "refused launch of kernel %s: block %u threads, grid %u x %u x %u, %zu B dynamic smem (allowed %d)",
+                kernel_name(cfg.fn).c_str(), nt, cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.smem, allowed);
+  Worker& w = t_worker;
+  if (w.block) return fail(cudaErrorLaunchFailure, "a kernel launch from inside a kernel");
+  BlockRun b;
+  b.thunk = thunk;
+  b.ctx = ctx;
+  b.block = cfg.block;
+  b.grid = cfg.grid;
+  b.nt = nt;
+  b.nwarps = (nt + 31) / 32;
+  b.state.resize(nt);
+  b.holder.resize(nt);
+  b.ready.reserve(nt);
+  b.warp_waiting.resize(b.nwarps);
+  b.warp_done.resize(b.nwarps);
+  b.warp_gen.resize(b.nwarps);
+  b.warp_size.resize(b.nwarps);
+  for (unsigned wp = 0; wp < b.nwarps; ++wp) b.warp_size[wp] = std::min(32u, nt - wp * 32);
+  b.slot.assign(2 * size_t{nt}, 0.0);
+  blockDim = cfg.block;
+  gridDim = cfg.grid;
+  w.block = &b;
+  cudaError_t rc = cudaSuccess;
+  for (unsigned bz = 0; bz < cfg.grid.z && rc == cudaSuccess; ++bz)
+    for (unsigned by = 0; by < cfg.grid.y && rc == cudaSuccess; ++by)
       for (unsigned bx = 0; bx < cfg.grid.x; ++bx) {
-        Block b;
-        b.bar = std::make_unique<std::barrier<>>(nt);
-        for (unsigned w = 0; w < (nt + 31) / 32; ++w)
-          b.warp_bar.push_back(std::make_unique<std::barrier<>>(std::min(32u, nt - w * 32)));
-        b.warp_slot.assign(nt, 0.0);
-        b.or_slot.assign(nt, 0);
+        b.idx = dim3(bx, by, bz);
+        blockIdx = b.idx;
+        std::fill(b.state.begin(), b.state.end(), kUnstarted);
+        std::fill(b.warp_waiting.begin(), b.warp_waiting.end(), 0u);
+        std::fill(b.warp_done.begin(), b.warp_done.end(), 0u);
+        b.next_unstarted = b.n_done = b.at_block = 0;
+        b.or_acc[0] = b.or_acc[1] = 0;
         b.smem.assign(cfg.smem + 16, static_cast<char>(0x5A));  // poisoned: kernels must write before reading
-        std::vector<std::thread> threads;
-        threads.reserve(nt);
-        for (unsigned t = 0; t < nt; ++t)
-          threads.emplace_back([&, t] {
-            t_block = &b;
-            t_tid = t;
-            threadIdx = dim3(t % cfg.block.x, (t / cfg.block.x) % cfg.block.y, t / (cfg.block.x * cfg.block.y));
-            blockIdx = dim3(bx, by, bz);
-            blockDim = cfg.block;
-            gridDim = cfg.grid;
-            thunk(ctx);
-            b.warp_bar[t / 32]->arrive_and_drop();  // an exited thread no longer holds back barriers
-            b.bar->arrive_and_drop();
-          });
-        for (auto& th : threads) th.join();
+        if (!run_block(w, b, cfg.fn)) {
+          rc = cudaErrorLaunchFailure;
+          break;
+        }
       }
-  return cudaSuccess;
+  w.block = nullptr;
+  return rc;
 }
 
 }  // namespace twinkle_shim
+
+using twinkle_shim::fail;
 
 // ---------------------------------------------------------------- runtime API
 cudaError_t cudaGetDeviceCount(int* n) {
@@ -118,9 +749,9 @@ cudaError_t cudaGetDeviceCount(int* n) {
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
   std::memset(p, 0, sizeof *p);
-  std::snprintf(p->name, sizeof p->name, "twinkle CUDA emulator (host threads)");
+  std::snprintf(p->name, sizeof p->name, "twinkle CUDA emulator (host fibers)");
   p->multiProcessorCount = 1;
-  p->totalGlobalMem = size_t{4} << 30;
+  p->totalGlobalMem = twinkle_shim::heap().capacity();
   p->major = 9;
   p->minor = 0;
   return cudaSuccess;
@@ -133,34 +764,76 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaMalloc(void** p, size_t n) {
-  *p = std::malloc(n ? n : 1);
-  if (!*p) return cudaErrorMemoryAllocation;
+  *p = twinkle_shim::heap().alloc(n);
+  if (!*p)
+    return fail(cudaErrorMemoryAllocation, "cudaMalloc(%zu B): the device heap (%zu MiB) is full", n,
+                twinkle_shim::heap().capacity() >> 20);
   std::memset(*p, 0x7F, n);  // fresh device memory is garbage (0x7F7F7F7F = 3.4e38 as a float)
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {
-  std::free(p);
+  if (!p || twinkle_shim::heap().free(p)) return cudaSuccess;
+  return fail(cudaErrorInvalidValue, "cudaFree(%p): not the start of a live device allocation", p);
+}
+
+namespace {
+const char* kind_name(cudaMemcpyKind k) {
+  switch (k) {
+    case cudaMemcpyHostToHost: return "cudaMemcpyHostToHost";
+    case cudaMemcpyHostToDevice: return "cudaMemcpyHostToDevice";
+    case cudaMemcpyDeviceToHost: return "cudaMemcpyDeviceToHost";
+    case cudaMemcpyDeviceToDevice: return "cudaMemcpyDeviceToDevice";
+  }
+  return "an unknown cudaMemcpyKind";
+}
+
+// Checks a copy's two sides against its kind; cudaSuccess or the recorded error.
+cudaError_t check_copy(const char* call, void* d, const void* s, size_t n, cudaMemcpyKind k) {
+  if (n == 0) return cudaSuccess;
+  if (!d || !s) return fail(cudaErrorInvalidValue, "%s(%p, %p, %zu B): null pointer", call, d, s, n);
+  const bool d_dev = k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice;
+  const bool s_dev = k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice;
+  if (k != cudaMemcpyHostToHost && !d_dev && !s_dev)
+    return fail(cudaErrorInvalidValue, "%s: %s (%d)", call, kind_name(k), static_cast<int>(k));
+  const std::string ed = d_dev ? twinkle_shim::device_range_error(d, n) : twinkle_shim::host_pointer_error(d);
+  if (!ed.empty())
+    return fail(cudaErrorInvalidValue, "%s(%zu B, %s): the destination %s", call, n, kind_name(k), ed.c_str());
+  const std::string es = s_dev ? twinkle_shim::device_range_error(s, n) : twinkle_shim::host_pointer_error(s);
+  if (!es.empty())
+    return fail(cudaErrorInvalidValue, "%s(%zu B, %s): the source %s", call, n, kind_name(k), es.c_str());
   return cudaSuccess;
 }
-cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
-  if (n && (!d || !s)) return cudaErrorInvalidValue;
+}  // namespace
+
+cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k) {
+  if (const cudaError_t e = check_copy("cudaMemcpy", d, s, n, k)) return e;
   if (n) std::memmove(d, s, n);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t) {
-  return cudaMemcpy(d, s, n, k);
+  if (const cudaError_t e = check_copy("cudaMemcpyAsync", d, s, n, k)) return e;
+  if (n) std::memmove(d, s, n);
+  return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) {
+  if (n == 0) return cudaSuccess;
+  if (const std::string e = twinkle_shim::device_range_error(p, n); !e.empty())
+    return fail(cudaErrorInvalidValue, "cudaMemsetAsync(%zu B): %s", n, e.c_str());
   std::memset(p, v, n);
   return cudaSuccess;
 }
 cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int v, size_t width, size_t height, cudaStream_t) {
+  if (width == 0 || height == 0) return cudaSuccess;
+  if (width > pitch) return fail(cudaErrorInvalidValue, "cudaMemset2DAsync: width %zu B > pitch %zu B", width, pitch);
+  if (const std::string e = twinkle_shim::device_range_error(p, pitch * (height - 1) + width); !e.empty())
+    return fail(cudaErrorInvalidValue, "cudaMemset2DAsync(pitch %zu B, %zu x %zu B): %s", pitch, height, width,
+                e.c_str());
   for (size_t r = 0; r < height; ++r) std::memset(static_cast<char*>(p) + r * pitch, v, width);
   return cudaSuccess;
 }
 cudaError_t cudaGetLastError() {
-  const cudaError_t e = twinkle_shim::g_last;
-  twinkle_shim::g_last = cudaSuccess;
+  const cudaError_t e = twinkle_shim::t_last;
+  twinkle_shim::t_last = cudaSuccess;
   return e;
 }
 const char* cudaGetErrorName(cudaError_t e) {
@@ -169,10 +842,26 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
   }
   return "cudaErrorUnknown";
 }
-const char* cudaGetErrorString(cudaError_t e) { return cudaGetErrorName(e); }
+const char* cudaGetErrorString(cudaError_t e) {
+  const char* text = "unknown error";
+  switch (e) {
+    case cudaSuccess: text = "no error"; break;
+    case cudaErrorInvalidValue: text = "invalid argument"; break;
+    case cudaErrorMemoryAllocation: text = "out of memory"; break;
+    case cudaErrorInvalidConfiguration: text = "invalid configuration argument"; break;
+    case cudaErrorIllegalAddress: text = "an illegal memory access was encountered"; break;
+    case cudaErrorLaunchFailure: text = "unspecified launch failure"; break;
+  }
+  if (e == cudaSuccess || e != twinkle_shim::t_detail_code) return text;
+  thread_local std::string full;
+  full = std::string(text) + " [cuda shim: " + twinkle_shim::t_detail + "]";
+  return full.c_str();
+}
 
 // ---------------------------------------------------------------- cuBLAS (column-major, as the real one)
 struct cublasContext {};
@@ -186,13 +875,44 @@ cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
 }
 cublasStatus_t cublasSetStream_v2(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
+
+namespace {
+// A column-major rows x cols matrix with leading dimension ld must lie in one live device block.
+bool blas_matrix_ok(const char* name, int pos, const float* p, int rows, int cols, int ld) {
+  if (rows <= 0 || cols <= 0) return true;
+  const size_t elems = static_cast<size_t>(ld) * static_cast<size_t>(cols - 1) + static_cast<size_t>(rows);
+  const size_t bytes = elems * sizeof(float);
+  const std::string e = twinkle_shim::device_range_error(p, bytes);
+  if (e.empty()) return true;
+  twinkle_shim::blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasSgemm: %s (argument %d, %d x %d, ld %d): %s", name, pos,
+                          rows, cols, ld, e.c_str());
+  return false;
+}
+bool blas_scalar_ok(const char* name, int pos, const float* p) {
+  const std::string e = p ? twinkle_shim::host_pointer_error(p) : std::string("null");
+  if (e.empty()) return true;
+  twinkle_shim::blas_fail(CUBLAS_STATUS_INVALID_VALUE,
+                          "cublasSgemm: %s (argument %d) under CUBLAS_POINTER_MODE_HOST must be a host pointer: %s",
+                          name, pos, e.c_str());
+  return false;
+}
+}  // namespace
+
 cublasStatus_t cublasSgemm_v2(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                               const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
                               float* C, int ldc) {
   // the argument checks of cuBLAS: leading dimensions of the stored (column-major) matrices
   if (m < 0 || n < 0 || k < 0 || lda < std::max(1, ta == CUBLAS_OP_N ? m : k) ||
       ldb < std::max(1, tb == CUBLAS_OP_N ? k : n) || ldc < std::max(1, m))
+    return twinkle_shim::blas_fail(CUBLAS_STATUS_INVALID_VALUE,
+                                   "cublasSgemm: m %d n %d k %d with lda %d ldb %d ldc %d (op %d, %d)", m, n, k, lda,
+                                   ldb, ldc, ta, tb);
+  // where the matrices are (argument positions as in cublasSgemm's signature, from 1)
+  if (!blas_scalar_ok("alpha", 7, alpha) || !blas_scalar_ok("beta", 12, beta)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (k > 0 && (!blas_matrix_ok("A", 8, A, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda) ||
+                !blas_matrix_ok("B", 10, B, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb)))
     return CUBLAS_STATUS_INVALID_VALUE;
+  if (!blas_matrix_ok("C", 13, C, m, n, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
   for (int j = 0; j < n; ++j)
     for (int i = 0; i < m; ++i) {
       double s = 0.0;
@@ -218,5 +938,9 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
   return CUBLAS_STATUS_SUCCESS;
 }
 const char* cublasGetStatusString(cublasStatus_t s) {
-  return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_INVALID_VALUE";
+  const char* text = s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_INVALID_VALUE";
+  if (s == CUBLAS_STATUS_SUCCESS || s != twinkle_shim::t_blas_detail_code) return text;
+  thread_local std::string full;
+  full = std::string(text) + " [cuda shim: " + twinkle_shim::t_blas_detail + "]";
+  return full.c_str();
 }

@@ -1,18 +1,56 @@
 // A host emulation of the part of the CUDA runtime, device language and cuBLAS that src/kernels/cuda uses,
 // so the CUDA backend's own sources run on a machine without a GPU (tests/cuda.cmake: the conformance
-// table as `kernel_conformance_cuda_emu`, under AddressSanitizer). Every CUDA thread is a host thread; a
-// block's threads run concurrently and meet at real barriers (__syncthreads, warp shuffles), blocks run one
-// after another; device memory is host memory; cuBLAS sgemm is a double-accumulating loop. It checks what
-// a launch on an sm_90 device would refuse (block size, grid size, dynamic shared memory above 48 KiB
-// without the attribute or above 227 KiB). It cannot show timing, coalescing or sm_90 code generation
-// bugs: it tests the algorithms, index arithmetic, synchronization structure and host logic.
-// Test code; selected by -DTWINKLE_CUDA_SHIM (src/kernels/cuda/cuda_common.h).
+// table as `kernel_conformance_cuda_emu`, under AddressSanitizer; the emulation's own test is
+// tests/cuda/emu/test_cuda_shim.cpp). Test code; selected by -DTWINKLE_CUDA_SHIM
+// (src/kernels/cuda/cuda_common.h).
+//
+// What it models:
+//  - Execution. A launch runs on the calling host thread, blocks one after another in (z, y, x) order.
+//    The threads of a block are cooperative fibers on that one OS thread (cuda_shim.cpp: stacks from a
+//    per-thread pool, reused across launches; the switch is a few instructions on x86-64, ucontext
+//    elsewhere, where ASan loses the redzones of a suspended thread's frames). Threads start in index
+//    order; each runs until it exits or reaches a barrier — __syncthreads, __syncthreads_or (block-wide)
+//    or a warp shuffle (its warp's 32 lanes) — and a barrier lets its threads go once every thread of the
+//    block / warp that has not exited has reached it. A block therefore runs to completion
+//    deterministically, and a kernel without barriers runs a block's threads one after another on one
+//    fiber without a switch. Barriers that can never all be met (some threads of a warp at __syncthreads,
+//    others at a shuffle) fail the launch with cudaErrorLaunchFailure naming the kernel and the block (a
+//    GPU would hang or be undefined). Under ASan every switch is annotated
+//    (__sanitizer_start/finish_switch_fiber), so ASan knows each fiber's stack.
+//  - Warp shuffles (__shfl_down_sync): every lane of the warp deposits its value, then reads lane +
+//    delta's (its own value when that lane is past 31 or past the block); the mask is not checked.
+//  - Device memory. cudaMalloc returns memory from a separate reserved address range (the device heap,
+//    cuda_shim.cpp: page-granular blocks with an unmapped page between them, filled with 0x7F garbage,
+//    the bytes past the requested size poisoned for ASan; freed blocks unmapped, their addresses reused
+//    only once the range is used up; 32 GiB, TWINKLE_CUDA_SHIM_DEVICE_MIB sets it). Every pointer
+//    argument of a launch (`launch` below) must be null or point into a live device block (or one past
+//    its end), else the launch fails with cudaErrorIllegalAddress naming the kernel and the argument;
+//    cudaMemcpy / cudaMemcpyAsync check their direction (the device side must lie inside one live block,
+//    the host side outside the device heap) and cudaMemset* their range, else cudaErrorInvalidValue;
+//    cuBLAS checks A, B, C the same way (whole matrices inside live blocks) and alpha / beta to be host
+//    pointers (CUBLAS_POINTER_MODE_HOST), else CUBLAS_STATUS_INVALID_VALUE. Each error is returned,
+//    recorded for cudaGetLastError (per host thread, not sticky) and printed to stderr, and
+//    cudaGetErrorString / cublasGetStatusString of that code add the detail, so the library's
+//    TWINKLE_CUDA_CHECK / TWINKLE_CUBLAS_CHECK / TWINKLE_CUDA_LAUNCHED errors carry it.
+//  - Launch limits of an sm_90 device: at most 1024 threads a block, the grid limits, dynamic shared
+//    memory above 48 KiB only with cudaFuncAttributeMaxDynamicSharedMemorySize, never above 227 KiB.
+//  - cuBLAS sgemm: a column-major loop accumulating in double (no TF32), with cuBLAS's argument checks.
+//
+// What it cannot show: timing; races between blocks (they never overlap) or threads: the schedule is one
+// fixed interleaving, so a missing barrier shows only where a thread reads what a higher-indexed thread
+// of its block writes before that barrier (that thread has not run yet: the value read is stale or the
+// 0x5A / 0x7F poison), and there is no independent thread scheduling inside a warp; coalescing, bank
+// conflicts, sm_90 code generation, a real GPU's fp32 contraction into FMAs; streams and events (one
+// implicit stream, every call synchronous); bf16 types; NCCL. A host pointer inside a struct argument
+// or read by device code through a device-resident pointer is not checked, nor are host reads of device
+// memory (device memory is host-addressable here). Exceptions must not leave a kernel.
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -70,7 +108,8 @@ template <typename A, typename B> inline std::common_type_t<A, B> max(A a, B b) 
 // ---------------------------------------------------------------- runtime API
 using cudaError_t = int;
 constexpr cudaError_t cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
-                      cudaErrorInvalidConfiguration = 9;
+                      cudaErrorInvalidConfiguration = 9, cudaErrorIllegalAddress = 700,
+                      cudaErrorLaunchFailure = 719;
 using cudaStream_t = void*;
 enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
@@ -129,18 +168,54 @@ struct LaunchCfg {
   size_t smem;
   const void* fn;
 };
-/// Runs body(thread) for every thread of every block (returns an error code for a refused launch).
+/// Runs thunk(ctx) for every thread of every block (returns an error code for a refused or failed launch,
+/// also recorded for cudaGetLastError).
 cudaError_t run_grid(const LaunchCfg& cfg, void (*thunk)(void*), void* ctx);
+
+/// Whether p is null or points into a live device allocation (one past its end included); otherwise records
+/// cudaErrorIllegalAddress naming the kernel `fn` (`launch_sig`: the launch's __PRETTY_FUNCTION__, for the
+/// parameter types when the kernel's name cannot be found) and the argument (`index` of `count`, `type`).
+bool check_kernel_pointer(const void* fn, const char* launch_sig, size_t index, size_t count, std::string_view type,
+                          const void* p);
+
+/// Fiber scheduler counters of the calling host thread: context switches (either direction) and fibers
+/// created (each with its own stack, kept for later launches).
+struct FiberStats {
+  uint64_t switches = 0, fibers = 0;
+};
+FiberStats fiber_stats();
+
+/// The spelling of T (from __PRETTY_FUNCTION__), for messages.
+template <typename T> constexpr std::string_view type_name() {
+  std::string_view s = __PRETTY_FUNCTION__;
+  const size_t b = s.find("T = ");
+  if (b == std::string_view::npos) return "?";
+  s.remove_prefix(b + 4);
+  return s.substr(0, s.find_first_of(";]"));
+}
+
+template <typename T> bool kernel_arg_ok(const void* fn, const char* sig, size_t i, size_t n, const T& v) {
+  if constexpr (std::is_pointer_v<T>)
+    return check_kernel_pointer(fn, sig, i, n, type_name<T>(), static_cast<const void*>(v));
+  else
+    return true;
+}
+template <typename Tup, size_t... I>
+bool kernel_args_ok(const void* fn, const char* sig, const Tup& t, std::index_sequence<I...>) {
+  return (kernel_arg_ok(fn, sig, I, sizeof...(I), std::get<I>(t)) && ...);
+}
 
 template <typename... P, typename... A>
 void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
   auto tup = std::make_tuple(static_cast<P>(args)...);
   using Tup = decltype(tup);
+  const void* fn = reinterpret_cast<const void*>(kernel);
+  if (!kernel_args_ok(fn, __PRETTY_FUNCTION__, tup, std::index_sequence_for<P...>{})) return;
   struct Ctx {
     void (*k)(P...);
     Tup* t;
   } ctx{kernel, &tup};
-  run_grid({grid, block, smem, reinterpret_cast<const void*>(kernel)},
+  run_grid({grid, block, smem, fn},
            [](void* c) {
              auto* x = static_cast<Ctx*>(c);
              std::apply(x->k, *x->t);

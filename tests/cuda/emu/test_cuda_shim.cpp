@@ -1,0 +1,358 @@
+// The host emulation of CUDA itself (cuda_shim.h): barrier, shuffle and exit semantics of the fiber
+// scheduler, no switches for a kernel without barriers, the pointer-space checks of launches, copies,
+// memsets and cuBLAS, and ASan seeing device and fiber-stack overflows. Built under ASan with the shim
+// alone (tests/cuda.cmake: test_cuda_shim).
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "cuda_shim.h"
+
+namespace {
+
+using twinkle_shim::launch;
+
+std::string last_error_text() {
+  const cudaError_t e = cudaGetLastError();
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+template <typename T> struct DeviceBuf {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit DeviceBuf(size_t count) : n(count) {
+    void* v = nullptr;
+    EXPECT_EQ(cudaMalloc(&v, n * sizeof(T)), cudaSuccess);
+    p = static_cast<T*>(v);
+  }
+  ~DeviceBuf() { EXPECT_EQ(cudaFree(p), cudaSuccess); }
+  void put(const std::vector<T>& h) {
+    ASSERT_EQ(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  std::vector<T> get() const {
+    std::vector<T> h(n);
+    EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+};
+
+// ---------------------------------------------------------------- scheduling semantics
+
+__global__ void k_block_sum(const int* x, int* out) {
+  __shared__ int sh[256];
+  const unsigned t = threadIdx.x;
+  sh[t] = x[blockIdx.x * blockDim.x + t];
+  __syncthreads();
+  for (unsigned w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (t < w) sh[t] += sh[t + w];
+    __syncthreads();
+  }
+  if (t == 0) out[blockIdx.x] = sh[0];
+}
+
+TEST(CudaShim, SyncthreadsOrdersSharedMemoryAcrossTheBlock) {
+  const int blocks = 5, nt = 256;
+  std::vector<int> h(blocks * nt);
+  std::iota(h.begin(), h.end(), 1);
+  DeviceBuf<int> x(h.size()), out(blocks);
+  x.put(h);
+  launch(k_block_sum, blocks, nt, 0, x.p, out.p);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const std::vector<int> r = out.get();
+  for (int b = 0; b < blocks; ++b) {
+    const int lo = b * nt + 1, hi = (b + 1) * nt;
+    EXPECT_EQ(r[b], (lo + hi) * nt / 2) << "block " << b;
+  }
+}
+
+__global__ void k_shfl(const float* x, float* out, int delta) {
+  const unsigned t = threadIdx.x + blockDim.x * threadIdx.y;
+  out[t] = __shfl_down_sync(0xffffffffu, x[t], delta);
+}
+
+TEST(CudaShim, ShuffleDownReadsTheLaneDeltaAboveWithinTheWarp) {
+  const unsigned nt = 72;  // two full warps and a partial one of 8 lanes; 2-d block (36 x 2)
+  std::vector<float> h(nt);
+  for (unsigned i = 0; i < nt; ++i) h[i] = 100.0f + i;
+  DeviceBuf<float> x(nt), out(nt);
+  x.put(h);
+  for (int delta : {1, 5, 16}) {
+    launch(k_shfl, 1, dim3(36, 2), 0, x.p, out.p, delta);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    const std::vector<float> r = out.get();
+    for (unsigned t = 0; t < nt; ++t) {
+      const unsigned lane = t % 32, src = lane + delta, st = t - lane + src;
+      EXPECT_EQ(r[t], src < 32 && st < nt ? h[st] : h[t]) << "thread " << t << " delta " << delta;
+    }
+  }
+}
+
+// Warp sums by shuffles, then a block barrier, several rounds: shuffles and __syncthreads interleave.
+__global__ void k_warp_then_block(const double* x, double* out) {
+  __shared__ double sh[8];
+  const unsigned t = threadIdx.x, lane = t % 32, warp = t / 32;
+  double v = x[t];
+  for (int round = 0; round < 3; ++round) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = 0.0;
+    for (unsigned w = 0; w < blockDim.x / 32; ++w) v += sh[w];
+    v = v / blockDim.x + t;  // something new for the next round
+  }
+  out[t] = v;
+}
+
+TEST(CudaShim, ShufflesAndBlockBarriersInterleave) {
+  const unsigned nt = 256;
+  std::vector<double> h(nt);
+  for (unsigned i = 0; i < nt; ++i) h[i] = 0.5 * i;
+  DeviceBuf<double> x(nt), out(nt);
+  x.put(h);
+  launch(k_warp_then_block, 1, nt, 0, x.p, out.p);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  // the same on the host: lane 0 of each warp holds the warp's sum
+  std::vector<double> v = h;
+  for (int round = 0; round < 3; ++round) {
+    double total = 0.0;
+    for (unsigned w = 0; w < nt / 32; ++w) {
+      double s = 0.0;  // the shuffle tree's order for lane 0
+      std::vector<double> lanes(v.begin() + w * 32, v.begin() + w * 32 + 32);
+      for (int o = 16; o > 0; o >>= 1)
+        for (int l = 0; l < 32; ++l) lanes[l] += l + o < 32 ? lanes[l + o] : lanes[l];
+      s = lanes[0];
+      total += s;
+    }
+    for (unsigned t = 0; t < nt; ++t) v[t] = total / nt + t;
+  }
+  EXPECT_EQ(out.get(), v);
+}
+
+__global__ void k_sync_or(const int* flags, int* out) {
+  const unsigned t = threadIdx.x;
+  int acc = 0;
+  for (int round = 0; round < 4; ++round) acc = acc * 2 + __syncthreads_or(flags[round * blockDim.x + t]);
+  out[t] = acc;
+}
+
+TEST(CudaShim, SyncthreadsOrOfSuccessiveRounds) {
+  const unsigned nt = 64;
+  std::vector<int> f(4 * nt, 0);
+  f[0 * nt + 63] = 1;  // round 0: one thread
+  f[2 * nt + 0] = 7;   // round 2: another, non-zero counts as true
+  DeviceBuf<int> flags(f.size()), out(nt);
+  flags.put(f);
+  launch(k_sync_or, 1, nt, 0, flags.p, out.p);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  for (int v : out.get()) EXPECT_EQ(v, 0b1010);
+}
+
+__global__ void k_early_exit(int* out, unsigned live) {
+  __shared__ int sh[128];
+  const unsigned t = threadIdx.x;
+  if (t >= live) return;  // exited threads do not hold back __syncthreads (as on sm_70+)
+  sh[t] = static_cast<int>(t);
+  __syncthreads();
+  out[t] = sh[live - 1 - t];
+}
+
+TEST(CudaShim, ExitedThreadsDoNotHoldBackBarriers) {
+  DeviceBuf<int> out(128);
+  launch(k_early_exit, 1, 128, 0, out.p, 100u);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const std::vector<int> r = out.get();
+  for (int t = 0; t < 100; ++t) EXPECT_EQ(r[t], 99 - t);
+}
+
+__global__ void k_divergent(float* out) {
+  const unsigned t = threadIdx.x;
+  if (t < 16)
+    __syncthreads();
+  else
+    out[t] = __shfl_down_sync(0xffffffffu, 1.0f, 1);
+}
+
+TEST(CudaShim, BarriersThatCannotMeetFailTheLaunchAndTheNextLaunchRuns) {
+  DeviceBuf<float> out(64);
+  launch(k_divergent, 2, 64, 0, out.p);
+  const std::string e = last_error_text();
+  EXPECT_NE(e.find("cudaErrorLaunchFailure"), std::string::npos) << e;
+  EXPECT_NE(e.find("k_divergent"), std::string::npos) << e;
+  EXPECT_NE(e.find("block (0, 0, 0)"), std::string::npos) << e;
+  std::vector<int> h(256, 1);
+  DeviceBuf<int> x(256), sum(1);
+  x.put(h);
+  launch(k_block_sum, 1, 256, 0, x.p, sum.p);  // the abandoned fibers start over
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(sum.get()[0], 256);
+}
+
+__global__ void k_axpy(float* y, const float* x, float a, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += a * x[i];
+}
+
+TEST(CudaShim, AKernelWithoutBarriersRunsEachBlockOnOneFiberWithoutSwitches) {
+  const int n = 4 * 1024;
+  DeviceBuf<float> x(n), y(n);
+  x.put(std::vector<float>(n, 2.0f));
+  y.put(std::vector<float>(n, 1.0f));
+  launch(k_axpy, 1, 1024, 0, y.p, x.p, 0.0f, n);  // warm: the fiber pool exists
+  const twinkle_shim::FiberStats s0 = twinkle_shim::fiber_stats();
+  launch(k_axpy, n / 1024, 1024, 0, y.p, x.p, 0.5f, n);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const twinkle_shim::FiberStats s1 = twinkle_shim::fiber_stats();
+  EXPECT_EQ(s1.fibers, s0.fibers);
+  EXPECT_EQ(s1.switches - s0.switches, 2u * (n / 1024)) << "one switch into the block's fiber and one back per block";
+  for (float v : y.get()) EXPECT_EQ(v, 2.0f);
+}
+
+// ---------------------------------------------------------------- pointer spaces
+
+TEST(CudaShim, AHostPointerArgumentFailsTheLaunchNamingKernelAndArgument) {
+  std::vector<float> host(256, 1.0f);
+  DeviceBuf<float> y(256);
+  y.put(std::vector<float>(256, 0.0f));
+  launch(k_axpy, 1, 256, 0, y.p, static_cast<const float*>(host.data()), 1.0f, 256);
+  const std::string e = last_error_text();
+  EXPECT_NE(e.find("cudaErrorIllegalAddress"), std::string::npos) << e;
+  EXPECT_NE(e.find("k_axpy"), std::string::npos) << e;
+  EXPECT_NE(e.find("argument 2 of 4 (const float*)"), std::string::npos) << e;
+  EXPECT_NE(e.find("a host pointer"), std::string::npos) << e;
+  for (float v : y.get()) EXPECT_EQ(v, 0.0f) << "the refused kernel ran";
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "not sticky";
+}
+
+TEST(CudaShim, FreedDeviceMemoryIsNotDeviceMemory) {
+  void* p = nullptr;
+  ASSERT_EQ(cudaMalloc(&p, 1000), cudaSuccess);
+  DeviceBuf<float> x(250);
+  ASSERT_EQ(cudaFree(p), cudaSuccess);
+  launch(k_axpy, 1, 256, 0, static_cast<float*>(p), static_cast<const float*>(x.p), 1.0f, 250);
+  const std::string e = last_error_text();
+  EXPECT_NE(e.find("argument 1 of 4 (float*)"), std::string::npos) << e;
+  EXPECT_NE(e.find("no live allocation"), std::string::npos) << e;
+  EXPECT_EQ(cudaFree(p), cudaErrorInvalidValue) << "double free";
+  (void)cudaGetLastError();
+}
+
+TEST(CudaShim, NullAndOnePastTheEndArgumentsAreAllowed) {
+  DeviceBuf<float> x(256);
+  launch(k_axpy, 1, 32, 0, static_cast<float*>(nullptr), static_cast<const float*>(x.p + 256), 1.0f, 0);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+TEST(CudaShim, CopiesCheckTheirDirection) {
+  DeviceBuf<float> d(64), d2(64);
+  std::vector<float> h(64, 1.0f), h2(64);
+  const size_t b = 64 * sizeof(float);
+  EXPECT_EQ(cudaMemcpy(d.p, h.data(), b, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(h2.data(), d.p, b, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d2.p, d.p, b, cudaMemcpyDeviceToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(h2.data(), h.data(), b, cudaMemcpyHostToHost), cudaSuccess);
+  EXPECT_EQ(h2, h);
+  struct Bad {
+    void* dst;
+    const void* src;
+    size_t bytes;
+    cudaMemcpyKind kind;
+    const char* says;
+  };
+  const Bad bad[] = {
+      {h2.data(), h.data(), b, cudaMemcpyHostToDevice, "the destination"},     // dst not device
+      {d.p, d2.p, b, cudaMemcpyHostToDevice, "the source"},                   // src not host
+      {d.p, h.data(), b, cudaMemcpyDeviceToHost, "the destination"},         // swapped direction
+      {h2.data(), h.data(), b, cudaMemcpyDeviceToHost, "the source"},        // src not device
+      {d.p, h.data(), b, cudaMemcpyDeviceToDevice, "the source"},            // src host
+      {d.p, h.data(), b + 4, cudaMemcpyHostToDevice, "past the end"},        // beyond the allocation
+      {d.p, d2.p, b, cudaMemcpyHostToHost, "not a host pointer"},
+  };
+  for (const Bad& c : bad) {
+    EXPECT_EQ(cudaMemcpyAsync(c.dst, c.src, c.bytes, c.kind, nullptr), cudaErrorInvalidValue) << c.says;
+    const std::string e = last_error_text();
+    EXPECT_NE(e.find("cudaErrorInvalidValue"), std::string::npos) << e;
+    EXPECT_NE(e.find(c.says), std::string::npos) << e;
+  }
+  EXPECT_EQ(cudaMemsetAsync(h2.data(), 0, b, nullptr), cudaErrorInvalidValue);
+  EXPECT_NE(last_error_text().find("a host pointer"), std::string::npos);
+  EXPECT_EQ(cudaMemset2DAsync(d.p, 64, 0, 32, 5, nullptr), cudaErrorInvalidValue);  // 4 * 64 + 32 > 256 B
+  EXPECT_NE(last_error_text().find("past the end"), std::string::npos);
+  EXPECT_EQ(cudaMemset2DAsync(d.p, 64, 0, 32, 4, nullptr), cudaSuccess);
+}
+
+TEST(CudaShim, CublasChecksItsMatrixAndScalarPointers) {
+  cublasHandle_t h = nullptr;
+  ASSERT_EQ(cublasCreate_v2(&h), CUBLAS_STATUS_SUCCESS);
+  const int m = 3, n = 4, k = 5;
+  DeviceBuf<float> A(m * k), B(k * n), C(m * n), one(1);
+  A.put(std::vector<float>(m * k, 1.0f));
+  B.put(std::vector<float>(k * n, 2.0f));
+  one.put({1.0f});
+  std::vector<float> hostB(k * n, 2.0f);
+  const float alpha = 1.0f, beta = 0.0f;
+  EXPECT_EQ(cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, A.p, m, B.p, k, &beta, C.p, m),
+            CUBLAS_STATUS_SUCCESS);
+  for (float v : C.get()) EXPECT_EQ(v, 10.0f);
+  auto status = [](cublasStatus_t s) { return std::string(cublasGetStatusString(s)); };
+  cublasStatus_t s =
+      cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, A.p, m, hostB.data(), k, &beta, C.p, m);
+  EXPECT_EQ(s, CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_NE(status(s).find("B (argument 10"), std::string::npos) << status(s);
+  EXPECT_NE(status(s).find("a host pointer"), std::string::npos) << status(s);
+  s = cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, A.p, m + 1, B.p, k, &beta, C.p, m);  // lda too big
+  EXPECT_EQ(s, CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_NE(status(s).find("A (argument 8"), std::string::npos) << status(s);
+  EXPECT_NE(status(s).find("past the end"), std::string::npos) << status(s);
+  s = cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, one.p, A.p, m, B.p, k, &beta, C.p, m);
+  EXPECT_EQ(s, CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_NE(status(s).find("alpha (argument 7)"), std::string::npos) << status(s);
+  EXPECT_EQ(cublasDestroy_v2(h), CUBLAS_STATUS_SUCCESS);
+}
+
+// ---------------------------------------------------------------- ASan sees the emulated device
+
+__global__ void k_read_past(const float* x, float* out, int n) {
+  if (threadIdx.x == 0) out[0] = x[n];  // one past the allocation
+}
+
+__global__ void k_stack_overflow(float* out, int i) {
+  float local[8];
+  for (int j = 0; j < 8; ++j) local[j] = static_cast<float>(j);
+  __syncthreads();  // on a fiber that was switched away and back
+  out[threadIdx.x] = local[i + static_cast<int>(threadIdx.x % 2)];
+}
+
+void read_past_an_allocation() {
+  DeviceBuf<float> x(10), out(1);
+  launch(k_read_past, 1, 32, 0, static_cast<const float*>(x.p), out.p, 10);
+}
+void overflow_a_fiber_stack() {
+  DeviceBuf<float> out(64);
+  launch(k_stack_overflow, 1, 64, 0, out.p, 7);
+}
+
+TEST(CudaShimDeathTest, AsanSeesReadsPastADeviceAllocation) {
+#ifndef __SANITIZE_ADDRESS__
+  GTEST_SKIP() << "not built with AddressSanitizer";
+#endif
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(read_past_an_allocation(), "AddressSanitizer: use-after-poison");
+}
+
+TEST(CudaShimDeathTest, AsanSeesStackOverflowsOnFiberStacks) {
+#ifndef __SANITIZE_ADDRESS__
+  GTEST_SKIP() << "not built with AddressSanitizer";
+#endif
+#if !defined(__x86_64__) || defined(TWINKLE_SHIM_UCONTEXT)
+  GTEST_SKIP() << "ucontext switches: ASan's swapcontext interceptor clears a resumed stack's redzones";
+#endif
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // naming the variable needs ASan to know the fiber's stack: the switch annotations (without them the
+  // report stops at the stack trace)
+  EXPECT_DEATH(overflow_a_fiber_stack(), "AddressSanitizer: stack-buffer-overflow.*'local'.*overflows this variable");
+}
+
+}  // namespace
