@@ -8,7 +8,8 @@
 // where the engines' Unicode versions differ: the Rust library's regex (Oniguruma) has
 // Unicode 16.0 letters/digits and White_Space without U+180E, its normalizer Unicode 9.0
 // tables, its Lowercase Rust std's Unicode 17.0 mappings; Debian 12's PCRE2 has Unicode 14.0
-// and utf8proc 15.0, so the differences are tabulated in src/data/tokenizer.cpp.
+// and utf8proc 15.0, so the differences are tabulated in src/data/tokenizer/regex.cpp (regex) and
+// src/data/tokenizer/unicode.cpp (normalizers, Lowercase).
 // Added-token ids are the ones the Rust library assigns (re-added in file order after the
 // vocab), like it, whatever ids the file states.
 #pragma once

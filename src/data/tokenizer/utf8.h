@@ -1,5 +1,6 @@
-// src/data/tokenizer_unicode.h — internal UTF-8 helpers shared by the tokenizer and the
-// chat template (not a public header).
+// src/data/tokenizer/utf8.h — internal UTF-8 helpers of src/data (not a public header): validation,
+// decoding, encoding; inline, as they run per code point in the tokenizer's loops. utf8_lossy is in
+// utf8.cpp.
 #pragma once
 #include <cstddef>
 #include <cstdint>
