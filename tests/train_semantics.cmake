@@ -16,12 +16,16 @@ set_tests_properties(train_epoch_tail_same_rows_every_layout PROPERTIES TIMEOUT 
 add_test(NAME train_options_validated
          COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_train_options.py --build ${CMAKE_BINARY_DIR})
 set_tests_properties(train_options_validated PROPERTIES TIMEOUT 300)
+# An MPI test program of tests/dist linked against the whole library, built into build/tests.
+function(twinkle_train_mpi_program name)
+  add_executable(${name} ${CMAKE_SOURCE_DIR}/tests/dist/${name}.cpp)
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  target_compile_options(${name} PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
+  target_link_libraries(${name} PRIVATE twinkle)
+endfunction()
 # A save that fails on rank 0 (unwritable directory, non-finite weight) raises on every rank
 # instead of leaving the others in a collective (a hang would hit the TIMEOUT).
-add_executable(mpi_save_failure ${CMAKE_SOURCE_DIR}/tests/dist/mpi_save_failure.cpp)
-set_target_properties(mpi_save_failure PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-target_compile_options(mpi_save_failure PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
-target_link_libraries(mpi_save_failure PRIVATE twinkle)
+twinkle_train_mpi_program(mpi_save_failure)
 add_test(NAME train_save_failure_reaches_every_rank
          COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "save failure OK on 2 ranks"
                  ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none --mca mpi_yield_when_idle 1
@@ -32,10 +36,7 @@ set_tests_properties(train_save_failure_reaches_every_rank PROPERTIES TIMEOUT 12
 # Loading that fails on one pipeline stage only (a checkpoint / adapter without the last layer's
 # tensors) is refused on both ranks, in the constructor, load() and load_adapter(); a refused
 # load() changes no rank's parameters (tests/dist/mpi_load_failure.cpp).
-add_executable(mpi_load_failure ${CMAKE_SOURCE_DIR}/tests/dist/mpi_load_failure.cpp)
-set_target_properties(mpi_load_failure PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-target_compile_options(mpi_load_failure PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
-target_link_libraries(mpi_load_failure PRIVATE twinkle)
+twinkle_train_mpi_program(mpi_load_failure)
 add_test(NAME train_load_failure_reaches_every_rank
          COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "load failure OK on 2 ranks"
                  ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none --mca mpi_yield_when_idle 1
@@ -45,10 +46,7 @@ set_tests_properties(train_load_failure_reaches_every_rank PROPERTIES TIMEOUT 12
                      ENVIRONMENT "OMP_NUM_THREADS=1" FAIL_REGULAR_EXPRESSION "CHECK FAILED")
 # MFU uses the global mean sequence length on every rank, also on a dp rank without a row this
 # step (a short last batch); before, that rank kept the previous step's local mean.
-add_executable(mpi_mfu_empty_rank ${CMAKE_SOURCE_DIR}/tests/dist/mpi_mfu_empty_rank.cpp)
-set_target_properties(mpi_mfu_empty_rank PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-target_compile_options(mpi_mfu_empty_rank PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
-target_link_libraries(mpi_mfu_empty_rank PRIVATE twinkle)
+twinkle_train_mpi_program(mpi_mfu_empty_rank)
 add_test(NAME train_mfu_global_mean_length_on_empty_rank
          COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "mfu OK: 3 steps, global mean length on every rank"
                  ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none --mca mpi_yield_when_idle 1
@@ -60,10 +58,7 @@ set_tests_properties(train_mfu_global_mean_length_on_empty_rank PROPERTIES TIMEO
 # forward_backward before the step under overlap_grad_reduce; every rank raises the same
 # twinkle::Error and the job then trains on. Before, the refusing ranks threw while their peers
 # waited in a collective: the run hung until the timeout (tests/dist/mpi_refusal_agreed.cpp).
-add_executable(mpi_refusal_agreed ${CMAKE_SOURCE_DIR}/tests/dist/mpi_refusal_agreed.cpp)
-set_target_properties(mpi_refusal_agreed PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-target_compile_options(mpi_refusal_agreed PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
-target_link_libraries(mpi_refusal_agreed PRIVATE twinkle)
+twinkle_train_mpi_program(mpi_refusal_agreed)
 foreach(spec "dp2|2|qwen3-tiny|--dp 2" "pp2_dp2|4|qwen3-tiny|--pp 2 --dp 2"
              "moe_dp2_ep2|2|qwen3-moe-tiny|--dp 2 --ep 2" "cp2_dp2|4|qwen3-tiny|--cp 2 --dp 2"
              "tp2_dp2|4|qwen3-tiny|--tp 2 --dp 2")

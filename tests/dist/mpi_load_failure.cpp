@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mpi_check.h"
+#include "synthetic_rows.h"
 #include "twinkle/core/error.h"
 #include "twinkle/dist/runtime.h"
 #include "twinkle/io/safetensors.h"
@@ -23,18 +24,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-twinkle::EncodedRow row(int64_t len, int32_t seed) {
-  twinkle::EncodedRow r;
-  for (int64_t t = 0; t < len; ++t) {
-    const int32_t id = static_cast<int32_t>(100 + (seed * 37 + t * 11) % 1000);
-    r.input_ids.push_back(id);
-    r.labels.push_back(t == 0 ? twinkle::kIgnoreIndex : id);
-    r.position_ids.push_back(static_cast<int32_t>(t));
-    r.attention_mask.push_back(1);
-  }
-  r.length = len;
-  return r;
-}
+using twinkle_test::synthetic_row;
 
 // Copies `src_file` to `dst_file` without the tensors whose name contains `drop`, each value
 // shifted by `shift` (so a rank that loaded it would hold different parameters).
@@ -124,7 +114,7 @@ static int body(int argc, char** argv) {
   world.all_reduce(&total, 1);
   MPI_CHECK(total == 3 * world.size(), "expected 3 refusals on every rank, got " << total << " in all");
   m.set_optimizer("default", {.lr = 1e-4});
-  const double loss = m.forward_backward(std::vector<twinkle::EncodedRow>{row(12, 1), row(9, 2)});
+  const double loss = m.forward_backward(std::vector<twinkle::EncodedRow>{synthetic_row(12, 1), synthetic_row(9, 2)});
   const twinkle::StepStats st = m.clip_grad_and_step();
   MPI_CHECK(std::isfinite(loss) && loss > 0 && !st.skipped && st.step == 1,
             "the step after the refusals: loss " << loss << ", step " << st.step);

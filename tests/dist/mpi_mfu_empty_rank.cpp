@@ -13,24 +13,14 @@
 #include <vector>
 
 #include "mpi_check.h"
+#include "synthetic_rows.h"
 #include "twinkle/core/error.h"
 #include "twinkle/dist/runtime.h"
 #include "twinkle/train/megatron_model.h"
 
 namespace {
 
-twinkle::EncodedRow row(int64_t len, int32_t seed) {
-  twinkle::EncodedRow r;
-  for (int64_t t = 0; t < len; ++t) {
-    const int32_t id = static_cast<int32_t>(100 + (seed * 37 + t * 11) % 1000);
-    r.input_ids.push_back(id);
-    r.labels.push_back(t == 0 ? twinkle::kIgnoreIndex : id);
-    r.position_ids.push_back(static_cast<int32_t>(t));
-    r.attention_mask.push_back(1);
-  }
-  r.length = len;
-  return r;
-}
+using twinkle_test::synthetic_row;
 
 }  // namespace
 
@@ -71,7 +61,7 @@ static int body(int argc, char** argv) {
   int failures = 0;
   for (size_t k = 0; k < steps.size(); ++k) {
     std::vector<twinkle::EncodedRow> rows;
-    for (int64_t len : rank == 0 ? steps[k].r0 : steps[k].r1) rows.push_back(row(len, static_cast<int32_t>(k * 7 + len)));
+    for (int64_t len : rank == 0 ? steps[k].r0 : steps[k].r1) rows.push_back(synthetic_row(len, static_cast<int32_t>(k * 7 + len)));
     // global tokens: micro-batches of min(2, local rows) rows, each padded to its longest
     int64_t tokens = 0;
     for (const auto* rs : {&steps[k].r0, &steps[k].r1})

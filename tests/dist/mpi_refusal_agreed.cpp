@@ -21,24 +21,14 @@
 #include <vector>
 
 #include "mpi_check.h"
+#include "synthetic_rows.h"
 #include "twinkle/core/error.h"
 #include "twinkle/dist/runtime.h"
 #include "twinkle/train/megatron_model.h"
 
 namespace {
 
-twinkle::EncodedRow row(int64_t len, int32_t seed) {
-  twinkle::EncodedRow r;
-  for (int64_t t = 0; t < len; ++t) {
-    const int32_t id = static_cast<int32_t>(100 + (seed * 37 + t * 11) % 1000);
-    r.input_ids.push_back(id);
-    r.labels.push_back(t == 0 ? twinkle::kIgnoreIndex : id);
-    r.position_ids.push_back(static_cast<int32_t>(t));
-    r.attention_mask.push_back(1);
-  }
-  r.length = len;
-  return r;
-}
+using twinkle_test::synthetic_row;
 
 // Runs f on every rank and returns its twinkle::Error text ("" when it did not throw).
 std::string error_of(const std::function<void()>& f) {
@@ -79,7 +69,7 @@ static int body(int argc, char** argv) {
   const int32_t vocab = static_cast<int32_t>(m.model().config().vocab_size);
   auto good = [&] {
     std::vector<twinkle::EncodedRow> rows;
-    for (int k = 0; k < 2; ++k) rows.push_back(row(12 + 4 * k, 3 * dp_rank + k));
+    for (int k = 0; k < 2; ++k) rows.push_back(synthetic_row(12 + 4 * k, 3 * dp_rank + k));
     return rows;
   };
   // Every rank must hold the same error text (its length and a hash equal over the world).
@@ -125,7 +115,7 @@ static int body(int argc, char** argv) {
       {"a row longer than max_position_embeddings", 1,
        [&] {
          auto rows = good();
-         rows[0] = row(max_pos + 1, 9);  // collate numbers positions 0..L-1: the last one is max_pos
+         rows[0] = synthetic_row(max_pos + 1, 9);  // collate numbers positions 0..L-1: the last one is max_pos
          return rows;
        },
        "exceeds max_position_embeddings"},
