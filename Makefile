@@ -2,16 +2,20 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
-# ccache (scripts/setup installs it) as the compiler launcher: a rebuild in a new build directory — e.g. the
-# one `pip install .` makes (tests/reference/check_pip_install.py) — reuses the objects of this one
-LAUNCHER := $(if $(shell command -v ccache),-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# ccache (scripts/setup installs it) as the compiler launcher, looked up when the build is configured (after
+# setup, not when make reads this file: on a fresh machine ccache is not there yet). CCACHE_BASEDIR=this directory
+# makes the cached paths relative to it, so a rebuild after `make clean`, or a second build directory at the same
+# depth, hits the cache.
+LAUNCH_LIST = env;CCACHE_BASEDIR=$(CURDIR);ccache
+LAUNCHER = $(if $(shell command -v ccache),"-DCMAKE_C_COMPILER_LAUNCHER=$(LAUNCH_LIST)" \
+  "-DCMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCH_LIST)" "-DCMAKE_CUDA_COMPILER_LAUNCHER=$(LAUNCH_LIST)")
 
 .PHONY: setup build python test demo bench clean
 
 setup:
 	@scripts/setup
 
-$(BUILD)/build.ninja:
+$(BUILD)/build.ninja: | setup
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) $(CMAKE_FLAGS)
 
 build: setup $(BUILD)/build.ninja
