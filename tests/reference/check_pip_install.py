@@ -6,7 +6,7 @@ seed's recipe runs from that install.
   2. `VENV/bin/pip install SOURCE` with pip's build isolation: pip fetches scikit-build-core and
      pybind11 from the package index (pyproject.toml's build-system), which configures and builds the
      CMake target twinkle_python and installs the component `python` into VENV's site-packages
-     (--config-settings=build-dir=TMP/build: Debian's pip 23.0 has no -C; the CUDA backend too where scripts/setup's .cuda/ is there, as in `make`'s
+     (--config-settings=build-dir=BUILD-pip-check, beside BUILD, removed afterwards: Debian's pip 23.0 has no -C; the CUDA backend too where scripts/setup's .cuda/ is there, as in `make`'s
      build; with ccache as the compiler launcher, as the Makefile configures it, `make`'s own build has
      already compiled the same objects and this one takes a few minutes instead of a full build).
   3. From a directory outside the source tree, without PYTHONPATH: `import twinkle` and its
@@ -29,6 +29,20 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+
+
+def cmake_cache(build):
+    """The NAME:TYPE=VALUE entries of BUILD/CMakeCache.txt as {NAME: VALUE} ({} when there is none)."""
+    out = {}
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            for line in f:
+                if line[:1] not in ("#", "/", "\n") and ":" in line and "=" in line:
+                    name, rest = line.split(":", 1)
+                    out[name] = rest.split("=", 1)[1].rstrip("\n")
+    except FileNotFoundError:
+        pass
+    return out
 
 def sh(cmd, **kw):
     print("+", " ".join(cmd), flush=True)
@@ -62,11 +76,25 @@ def main():
         t0 = time.time()
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         if shutil.which("ccache"):
-            env.setdefault("CMAKE_CXX_COMPILER_LAUNCHER", "ccache")
-            env.setdefault("CMAKE_C_COMPILER_LAUNCHER", "ccache")
+            # BUILD's launcher and compilers (pip's build would otherwise take Python's sysconfig compiler,
+            # x86_64-linux-gnu-g++: the same binary under another name, which ccache hashes), and a build
+            # directory beside BUILD at the same depth under ROOT: with CCACHE_BASEDIR=ROOT every compile
+            # command then reads as in BUILD, and ccache returns BUILD's objects
+            cache = cmake_cache(a.build)
+            for lang in ("C", "CXX", "CUDA"):
+                if f"CMAKE_{lang}_COMPILER_LAUNCHER" in cache:
+                    env.setdefault(f"CMAKE_{lang}_COMPILER_LAUNCHER", cache[f"CMAKE_{lang}_COMPILER_LAUNCHER"])
+            for var, key in (("CC", "CMAKE_C_COMPILER"), ("CXX", "CMAKE_CXX_COMPILER")):
+                if key in cache:
+                    env.setdefault(var, cache[key])
         env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(os.cpu_count() or 2)
-        sh([py, "-m", "pip", "install", "--disable-pip-version-check", "-q", ROOT,
-            f"--config-settings=build-dir={os.path.join(tmp, 'build')}"], env=env)
+        build_dir = os.path.abspath(a.build).rstrip("/") + "-pip-check"
+        shutil.rmtree(build_dir, ignore_errors=True)
+        try:
+            sh([py, "-m", "pip", "install", "--disable-pip-version-check", "-q", ROOT,
+                f"--config-settings=build-dir={build_dir}"], env=env)
+        finally:
+            shutil.rmtree(build_dir, ignore_errors=True)
         print(f"pip install: {time.time() - t0:.0f} s")
         where = sh([py, "-c", "import os, twinkle, twinkle._core; "
                               "print(os.path.dirname(twinkle.__file__)); print(twinkle._core.__file__)"],
