@@ -6,9 +6,10 @@ seed's recipe runs from that install.
   2. `VENV/bin/pip install SOURCE` with pip's build isolation: pip fetches scikit-build-core and
      pybind11 from the package index (pyproject.toml's build-system), which configures and builds the
      CMake target twinkle_python and installs the component `python` into VENV's site-packages
-     (--config-settings=build-dir=BUILD-pip-check, beside BUILD, removed afterwards: Debian's pip 23.0 has no -C; the CUDA backend too where scripts/setup's .cuda/ is there, as in `make`'s
-     build; with ccache as the compiler launcher, as the Makefile configures it, `make`'s own build has
-     already compiled the same objects and this one takes a few minutes instead of a full build).
+     (--config-settings=build-dir=BUILD-pip-check, beside BUILD, removed afterwards: Debian's pip 23.0
+     has no -C; the CUDA backend too where scripts/setup's .cuda/ is there, as in `make`'s build; with
+     ccache as the compiler launcher, as the Makefile configures it, `make`'s own build has already
+     compiled the same objects and this one takes a few minutes instead of a full build).
   3. From a directory outside the source tree, without PYTHONPATH: `import twinkle` and its
      extension come from VENV's site-packages.
   4. examples/python/tp.py (the seed's dense recipe) on 2 ranks (dp 2), 2 steps, fp32, run with
@@ -30,7 +31,6 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-
 def cmake_cache(build):
     """The NAME:TYPE=VALUE entries of BUILD/CMakeCache.txt as {NAME: VALUE} ({} when there is none)."""
     out = {}
@@ -43,6 +43,7 @@ def cmake_cache(build):
     except FileNotFoundError:
         pass
     return out
+
 
 def sh(cmd, **kw):
     print("+", " ".join(cmd), flush=True)
@@ -75,18 +76,15 @@ def main():
         py = os.path.join(venv, "bin", "python")
         t0 = time.time()
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        if shutil.which("ccache"):
-            # BUILD's launcher and compilers (pip's build would otherwise take Python's sysconfig compiler,
-            # x86_64-linux-gnu-g++: the same binary under another name, which ccache hashes), and a build
-            # directory beside BUILD at the same depth under ROOT: with CCACHE_BASEDIR=ROOT every compile
-            # command then reads as in BUILD, and ccache returns BUILD's objects
-            cache = cmake_cache(a.build)
-            for lang in ("C", "CXX", "CUDA"):
-                if f"CMAKE_{lang}_COMPILER_LAUNCHER" in cache:
-                    env.setdefault(f"CMAKE_{lang}_COMPILER_LAUNCHER", cache[f"CMAKE_{lang}_COMPILER_LAUNCHER"])
-            for var, key in (("CC", "CMAKE_C_COMPILER"), ("CXX", "CMAKE_CXX_COMPILER")):
-                if key in cache:
-                    env.setdefault(var, cache[key])
+        # BUILD's launcher (the Makefile's ccache, if any) and compilers (pip's build would otherwise take
+        # Python's sysconfig compiler, x86_64-linux-gnu-g++: the same binary under another name, which ccache
+        # hashes), and a build directory beside BUILD at the same depth under ROOT: with CCACHE_BASEDIR=ROOT
+        # every compile command then reads as in BUILD, and ccache returns BUILD's objects
+        cache = cmake_cache(a.build)
+        for var, key in [(f"CMAKE_{x}_COMPILER_LAUNCHER",) * 2 for x in ("C", "CXX", "CUDA")] + \
+                [("CC", "CMAKE_C_COMPILER"), ("CXX", "CMAKE_CXX_COMPILER")]:
+            if key in cache:
+                env.setdefault(var, cache[key])
         env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(os.cpu_count() or 2)
         build_dir = os.path.abspath(a.build).rstrip("/") + "-pip-check"
         shutil.rmtree(build_dir, ignore_errors=True)
