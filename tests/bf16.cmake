@@ -6,7 +6,7 @@
 #  - bf16_layout_*: tp2 / dp2 / tp2 pp2 dp2 sp under --bf16 against one process --bf16;
 #  - gemm_bf16_without_bf16_isa: the bf16 GEMM unit tests with oneDNN capped below avx512_core_bf16
 #    (the rounded-fp32 fallback of a CPU without bf16 instructions).
-set(TWINKLE_PY ${TWINKLE_REF_PYTHON})
+set(TWINKLE_PY ${TWINKLE_REF_RUN})
 set(CHECK_BF16 ${CMAKE_SOURCE_DIR}/tests/reference/check_bf16.py)
 add_test(NAME bf16_vs_fp32_vs_torch_autocast COMMAND ${TWINKLE_PY} ${CHECK_BF16} --build ${CMAKE_BINARY_DIR} --steps 30)
 foreach(spec "tp2|2|--tp 2" "dp2|2|--dp 2" "tp2_pp2_dp2_sp|8|--tp 2 --pp 2 --dp 2 --sequence-parallel")

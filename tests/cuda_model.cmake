@@ -22,7 +22,7 @@ endif()
 # one GPU (host-staged collectives) against the one-process CPU run (tests/reference/check_train.py).
 if(TWINKLE_WITH_CUDA_BACKEND)
   set(TWINKLE_GPU_OR_SKIP ${CMAKE_SOURCE_DIR}/tests/cuda/gpu_or_skip.sh)
-  add_test(NAME train_cuda_vs_torch COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_PYTHON}
+  add_test(NAME train_cuda_vs_torch COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN}
            ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR} --variant a --steps 3
            --layout "--device cuda")
   set(TWINKLE_CUDA_LAYOUTS "tp2|--tp 2" "pp2|--pp 2" "dp2|--dp 2")
@@ -31,7 +31,7 @@ if(TWINKLE_WITH_CUDA_BACKEND)
     string(REPLACE "|" ";" parts "${spec}")
     list(GET parts 0 name)
     list(GET parts 1 flags)
-    add_test(NAME layout_cuda_${name} COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_PYTHON}
+    add_test(NAME layout_cuda_${name} COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN}
              ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR} --variant a --layers 4
              --batch rows:8 --mbs 1 --steps 3 --against single --np 2 --layout "${flags} --device cuda"
              --single-kernels reference)

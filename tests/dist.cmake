@@ -49,7 +49,7 @@ set_tests_properties(dist_groups_via_twinkle_run PROPERTIES TIMEOUT 90 ENVIRONME
 # DeviceMesh against an independent numpy formulation of Megatron's layout.
 add_test(NAME dist_mesh_numpy_reference
          COMMAND ${TWINKLE_CHECK_RUN} "check_mesh_numpy: [0-9]+ meshes, 0 mismatches"
-                 ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/dist/check_mesh_numpy.py ${TWINKLE_DIST_TEST_DIR}/mesh_dump)
+                 ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/dist/check_mesh_numpy.py ${TWINKLE_DIST_TEST_DIR}/mesh_dump)
 set_tests_properties(dist_mesh_numpy_reference PROPERTIES TIMEOUT 60)
 
 # initialize(): MPI world size != mesh world size.

@@ -32,7 +32,7 @@ foreach(spec ${TWINKLE_HF_DENSE})
   list(GET parts 1 variant)
   list(GET parts 2 extra)
   separate_arguments(extra_args UNIX_COMMAND "${extra}")
-  add_test(NAME hf_train_${name} COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_HF} --build ${CMAKE_BINARY_DIR}
+  add_test(NAME hf_train_${name} COMMAND ${TWINKLE_REF_RUN} ${CHECK_TRAIN_HF} --build ${CMAKE_BINARY_DIR}
            --oracle hf --variant ${variant} ${extra_args})
   set_tests_properties(hf_train_${name} PROPERTIES TIMEOUT 300 LABELS "reference;hf")
 endforeach()
@@ -50,7 +50,7 @@ foreach(spec ${TWINKLE_HF_MOE})
   list(GET parts 1 flags)
   separate_arguments(flag_list UNIX_COMMAND "${flags}")
   add_test(NAME hf_moe_train_${name}
-           COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_train_moe.py
+           COMMAND ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/check_train_moe.py
                    --build ${CMAKE_BINARY_DIR} --oracle hf --steps 3 ${flag_list})
   set_tests_properties(hf_moe_train_${name} PROPERTIES TIMEOUT 300 LABELS "reference;hf")
 endforeach()

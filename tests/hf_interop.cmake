@@ -23,7 +23,7 @@ set(TWINKLE_HF_INTEROP_CASES
   export_merge_vs_merge_and_unload)
 foreach(case ${TWINKLE_HF_INTEROP_CASES})
   add_test(NAME hf_interop_${case}
-           COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_hf_interop.py
+           COMMAND ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/check_hf_interop.py
                    --build ${CMAKE_BINARY_DIR} --case ${case})
   set_tests_properties(hf_interop_${case} PROPERTIES TIMEOUT 300 LABELS "reference;hf")
 endforeach()

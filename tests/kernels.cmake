@@ -8,7 +8,7 @@ target_compile_options(torch_ref_kernels PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_
 target_link_libraries(torch_ref_kernels PRIVATE twinkle_kernels nlohmann_json::nlohmann_json GTest::gtest)
 
 add_test(NAME kernels_ref_data
-         COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/kernels_ref.py --out ${TWINKLE_KERNELS_REF_DIR})
+         COMMAND ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/kernels_ref.py --out ${TWINKLE_KERNELS_REF_DIR})
 set_tests_properties(kernels_ref_data PROPERTIES FIXTURES_SETUP kernels_ref TIMEOUT 120)
 gtest_discover_tests(torch_ref_kernels DISCOVERY_TIMEOUT 60
                      PROPERTIES FIXTURES_REQUIRED kernels_ref

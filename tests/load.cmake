@@ -5,5 +5,5 @@ if(NOT TARGET twinkle_cli)  # never drop these tests silently
   message(FATAL_ERROR "load.cmake needs the twinkle CLI target (tools/twinkle)")
 endif()
 add_test(NAME load_sharded_nontrivial_norms_vs_torch
-         COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_load.py --build ${CMAKE_BINARY_DIR})
+         COMMAND ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/check_load.py --build ${CMAKE_BINARY_DIR})
 set_tests_properties(load_sharded_nontrivial_norms_vs_torch PROPERTIES TIMEOUT 300)

@@ -8,7 +8,7 @@
 #    loss; with and without rslora, subsets;
 #  - every layout vs the single-process LoRA run (with lora_dropout 0.1 but on tp2; under cp the
 #    masks' token keys follow the tokens through the load-balanced split).
-set(TWINKLE_PY ${TWINKLE_REF_PYTHON})
+set(TWINKLE_PY ${TWINKLE_REF_RUN})
 set(CHECK_TRAIN ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py)
 set(LORA_FLAGS --lora-r 4 --lora-alpha 8)
 

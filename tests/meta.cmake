@@ -1,7 +1,7 @@
 # Meta-test: every CTest entry passes only when its check passes (no pass regexes, WILL_FAIL or
 # DISABLED entries; injected check failures fail their entries). See tests/meta/check_ctest_entries.py.
 add_test(NAME ctest_entries_fail_when_checks_fail
-         COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/meta/check_ctest_entries.py ${CMAKE_BINARY_DIR})
+         COMMAND ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/meta/check_ctest_entries.py ${CMAKE_BINARY_DIR})
 set_tests_properties(ctest_entries_fail_when_checks_fail PROPERTIES TIMEOUT 300)
 
 # Every tests/mutations/*.patch applies to the tree (git apply --check): a rotted mutation fails

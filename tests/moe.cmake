@@ -8,7 +8,7 @@ target_compile_options(torch_ref_moe PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAG
 target_link_libraries(torch_ref_moe PRIVATE twinkle_kernels nlohmann_json::nlohmann_json GTest::gtest)
 
 add_test(NAME moe_kernels_ref_data
-         COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/moe_kernels_ref.py --out ${TWINKLE_MOE_REF_DIR})
+         COMMAND ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/moe_kernels_ref.py --out ${TWINKLE_MOE_REF_DIR})
 set_tests_properties(moe_kernels_ref_data PROPERTIES FIXTURES_SETUP moe_kernels_ref TIMEOUT 120)
 gtest_discover_tests(torch_ref_moe DISCOVERY_TIMEOUT 60
                      PROPERTIES FIXTURES_REQUIRED moe_kernels_ref
@@ -28,7 +28,7 @@ gtest_discover_tests(moe_block_fixed_router DISCOVERY_TIMEOUT 60
 # balanced-load values).
 add_test(NAME moe_reference_selftest
          COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "qwen3_moe_ref selftest: all ok"
-                 ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/qwen3_moe_ref.py selftest)
+                 ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/qwen3_moe_ref.py selftest)
 # check_run.sh: exit code 0 AND the line (a pass regex would ignore the exit code)
 set_tests_properties(moe_reference_selftest PROPERTIES TIMEOUT 120)
 
@@ -82,7 +82,7 @@ foreach(spec ${TWINKLE_MOE_TRAIN})
   list(GET parts 1 flags)
   separate_arguments(flag_list UNIX_COMMAND "${flags}")
   add_test(NAME moe_train_vs_torch_${name}
-           COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} ${flag_list})
+           COMMAND ${TWINKLE_REF_RUN} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} ${flag_list})
   set_tests_properties(moe_train_vs_torch_${name} PROPERTIES TIMEOUT 300)
 endforeach()
 
@@ -99,7 +99,7 @@ function(twinkle_moe_layout_tests prefix fixed)
     list(GET parts 3 layout)
     separate_arguments(flag_list UNIX_COMMAND "${flags}")
     add_test(NAME ${prefix}${name}
-             COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} ${fixed_list} ${flag_list}
+             COMMAND ${TWINKLE_REF_RUN} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} ${fixed_list} ${flag_list}
                      --np ${np} --layout "${layout}")
     set_tests_properties(${prefix}${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
   endforeach()
@@ -166,7 +166,7 @@ twinkle_moe_layout_tests(moe_layout_packed_vs_unpacked_ "--steps 3 --batch rows:
 # expert_load_min 0 every step), and layouts vs one process: ep2 (ep rank 1 gets nothing), ep4 of
 # 8 experts (three idle ep ranks), etp2 with and without ep2, bf16, expert LoRA.
 add_test(NAME moe_train_vs_torch_rigged_router_idle_experts
-         COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 --rig-router
+         COMMAND ${TWINKLE_REF_RUN} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 --rig-router
                  --aux-coef 0.1 --aux-type global --z-coef 0.01)
 set_tests_properties(moe_train_vs_torch_rigged_router_idle_experts PROPERTIES TIMEOUT 300)
 set(TWINKLE_MOE_RIGGED_LAYOUTS
@@ -181,10 +181,10 @@ twinkle_moe_layout_tests(moe_layout_rigged_router_idle_experts_ "--steps 3 --rig
 # Uneven pipeline splits: which layers are sparse follows the global layer index (a stage-local
 # index would put the dense layer elsewhere and rename the tensors).
 add_test(NAME moe_layout_pp2_split_1_3_dense_layers_0_2
-         COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 --layers 4 --batch rows:8
+         COMMAND ${TWINKLE_REF_RUN} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 --layers 4 --batch rows:8
                  --mlp-only-layers 0,2 --aux-coef 0.1 --aux-type per_layer --np 2 --layout "--pp 2 --layers-per-stage 1,3")
 add_test(NAME moe_layout_pp2_split_3_1_dense_layers_1_3
-         COMMAND ${TWINKLE_REF_PYTHON} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 --layers 4 --batch rows:8
+         COMMAND ${TWINKLE_REF_RUN} ${CHECK_TRAIN_MOE} --build ${CMAKE_BINARY_DIR} --steps 3 --layers 4 --batch rows:8
                  --mlp-only-layers 1,3 --aux-coef 0.1 --aux-type per_layer --z-coef 0.01 --np 2
                  --layout "--pp 2 --layers-per-stage 3,1")
 set_tests_properties(moe_layout_pp2_split_1_3_dense_layers_0_2 moe_layout_pp2_split_3_1_dense_layers_1_3

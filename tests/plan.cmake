@@ -14,7 +14,7 @@ foreach(spec "a|3|1" "b|3|1" "w|2|1" "layout|8|2" "moe|8|2")
   list(GET parts 2 procs)
   add_test(NAME plan_vs_measured_rss_${only}
            COMMAND ${TWINKLE_CHECK_RUN} "check_plan: ${ncases} cases pass"
-                   ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_plan.py --build ${CMAKE_BINARY_DIR}
+                   ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/check_plan.py --build ${CMAKE_BINARY_DIR}
                    --mpirun ${MPIEXEC_EXECUTABLE} --only ${only})
   set_tests_properties(plan_vs_measured_rss_${only} PROPERTIES TIMEOUT 600 PROCESSORS ${procs})
 endforeach()
@@ -27,5 +27,5 @@ set_tests_properties(plan_memory_per_rank_exceeded PROPERTIES TIMEOUT 60)
 # a row length training pads under cp (to 2·cp, 2·cp·tp with SP) is planned padded, not refused
 add_test(NAME plan_cp_pads_rows_as_training
          COMMAND ${TWINKLE_CHECK_RUN} "plan cp padding check OK: [0-9]+ cases"
-                 ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_plan_cp_padding.py --build ${CMAKE_BINARY_DIR})
+                 ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/check_plan_cp_padding.py --build ${CMAKE_BINARY_DIR})
 set_tests_properties(plan_cp_pads_rows_as_training PROPERTIES TIMEOUT 120 PROCESSORS 2)

@@ -7,7 +7,7 @@ set(CHECK_RESUME ${CMAKE_SOURCE_DIR}/tests/reference/check_resume.py)
 function(twinkle_resume_test name np)
   add_test(NAME resume_${name}
            COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "resume check OK .*"
-                   ${TWINKLE_REF_PYTHON} ${CHECK_RESUME} --build ${CMAKE_BINARY_DIR} ${ARGN})
+                   ${TWINKLE_REF_RUN} ${CHECK_RESUME} --build ${CMAKE_BINARY_DIR} ${ARGN})
   if(np GREATER 1)
     set_tests_properties(resume_${name} PROPERTIES TIMEOUT 400 PROCESSORS 2)
   else()
@@ -44,5 +44,5 @@ twinkle_resume_test(exact_dp2_ep2_moe_lora_one_expert_reshard 2 --model moe --lo
 # losing the first half of the curve) and drops later ones and a cut-off line
 add_test(NAME resume_keeps_metrics_file_lines
          COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "metrics resume check OK: .*"
-                 ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_metrics_resume.py --build ${CMAKE_BINARY_DIR})
+                 ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/check_metrics_resume.py --build ${CMAKE_BINARY_DIR})
 set_tests_properties(resume_keeps_metrics_file_lines PROPERTIES TIMEOUT 120)

@@ -22,7 +22,7 @@ set(TWINKLE_TOK_WORK ${CMAKE_BINARY_DIR}/tokenizer_tests)
 # 1. Qwen3 tokenizer.json: >= 2000 generated strings, ids / decode / round trip / random-id decode
 #    vs Python tokenizers (node reported); AutoTokenizer's ids == tokenizers' on every string.
 add_test(NAME tokenizer_reference_qwen3
-         COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/tok_check.py
+         COMMAND ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/tok_check.py
                  --twinkle $<TARGET_FILE:twinkle_cli>
                  --tokenizer-dir ${CMAKE_SOURCE_DIR}/models/qwen3-tiny
                  --work ${TWINKLE_TOK_WORK}/qwen3)
@@ -33,7 +33,7 @@ set_tests_properties(tokenizer_reference_qwen3 PROPERTIES TIMEOUT 300 LABELS "re
 #     ids / decode vs Python tokenizers (node reported); AutoTokenizer is checked by test 1 only
 #     (its import of transformers + torch costs ~6 s of CPU).
 add_test(NAME tokenizer_reference_sweep
-         COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/tok_check.py
+         COMMAND ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/tok_check.py
                  --twinkle $<TARGET_FILE:twinkle_cli>
                  --tokenizer-dir ${CMAKE_SOURCE_DIR}/models/qwen3-tiny
                  --work ${TWINKLE_TOK_WORK}/sweep --sweep --decode-fuzz 0 --auto-sample 0)
@@ -44,12 +44,12 @@ set_tests_properties(tokenizer_reference_sweep PROPERTIES TIMEOUT 600 LABELS "re
 #    ids that the Rust library reassigns): ids / decode vs Python tokenizers (node reported); no
 #    AutoTokenizer (these directories hold only tokenizer.json).
 add_test(NAME tokenizer_synthetic_setup
-         COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/tok_synthetic.py
+         COMMAND ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/tok_synthetic.py
                  ${CMAKE_SOURCE_DIR}/models/qwen3-tiny/tokenizer.json ${TWINKLE_TOK_WORK}/synthetic)
 set_tests_properties(tokenizer_synthetic_setup PROPERTIES FIXTURES_SETUP tok_synthetic LABELS "reference;tokenizer")
 foreach(variant strmerges wrongids gpt2 behaviors invert)
   add_test(NAME tokenizer_reference_${variant}
-           COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/tok_check.py
+           COMMAND ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/tok_check.py
                    --twinkle $<TARGET_FILE:twinkle_cli>
                    --tokenizer-dir ${TWINKLE_TOK_WORK}/synthetic/${variant}
                    --work ${TWINKLE_TOK_WORK}/synthetic/${variant}/work
@@ -63,7 +63,7 @@ endforeach()
 #    apply_chat_template(tokenize=True) + its offsets and vs Python tokenizers on the jinja2 renders
 #    (tok_labels.js through node reported).
 add_test(NAME template_reference_qwen3
-         COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/template_check.py
+         COMMAND ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/template_check.py
                  --twinkle $<TARGET_FILE:twinkle_cli>
                  --tokenizer-dir ${CMAKE_SOURCE_DIR}/models/qwen3-tiny
                  --work ${TWINKLE_TOK_WORK}/template)

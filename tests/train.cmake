@@ -1,7 +1,7 @@
 # Trainer against independent references (tests/reference/check_train.py, PyTorch of the project environment):
 #  - one process vs PyTorch (float64): loss, grad norm, step-0 gradients, params after 5 AdamW steps;
 #  - every parallel layout vs the single-process run of the same model, batch and seed.
-set(TWINKLE_PY ${TWINKLE_REF_PYTHON})
+set(TWINKLE_PY ${TWINKLE_REF_RUN})
 set(CHECK_TRAIN ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py)
 
 add_test(NAME train_vs_torch_tied_gqa_headdim COMMAND ${TWINKLE_PY} ${CHECK_TRAIN} --build ${CMAKE_BINARY_DIR} --variant a --steps 5)
@@ -31,7 +31,7 @@ foreach(spec ${TWINKLE_LAYOUTS})
            --single-kernels reference)
   set_tests_properties(layout_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
 endforeach()
-add_test(NAME reference_model_selftest COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/qwen3_ref.py selftest)
+add_test(NAME reference_model_selftest COMMAND ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/qwen3_ref.py selftest)
 
 # Config variants transformers accepts (RoPE scaling spellings, sliding-window layer
 # selection), each against the

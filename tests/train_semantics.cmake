@@ -8,13 +8,13 @@ if(NOT TARGET twinkle_cli)  # never drop these tests silently
   message(FATAL_ERROR "train_semantics.cmake needs the twinkle CLI target (tools/twinkle)")
 endif()
 add_test(NAME train_nonfinite_stops_or_skips
-         COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_nonfinite.py --build ${CMAKE_BINARY_DIR})
+         COMMAND ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/check_nonfinite.py --build ${CMAKE_BINARY_DIR})
 set_tests_properties(train_nonfinite_stops_or_skips PROPERTIES TIMEOUT 400 PROCESSORS 2)
 add_test(NAME train_epoch_tail_same_rows_every_layout
-         COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_epoch_tail.py --build ${CMAKE_BINARY_DIR})
+         COMMAND ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/check_epoch_tail.py --build ${CMAKE_BINARY_DIR})
 set_tests_properties(train_epoch_tail_same_rows_every_layout PROPERTIES TIMEOUT 400 PROCESSORS 2)
 add_test(NAME train_options_validated
-         COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_train_options.py --build ${CMAKE_BINARY_DIR})
+         COMMAND ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/check_train_options.py --build ${CMAKE_BINARY_DIR})
 set_tests_properties(train_options_validated PROPERTIES TIMEOUT 300)
 # An MPI test program of tests/dist linked against the whole library, built into build/tests.
 function(twinkle_train_mpi_program name)

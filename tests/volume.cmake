@@ -23,7 +23,7 @@ foreach(spec ${TWINKLE_VOLUME_LAYOUTS})
   list(GET parts 2 flags)
   separate_arguments(flag_list UNIX_COMMAND "${flags}")
   add_test(NAME comm_volume_${name}
-           COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_comm_volume.py
+           COMMAND ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/check_comm_volume.py
                    --build ${CMAKE_BINARY_DIR} --mpirun ${MPIEXEC_EXECUTABLE} --np ${np} ${flag_list})
   set_tests_properties(comm_volume_${name} PROPERTIES TIMEOUT 240 PROCESSORS 2)
 endforeach()
@@ -62,6 +62,6 @@ target_link_libraries(mpi_count_selftest PRIVATE MPI::MPI_CXX)
 add_dependencies(mpi_count_selftest twinkle_mpi_count)
 add_test(NAME comm_volume_counter_counts_every_call_kind
          COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "check_mpi_count: [0-9]+ call kinds on 2 ranks, 0 mismatches"
-                 ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/dist/check_mpi_count.py --build ${CMAKE_BINARY_DIR}
+                 ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/dist/check_mpi_count.py --build ${CMAKE_BINARY_DIR}
                  --mpirun ${MPIEXEC_EXECUTABLE})
 set_tests_properties(comm_volume_counter_counts_every_call_kind PROPERTIES TIMEOUT 120)

@@ -49,13 +49,15 @@ def lint(build):
 
 def nested_ctest(build, name, env_extra):
     """Runs the one CTest entry `name` of `build` through CTest, from a scratch directory (so the
-    outer run's Testing/ logs are not touched). Returns (ctest exit code, output)."""
+    outer run's Testing/ logs are not touched), without the fixture reference_prefork (whose cleanup
+    would stop the outer run's server; the entry uses that server if it is up, and runs cold if
+    not). Returns (ctest exit code, output)."""
     scratch = tempfile.mkdtemp(prefix="twinkle-meta-")
     try:
         with open(os.path.join(scratch, "CTestTestfile.cmake"), "w") as f:
             f.write(f'subdirs("{os.path.abspath(build)}")\n')
         env = dict(os.environ, **env_extra)
-        r = subprocess.run(["ctest", "-R", f"^{name}$", "--output-on-failure", "--timeout", "120"], cwd=scratch,
+        r = subprocess.run(["ctest", "-R", f"^{name}$", "-FA", "reference_prefork", "--output-on-failure", "--timeout", "120"], cwd=scratch,
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         return r.returncode, r.stdout
     finally:

@@ -11,6 +11,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import prefork_cmd  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 CASES = [
@@ -62,7 +65,8 @@ def main():
     launcher = os.path.join(args.build, "bin", "twinkle-run")
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"],
+        subprocess.run(prefork_cmd([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp,
+                                    "--variant", "a"]),
                        check=True, stdout=subprocess.DEVNULL)
         model = os.path.join(tmp, "tiny_a")
         rows = os.path.join(tmp, "rows.jsonl")

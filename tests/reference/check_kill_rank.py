@@ -9,6 +9,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import prefork_cmd  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -17,7 +20,8 @@ def main():
     ap.add_argument("--build", required=True)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"],
+        subprocess.run(prefork_cmd([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp,
+                                    "--variant", "a"]),
                        check=True, stdout=subprocess.DEVNULL)
         rows = os.path.join(tmp, "rows.jsonl")
         with open(rows, "w") as f:

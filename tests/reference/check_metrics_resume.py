@@ -19,7 +19,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import one_thread_env, run  # noqa: E402
+from harness import one_thread_env, prefork_cmd, run  # noqa: E402
 
 
 def main():
@@ -29,8 +29,8 @@ def main():
     tw = os.path.join(args.build, "bin", "twinkle")
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a",
-                        "--init"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(prefork_cmd([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp,
+                                    "--variant", "a", "--init"]), check=True, stdout=subprocess.DEVNULL)
         rows = os.path.join(tmp, "rows.jsonl")
         with open(rows, "w") as f:
             for i in range(12):

@@ -23,7 +23,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from harness import one_thread_env, run_any  # noqa: E402
+from harness import one_thread_env, prefork_cmd, run_any  # noqa: E402
 
 ITEMS = ("params", "grads", "optimizer", "activations", "workspace", "runtime", "peak", "layers", "slots")
 
@@ -67,7 +67,8 @@ def main():
                     failures.append(f"{what}: stage {a['stage']} {k} {a[k]} != {b[k]} planned for {want} tokens")
     # training accepts the layout the plan refused
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"],
+        subprocess.run(prefork_cmd([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp,
+                                    "--variant", "a"]),
                        check=True, stdout=subprocess.DEVNULL)
         rows = os.path.join(tmp, "rows.jsonl")
         with open(rows, "w") as f:

@@ -46,8 +46,9 @@ def main():
         print("FAIL " + msg)
 
     try:
-        subprocess.run([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a",
-                        "--init", "--seed", "1"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(harness.prefork_cmd([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp,
+                                            "--variant", "a", "--init", "--seed", "1"]),
+                       check=True, stdout=subprocess.DEVNULL)
         model = os.path.join(tmp, "tiny_a")
         rng = random.Random(17)
 
@@ -200,9 +201,9 @@ def main():
         src = os.path.join(HERE, "..", "..", "models", "qwen3-tiny")
         for fn in ("config.json", "tokenizer.json", "tokenizer_config.json"):
             shutil.copy(os.path.join(src, fn), real)
-        subprocess.run([sys.executable, os.path.join(HERE, "qwen3_ref.py"), "init", "--config",
-                        os.path.join(real, "config.json"), "--seed", "3", "--out", real], check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(harness.prefork_cmd([sys.executable, os.path.join(HERE, "qwen3_ref.py"), "init", "--config",
+                                            os.path.join(real, "config.json"), "--seed", "3", "--out", real]),
+                       check=True, stdout=subprocess.DEVNULL)
         stop_rows = []
         for L in (7, 9, 5):
             ids = [rng.randrange(1000, 150000) for _ in range(L)]

@@ -14,12 +14,27 @@ def one_thread_env(env=None):
     return dict(os.environ if env is None else env, OMP_NUM_THREADS='1')
 
 
+PREFORK = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'prefork.py')
+
+
+def prefork_cmd(cmd, env=None):
+    """cmd, or, for `PYTHON SCRIPT.py ARGS...` when this check runs under the pre-forked server
+    (REFERENCE_PREFORK_KEY in `env`, tests/reference/prefork.py), the same command run in a fork of
+    that server: same arguments, streams and exit status, without importing torch again."""
+    key = (os.environ if env is None else env).get('REFERENCE_PREFORK_KEY')
+    if (key and len(cmd) >= 2 and str(cmd[1]).endswith('.py')
+            and os.path.basename(str(cmd[0])).startswith('python')):
+        return [cmd[0], PREFORK, '--key', key, '--'] + list(cmd[1:])
+    return cmd
+
+
 def run_any(cmd, env=None, timeout=None):
     """Runs cmd with `env` (None: this process's environment, unchanged), stdout and stderr merged
-    as text, and returns the CompletedProcess, whatever its exit code."""
+    as text, and returns the CompletedProcess, whatever its exit code. A Python script runs in a
+    fork of the pre-forked server when there is one (prefork_cmd)."""
     print('+', ' '.join(cmd), flush=True)
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
-                          env=env)
+    return subprocess.run(prefork_cmd(cmd, env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout, env=env)
 
 
 def run(cmd, env=None, timeout=None, expect_fail=False):

@@ -22,6 +22,9 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import prefork_cmd  # noqa: E402
+
 _BASE = {
     "architectures": ["Qwen3ForCausalLM"],
     "model_type": "qwen3",
@@ -79,8 +82,8 @@ def main():
             json.dump(config(v), f, indent=2)
             f.write("\n")
         if a.init:
-            subprocess.run([sys.executable, os.path.join(here, "qwen3_ref.py"), "init", "--config", cp,
-                            "--seed", str(a.seed), "--out", d], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(prefork_cmd([sys.executable, os.path.join(here, "qwen3_ref.py"), "init", "--config", cp,
+                                        "--seed", str(a.seed), "--out", d]), check=True, stdout=subprocess.DEVNULL)
         print(d)
 
 

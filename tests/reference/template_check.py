@@ -38,7 +38,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import finish, start  # noqa: E402
+from harness import finish, prefork_cmd, start  # noqa: E402
 
 
 
@@ -68,7 +68,7 @@ def main():
     if shutil.which("node") is None:
         sys.exit("FAIL: node not found: run scripts/setup")
     os.makedirs(a.work, exist_ok=True)
-    subprocess.run([sys.executable, os.path.join(HERE, "template_ref.py"), cfg, a.work], check=True)
+    subprocess.run(prefork_cmd([sys.executable, os.path.join(HERE, "template_ref.py"), cfg, a.work]), check=True)
     convs_path = os.path.join(a.work, "convs.jsonl")
     render_path = os.path.join(a.work, "render.jsonl")
     hf_path = os.path.join(a.work, "hf_ref.jsonl")
