@@ -9,3 +9,7 @@ set_tests_properties(ctest_entries_fail_when_checks_fail PROPERTIES TIMEOUT 300)
 add_test(NAME mutation_patches_apply
          COMMAND sh ${CMAKE_SOURCE_DIR}/tests/meta/check_mutation_patches.sh ${CMAKE_SOURCE_DIR})
 set_tests_properties(mutation_patches_apply PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 60)
+# The pre-forked Python the reference checks run in (tests/reference/prefork.py, tests/CMakeLists.txt)
+# runs a script exactly as `python SCRIPT` does, and really forks.
+add_test(NAME reference_prefork_equals_cold
+         COMMAND ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/reference/check_prefork.py --build ${CMAKE_BINARY_DIR})

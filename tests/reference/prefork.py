@@ -98,7 +98,6 @@ def run_script(req):
     """In the forked runner: becomes `python argv...` as the caller asked, runs it, and exits."""
     import io
     import runpy
-    import traceback
     os.setpgid(0, 0)
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGPIPE):
         signal.signal(s, signal.SIG_DFL)
@@ -143,11 +142,13 @@ def run_script(req):
         else:
             print(e.code, file=sys.stderr)
             code = 1
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        code = 130
-    except BaseException:  # noqa: BLE001 - reported as the interpreter reports an uncaught exception
-        sys.excepthook(*sys.exc_info())
+    except BaseException as e:  # noqa: BLE001 - reported as the interpreter reports an uncaught exception
+        # From the script's first frame on, as a cold interpreter shows it (not this function's or
+        # runpy's; none at all for an error compiling the script).
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != script:
+            tb = tb.tb_next
+        sys.excepthook(type(e), e.with_traceback(tb), tb)
         code = 1
     try:
         import threading
