@@ -108,7 +108,7 @@ def main():
                 print(f"FAILED: twinkle plan --{prec} reports mixed_precision {p.get('mixed_precision')!r}")
                 return 1
             r = subprocess.run([os.path.join(a.build, "bench", "train_bench"), "--config", cfg, "--threads", "1",
-                                "--steps", "1", "--warmup", "1", "--recompute", rc, "--" + prec],
+                                "--steps", "1", "--warmup", "0", "--recompute", rc, "--" + prec],
                                check=True, stdout=subprocess.PIPE, text=True, env=env)
             m = json.loads(r.stdout.strip().splitlines()[-1])
             if m.get("precision") != prec:
