@@ -45,7 +45,7 @@ endif()
 add_executable(test_cuda_shim ${CMAKE_SOURCE_DIR}/tests/cuda/emu/test_cuda_shim.cpp
                ${CMAKE_SOURCE_DIR}/tests/cuda/emu/cuda_shim.cpp)
 set_target_properties(test_cuda_shim PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-target_include_directories(test_cuda_shim PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda/emu)
+target_include_directories(test_cuda_shim PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda/emu ${CMAKE_SOURCE_DIR}/include)
 target_compile_options(test_cuda_shim PRIVATE ${TWINKLE_WARN} -O1 -fsanitize=address -fno-omit-frame-pointer)
 target_link_options(test_cuda_shim PRIVATE -fsanitize=address)
 target_link_libraries(test_cuda_shim PRIVATE GTest::gtest GTest::gtest_main)

@@ -20,12 +20,6 @@ std::string device_comm_name(DeviceComm m) { return m == DeviceComm::Nccl ? "ncc
 
 namespace cuda_detail {
 
-void cuda_ok(cudaError_t e, const std::string& group, const char* call, const char* file, int line) {
-  if (e == cudaSuccess) return;
-  throw Error("process group '" + group + "': " + call + " failed: " + cudaGetErrorName(e) + " (" +
-              cudaGetErrorString(e) + ") at " + file + ":" + std::to_string(line));
-}
-
 CudaGroupBase::CudaGroupBase(std::shared_ptr<ProcessGroup> host) : host_(std::move(host)) {
   check(host_ != nullptr, "CUDA process group: no host group to wrap");
 }
@@ -42,11 +36,11 @@ Where CudaGroupBase::where(const char* call, std::initializer_list<const void*> 
   return dev > 0 ? Where::Device : Where::Host;
 }
 
-void CudaGroupBase::sync_device() const { TWINKLE_DIST_CUDA(cudaDeviceSynchronize(), name()); }
+void CudaGroupBase::sync_device() const { TWINKLE_CUDA_CHECK_GROUP(cudaDeviceSynchronize(), name()); }
 
 void CudaGroupBase::d2d(void* dst, const void* src, int64_t bytes) const {
   if (bytes <= 0 || dst == src) return;
-  TWINKLE_DIST_CUDA(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice), name());
+  TWINKLE_CUDA_CHECK_GROUP(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice), name());
   sync_device();  // a device-to-device cudaMemcpy does not wait on the host
 }
 
@@ -75,9 +69,9 @@ void CudaGroupBase::all_reduce_f64(double* buf, int64_t count, ReduceOp op) {
   // F64 on the device: reduce as raw doubles through the I64 path is wrong; do it on the host.
   std::vector<double> h(static_cast<size_t>(count));
   sync_device();
-  TWINKLE_DIST_CUDA(cudaMemcpy(h.data(), buf, static_cast<size_t>(count) * 8, cudaMemcpyDeviceToHost), name());
+  TWINKLE_CUDA_CHECK_GROUP(cudaMemcpy(h.data(), buf, static_cast<size_t>(count) * 8, cudaMemcpyDeviceToHost), name());
   on_host([&](ProcessGroup& g) { g.all_reduce_f64(h.data(), count, op); });
-  TWINKLE_DIST_CUDA(cudaMemcpy(buf, h.data(), static_cast<size_t>(count) * 8, cudaMemcpyHostToDevice), name());
+  TWINKLE_CUDA_CHECK_GROUP(cudaMemcpy(buf, h.data(), static_cast<size_t>(count) * 8, cudaMemcpyHostToDevice), name());
   sync_device();
 }
 

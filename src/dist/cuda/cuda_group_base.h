@@ -7,14 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "../../core/cuda_check.h"  // TWINKLE_CUDA_CHECK_GROUP
 #include "twinkle/core/error.h"
 #include "twinkle/dist/nccl_process_group.h"
 
 namespace twinkle::dist::cuda_detail {
-
-/// Throws twinkle::Error "process group 'G': CALL failed: <cuda error> (file:line)".
-void cuda_ok(cudaError_t e, const std::string& group, const char* call, const char* file, int line);
-#define TWINKLE_DIST_CUDA(call, group) ::twinkle::dist::cuda_detail::cuda_ok((call), (group), #call, __FILE__, __LINE__)
 
 /// Where a call's buffers live. Mixed host/device pairs throw.
 enum class Where { Host, Device };

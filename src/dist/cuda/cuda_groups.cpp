@@ -20,7 +20,7 @@ int picked_device(int* count_out) {
   const char* vis = std::getenv("CUDA_VISIBLE_DEVICES");
   check(e == cudaSuccess && n > 0, "device 'cuda': no GPU visible (CUDA_VISIBLE_DEVICES=" +
                                        std::string(vis ? vis : "<unset>") + "; cudaGetDeviceCount: " +
-                                       (e == cudaSuccess ? std::string("0 devices") : cudaGetErrorString(e)) + ")");
+                                       (e == cudaSuccess ? std::string("0 devices") : cuda_check::describe(e)) + ")");
   if (count_out) *count_out = n;
   return local_rank() % n;
 }
@@ -30,10 +30,9 @@ DeviceComm choose_device_comm(ProcessGroup& world, std::string* reason) {
   const char* force = std::getenv("TWINKLE_CUDA_COMM");
   int count = 0;
   const int dev = picked_device(&count);
-  cuda_detail::cuda_ok(cudaSetDevice(dev), world.name(), "cudaSetDevice", __FILE__, __LINE__);
+  TWINKLE_CUDA_CHECK_GROUP(cudaSetDevice(dev), world.name());
   char bus[64] = {0};
-  cuda_detail::cuda_ok(cudaDeviceGetPCIBusId(bus, sizeof bus, dev), world.name(), "cudaDeviceGetPCIBusId", __FILE__,
-                       __LINE__);
+  TWINKLE_CUDA_CHECK_GROUP(cudaDeviceGetPCIBusId(bus, sizeof bus, dev), world.name());
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   // One 63-bit key per (host, GPU); equal keys on two ranks = a shared GPU.
@@ -70,7 +69,7 @@ DeviceComm attach_cuda_groups(ParallelState& ps) {
   get_logger().info(reason);
   // Pointer checks and NCCL communicators use the current device: make it the one the CUDA runtime
   // picks (local rank modulo visible devices), so no rank opens a context on device 0 by accident.
-  cuda_detail::cuda_ok(cudaSetDevice(picked_device(nullptr)), "world", "cudaSetDevice", __FILE__, __LINE__);
+  TWINKLE_CUDA_CHECK_GROUP(cudaSetDevice(picked_device(nullptr)), "world");
   auto wrap = [&](std::shared_ptr<ProcessGroup>& g) {
     if (!g) return;  // e.g. the embedding group on a middle pipeline stage
     g = mode == DeviceComm::Nccl ? make_nccl_group(g) : make_staged_group(g);
@@ -82,8 +81,8 @@ DeviceComm attach_cuda_groups(ParallelState& ps) {
     // Create every communicator now, in the same group order on every rank (a lazily created one
     // could wait on members that are busy elsewhere): one tiny device all-reduce per group.
     void* probe = nullptr;
-    cuda_detail::cuda_ok(cudaMalloc(&probe, 8), "world", "cudaMalloc", __FILE__, __LINE__);
-    cuda_detail::cuda_ok(cudaMemset(probe, 0, 8), "world", "cudaMemset", __FILE__, __LINE__);
+    TWINKLE_CUDA_CHECK_GROUP(cudaMalloc(&probe, 8), "world");
+    TWINKLE_CUDA_CHECK_GROUP(cudaMemset(probe, 0, 8), "world");
     for (auto* g : {&ps.world, &ps.tp, &ps.cp, &ps.dp, &ps.pp, &ps.dp_cp, &ps.tp_pp, &ps.embedding, &ps.etp, &ps.ep,
                     &ps.edp})
       if (*g && (*g)->size() > 1) {

@@ -205,11 +205,11 @@ class NcclProcessGroup final : public CudaGroupBase {
     if (rank() == 0) TWINKLE_NCCL(nccl().GetUniqueId(&id));
     static_assert(sizeof(ncclUniqueId) % 4 == 0, "ncclUniqueId is broadcast as int32 words");
     host_->broadcast(&id, static_cast<int64_t>(sizeof id / 4), DType::I32, 0);
-    TWINKLE_DIST_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), name());
+    TWINKLE_CUDA_CHECK_GROUP(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), name());
     TWINKLE_NCCL(nccl().CommInitRank(&comm_, size(), id, rank()));
     return comm_;
   }
-  void wait() { TWINKLE_DIST_CUDA(cudaStreamSynchronize(stream_), name()); }
+  void wait() { TWINKLE_CUDA_CHECK_GROUP(cudaStreamSynchronize(stream_), name()); }
 
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;

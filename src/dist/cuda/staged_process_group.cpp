@@ -94,11 +94,11 @@ class StagedProcessGroup final : public CudaGroupBase {
     return v.data();
   }
   void down(void* h, const void* d, int64_t bytes) const {
-    if (bytes > 0) TWINKLE_DIST_CUDA(cudaMemcpy(h, d, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost), name());
+    if (bytes > 0) TWINKLE_CUDA_CHECK_GROUP(cudaMemcpy(h, d, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost), name());
   }
   void up(void* d, const void* h, int64_t bytes) const {
     if (bytes <= 0) return;
-    TWINKLE_DIST_CUDA(cudaMemcpy(d, h, static_cast<size_t>(bytes), cudaMemcpyHostToDevice), name());
+    TWINKLE_CUDA_CHECK_GROUP(cudaMemcpy(d, h, static_cast<size_t>(bytes), cudaMemcpyHostToDevice), name());
     // from pageable memory the DMA may still be in flight on the legacy stream; the backend's
     // (non-blocking) stream must see the bytes
     sync_device();

@@ -1,4 +1,4 @@
-// Internal to src/kernels/cuda: error checks, the launch check, the dlopen'ed cuBLAS entry points and
+// Internal to src/kernels/cuda: the cuBLAS status check (CUDA statuses: src/core/cuda_check.h), the launch check, the dlopen'ed cuBLAS entry points and
 // the raw stream. Not installed; CUDA headers are fine here.
 #pragma once
 #ifdef TWINKLE_CUDA_SHIM  // host emulation for tests without a GPU (tests/cuda/emu/cuda_shim.h)
@@ -10,12 +10,11 @@
 
 #include <string>
 
+#include "../../core/cuda_check.h"  // TWINKLE_CUDA_CHECK
 #include "twinkle/kernels/cuda/runtime.h"
 
 namespace twinkle::cuda::detail {
 
-/// Throws twinkle::Error "CUDA error: <call> failed: <name>: <text> (file:line)" unless e == cudaSuccess.
-void check_cuda(cudaError_t e, const char* call, const char* file, int line);
 /// Throws twinkle::Error "cuBLAS error: <call> failed: <status> (file:line)" unless s == CUBLAS_STATUS_SUCCESS.
 void check_cublas(cublasStatus_t s, const char* call, const char* file, int line);
 /// After a kernel launch: cudaGetLastError (a bad launch configuration) and, with TWINKLE_CUDA_DEBUG=1,
@@ -40,7 +39,6 @@ inline cublasHandle_t handle() { return static_cast<cublasHandle_t>(cublas_handl
 
 }  // namespace twinkle::cuda::detail
 
-#define TWINKLE_CUDA_CHECK(call) ::twinkle::cuda::detail::check_cuda((call), #call, __FILE__, __LINE__)
 #define TWINKLE_CUBLAS_CHECK(call) ::twinkle::cuda::detail::check_cublas((call), #call, __FILE__, __LINE__)
 #define TWINKLE_CUDA_LAUNCHED(kernel) ::twinkle::cuda::detail::after_launch(kernel, __FILE__, __LINE__)
 

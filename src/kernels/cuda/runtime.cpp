@@ -17,19 +17,8 @@ namespace twinkle::cuda {
 
 namespace detail {
 
-namespace {
-std::string where(const char* file, int line) {
-  const char* base = std::strrchr(file, '/');
-  return std::string(base ? base + 1 : file) + ":" + std::to_string(line);
-}
-}  // namespace
-
-void check_cuda(cudaError_t e, const char* call, const char* file, int line) {
-  if (e == cudaSuccess) return;
-  (void)cudaGetLastError();  // clear a non-sticky error so the next call is not blamed
-  throw Error(std::string("CUDA error: ") + call + " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) +
-              " (" + where(file, line) + ")");
-}
+using cuda_check::describe;
+using cuda_check::where;
 
 void check_cublas(cublasStatus_t s, const char* call, const char* file, int line) {
   if (s == CUBLAS_STATUS_SUCCESS) return;
@@ -41,13 +30,13 @@ void check_cublas(cublasStatus_t s, const char* call, const char* file, int line
 void after_launch(const char* kernel, const char* file, int line) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
-    throw Error(std::string("CUDA error: launch of ") + kernel + " failed: " + cudaGetErrorName(e) + ": " +
-                cudaGetErrorString(e) + " (" + where(file, line) + ")");
+    throw Error(std::string("CUDA error: launch of ") + kernel + " failed: " + describe(e) + " (" +
+                where(file, line) + ")");
   if (debug_sync()) {
     const cudaError_t s = cudaStreamSynchronize(stream());
     if (s != cudaSuccess)
-      throw Error(std::string("CUDA error: kernel ") + kernel + " faulted: " + cudaGetErrorName(s) + ": " +
-                  cudaGetErrorString(s) + " (" + where(file, line) + ", TWINKLE_CUDA_DEBUG=1)");
+      throw Error(std::string("CUDA error: kernel ") + kernel + " faulted: " + describe(s) + " (" + where(file, line) +
+                  ", TWINKLE_CUDA_DEBUG=1)");
   }
 }
 
@@ -83,8 +72,6 @@ const CublasApi& cublas() {
 
 }  // namespace detail
 
-using detail::check_cuda;
-
 std::pair<double, double> peak_tflops_for(const std::string& name) {
   auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
   if (has("H100") && (has("PCIe") || has("PCIE"))) return {756.0, 51.0};
@@ -98,7 +85,7 @@ int visible_device_count(std::string* why) {
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    if (why) *why = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+    if (why) *why = cuda_check::describe(e);
     return 0;
   }
   if (n == 0 && why) *why = "no CUDA-capable device";
@@ -168,14 +155,14 @@ class CudaDeviceAllocator final : public DeviceAllocator {
     const cudaMemcpyKind k = kind == CopyKind::HostToDevice   ? cudaMemcpyHostToDevice
                              : kind == CopyKind::DeviceToHost ? cudaMemcpyDeviceToHost
                                                               : cudaMemcpyDeviceToDevice;
-    check_cuda(cudaMemcpyAsync(dst, src, bytes, k, detail::stream()), "cudaMemcpyAsync", __FILE__, __LINE__);
+    TWINKLE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, detail::stream()));
     if (kind != CopyKind::DeviceToDevice)
-      check_cuda(cudaStreamSynchronize(detail::stream()), "cudaStreamSynchronize (after a host copy)", __FILE__,
-                 __LINE__);
+      cuda_check::check(cudaStreamSynchronize(detail::stream()), "CUDA error", "cudaStreamSynchronize (after a host copy)",
+                        __FILE__, __LINE__);
   }
   void fill_zero(void* p, size_t bytes) override {
     if (bytes == 0) return;
-    check_cuda(cudaMemsetAsync(p, 0, bytes, detail::stream()), "cudaMemsetAsync", __FILE__, __LINE__);
+    TWINKLE_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, detail::stream()));
   }
   void synchronize() override { cuda::synchronize(); }
   std::string describe() const override {

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "cuda_shim.h"
+// after the CUDA API (here the shim's), as in src/kernels/cuda and src/dist/cuda
+#include "../../../src/core/cuda_check.h"
 
 namespace {
 
@@ -281,6 +283,37 @@ TEST(CudaShim, CopiesCheckTheirDirection) {
   EXPECT_EQ(cudaMemset2DAsync(d.p, 64, 0, 32, 5, nullptr), cudaErrorInvalidValue);  // 4 * 64 + 32 > 256 B
   EXPECT_NE(last_error_text().find("past the end"), std::string::npos);
   EXPECT_EQ(cudaMemset2DAsync(d.p, 64, 0, 32, 4, nullptr), cudaSuccess);
+}
+
+// src/core/cuda_check.h, the one conversion of a CUDA status into twinkle::Error of the kernels and
+// the process groups: the context, the call, the error's name and text (with the shim's detail), the
+// file without its directories and the line; the last error cleared; success passes.
+TEST(CudaCheck, AFailedCallNamesContextCallErrorAndPlaceAndClearsTheLastError) {
+  std::vector<float> h(8, 1.0f);
+  const cudaError_t e = cudaMemcpy(h.data(), h.data(), sizeof(float) * 8, cudaMemcpyHostToDevice);
+  ASSERT_EQ(e, cudaErrorInvalidValue);
+  std::string what;
+  try {
+    twinkle::cuda_check::check(e, "process group 'tp'", "cudaMemcpy(dst, src)", "/some/dir/copies.cpp", 42);
+  } catch (const twinkle::Error& err) {
+    what = err.what();
+  }
+  EXPECT_EQ(what.rfind("process group 'tp': cudaMemcpy(dst, src) failed: cudaErrorInvalidValue: invalid argument", 0),
+            0u)
+      << what;
+  EXPECT_NE(what.find("[cuda shim: "), std::string::npos) << what;
+  EXPECT_NE(what.find("the destination"), std::string::npos) << what;
+  EXPECT_EQ(what.substr(what.size() - 15), "(copies.cpp:42)") << what;
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_NO_THROW(TWINKLE_CUDA_CHECK(cudaSuccess));
+  EXPECT_THROW(TWINKLE_CUDA_CHECK_GROUP(cudaMemsetAsync(h.data(), 0, 4, nullptr), "dp"), twinkle::Error);
+  try {
+    TWINKLE_CUDA_CHECK(cudaMemsetAsync(h.data(), 0, 4, nullptr));
+  } catch (const twinkle::Error& err) {
+    what = err.what();
+  }
+  EXPECT_EQ(what.rfind("CUDA error: cudaMemsetAsync(h.data(), 0, 4, nullptr) failed: cudaErrorInvalidValue: ", 0), 0u) << what;
+  EXPECT_NE(what.find("(test_cuda_shim.cpp:"), std::string::npos) << what;
 }
 
 TEST(CudaShim, CublasChecksItsMatrixAndScalarPointers) {
