@@ -74,4 +74,33 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   add_test(NAME cuda_kernel_conformance_emu COMMAND kernel_conformance_cuda_emu --gtest_brief=1)
   set_tests_properties(cuda_kernel_conformance_emu PROPERTIES FIXTURES_REQUIRED kernels_ref TIMEOUT 600
                        ENVIRONMENT "KERNELS_REF_DIR=${CMAKE_BINARY_DIR}/kernels_ref;TWINKLE_SOURCE_DIR=${CMAKE_SOURCE_DIR};ASAN_OPTIONS=detect_leaks=0")
+
+  # The CUDA process groups (src/dist/cuda) on the emulated device: tests/cuda/test_cuda_groups.cpp (the
+  # gpu-labelled cuda_groups_* of tests/cuda_model.cmake) built with the backend's runtime, allocator and
+  # kernels and the groups' own sources on the shim, under ASan (no NCCL in the emulation: host-staged).
+  # The emulated objects come before the libraries, so the linker takes them, not the real ones.
+  file(GLOB _twinkle_dist_cuda_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/dist/cuda/*.cpp)
+  set(_twinkle_emu_dist_srcs "")
+  foreach(src ${_twinkle_dist_cuda_srcs})
+    get_filename_component(_n ${src} NAME)
+    set(_w ${CMAKE_BINARY_DIR}/cuda_emu/dist_${_n}.cpp)
+    file(CONFIGURE OUTPUT ${_w} CONTENT "#include \"${src}\"\n")
+    list(APPEND _twinkle_emu_dist_srcs ${_w})
+  endforeach()
+  add_executable(test_cuda_groups_emu ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_groups.cpp ${_twinkle_emu_srcs}
+                 ${_twinkle_emu_dist_srcs} ${CMAKE_SOURCE_DIR}/tests/cuda/emu/cuda_shim.cpp)
+  set_target_properties(test_cuda_groups_emu PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  target_compile_definitions(test_cuda_groups_emu PRIVATE TWINKLE_CUDA_SHIM TWINKLE_WITH_CUDA)
+  target_include_directories(test_cuda_groups_emu PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda
+                             ${CMAKE_SOURCE_DIR}/tests/cuda/emu ${CMAKE_SOURCE_DIR}/src/kernels/cuda)
+  target_compile_options(test_cuda_groups_emu PRIVATE ${TWINKLE_WARN} -Wno-unknown-pragmas -O1 -fsanitize=address
+                         -fno-omit-frame-pointer)
+  target_link_options(test_cuda_groups_emu PRIVATE -fsanitize=address)
+  target_link_libraries(test_cuda_groups_emu PRIVATE twinkle_train MPI::MPI_CXX)
+  add_test(NAME cuda_groups_single_emu COMMAND test_cuda_groups_emu)
+  add_test(NAME cuda_groups_staged_np2_emu
+           COMMAND ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe --allow-run-as-root --bind-to none
+                   -x ASAN_OPTIONS=detect_leaks=0 -x TWINKLE_CUDA_COMM=staged $<TARGET_FILE:test_cuda_groups_emu>)
+  set_tests_properties(cuda_groups_single_emu cuda_groups_staged_np2_emu PROPERTIES LABELS cuda_emu TIMEOUT 300
+                       ENVIRONMENT "TWINKLE_CUDA_COMM=staged;ASAN_OPTIONS=detect_leaks=0")
 endif()

@@ -1,7 +1,11 @@
 // Shared part of the CUDA process groups (twinkle/dist/nccl_process_group.h): the wrapped host
 // group, pointer classification, host fall-through with byte accounting, size-1 device copies.
 #pragma once
+#ifdef TWINKLE_CUDA_SHIM  // the host emulation of CUDA for tests without a GPU (tests/cuda/emu/cuda_shim.h)
+#include "cuda_shim.h"
+#else
 #include <cuda_runtime.h>
+#endif
 
 #include <memory>
 #include <string>

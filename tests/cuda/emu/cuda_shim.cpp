@@ -756,7 +756,33 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
   p->minor = 0;
   return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+cudaError_t cudaSetDevice(int dev) {
+  if (dev != 0) return fail(cudaErrorInvalidValue, "cudaSetDevice(%d): the emulator has one device, 0", dev);
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* dev) {
+  *dev = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetPCIBusId(char* bus, int len, int dev) {
+  if (dev != 0 || len <= 0) return fail(cudaErrorInvalidValue, "cudaDeviceGetPCIBusId(device %d, %d B)", dev, len);
+  std::snprintf(bus, static_cast<size_t>(len), "0000:00:00.0");  // every process: the same one device
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }  // work runs when it is launched
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+  std::memset(a, 0, sizeof *a);
+  const auto l = twinkle_shim::heap().lookup(p);
+  if (p != nullptr && l.where == twinkle_shim::DeviceHeap::Where::Live) {
+    a->type = cudaMemoryTypeDevice;
+    a->devicePointer = const_cast<void*>(p);
+  } else {
+    a->type = cudaMemoryTypeUnregistered;
+    a->hostPointer = const_cast<void*>(p);
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
   static int stream_tag;
   *s = &stream_tag;
@@ -819,6 +845,13 @@ cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) {
   if (n == 0) return cudaSuccess;
   if (const std::string e = twinkle_shim::device_range_error(p, n); !e.empty())
     return fail(cudaErrorInvalidValue, "cudaMemsetAsync(%zu B): %s", n, e.c_str());
+  std::memset(p, v, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemset(void* p, int v, size_t n) {
+  if (n == 0) return cudaSuccess;
+  if (const std::string e = twinkle_shim::device_range_error(p, n); !e.empty())
+    return fail(cudaErrorInvalidValue, "cudaMemset(%zu B): %s", n, e.c_str());
   std::memset(p, v, n);
   return cudaSuccess;
 }

@@ -120,7 +120,23 @@ struct cudaDeviceProp {
   size_t totalGlobalMem;
   int major, minor;
 };
+/// How cudaPointerGetAttributes classifies a pointer (CUDA Runtime API, cudaPointerAttributes): a
+/// live device block is cudaMemoryTypeDevice; anything else, freed device memory included, is
+/// cudaMemoryTypeUnregistered (CUDA >= 11 reports plain host memory so, with cudaSuccess).
+enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2,
+                      cudaMemoryTypeManaged = 3 };
+struct cudaPointerAttributes {
+  cudaMemoryType type;
+  int device;
+  void* devicePointer;
+  void* hostPointer;
+};
 cudaError_t cudaGetDeviceCount(int* n);
+cudaError_t cudaGetDevice(int* dev);
+cudaError_t cudaDeviceGetPCIBusId(char* bus, int len, int dev);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int dev);
 cudaError_t cudaSetDevice(int dev);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
@@ -130,6 +146,7 @@ cudaError_t cudaFree(void* p);
 cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k);
 cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t st);
 cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t st);
+cudaError_t cudaMemset(void* p, int v, size_t n);
 cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int v, size_t width, size_t height, cudaStream_t st);
 cudaError_t cudaGetLastError();
 const char* cudaGetErrorName(cudaError_t e);

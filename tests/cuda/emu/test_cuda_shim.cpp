@@ -285,6 +285,36 @@ TEST(CudaShim, CopiesCheckTheirDirection) {
   EXPECT_EQ(cudaMemset2DAsync(d.p, 64, 0, 32, 4, nullptr), cudaSuccess);
 }
 
+// cudaPointerGetAttributes (the process groups tell host from device buffers with it): a live device
+// block, anywhere inside it, is device memory; host memory, null and freed device memory are not.
+TEST(CudaShim, PointerAttributesTellLiveDeviceMemoryFromEverythingElse) {
+  auto type_of = [](const void* p) {
+    cudaPointerAttributes a{};
+    EXPECT_EQ(cudaPointerGetAttributes(&a, p), cudaSuccess);
+    return a.type;
+  };
+  void* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 100), cudaSuccess);
+  std::vector<char> h(100);
+  EXPECT_EQ(type_of(d), cudaMemoryTypeDevice);
+  EXPECT_EQ(type_of(static_cast<char*>(d) + 99), cudaMemoryTypeDevice);
+  EXPECT_EQ(type_of(h.data()), cudaMemoryTypeUnregistered);
+  EXPECT_EQ(type_of(nullptr), cudaMemoryTypeUnregistered);
+  EXPECT_EQ(cudaMemset(d, 0, 100), cudaSuccess);
+  EXPECT_EQ(cudaMemset(h.data(), 0, 100), cudaErrorInvalidValue);
+  EXPECT_NE(last_error_text().find("a host pointer"), std::string::npos);
+  EXPECT_EQ(cudaFree(d), cudaSuccess);
+  EXPECT_EQ(type_of(d), cudaMemoryTypeUnregistered);
+  int dev = -1;
+  char bus[32] = {0};
+  EXPECT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  EXPECT_EQ(dev, 0);
+  EXPECT_EQ(cudaDeviceGetPCIBusId(bus, sizeof bus, 0), cudaSuccess);
+  EXPECT_STREQ(bus, "0000:00:00.0");
+  EXPECT_EQ(cudaSetDevice(1), cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+}
+
 // src/core/cuda_check.h, the one conversion of a CUDA status into twinkle::Error of the kernels and
 // the process groups: the context, the call, the error's name and text (with the shim's detail), the
 // file without its directories and the line; the last error cleared; success passes.
