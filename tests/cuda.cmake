@@ -87,16 +87,25 @@ if(TWINKLE_WITH_CUDA_BACKEND)
     file(CONFIGURE OUTPUT ${_w} CONTENT "#include \"${src}\"\n")
     list(APPEND _twinkle_emu_dist_srcs ${_w})
   endforeach()
-  add_executable(test_cuda_groups_emu ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_groups.cpp ${_twinkle_emu_srcs}
-                 ${_twinkle_emu_dist_srcs} ${CMAKE_SOURCE_DIR}/tests/cuda/emu/cuda_shim.cpp)
-  set_target_properties(test_cuda_groups_emu PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-  target_compile_definitions(test_cuda_groups_emu PRIVATE TWINKLE_CUDA_SHIM TWINKLE_WITH_CUDA)
-  target_include_directories(test_cuda_groups_emu PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda
-                             ${CMAKE_SOURCE_DIR}/tests/cuda/emu ${CMAKE_SOURCE_DIR}/src/kernels/cuda)
-  target_compile_options(test_cuda_groups_emu PRIVATE ${TWINKLE_WARN} -Wno-unknown-pragmas -O1 -fsanitize=address
-                         -fno-omit-frame-pointer)
-  target_link_options(test_cuda_groups_emu PRIVATE -fsanitize=address)
-  target_link_libraries(test_cuda_groups_emu PRIVATE twinkle_train MPI::MPI_CXX)
+  # A program on the emulated device: its sources + the emulated backend and groups + the shim, under ASan.
+  function(twinkle_emu_program name)
+    add_executable(${name} ${ARGN} ${_twinkle_emu_srcs} ${_twinkle_emu_dist_srcs}
+                   ${CMAKE_SOURCE_DIR}/tests/cuda/emu/cuda_shim.cpp)
+    set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+    target_compile_definitions(${name} PRIVATE TWINKLE_CUDA_SHIM TWINKLE_WITH_CUDA)
+    target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda ${CMAKE_SOURCE_DIR}/tests/cuda/emu
+                               ${CMAKE_SOURCE_DIR}/src/kernels/cuda)
+    target_compile_options(${name} PRIVATE ${TWINKLE_WARN} -Wno-unknown-pragmas -O1 -fsanitize=address
+                           -fno-omit-frame-pointer)
+    target_link_options(${name} PRIVATE -fsanitize=address)
+    target_link_libraries(${name} PRIVATE twinkle_train MPI::MPI_CXX GTest::gtest)
+  endfunction()
+  twinkle_emu_program(test_cuda_groups_emu ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_groups.cpp)
+  # The dense model on the emulated device vs the CPU backend (cuda_model_vs_cpu's twin).
+  twinkle_emu_program(test_cuda_model_emu ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_model.cpp)
+  add_test(NAME cuda_model_vs_cpu_emu COMMAND test_cuda_model_emu --gtest_brief=1)
+  set_tests_properties(cuda_model_vs_cpu_emu PROPERTIES LABELS cuda_emu TIMEOUT 600
+                       ENVIRONMENT "TWINKLE_SOURCE_DIR=${CMAKE_SOURCE_DIR};ASAN_OPTIONS=detect_leaks=0")
   add_test(NAME cuda_groups_single_emu COMMAND test_cuda_groups_emu)
   add_test(NAME cuda_groups_staged_np2_emu
            COMMAND ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe --allow-run-as-root --bind-to none

