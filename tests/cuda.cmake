@@ -103,6 +103,11 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   twinkle_emu_program(test_cuda_groups_emu ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_groups.cpp)
   # The dense model on the emulated device vs the CPU backend (cuda_model_vs_cpu's twin).
   twinkle_emu_program(test_cuda_model_emu ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_model.cpp)
+  # `twinkle` itself on the emulated device (tools/twinkle): train_cuda_vs_torch and layout_cuda_*'s twins
+  # (tests/cuda_model.cmake) run it through tests/reference/check_train.py --twinkle.
+  file(GLOB _twinkle_tool_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tools/twinkle/*.cpp)
+  twinkle_emu_program(twinkle_cuda_emu ${_twinkle_tool_srcs})
+  target_compile_definitions(twinkle_cuda_emu PRIVATE TWINKLE_CUDA_BUILT TWINKLE_CUDA_ARCHS="emulated")
   add_test(NAME cuda_model_vs_cpu_emu COMMAND test_cuda_model_emu --gtest_brief=1)
   set_tests_properties(cuda_model_vs_cpu_emu PROPERTIES LABELS cuda_emu TIMEOUT 600
                        ENVIRONMENT "TWINKLE_SOURCE_DIR=${CMAKE_SOURCE_DIR};ASAN_OPTIONS=detect_leaks=0")

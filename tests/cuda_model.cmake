@@ -40,3 +40,25 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   set_tests_properties(${TWINKLE_CUDA_LAYOUT_TESTS} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300
                        ENVIRONMENT "OMP_NUM_THREADS=2")
 endif()
+
+# The same checks on the emulated device (tests/cuda.cmake: twinkle_cuda_emu, label cuda_emu), in every run.
+if(TWINKLE_WITH_CUDA_BACKEND)
+  set(TWINKLE_CUDA_EMU_TWINKLE --twinkle ${CMAKE_BINARY_DIR}/tests/twinkle_cuda_emu)
+  add_test(NAME train_cuda_vs_torch_emu COMMAND ${TWINKLE_REF_RUN}
+           ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR} ${TWINKLE_CUDA_EMU_TWINKLE}
+           --variant a --steps 3 --layout "--device cuda")
+  set(TWINKLE_CUDA_EMU_TESTS train_cuda_vs_torch_emu)
+  foreach(spec ${TWINKLE_CUDA_LAYOUTS})
+    string(REPLACE "|" ";" parts "${spec}")
+    list(GET parts 0 name)
+    list(GET parts 1 flags)
+    add_test(NAME layout_cuda_${name}_emu COMMAND ${TWINKLE_REF_RUN}
+             ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR} ${TWINKLE_CUDA_EMU_TWINKLE}
+             --variant a --layers 4 --batch rows:8 --mbs 1 --steps 3 --against single --np 2
+             --layout "${flags} --device cuda" --single-kernels reference)
+    list(APPEND TWINKLE_CUDA_EMU_TESTS layout_cuda_${name}_emu)
+  endforeach()
+  set_tests_properties(${TWINKLE_CUDA_EMU_TESTS} PROPERTIES LABELS cuda_emu TIMEOUT 300 PROCESSORS 2
+                       ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+  set_tests_properties(train_cuda_vs_torch_emu PROPERTIES PROCESSORS 1)
+endif()

@@ -85,6 +85,8 @@ def compare_tensors(name_a, a, name_b, b, tol, what):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
+    ap.add_argument("--twinkle", default="", help="the twinkle binary (default BUILD/bin/twinkle; the CUDA "
+                    "emulation's twin: BUILD/tests/twinkle_cuda_emu)")
     ap.add_argument("--variant", default="a")
     ap.add_argument("--layers", type=int, default=0, help="override num_hidden_layers")
     ap.add_argument("--batch", default="tiny")
@@ -141,7 +143,7 @@ def main():
                          "the largest distance AdamW can move an element (steps * lr)")
     args = ap.parse_args()
 
-    twinkle = os.path.join(args.build, "bin", "twinkle")
+    twinkle = args.twinkle or os.path.join(args.build, "bin", "twinkle")
     launcher = os.path.join(args.build, "bin", "twinkle-run")
     tmp = tempfile.mkdtemp(prefix="twinkle-check-")
     try:
