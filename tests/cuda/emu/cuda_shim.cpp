@@ -186,6 +186,21 @@ class DeviceHeap {
     }
     lo_ = reinterpret_cast<uintptr_t>(p);
     bump_ = lo_;
+    const char* open = std::getenv("TWINKLE_CUDA_SHIM_HOST_ACCESS");
+    guard_ = !(open && std::strcmp(open, "1") == 0);
+  }
+
+  /// Device memory is open to the host only inside an access scope (DeviceAccess: a kernel launch, a
+  /// copy, a memset, a cuBLAS call); outside one every live block is PROT_NONE, so host code that reads
+  /// or writes device memory faults there, as it would with a GPU's memory (ASan reports the SEGV with
+  /// the host stack). TWINKLE_CUDA_SHIM_HOST_ACCESS=1 leaves device memory open throughout.
+  void open_access() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (open_++ == 0 && guard_) protect_all_locked(PROT_READ | PROT_WRITE);
+  }
+  void close_access() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (--open_ == 0 && guard_) protect_all_locked(PROT_NONE);
   }
 
   size_t capacity() const { return cap_; }
@@ -209,7 +224,8 @@ class DeviceHeap {
       if (!base) return nullptr;
     }
     const size_t mapped = span - kPage;
-    if (mprotect(reinterpret_cast<void*>(base), mapped, PROT_READ | PROT_WRITE) != 0) {
+    if (mprotect(reinterpret_cast<void*>(base), mapped, open_ > 0 || !guard_ ? PROT_READ | PROT_WRITE : PROT_NONE) !=
+        0) {
       give_back_locked(base, span);
       return nullptr;
     }
@@ -254,6 +270,9 @@ class DeviceHeap {
     size_t bytes, span;
   };
   static size_t round_up(size_t n) { return (n + kPage - 1) / kPage * kPage; }
+  void protect_all_locked(int prot) {
+    for (const auto& [base, b] : live_) mprotect(reinterpret_cast<void*>(base), b.span - kPage, prot);
+  }
   void give_back_locked(uintptr_t base, size_t span) {
     auto next = free_.lower_bound(base);
     if (next != free_.end() && base + span == next->first) {  // merge with the range after
@@ -275,12 +294,22 @@ class DeviceHeap {
   size_t cap_ = 0;
   std::map<uintptr_t, Block> live_;
   std::map<uintptr_t, size_t> free_;  // base -> span
+  int open_ = 0;        // nesting depth of access scopes
+  bool guard_ = true;   // false: TWINKLE_CUDA_SHIM_HOST_ACCESS=1
 };
 
 DeviceHeap& heap() {
   static DeviceHeap* h = new DeviceHeap();  // never destroyed: device memory may be freed during static destruction
   return *h;
 }
+
+/// The host may touch device memory while one lives (DeviceHeap::open_access).
+struct DeviceAccess {
+  DeviceAccess() { heap().open_access(); }
+  ~DeviceAccess() { heap().close_access(); }
+  DeviceAccess(const DeviceAccess&) = delete;
+  DeviceAccess& operator=(const DeviceAccess&) = delete;
+};
 
 const char* where_text(DeviceHeap::Where w) {
   return w == DeviceHeap::Where::Host ? "a host pointer, not device memory"
@@ -718,6 +747,7 @@ cudaError_t run_grid(const LaunchCfg& cfg, void (*thunk)(void*), void* ctx) {
   gridDim = cfg.grid;
   w.block = &b;
   cudaError_t rc = cudaSuccess;
+  DeviceAccess access;
   for (unsigned bz = 0; bz < cfg.grid.z && rc == cudaSuccess; ++bz)
     for (unsigned by = 0; by < cfg.grid.y && rc == cudaSuccess; ++by)
       for (unsigned bx = 0; bx < cfg.grid.x; ++bx) {
@@ -794,6 +824,7 @@ cudaError_t cudaMalloc(void** p, size_t n) {
   if (!*p)
     return fail(cudaErrorMemoryAllocation, "cudaMalloc(%zu B): the device heap (%zu MiB) is full", n,
                 twinkle_shim::heap().capacity() >> 20);
+  twinkle_shim::DeviceAccess access;
   std::memset(*p, 0x7F, n);  // fresh device memory is garbage (0x7F7F7F7F = 3.4e38 as a float)
   return cudaSuccess;
 }
@@ -833,11 +864,13 @@ cudaError_t check_copy(const char* call, void* d, const void* s, size_t n, cudaM
 
 cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k) {
   if (const cudaError_t e = check_copy("cudaMemcpy", d, s, n, k)) return e;
+  twinkle_shim::DeviceAccess access;
   if (n) std::memmove(d, s, n);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t) {
   if (const cudaError_t e = check_copy("cudaMemcpyAsync", d, s, n, k)) return e;
+  twinkle_shim::DeviceAccess access;
   if (n) std::memmove(d, s, n);
   return cudaSuccess;
 }
@@ -845,6 +878,7 @@ cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) {
   if (n == 0) return cudaSuccess;
   if (const std::string e = twinkle_shim::device_range_error(p, n); !e.empty())
     return fail(cudaErrorInvalidValue, "cudaMemsetAsync(%zu B): %s", n, e.c_str());
+  twinkle_shim::DeviceAccess access;
   std::memset(p, v, n);
   return cudaSuccess;
 }
@@ -852,6 +886,7 @@ cudaError_t cudaMemset(void* p, int v, size_t n) {
   if (n == 0) return cudaSuccess;
   if (const std::string e = twinkle_shim::device_range_error(p, n); !e.empty())
     return fail(cudaErrorInvalidValue, "cudaMemset(%zu B): %s", n, e.c_str());
+  twinkle_shim::DeviceAccess access;
   std::memset(p, v, n);
   return cudaSuccess;
 }
@@ -861,6 +896,7 @@ cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int v, size_t width, size_t
   if (const std::string e = twinkle_shim::device_range_error(p, pitch * (height - 1) + width); !e.empty())
     return fail(cudaErrorInvalidValue, "cudaMemset2DAsync(pitch %zu B, %zu x %zu B): %s", pitch, height, width,
                 e.c_str());
+  twinkle_shim::DeviceAccess access;
   for (size_t r = 0; r < height; ++r) std::memset(static_cast<char*>(p) + r * pitch, v, width);
   return cudaSuccess;
 }
@@ -965,6 +1001,7 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t, cublasOperation_t ta, cublasOperat
   if (!blas_matrix_ok("C", 13, C, m, n, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
   // C(i, j) = alpha * sum_p op(A)(i, p) op(B)(p, j) + beta * C(i, j), the sum in double (dot_double).
   // op(A)'s rows and op(B)'s columns are first copied out contiguous in p, so the dot products stream.
+  twinkle_shim::DeviceAccess access;
   std::vector<float> ar(static_cast<size_t>(m) * k), bc(static_cast<size_t>(n) * k);
   for (int i = 0; i < m; ++i)
     for (int p = 0; p < k; ++p)

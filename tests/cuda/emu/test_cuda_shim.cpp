@@ -4,6 +4,7 @@
 // alone (tests/cuda.cmake: test_cuda_shim).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -395,6 +396,23 @@ void read_past_an_allocation() {
 void overflow_a_fiber_stack() {
   DeviceBuf<float> out(64);
   launch(k_stack_overflow, 1, 64, 0, out.p, 7);
+}
+
+// Host code touching device memory outside a copy (a device buffer handed to host code as if it were
+// host memory) faults, as with a GPU's memory; inside a launch, a copy or a memset it is open.
+__attribute__((noinline)) float host_reads(const float* p) { return *static_cast<const volatile float*>(p); }
+void read_device_memory_on_the_host() {
+  DeviceBuf<float> x(4);
+  std::printf("%f\n", host_reads(x.p));
+}
+TEST(CudaShimDeathTest, AHostReadOfDeviceMemoryFaults) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(read_device_memory_on_the_host(), "SEGV");
+  DeviceBuf<float> x(4);
+  std::vector<float> h(4, 2.0f), back(4);
+  EXPECT_EQ(cudaMemcpy(x.p, h.data(), 16, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(back.data(), x.p, 16, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(back, h);
 }
 
 TEST(CudaShimDeathTest, AsanSeesReadsPastADeviceAllocation) {
