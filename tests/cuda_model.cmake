@@ -37,6 +37,16 @@ if(TWINKLE_WITH_CUDA_BACKEND)
              --single-kernels reference)
     list(APPEND TWINKLE_CUDA_LAYOUT_TESTS layout_cuda_${name})
   endforeach()
+  # attention biases (variant b: attention_bias true, untied): the bias ops of the kernel table on the device,
+  # one process vs PyTorch float64 and tp2 with sequence parallelism (o_proj's bias gradient summed over tp)
+  add_test(NAME train_cuda_vs_torch_bias COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN}
+           ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR} --variant b --steps 3
+           --layout "--device cuda")
+  add_test(NAME layout_cuda_tp2_sp_bias COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN}
+           ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR} --variant b --layers 4
+           --batch rows:8 --mbs 1 --steps 3 --against single --np 2 --layout "--tp 2 --sequence-parallel --device cuda"
+           --single-kernels reference)
+  list(APPEND TWINKLE_CUDA_LAYOUT_TESTS train_cuda_vs_torch_bias layout_cuda_tp2_sp_bias)
   set_tests_properties(${TWINKLE_CUDA_LAYOUT_TESTS} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300
                        ENVIRONMENT "OMP_NUM_THREADS=2")
 endif()
@@ -58,7 +68,15 @@ if(TWINKLE_WITH_CUDA_BACKEND)
              --layout "${flags} --device cuda" --single-kernels reference)
     list(APPEND TWINKLE_CUDA_EMU_TESTS layout_cuda_${name}_emu)
   endforeach()
+  add_test(NAME train_cuda_vs_torch_bias_emu COMMAND ${TWINKLE_REF_RUN}
+           ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR} ${TWINKLE_CUDA_EMU_TWINKLE}
+           --variant b --steps 3 --layout "--device cuda")
+  add_test(NAME layout_cuda_tp2_sp_bias_emu COMMAND ${TWINKLE_REF_RUN}
+           ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR} ${TWINKLE_CUDA_EMU_TWINKLE}
+           --variant b --layers 4 --batch rows:8 --mbs 1 --steps 3 --against single --np 2
+           --layout "--tp 2 --sequence-parallel --device cuda" --single-kernels reference)
+  list(APPEND TWINKLE_CUDA_EMU_TESTS train_cuda_vs_torch_bias_emu layout_cuda_tp2_sp_bias_emu)
   set_tests_properties(${TWINKLE_CUDA_EMU_TESTS} PROPERTIES LABELS cuda_emu TIMEOUT 300 PROCESSORS 2
                        ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
-  set_tests_properties(train_cuda_vs_torch_emu PROPERTIES PROCESSORS 1)
+  set_tests_properties(train_cuda_vs_torch_emu train_cuda_vs_torch_bias_emu PROPERTIES PROCESSORS 1)
 endif()

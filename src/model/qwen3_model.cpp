@@ -31,7 +31,6 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
     const std::string on = " on device '" + ps_->mesh.device_type() + "' is not implemented yet";
     check(!cfg_.is_moe(), "Qwen3-MoE (model_type qwen3_moe)" + on + "; use device_type cpu");
     check(ps_->cp->size() == 1, "context parallelism (cp > 1)" + on + "; use cp = 1");
-    check(!cfg_.attention_bias, "attention_bias = true" + on + "; use device_type cpu");
     check(recompute_ == Recompute::None, "recompute_granularity '" + opts_.recompute_granularity + "'" + on +
                                             "; use none");
     scratch_.set_device(dev_);

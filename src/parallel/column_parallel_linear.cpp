@@ -6,24 +6,6 @@
 
 namespace twinkle::parallel {
 
-void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    float* yr = y + r * cols;
-    for (int64_t c = 0; c < cols; ++c) yr[c] += b[c];
-  }
-}
-
-void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) {
-  if (db == nullptr) return;
-  std::vector<double> acc(static_cast<size_t>(cols), 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* d = dy + r * cols;
-    for (int64_t c = 0; c < cols; ++c) acc[static_cast<size_t>(c)] += d[c];
-  }
-  for (int64_t c = 0; c < cols; ++c) db[c] += static_cast<float>(acc[static_cast<size_t>(c)]);
-}
-
 ColumnParallelLinear::ColumnParallelLinear(TensorTable& table, const TensorParallel& tp, int64_t in_features,
                                            std::vector<Part> parts, bool bias)
     : table_(&table), tp_(tp), in_(in_features) {
@@ -96,7 +78,8 @@ const float* ColumnParallelLinear::forward(const float* x_local, float* x_full, 
   const float* x = sp_gather_rows(tp_, x_local, x_full, T, in_);
   const kernels::LinearOp& lin = table_->kernels().linear;
   for (size_t i = 0; i < weight_.size(); ++i) lin.forward(x, table_->data(weight_[i]), y[i], T, local_out_[i], in_, false);
-  for (size_t i = 0; i < bias_.size(); ++i) add_bias_rows(y[i], table_->data(bias_[i]), T, local_out_[i]);
+  for (size_t i = 0; i < bias_.size(); ++i)
+    table_->kernels().add.add_bias_rows(y[i], table_->data(bias_[i]), T, local_out_[i]);
   for (size_t i = 0; i < lora_.size(); ++i)
     if (lora_[i].active()) lora_column_forward(*table_, lora_[i], x, y[i], T, in_, local_out_[i]);
   return x;
@@ -104,7 +87,8 @@ const float* ColumnParallelLinear::forward(const float* x_local, float* x_full, 
 
 const float* ColumnParallelLinear::backward(const float* x, const float* const* dy, int64_t T,
                                             Workspace& scratch) const {
-  for (size_t i = 0; i < bias_.size(); ++i) bias_grad_rows(dy[i], table_->grad(bias_[i]), T, local_out_[i]);
+  for (size_t i = 0; i < bias_.size(); ++i)
+    table_->kernels().add.bias_grad_rows(dy[i], table_->grad(bias_[i]), T, local_out_[i]);
   float* dx_full = scratch.get("tp.dx_full", {T, in_}).f32();
   const kernels::LinearOp& lin = table_->kernels().linear;
   for (size_t i = 0; i < weight_.size(); ++i)

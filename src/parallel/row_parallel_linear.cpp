@@ -25,13 +25,13 @@ const float* RowParallelLinear::forward(const float* x, int64_t T, Workspace& sc
   if (lora_.active()) lora_row_forward(*table_, lora_, x, y_full, T, local_in_, out_);
   float* y_local = tp_.sequence_parallel ? scratch.get("tp.y_local", {tp_.local_rows(T), out_}).f32() : nullptr;
   float* y = tp_reduce_rows(tp_, y_full, y_local, T, out_);
-  if (bias_ != kNoParam) add_bias_rows(y, table_->data(bias_), tp_.local_rows(T), out_);
+  if (bias_ != kNoParam) table_->kernels().add.add_bias_rows(y, table_->data(bias_), tp_.local_rows(T), out_);
   return y;
 }
 
 void RowParallelLinear::backward(const float* x, const float* dy_local, float* dx, int64_t T,
                                  Workspace& scratch) const {
-  if (bias_ != kNoParam) bias_grad_rows(dy_local, table_->grad(bias_), tp_.local_rows(T), out_);
+  if (bias_ != kNoParam) table_->kernels().add.bias_grad_rows(dy_local, table_->grad(bias_), tp_.local_rows(T), out_);
   float* dy_full = tp_.sequence_parallel ? scratch.get("tp.dy_full", {T, out_}).f32() : nullptr;
   const float* dy = sp_gather_rows(tp_, dy_local, dy_full, T, out_);
   table_->kernels().linear.backward(x, table_->data(weight_), dy, dx, table_->grad(weight_), T, out_, local_in_, false);

@@ -258,6 +258,17 @@ inline void add_out(float* o, const float* a, const float* b, int64_t n) {
   s.finish();
 }
 
+inline void bias_add(float* y, const float* b, int64_t rows, int64_t cols) {
+  Stager s;
+  g_dev.add.add_bias_rows(s.out(y, rows * cols), s.in(b, cols), rows, cols);
+  s.finish();
+}
+inline void bias_grad(const float* dy, float* db, int64_t rows, int64_t cols) {
+  Stager s;
+  g_dev.add.bias_grad_rows(s.in(dy, rows * cols), db ? s.out(db, cols) : nullptr, rows, cols);
+  s.finish();
+}
+
 /// The host-pointer table over `dev` (kept in g_dev): same implementation names.
 inline KernelTable staged_table(const KernelTable& dev) {
   g_dev = dev;
@@ -277,7 +288,7 @@ inline KernelTable staged_table(const KernelTable& dev) {
   k.linear_cross_entropy = {lce};
   k.adamw = {adam};
   k.norms = {sumsq, scal};
-  k.add = {add_in, add_out};
+  k.add = {add_in, add_out, bias_add, bias_grad};
   k.impl_names = dev.impl_names;
   return k;
 }

@@ -383,6 +383,19 @@ def elementwise_case(root, name, n, s):
     c.close()
 
 
+def bias_rows_case(root, name, rows, cols):
+    """F.linear's bias: y + b broadcast over rows; its gradient db0 + dy.sum(0) (accumulated onto db0)."""
+    c = Case(root, name, rows=rows, cols=cols)
+    y, b, dy, db0 = f32((rows, cols)), f32((cols,)), f32((rows, cols)), f32((cols,))
+    c.put("y", y, "f32")
+    c.put("b", b, "f32")
+    c.put("dy", dy, "f32")
+    c.put("db0", db0, "f32")
+    c.put("y_plus_b", y.double() + b.double(), "f64")
+    c.put("db", db0.double() + dy.double().sum(0), "f64")
+    c.close()
+
+
 def conformance_cases(out):
     add_rmsnorm_case(out, "add_rmsnorm_45", 7, 45, 1e-6)
     qk_norm_rope_case(out, "qk_norm_rope_d18", [0, 7, 3, 63, 1, 40], 3, 18, 1e6, 64, 1e-6)
@@ -392,6 +405,7 @@ def conformance_cases(out):
     gate_up_swiglu_case(out, "gate_up_swiglu_7x11x13", 7, 11, 13)
     linear_ce_case(out, "linear_ce_v37", 11, 37, 9, [3, -100, 36, 0, 5, 5, -100, 20, 1, 33, 7])
     elementwise_case(out, "elementwise_1001", 1001, 0.37)
+    bias_rows_case(out, "bias_rows_37x70", 37, 70)
 
 
 def main():

@@ -85,5 +85,7 @@
   X(double, sum_squares, (const float* x, int64_t n))                                                                  \
   X(void, scale, (float* x, int64_t n, float s))                                                                       \
   X(void, add_inplace, (float* y, const float* x, int64_t n))                                                          \
-  X(void, add, (float* out, const float* a, const float* b, int64_t n))
+  X(void, add, (float* out, const float* a, const float* b, int64_t n))                                               \
+  X(void, add_bias_rows, (float* y, const float* b, int64_t rows, int64_t cols))                                      \
+  X(void, bias_grad_rows, (const float* dy, float* db, int64_t rows, int64_t cols))
 // clang-format on

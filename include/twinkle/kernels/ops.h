@@ -181,13 +181,21 @@ struct NormsOp {
   void (*scale)(float* x, int64_t n, float s);
 };
 
-/// Element-wise adds (residual gradients, accumulation).
+/// Element-wise adds (residual gradients, accumulation) and the bias of a linear layer
+/// (torch.nn.functional.linear's `+ bias` and its gradient; Megatron's ColumnParallelLinear /
+/// RowParallelLinear add it after the GEMM, parallel/column_parallel_linear.h).
 struct AddOp {
   static constexpr const char* kName = "add";
   /// y += x.
   void (*add_inplace)(float* y, const float* x, int64_t n);
   /// out = a + b (out may alias a or b).
   void (*add)(float* out, const float* a, const float* b, int64_t n);
+  /// y[r, c] += b[c] for r < rows: y [rows, cols] row-major f32, b [cols] f32 (the bias broadcast over tokens).
+  void (*add_bias_rows)(float* y, const float* b, int64_t rows, int64_t cols);
+  /// db[c] += sum_r dy[r, c]: dy [rows, cols] f32, db [cols] f32; each column summed over r = 0..rows-1 in
+  /// order in double, then added (bias gradients are sums of many terms that largely cancel, e.g.
+  /// k_proj.bias under the q/k norms). Nothing when db is null (a frozen bias).
+  void (*bias_grad_rows)(const float* dy, float* db, int64_t rows, int64_t cols);
 };
 
 }  // namespace twinkle::kernels

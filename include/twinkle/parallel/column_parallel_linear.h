@@ -84,10 +84,5 @@ class ColumnParallelLinear {
   std::vector<LoraPair> lora_;  // per part (inactive: r = 0)
 };
 
-/// y[r, c] += b[c] for r < rows (bias broadcast over tokens).
-void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols);
-/// db[c] += sum_r dy[r, c], accumulated in double (nothing when db is null: a frozen bias) (bias gradients are sums of many terms
-/// that largely cancel, e.g. k_proj.bias under the q/k norms).
-void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols);
 
 }  // namespace twinkle::parallel

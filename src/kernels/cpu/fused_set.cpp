@@ -33,7 +33,7 @@ void register_fused_kernels(Registry& r) {
   r.add(dev, name, LinearCrossEntropyOp{linear_cross_entropy});
   r.add(dev, name, AdamwOp{adamw_step});
   r.add(dev, name, NormsOp{sum_squares, scale_inplace});
-  r.add(dev, name, AddOp{add_inplace, add_out});
+  r.add(dev, name, AddOp{add_inplace, add_out, add_bias_rows, bias_grad_rows});
 }
 
 }  // namespace twinkle::kernels::cpu

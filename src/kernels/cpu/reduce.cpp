@@ -39,6 +39,24 @@ void add_out(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
+void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* yr = y + r * cols;
+    for (int64_t c = 0; c < cols; ++c) yr[c] += b[c];
+  }
+}
+
+void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) {
+  if (db == nullptr) return;
+  std::vector<double> acc(static_cast<size_t>(cols), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* d = dy + r * cols;
+    for (int64_t c = 0; c < cols; ++c) acc[static_cast<size_t>(c)] += d[c];
+  }
+  for (int64_t c = 0; c < cols; ++c) db[c] += static_cast<float>(acc[static_cast<size_t>(c)]);
+}
+
 void axpy(float* y, const float* x, int64_t n, float a) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];

@@ -25,6 +25,22 @@ unsigned blocks_for(int64_t n, int64_t per_block = kThreads) {
   return static_cast<unsigned>(b);
 }
 
+// y[r, c] += b[c]: one thread per element.
+__global__ void k_add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < rows * cols) y[i] += b[i % cols];
+}
+
+// db[c] += sum_r dy[r, c]: one thread per column, the rows in order in double (the CPU sets' sums,
+// bit for bit); adjacent threads read adjacent columns of a row.
+__global__ void k_bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  double s = 0.0;
+  for (int64_t r = 0; r < rows; ++r) s += dy[r * cols + c];
+  db[c] += static_cast<float>(s);
+}
+
 __global__ void k_add_inplace(float* y, const float* x, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -183,6 +199,18 @@ void add(float* out, const float* a, const float* b, int64_t n) {
   if (n <= 0) return;
   TWINKLE_LAUNCH(k_add, blocks_for(n), kThreads, 0, out, a, b, n);
   TWINKLE_CUDA_LAUNCHED("add");
+}
+
+void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  TWINKLE_LAUNCH(k_add_bias_rows, blocks_for(rows * cols), kThreads, 0, y, b, rows, cols);
+  TWINKLE_CUDA_LAUNCHED("add_bias_rows");
+}
+
+void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) {
+  if (db == nullptr || rows <= 0 || cols <= 0) return;
+  TWINKLE_LAUNCH(k_bias_grad_rows, blocks_for(cols), kThreads, 0, dy, db, rows, cols);
+  TWINKLE_CUDA_LAUNCHED("bias_grad_rows");
 }
 
 void scale(float* x, int64_t n, float s) {

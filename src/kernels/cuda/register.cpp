@@ -22,7 +22,7 @@ std::vector<kernels::OpImpl> fused_kernels() {
       LinearCrossEntropyOp{ops::linear_cross_entropy},
       AdamwOp{ops::adamw_step},
       NormsOp{ops::sum_squares, ops::scale},
-      AddOp{ops::add_inplace, ops::add},
+      AddOp{ops::add_inplace, ops::add, ops::add_bias_rows, ops::bias_grad_rows},
   };
 }
 

@@ -388,6 +388,17 @@ void add(const KernelTable& k, const std::string& name, Check& ck) {
   ck.close(x, c.d("sum"), 1e-7, "add_inplace");
 }
 
+void bias_rows(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t rows = c.pi("rows"), cols = c.pi("cols");
+  auto y = c.f("y"), b = c.f("b"), dy = c.f("dy"), db = c.f("db0");
+  k.add.add_bias_rows(y.data(), b.data(), rows, cols);
+  ck.close(y, c.d("y_plus_b"), 1e-7, "add_bias_rows");
+  k.add.bias_grad_rows(dy.data(), db.data(), rows, cols);
+  ck.close(db, c.d("db"), 1e-6, "bias_grad_rows");
+  k.add.bias_grad_rows(dy.data(), nullptr, rows, cols);  // a frozen bias: nothing to write
+}
+
 // ---------------------------------------------------------------- the table
 
 struct Row {
@@ -422,6 +433,7 @@ const Row kRows[] = {
     {"adamw", "adamw_clipped", adamw},  // clip_grad_norm_'s coefficient as grad_scale
     {"norms", "elementwise_1001", norms},
     {"add", "elementwise_1001", add},
+    {"add", "bias_rows_37x70", bias_rows},  // F.linear's bias and its gradient
 };
 
 // Runs every row of `op` on the table's implementation of it; returns the failures.

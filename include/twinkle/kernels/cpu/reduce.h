@@ -14,6 +14,10 @@ void scale_inplace(float* x, int64_t n, float s);
 void add_inplace(float* y, const float* x, int64_t n);
 /// out[i] = a[i] + b[i] (out may alias a or b).
 void add_out(float* out, const float* a, const float* b, int64_t n);
+/// y[r, c] += b[c] (AddOp::add_bias_rows, twinkle/kernels/ops.h).
+void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols);
+/// db[c] += sum_r dy[r, c], each column in double in row order (AddOp::bias_grad_rows); db null: nothing.
+void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols);
 /// y[i] += a * x[i].
 void axpy(float* y, const float* x, int64_t n, float a);
 

@@ -51,6 +51,21 @@ void add(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<double>(a[i]) + b[i]);
 }
 
+void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      y[r * cols + c] = static_cast<float>(static_cast<double>(y[r * cols + c]) + b[c]);
+}
+
+void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) {
+  if (db == nullptr) return;
+  for (int64_t c = 0; c < cols; ++c) {
+    double s = 0.0;
+    for (int64_t r = 0; r < rows; ++r) s += dy[r * cols + c];
+    db[c] = static_cast<float>(static_cast<double>(db[c]) + static_cast<float>(s));
+  }
+}
+
 double sum_squares(const float* x, int64_t n) {
   double s = 0.0;
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];

@@ -22,7 +22,7 @@ void register_reference_kernels(Registry& r) {
   r.add(dev, name, LinearCrossEntropyOp{R::linear_cross_entropy});
   r.add(dev, name, AdamwOp{R::adamw_step});
   r.add(dev, name, NormsOp{R::sum_squares, R::scale});
-  r.add(dev, name, AddOp{R::add_inplace, R::add});
+  r.add(dev, name, AddOp{R::add_inplace, R::add, R::add_bias_rows, R::bias_grad_rows});
 }
 
 }  // namespace twinkle::kernels::cpu
