@@ -46,7 +46,10 @@ if(TWINKLE_WITH_CUDA_BACKEND)
            ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR} --variant b --layers 4
            --batch rows:8 --mbs 1 --steps 3 --against single --np 2 --layout "--tp 2 --sequence-parallel --device cuda"
            --single-kernels reference)
-  list(APPEND TWINKLE_CUDA_LAYOUT_TESTS train_cuda_vs_torch_bias layout_cuda_tp2_sp_bias)
+  # activation recompute (selective, full) on the device: bit-identical to none (tests/reference/check_recompute_device.py)
+  add_test(NAME recompute_cuda_equals_none COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN}
+           ${CMAKE_SOURCE_DIR}/tests/reference/check_recompute_device.py --build ${CMAKE_BINARY_DIR})
+  list(APPEND TWINKLE_CUDA_LAYOUT_TESTS train_cuda_vs_torch_bias layout_cuda_tp2_sp_bias recompute_cuda_equals_none)
   set_tests_properties(${TWINKLE_CUDA_LAYOUT_TESTS} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300
                        ENVIRONMENT "OMP_NUM_THREADS=2")
 endif()
@@ -75,8 +78,13 @@ if(TWINKLE_WITH_CUDA_BACKEND)
            ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR} ${TWINKLE_CUDA_EMU_TWINKLE}
            --variant b --layers 4 --batch rows:8 --mbs 1 --steps 3 --against single --np 2
            --layout "--tp 2 --sequence-parallel --device cuda" --single-kernels reference)
-  list(APPEND TWINKLE_CUDA_EMU_TESTS train_cuda_vs_torch_bias_emu layout_cuda_tp2_sp_bias_emu)
+  add_test(NAME recompute_cuda_equals_none_emu COMMAND ${TWINKLE_REF_RUN}
+           ${CMAKE_SOURCE_DIR}/tests/reference/check_recompute_device.py --build ${CMAKE_BINARY_DIR}
+           ${TWINKLE_CUDA_EMU_TWINKLE})
+  list(APPEND TWINKLE_CUDA_EMU_TESTS train_cuda_vs_torch_bias_emu layout_cuda_tp2_sp_bias_emu
+       recompute_cuda_equals_none_emu)
   set_tests_properties(${TWINKLE_CUDA_EMU_TESTS} PROPERTIES LABELS cuda_emu TIMEOUT 300 PROCESSORS 2
                        ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
-  set_tests_properties(train_cuda_vs_torch_emu train_cuda_vs_torch_bias_emu PROPERTIES PROCESSORS 1)
+  set_tests_properties(train_cuda_vs_torch_emu train_cuda_vs_torch_bias_emu recompute_cuda_equals_none_emu
+                       PROPERTIES PROCESSORS 1)
 endif()

@@ -119,7 +119,7 @@ void RecomputeBuffers::reserve(const ActivationDims& d, int64_t T) {
   int64_t total = 0;
   layer_layout(layer, d, cap, false, d.recompute, true, [&](float*&, int64_t n) { total += aligned(n); });
   storage_ = Tensor();
-  storage_ = Tensor::zeros({total});
+  storage_ = Tensor::zeros({total}, DType::F32, d.device);  // where the slot's activations are
   float* base = storage_.f32();
   int64_t off = 0;
   layer_layout(layer, d, cap, false, d.recompute, true, [&](float*& p, int64_t n) {

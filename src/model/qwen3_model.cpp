@@ -31,8 +31,6 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
     const std::string on = " on device '" + ps_->mesh.device_type() + "' is not implemented yet";
     check(!cfg_.is_moe(), "Qwen3-MoE (model_type qwen3_moe)" + on + "; use device_type cpu");
     check(ps_->cp->size() == 1, "context parallelism (cp > 1)" + on + "; use cp = 1");
-    check(recompute_ == Recompute::None, "recompute_granularity '" + opts_.recompute_granularity + "'" + on +
-                                            "; use none");
     scratch_.set_device(dev_);
   }
   check(cfg_.model_type == "qwen3" || cfg_.model_type == "qwen3_moe",

@@ -124,14 +124,6 @@ void MegatronModel::build(const std::string& model_id) {
   mo.layers_per_stage = opts_.layers_per_stage;
   mo.pipeline_split = opts_.pipeline_split;
   mo.recompute_granularity = opts_.recompute_granularity;
-  if (ps_->mesh.device_type() != "cpu" && mo.recompute_granularity != "none") {
-    // Recompute runs host-side buffer logic not yet ported to device memory; it changes
-    // memory, never results (bit-identical to none), so a device run keeps its activations instead
-    // of refusing the default.
-    get_logger().warning("recompute_granularity '" + mo.recompute_granularity + "' is not implemented on device '" +
-                         ps_->mesh.device_type() + "' yet: activations are kept (none); results are identical");
-    mo.recompute_granularity = "none";
-  }
   mo.lm_head_chunk_tokens = opts_.lm_head_chunk_tokens;
   mo.moe_aux_loss_type = opts_.moe_aux_loss_type;
   mo.moe_aux_loss_coeff = opts_.moe_aux_loss_coeff

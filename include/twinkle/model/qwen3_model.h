@@ -116,8 +116,8 @@ class Qwen3Model {
   /// intermediate size not divisible by tp; pp larger than the number of layers;
   /// a custom layer split that does not sum to num_hidden_layers) or is neither qwen3 nor
   /// qwen3_moe; for qwen3_moe also check_expert_layout / check_moe_loss_options
-  /// (parallel/expert_layout.h). On a device other than cpu: Qwen3-MoE, cp > 1 and
-  /// recompute are refused by name (not implemented there yet). A MoE model with
+  /// (parallel/expert_layout.h). On a device other than cpu: Qwen3-MoE and cp > 1
+  /// are refused by name (not implemented there yet). A MoE model with
   /// tp > 1 runs with sequence parallelism (switched on, logged); with ep > 1 each ep rank
   /// holds num_experts / ep experts of every MoE layer (qwen3_moe_block.h).
   Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelState> ps, Qwen3ModelOptions opts = {});
