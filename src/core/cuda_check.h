@@ -6,6 +6,7 @@
 #pragma once
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "twinkle/core/error.h"
 
@@ -22,19 +23,23 @@ inline std::string describe(cudaError_t e) {
   return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
 }
 
-/// Throws twinkle::Error "<context>: <call> failed: <describe(e)> (<where(file, line)>)" unless `e` is
-/// cudaSuccess. Clears a non-sticky error first (cudaGetLastError), so that the next call is not
-/// blamed for this one.
-inline void check(cudaError_t e, const std::string& context, const char* call, const char* file, int line) {
+/// Throws twinkle::Error "<what>[ '<name>']: <call> failed: <describe(e)> (<where(file, line)>)" unless
+/// `e` is cudaSuccess (the message is built only then: the process groups check every copy of a
+/// collective). Clears a non-sticky error first (cudaGetLastError), so that the next call is not blamed
+/// for this one.
+inline void check(cudaError_t e, const char* what, std::string_view name, const char* call, const char* file,
+                  int line) {
   if (e == cudaSuccess) return;
   (void)cudaGetLastError();
+  std::string context = what;
+  if (!name.empty()) context += " '" + std::string(name) + "'";
   throw Error(context + ": " + call + " failed: " + describe(e) + " (" + where(file, line) + ")");
 }
 
 }  // namespace twinkle::cuda_check
 
 /// CALL's status checked by twinkle::cuda_check::check, the message starting "CUDA error: ".
-#define TWINKLE_CUDA_CHECK(call) ::twinkle::cuda_check::check((call), "CUDA error", #call, __FILE__, __LINE__)
+#define TWINKLE_CUDA_CHECK(call) ::twinkle::cuda_check::check((call), "CUDA error", {}, #call, __FILE__, __LINE__)
 /// CALL's status checked by twinkle::cuda_check::check, the message starting "process group 'GROUP': ".
 #define TWINKLE_CUDA_CHECK_GROUP(call, group) \
-  ::twinkle::cuda_check::check((call), "process group '" + std::string(group) + "'", #call, __FILE__, __LINE__)
+  ::twinkle::cuda_check::check((call), "process group", (group), #call, __FILE__, __LINE__)

@@ -20,6 +20,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PREFORK = os.path.join(HERE, "prefork.py")
+sys.path.insert(0, HERE)
+from harness import report  # noqa: E402
 
 PROBE = r'''
 import json, os, signal, subprocess, sys
@@ -111,11 +113,7 @@ def main():
             failures.append(f"killed client: its script's child {sleep_pid} still runs")
             os.kill(sleep_pid, 9)
         print(f"killed client: child {sleep_pid} {'gone' if gone else 'still running'}")
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print("prefork check OK: forked runs equal cold runs")
-    return 0
+    return report(failures, "prefork check OK: forked runs equal cold runs")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ usage: check_recompute_device.py --build BUILD [--twinkle BINARY] [--device cuda
 """
 import argparse
 import filecmp
+import json
 import os
 import sys
 import tempfile
@@ -15,7 +16,6 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from harness import one_thread_env, random_rows, read_metrics, report, run, write_rows  # noqa: E402
-import json  # noqa: E402
 
 
 def main():

@@ -265,7 +265,6 @@ def serve_forever(key, ready_fd):
             conn.close()
             continue
         conn.settimeout(None)
-        # A stop request is told apart from a run by its first message (a run sends its streams).
         pid = os.fork()
         if pid == 0:
             sock.close()

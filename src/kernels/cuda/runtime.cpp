@@ -157,8 +157,8 @@ class CudaDeviceAllocator final : public DeviceAllocator {
                                                               : cudaMemcpyDeviceToDevice;
     TWINKLE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, detail::stream()));
     if (kind != CopyKind::DeviceToDevice)
-      cuda_check::check(cudaStreamSynchronize(detail::stream()), "CUDA error", "cudaStreamSynchronize (after a host copy)",
-                        __FILE__, __LINE__);
+      cuda_check::check(cudaStreamSynchronize(detail::stream()), "CUDA error", {},
+                        "cudaStreamSynchronize (after a host copy)", __FILE__, __LINE__);
   }
   void fill_zero(void* p, size_t bytes) override {
     if (bytes == 0) return;

@@ -325,7 +325,7 @@ TEST(CudaCheck, AFailedCallNamesContextCallErrorAndPlaceAndClearsTheLastError) {
   ASSERT_EQ(e, cudaErrorInvalidValue);
   std::string what;
   try {
-    twinkle::cuda_check::check(e, "process group 'tp'", "cudaMemcpy(dst, src)", "/some/dir/copies.cpp", 42);
+    twinkle::cuda_check::check(e, "process group", "tp", "cudaMemcpy(dst, src)", "/some/dir/copies.cpp", 42);
   } catch (const twinkle::Error& err) {
     what = err.what();
   }

@@ -62,7 +62,7 @@ void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) {
   for (int64_t c = 0; c < cols; ++c) {
     double s = 0.0;
     for (int64_t r = 0; r < rows; ++r) s += dy[r * cols + c];
-    db[c] = static_cast<float>(static_cast<double>(db[c]) + static_cast<float>(s));
+    db[c] += static_cast<float>(s);
   }
 }
 
