@@ -49,7 +49,18 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   # activation recompute (selective, full) on the device: bit-identical to none (tests/reference/check_recompute_device.py)
   add_test(NAME recompute_cuda_equals_none COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN}
            ${CMAKE_SOURCE_DIR}/tests/reference/check_recompute_device.py --build ${CMAKE_BINARY_DIR})
-  list(APPEND TWINKLE_CUDA_LAYOUT_TESTS train_cuda_vs_torch_bias layout_cuda_tp2_sp_bias recompute_cuda_equals_none)
+  # bf16 mixed precision on the device (tests/reference/check_bf16.py): one process against the one-process CPU
+  # --bf16 run (the same rounding points: step 1 within the layout rule, closer to bf16 than to fp32), tp2 x sp,
+  # and 30 steps against fp32 and PyTorch autocast
+  set(CHECK_BF16 ${CMAKE_SOURCE_DIR}/tests/reference/check_bf16.py)
+  add_test(NAME bf16_cuda_vs_cpu COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_BF16}
+           --build ${CMAKE_BINARY_DIR} --against single --steps 4 --np 1 --layout "--device cuda")
+  add_test(NAME bf16_layout_cuda_tp2_sp COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_BF16}
+           --build ${CMAKE_BINARY_DIR} --against single --steps 4 --np 2 --layout "--tp 2 --sequence-parallel --device cuda")
+  add_test(NAME bf16_cuda_vs_fp32_vs_torch_autocast COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_BF16}
+           --build ${CMAKE_BINARY_DIR} --steps 30 --device cuda)
+  list(APPEND TWINKLE_CUDA_LAYOUT_TESTS train_cuda_vs_torch_bias layout_cuda_tp2_sp_bias recompute_cuda_equals_none
+       bf16_cuda_vs_cpu bf16_layout_cuda_tp2_sp bf16_cuda_vs_fp32_vs_torch_autocast)
   set_tests_properties(${TWINKLE_CUDA_LAYOUT_TESTS} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300
                        ENVIRONMENT "OMP_NUM_THREADS=2")
 endif()
@@ -81,10 +92,15 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   add_test(NAME recompute_cuda_equals_none_emu COMMAND ${TWINKLE_REF_RUN}
            ${CMAKE_SOURCE_DIR}/tests/reference/check_recompute_device.py --build ${CMAKE_BINARY_DIR}
            ${TWINKLE_CUDA_EMU_TWINKLE})
+  add_test(NAME bf16_cuda_vs_cpu_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_BF16} --build ${CMAKE_BINARY_DIR}
+           ${TWINKLE_CUDA_EMU_TWINKLE} --against single --steps 4 --np 1 --layout "--device cuda")
+  add_test(NAME bf16_layout_cuda_tp2_sp_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_BF16} --build ${CMAKE_BINARY_DIR}
+           ${TWINKLE_CUDA_EMU_TWINKLE} --against single --steps 4 --np 2
+           --layout "--tp 2 --sequence-parallel --device cuda")
   list(APPEND TWINKLE_CUDA_EMU_TESTS train_cuda_vs_torch_bias_emu layout_cuda_tp2_sp_bias_emu
-       recompute_cuda_equals_none_emu)
+       recompute_cuda_equals_none_emu bf16_cuda_vs_cpu_emu bf16_layout_cuda_tp2_sp_emu)
   set_tests_properties(${TWINKLE_CUDA_EMU_TESTS} PROPERTIES LABELS cuda_emu TIMEOUT 300 PROCESSORS 2
                        ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
   set_tests_properties(train_cuda_vs_torch_emu train_cuda_vs_torch_bias_emu recompute_cuda_equals_none_emu
-                       PROPERTIES PROCESSORS 1)
+                       bf16_cuda_vs_cpu_emu PROPERTIES PROCESSORS 1)
 endif()

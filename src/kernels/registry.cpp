@@ -74,6 +74,7 @@ Registry& Registry::global() {
     cpu::register_bf16_kernels(*reg);
 #ifdef TWINKLE_CUDA_BUILT
     for (const OpImpl& op : cuda::fused_kernels()) reg->add("cuda", "fused", op);  // no GPU touched here
+    for (const OpImpl& op : cuda::bf16_kernels()) reg->add("cuda", "bf16", op);
 #endif
     return reg;
   }();
@@ -184,10 +185,15 @@ void check_mixed_precision(const std::string& mp) {
 
 void check_mixed_precision_on(const std::string& device, const std::string& mp) {
   check_mixed_precision(mp);
-  check(mp == "fp32" || device == "cpu",
-        "mixed_precision 'bf16' (--bf16) is not implemented on device '" + device +
-            "' yet (the CUDA backend runs fp32 GEMMs only): use fp32 there (--fp32 on the command line, "
-            "mixed_precision='no' in Python)");
+  if (mp == "fp32") return;
+  const Registry& reg = Registry::global();
+  for (const auto& op : mixed_precision_ops()) {
+    const auto impls = reg.implementations(op, device);
+    check(std::find(impls.begin(), impls.end(), "bf16") != impls.end(),
+          "mixed_precision 'bf16' (--bf16) is not implemented on device '" + device + "' (op '" + op +
+              "' has no bf16 implementation there): use fp32 (--fp32 on the command line, mixed_precision='no' "
+              "in Python)");
+  }
 }
 
 void apply_mixed_precision(KernelTable& t, const std::string& mp) {

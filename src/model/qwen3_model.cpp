@@ -15,7 +15,7 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   kernels::check_mixed_precision_on(ps_->mesh.device_type(), opts_.mixed_precision);
   kernels_ = kernels::resolve_kernels(ps_->mesh.device_type(), opts_.kernels);
   kernels::apply_mixed_precision(kernels_, opts_.mixed_precision);
-  if (opts_.mixed_precision == "bf16" && !kernels::cpu::bf16_gemm_native()) {
+  if (opts_.mixed_precision == "bf16" && ps_->mesh.device_type() == "cpu" && !kernels::cpu::bf16_gemm_native()) {
     static bool said = false;  // once per process
     if (!said && ps_->world->rank() == 0)
       get_logger().warning("mixed_precision bf16: this CPU has no bf16 instructions (oneDNN ISA " +

@@ -19,6 +19,10 @@ Modes:
                     step's loss within --layout-tol (2e-3: the layout changes fp32 summation orders,
                     which flip single bf16 roundings, and the runs drift apart by that noise); the
                     layout's step-1 grad norm must be closer to the bf16 run than to an fp32 run.
+  --device D        the twinkle runs of --against torch on device D (cuda; `--against single` puts
+                    `--device cuda` in --layout instead: the device run against the one-process CPU run,
+                    where the CPU and CUDA bf16 sets round at the same points). --twinkle BIN: the binary
+                    (the CUDA emulation's twin, BUILD/tests/twinkle_cuda_emu).
 Run with the project environment's python (.venv, scripts/setup).
 """
 import argparse
@@ -44,6 +48,8 @@ def dev(xs, ys):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
+    ap.add_argument("--twinkle", default="", help="the twinkle binary (default BUILD/bin/twinkle)")
+    ap.add_argument("--device", default="", help="--against torch: the device of both twinkle runs")
     ap.add_argument("--against", choices=["torch", "single"], default="torch")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--lr", type=float, default=3e-3)
@@ -56,7 +62,7 @@ def main():
     ap.add_argument("--layout-tol", type=float, default=2e-3)
     args = ap.parse_args()
 
-    twinkle = os.path.join(args.build, "bin", "twinkle")
+    twinkle = args.twinkle or os.path.join(args.build, "bin", "twinkle")
     launcher = os.path.join(args.build, "bin", "twinkle-run")
     tmp = tempfile.mkdtemp(prefix="twinkle-bf16-")
     try:
@@ -115,8 +121,9 @@ def main():
                 failures.append(f"step-1 grad norm is as close to the fp32 run ({d1_fp32:.3e}) as to the bf16 run "
                                 f"({d1_g:.3e}): --bf16 was not applied on the layout")
         else:
-            lf, _ = tw("fp32", 1, ["--fp32"])
-            lb, _ = tw("bf16", 1, ["--bf16"])
+            on = ["--device", args.device] if args.device else []
+            lf, _ = tw("fp32", 1, ["--fp32"] + on)
+            lb, _ = tw("bf16", 1, ["--bf16"] + on)
             batch_json = os.path.join(tmp, "batch.json")
             with open(batch_json, "w") as f:
                 json.dump({"input_ids": ids, "labels": labels}, f)

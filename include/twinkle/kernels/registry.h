@@ -113,15 +113,18 @@ const std::vector<std::string>& mixed_precision_ops();
 void check_mixed_precision(const std::string& mp);
 
 /// Throws twinkle::Error unless mixed precision `mp` is available on `device`: check_mixed_precision,
-/// then "bf16" only on "cpu" (the CUDA backend has fp32 GEMMs only). The message names the way out
-/// for each front end: --fp32 on the command line, mixed_precision='no' in Python.
+/// then "bf16" only where the registry holds a "bf16" implementation of every mixed_precision_ops() op
+/// for the device ("cpu"; "cuda" in a CUDA build: twinkle/kernels/cuda/kernels.h bf16_kernels). The
+/// message names the missing op and the way out for each front end: --fp32 on the command line,
+/// mixed_precision='no' in Python.
 void check_mixed_precision_on(const std::string& device, const std::string& mp);
 
-/// Lays mixed precision `mp` over a resolved table: "fp32" leaves it; "bf16" puts the CPU "bf16"
-/// implementations (twinkle/kernels/cpu/bf16_ops.h: bf16 GEMM inputs, fp32 accumulation and outputs;
-/// attention_bf16.h: the attention backward's tile products in bf16) into the mixed_precision_ops()
-/// slots, every other op stays (fp32 norms, softmax, the attention forward, cross entropy, AdamW). Throws twinkle::Error for an unknown mp (check_mixed_precision) and for "bf16" on
-/// a device other than "cpu" (the CUDA backend has fp32 GEMMs only).
+/// Lays mixed precision `mp` over a resolved table: "fp32" leaves it; "bf16" puts the table device's
+/// "bf16" implementations (CPU: twinkle/kernels/cpu/bf16_ops.h: bf16 GEMM inputs, fp32 accumulation and
+/// outputs; attention_bf16.h: the attention backward's tile products in bf16; CUDA: the same rounding
+/// points, twinkle/kernels/cuda/kernels.h) into the mixed_precision_ops() slots, every other op stays
+/// (fp32 norms, softmax, the attention forward, cross entropy, AdamW). Throws twinkle::Error for an
+/// unknown mp (check_mixed_precision) and where check_mixed_precision_on refuses.
 void apply_mixed_precision(KernelTable& t, const std::string& mp);
 
 /// Resolves a table for device: every op from the implementation named `set`, then the mapping's

@@ -91,8 +91,8 @@ class MegatronModel:
         """model_id: a Hugging Face Qwen3 directory or hub id. Twinkle's keywords are accepted:
         mixed_precision: 'bf16' (Twinkle's default, and this binding's) trains with bf16 GEMM inputs,
         fp32 accumulation and fp32 master weights / gradients / AdamW state:
-        twinkle::MegatronModelOptions::mixed_precision "bf16", the C++ recipes' --bf16 (CPU only;
-        on a device without the bf16 path the C++ error names it: pass 'no'). Twinkle's Megatron
+        twinkle::MegatronModelOptions::mixed_precision "bf16", the C++ recipes' --bf16 (cpu and
+        cuda; on a device without the bf16 path the C++ error names it: pass 'no'). Twinkle's Megatron
         backend keeps bf16 params and activations (Float16Module) with fp32 main params in the
         distributed optimizer; twinkle rounds only the GEMM inputs to bf16 and keeps activations,
         norms, softmax and cross entropy in fp32.

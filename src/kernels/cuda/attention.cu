@@ -15,12 +15,15 @@
 // dQ over its keys; both recompute P = exp(scale q.k - lse) and dP = dO.v, with
 // delta = rowsum(dO * O) computed first. Tiles never cross a segment; key tiles wholly outside every
 // query's window are skipped. cu_seqlens is read to the host once per call (n_seqs + 1 ints) to build the
-// tile list.
+// tile list. The "bf16" set's backward (attention_backward_bf16) is the same kernels with every operand of
+// the five tile products rounded to bf16 as twinkle/kernels/cpu/attention_bf16.h has it (q, k, v, dO as
+// loaded; P and dS after their fp32 math); products and sums stay fp32 (CUDA cores, no tensor cores).
 #include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "bf16.h"
 #include "cuda_common.h"
 #include "ops_cuda.h"
 #include "twinkle/core/error.h"
@@ -37,13 +40,20 @@ struct Tile {
 
 __device__ __forceinline__ bool visible(int i, int j, int window) { return j <= i && (window <= 0 || i - j < window); }
 
-// Loads rows [r0, r0 + n) (n <= ROWS) of head `h` of a [T, H, D] tensor into dst [ROWS][ld] (zeros beyond n).
-template <int NT>
+// x, or x rounded to bf16 (the "bf16" set's backward, BF = true: every operand of a tile product).
+template <bool BF> __device__ __forceinline__ float rnd(float x) {
+  if constexpr (BF) return bf16_round(x);
+  return x;
+}
+
+// Loads rows [r0, r0 + n) (n <= ROWS) of head `h` of a [T, H, D] tensor into dst [ROWS][ld] (zeros beyond n),
+// rounded to bf16 when BF.
+template <int NT, bool BF = false>
 __device__ void load_rows(float* dst, int ld, int rows, const float* src, int64_t r0, int n, int64_t row_stride,
                           int64_t head_off, int D) {
   for (int e = threadIdx.x; e < rows * D; e += NT) {
     const int r = e / D, d = e - r * D;
-    dst[r * ld + d] = r < n ? src[(r0 + r) * row_stride + head_off + d] : 0.0f;
+    dst[r * ld + d] = r < n ? rnd<BF>(src[(r0 + r) * row_stride + head_off + d]) : 0.0f;
   }
 }
 
@@ -180,8 +190,9 @@ __global__ void k_attn_delta(const float* __restrict__ o, const float* __restric
   delta[row] = s;
 }
 
-// dQ: a thread per query row of the tile; keys stream through shared memory.
-template <int BM, int V>
+// dQ: a thread per query row of the tile; keys stream through shared memory. BF: the "bf16" set (q, dO,
+// k, v and dS rounded to bf16 before their products; P, dS's fp32 math and the sums stay fp32).
+template <int BM, int V, bool BF>
 __global__ void __launch_bounds__(BM) k_attn_bwd_dq(const float* __restrict__ q, const float* __restrict__ k,
                                                     const float* __restrict__ v, const float* __restrict__ lse,
                                                     const float* __restrict__ delta, const float* __restrict__ dout,
@@ -199,8 +210,8 @@ __global__ void __launch_bounds__(BM) k_attn_bwd_dq(const float* __restrict__ q,
   const int h = blockIdx.y, hk = h / (Hq / Hkv), t = threadIdx.x;
   const int q0 = tl.start, qn = min(BM, tl.seg_end - q0);
   const int64_t qs = static_cast<int64_t>(Hq) * D, ks = static_cast<int64_t>(Hkv) * D;
-  load_rows<BM>(q_s, LD, BM, q, q0, qn, qs, static_cast<int64_t>(h) * D, D);
-  load_rows<BM>(do_s, LD, BM, dout, q0, qn, qs, static_cast<int64_t>(h) * D, D);
+  load_rows<BM, BF>(q_s, LD, BM, q, q0, qn, qs, static_cast<int64_t>(h) * D, D);
+  load_rows<BM, BF>(do_s, LD, BM, dout, q0, qn, qs, static_cast<int64_t>(h) * D, D);
   for (int e = t; e < BM * LD; e += BM) dq_s[e] = 0.0f;
   const int i = q0 + t;
   const bool active = t < qn;
@@ -216,8 +227,8 @@ __global__ void __launch_bounds__(BM) k_attn_bwd_dq(const float* __restrict__ q,
   __syncthreads();
   for (int j0 = kv_lo; j0 <= kv_hi; j0 += kBN) {
     const int jn = min(kBN, kv_hi - j0 + 1);
-    load_rows<BM>(k_s, D, kBN, k, j0, jn, ks, static_cast<int64_t>(hk) * D, D);
-    load_rows<BM>(v_s, D, kBN, v, j0, jn, ks, static_cast<int64_t>(hk) * D, D);
+    load_rows<BM, BF>(k_s, D, kBN, k, j0, jn, ks, static_cast<int64_t>(hk) * D, D);
+    load_rows<BM, BF>(v_s, D, kBN, v, j0, jn, ks, static_cast<int64_t>(hk) * D, D);
     __syncthreads();
     float sd[kBN], pd[kBN];
 #pragma unroll
@@ -235,7 +246,7 @@ __global__ void __launch_bounds__(BM) k_attn_bwd_dq(const float* __restrict__ q,
     for (int jj = 0; jj < kBN; ++jj) {
       const bool ok = active && jj < jn && visible(i, j0 + jj, window);
       const float p = ok ? expf(sd[jj] * scale - li) : 0.0f;
-      sd[jj] = ok ? p * (pd[jj] - di) : 0.0f;  // dS
+      sd[jj] = ok ? rnd<BF>(p * (pd[jj] - di)) : 0.0f;  // dS
       any |= ok;
     }
     if (any) {
@@ -255,8 +266,9 @@ __global__ void __launch_bounds__(BM) k_attn_bwd_dq(const float* __restrict__ q,
 // query rows of head h that see the tile stream through shared memory. With G = Hq / Hkv > 1 the block
 // writes its head's contribution to dk / dv as [T, Hq, D] partials (unscaled), summed over the group in
 // head order by k_attn_dkv_reduce (twice the blocks and half the longest block of one block per kv head);
-// with G = 1 it writes dk (times scale) and dv directly ([T, Hkv, D]).
-template <int BM, int V>
+// with G = 1 it writes dk (times scale) and dv directly ([T, Hkv, D]). BF: as k_attn_bwd_dq's (P rounded
+// for dV's product after dS was formed from the fp32 P).
+template <int BM, int V, bool BF>
 __global__ void __launch_bounds__(BM) k_attn_bwd_dkv(const float* __restrict__ q, const float* __restrict__ k,
                                                      const float* __restrict__ v, const float* __restrict__ lse,
                                                      const float* __restrict__ delta, const float* __restrict__ dout,
@@ -278,8 +290,8 @@ __global__ void __launch_bounds__(BM) k_attn_bwd_dkv(const float* __restrict__ q
   const int G = Hq / Hkv, h = blockIdx.y, hk = h / G, t = threadIdx.x;
   const int k0 = tl.start, kn = min(BM, tl.seg_end - k0);
   const int64_t qs = static_cast<int64_t>(Hq) * D, ks = static_cast<int64_t>(Hkv) * D;
-  load_rows<BM>(k_s, LD, BM, k, k0, kn, ks, static_cast<int64_t>(hk) * D, D);
-  load_rows<BM>(v_s, LD, BM, v, k0, kn, ks, static_cast<int64_t>(hk) * D, D);
+  load_rows<BM, BF>(k_s, LD, BM, k, k0, kn, ks, static_cast<int64_t>(hk) * D, D);
+  load_rows<BM, BF>(v_s, LD, BM, v, k0, kn, ks, static_cast<int64_t>(hk) * D, D);
   for (int e = t; e < BM * LD; e += BM) dk_s[e] = dv_s[e] = 0.0f;
   const int j = k0 + t;
   const bool active = t < kn;
@@ -295,8 +307,8 @@ __global__ void __launch_bounds__(BM) k_attn_bwd_dkv(const float* __restrict__ q
   {
     for (int i0 = q_lo; i0 <= q_hi; i0 += kBN) {
       const int in = min(kBN, q_hi - i0 + 1);
-      load_rows<BM>(qt_s, D, kBN, q, i0, in, qs, static_cast<int64_t>(h) * D, D);
-      load_rows<BM>(dot_s, D, kBN, dout, i0, in, qs, static_cast<int64_t>(h) * D, D);
+      load_rows<BM, BF>(qt_s, D, kBN, q, i0, in, qs, static_cast<int64_t>(h) * D, D);
+      load_rows<BM, BF>(dot_s, D, kBN, dout, i0, in, qs, static_cast<int64_t>(h) * D, D);
       for (int r = t; r < kBN; r += BM) {
         l_s[r] = r < in ? lse[static_cast<int64_t>(i0 + r) * Hq + h] : 0.0f;
         dl_s[r] = r < in ? delta[static_cast<int64_t>(i0 + r) * Hq + h] : 0.0f;
@@ -318,8 +330,8 @@ __global__ void __launch_bounds__(BM) k_attn_bwd_dkv(const float* __restrict__ q
       for (int qq = 0; qq < kBN; ++qq) {
         const bool ok = active && qq < in && visible(i0 + qq, j, window);
         const float p = ok ? expf(P[qq] * scale - l_s[qq]) : 0.0f;
-        dS[qq] = ok ? p * (dS[qq] - dl_s[qq]) : 0.0f;
-        P[qq] = p;
+        dS[qq] = ok ? rnd<BF>(p * (dS[qq] - dl_s[qq])) : 0.0f;
+        P[qq] = rnd<BF>(p);
         any |= ok;
       }
       if (any) {
@@ -437,7 +449,7 @@ void launch_fwd(const Plan& p, const Tile* tiles, const float* q, const float* k
   TWINKLE_CUDA_LAUNCHED("attention forward");
 }
 
-template <int BM, int V>
+template <int BM, int V, bool BF>
 void launch_bwd(const Plan& p, const Tile* tiles, const float* q, const float* k, const float* v, const float* out,
                 const float* lse, float* delta, const float* dout, float* dq, float* dk, float* dv, int64_t Hq,
                 int64_t Hkv, int64_t D, float scale, int64_t window) {
@@ -449,8 +461,8 @@ void launch_bwd(const Plan& p, const Tile* tiles, const float* q, const float* k
   const int64_t LD = own_ld<V>(static_cast<int>(D));
   const size_t smem_q = static_cast<size_t>(3 * BM * LD + 2 * kBN * D) * sizeof(float);
   const size_t smem_kv = static_cast<size_t>(4 * BM * LD + 2 * kBN * D + 2 * kBN) * sizeof(float);
-  auto* const kq = k_attn_bwd_dq<BM, V>;
-  auto* const kkv = k_attn_bwd_dkv<BM, V>;
+  auto* const kq = k_attn_bwd_dq<BM, V, BF>;
+  auto* const kkv = k_attn_bwd_dkv<BM, V, BF>;
   set_smem(kq, smem_q);
   set_smem(kkv, smem_kv);
   const unsigned nt = static_cast<unsigned>(p.tiles.size());
@@ -506,9 +518,12 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
     launch_fwd<32, 1>(p, tiles.d, q, k, v, out, lse, Hq, Hkv, D, scale, window);
 }
 
-void attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
-                        const float* dout, float* dq, float* dk, float* dv, const int32_t* cu_seqlens, int64_t n_seqs,
-                        int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window) {
+namespace {
+
+template <bool BF>
+void attention_backward_impl(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                             const float* dout, float* dq, float* dk, float* dv, const int32_t* cu_seqlens,
+                             int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window) {
   const Plan p = plan("flash_attention_backward", cu_seqlens, n_seqs, Hq, Hkv, D, window);
   zero_rows(dq, p.cu[0], Hq * D);
   zero_rows(dk, p.cu[0], Hkv * D);
@@ -521,18 +536,32 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
     const bool v4 = D % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
                     reinterpret_cast<uintptr_t>(dout) % 16 == 0;
     if (p.bm == 64 && v4)
-      launch_bwd<64, 4>(p, tiles.d, q, k, v, out, lse, delta, dout, dq, dk, dv, Hq, Hkv, D, scale, window);
+      launch_bwd<64, 4, BF>(p, tiles.d, q, k, v, out, lse, delta, dout, dq, dk, dv, Hq, Hkv, D, scale, window);
     else if (p.bm == 64)
-      launch_bwd<64, 1>(p, tiles.d, q, k, v, out, lse, delta, dout, dq, dk, dv, Hq, Hkv, D, scale, window);
+      launch_bwd<64, 1, BF>(p, tiles.d, q, k, v, out, lse, delta, dout, dq, dk, dv, Hq, Hkv, D, scale, window);
     else if (v4)
-      launch_bwd<32, 4>(p, tiles.d, q, k, v, out, lse, delta, dout, dq, dk, dv, Hq, Hkv, D, scale, window);
+      launch_bwd<32, 4, BF>(p, tiles.d, q, k, v, out, lse, delta, dout, dq, dk, dv, Hq, Hkv, D, scale, window);
     else
-      launch_bwd<32, 1>(p, tiles.d, q, k, v, out, lse, delta, dout, dq, dk, dv, Hq, Hkv, D, scale, window);
+      launch_bwd<32, 1, BF>(p, tiles.d, q, k, v, out, lse, delta, dout, dq, dk, dv, Hq, Hkv, D, scale, window);
   } catch (...) {
     allocator().deallocate(delta);
     throw;
   }
   allocator().deallocate(delta);
+}
+
+}  // namespace
+
+void attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                        const float* dout, float* dq, float* dk, float* dv, const int32_t* cu_seqlens, int64_t n_seqs,
+                        int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window) {
+  attention_backward_impl<false>(q, k, v, out, lse, dout, dq, dk, dv, cu_seqlens, n_seqs, Hq, Hkv, D, scale, window);
+}
+
+void attention_backward_bf16(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                             const float* dout, float* dq, float* dk, float* dv, const int32_t* cu_seqlens,
+                             int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window) {
+  attention_backward_impl<true>(q, k, v, out, lse, dout, dq, dk, dv, cu_seqlens, n_seqs, Hq, Hkv, D, scale, window);
 }
 
 }  // namespace twinkle::cuda::ops

@@ -1,5 +1,5 @@
-// Internal to src/kernels/cuda: the cuBLAS status check (CUDA statuses: src/core/cuda_check.h), the launch check, the dlopen'ed cuBLAS entry points and
-// the raw stream. Not installed; CUDA headers are fine here.
+// Internal to src/kernels/cuda: the cuBLAS status check (CUDA statuses: src/core/cuda_check.h), the launch check, the dlopen'ed cuBLAS entry points,
+// the raw stream and device scratch. Not installed; CUDA headers are fine here.
 #pragma once
 #ifdef TWINKLE_CUDA_SHIM  // host emulation for tests without a GPU (tests/cuda/emu/cuda_shim.h)
 #include "cuda_shim.h"
@@ -29,6 +29,11 @@ struct CublasApi {
   decltype(&cublasSetMathMode) set_math_mode = nullptr;
   decltype(&cublasSgemm_v2) sgemm = nullptr;
   decltype(&cublasSgemmStridedBatched) sgemm_strided_batched = nullptr;
+  // the bf16 GEMMs (CUDA_R_16BF inputs, fp32 C and compute); spelled out: cublas_api.h overloads cublasGemmEx
+  // in C++ (a legacy form taking the compute type as a cudaDataType)
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                            const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                            cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
   decltype(&cublasGetStatusString) status_string = nullptr;
 };
 /// The loaded API (throws twinkle::Error naming the library and dlerror() when it cannot be loaded).
@@ -38,6 +43,21 @@ inline cudaStream_t stream() { return static_cast<cudaStream_t>(stream_handle())
 inline cublasHandle_t handle() { return static_cast<cublasHandle_t>(cublas_handle()); }
 
 }  // namespace twinkle::cuda::detail
+
+namespace twinkle::cuda::ops {
+
+/// Device scratch from the caching allocator, returned at scope exit (stream-ordered: the block is
+/// reused only by work queued later on the same stream).
+struct Scratch {
+  void* p = nullptr;
+  explicit Scratch(size_t bytes) : p(allocator().allocate(bytes)) {}
+  ~Scratch() { allocator().deallocate(p); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <typename T> T* as() const { return static_cast<T*>(p); }
+};
+
+}  // namespace twinkle::cuda::ops
 
 #define TWINKLE_CUBLAS_CHECK(call) ::twinkle::cuda::detail::check_cublas((call), #call, __FILE__, __LINE__)
 #define TWINKLE_CUDA_LAUNCHED(kernel) ::twinkle::cuda::detail::after_launch(kernel, __FILE__, __LINE__)

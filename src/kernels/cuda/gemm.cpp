@@ -39,16 +39,6 @@ void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, con
   TWINKLE_CUDA_LAUNCHED("cublasSgemm");
 }
 
-// Scratch from the caching allocator, returned at scope exit.
-struct Scratch {
-  void* p = nullptr;
-  explicit Scratch(size_t bytes) : p(allocator().allocate(bytes)) {}
-  ~Scratch() { allocator().deallocate(p); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  template <typename T> T* as() const { return static_cast<T*>(p); }
-};
-
 }  // namespace
 
 void linear_forward(const float* X, const float* W, float* Y, int64_t M, int64_t N, int64_t K, bool accumulate) {

@@ -17,6 +17,27 @@ using kernels::RopeTable;
 TWINKLE_KERNEL_OP_FUNCTIONS(TWINKLE_DECLARE_OP_FUNCTION)
 #undef TWINKLE_DECLARE_OP_FUNCTION
 
+// The "bf16" set's implementations (twinkle/kernels/cuda/kernels.h bf16_kernels; gemm_bf16.cpp: every GEMM on
+// bf16-rounded inputs with fp32 sums; attention.cu: the backward's tile products on bf16-rounded operands).
+// Signatures as the fp32 ops they replace.
+void linear_forward_bf16(const float* X, const float* W, float* Y, int64_t M, int64_t N, int64_t K, bool accumulate);
+void linear_backward_bf16(const float* X, const float* W, const float* dY, float* dX, float* dW, int64_t M,
+                          int64_t N, int64_t K, bool accumulate_dx);
+void grouped_linear_forward_bf16(const float* X, const float* W, int64_t w_stride, const int64_t* counts, int64_t E,
+                                 float* Y, int64_t N, int64_t K, bool accumulate);
+void grouped_linear_backward_bf16(const float* X, const float* W, int64_t w_stride, const int64_t* counts,
+                                  int64_t E, const float* dY, float* dX, float* dW, int64_t N, int64_t K,
+                                  bool accumulate_dx);
+void gate_up_swiglu_forward_bf16(const float* X, const float* Wgu, float* gu, float* a, int64_t T, int64_t I,
+                                 int64_t H);
+void gate_up_swiglu_backward_bf16(const float* X, const float* Wgu, const float* gu, const float* da, float* dgu,
+                                  float* dX, float* dWgu, int64_t T, int64_t I, int64_t H, bool accumulate_dx);
+double linear_cross_entropy_bf16(const float* X, const float* W, const int32_t* labels, int64_t T, int64_t V,
+                                 int64_t H, float grad_scale, float* lse, float* dX, float* dW, int64_t chunk_rows);
+void attention_backward_bf16(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                             const float* dout, float* dq, float* dk, float* dv, const int32_t* cu_seqlens,
+                             int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window);
+
 // CUDA-only helpers shared between files.
 // elementwise.cu
 /// Strided rows (gate / up halves of a fused [T, 2I] buffer), as cpu::swiglu_forward_rows.

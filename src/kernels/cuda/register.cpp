@@ -1,5 +1,5 @@
 // The "fused" set of device "cuda" (twinkle/kernels/cuda/kernels.h): one implementation per op of
-// twinkle/kernels/ops.h.
+// twinkle/kernels/ops.h; and the "bf16" set (the mixed-precision ops).
 #include "ops_cuda.h"
 #include "twinkle/kernels/cuda/kernels.h"
 
@@ -23,6 +23,17 @@ std::vector<kernels::OpImpl> fused_kernels() {
       AdamwOp{ops::adamw_step},
       NormsOp{ops::sum_squares, ops::scale},
       AddOp{ops::add_inplace, ops::add, ops::add_bias_rows, ops::bias_grad_rows},
+  };
+}
+
+std::vector<kernels::OpImpl> bf16_kernels() {
+  using namespace kernels;
+  return {
+      LinearOp{ops::linear_forward_bf16, ops::linear_backward_bf16},
+      GroupedLinearOp{ops::grouped_linear_forward_bf16, ops::grouped_linear_backward_bf16},
+      GateUpSwigluOp{ops::gate_up_swiglu_forward_bf16, ops::gate_up_swiglu_backward_bf16, true},
+      LinearCrossEntropyOp{ops::linear_cross_entropy_bf16},
+      AttentionOp{ops::attention_forward, ops::attention_backward_bf16},  // fp32 forward, as the CPU set
   };
 }
 

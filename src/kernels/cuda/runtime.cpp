@@ -44,8 +44,8 @@ const CublasApi& cublas() {
   static const CublasApi api = [] {
     CublasApi a;
 #ifdef TWINKLE_CUDA_SHIM
-    a = {cublasCreate_v2,   cublasDestroy_v2,          cublasSetStream_v2,   cublasSetMathMode,
-         cublasSgemm_v2,    cublasSgemmStridedBatched, cublasGetStatusString};
+    a = {cublasCreate_v2, cublasDestroy_v2,          cublasSetStream_v2, cublasSetMathMode,
+         cublasSgemm_v2,  cublasSgemmStridedBatched, cublasGemmEx,       cublasGetStatusString};
     return a;
 #endif
     void* lib = nullptr;
@@ -64,6 +64,7 @@ const CublasApi& cublas() {
     sym(a.set_math_mode, "cublasSetMathMode");
     sym(a.sgemm, "cublasSgemm_v2");
     sym(a.sgemm_strided_batched, "cublasSgemmStridedBatched");
+    sym(a.gemm_ex, "cublasGemmEx");
     sym(a.status_string, "cublasGetStatusString");
     return a;
   }();

@@ -946,28 +946,27 @@ cublasStatus_t cublasSetStream_v2(cublasHandle_t, cudaStream_t) { return CUBLAS_
 cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
 
 namespace {
-// A column-major rows x cols matrix with leading dimension ld must lie in one live device block.
-bool blas_matrix_ok(const char* name, int pos, const float* p, int rows, int cols, int ld) {
+// A column-major rows x cols matrix of `elem`-byte elements with leading dimension ld must lie in one live
+// device block.
+bool blas_matrix_ok(const char* fn, const char* name, int pos, const void* p, size_t elem, int rows, int cols,
+                    int ld) {
   if (rows <= 0 || cols <= 0) return true;
   const size_t elems = static_cast<size_t>(ld) * static_cast<size_t>(cols - 1) + static_cast<size_t>(rows);
-  const size_t bytes = elems * sizeof(float);
-  const std::string e = twinkle_shim::device_range_error(p, bytes);
+  const std::string e = twinkle_shim::device_range_error(p, elems * elem);
   if (e.empty()) return true;
-  twinkle_shim::blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasSgemm: %s (argument %d, %d x %d, ld %d): %s", name, pos,
+  twinkle_shim::blas_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: %s (argument %d, %d x %d, ld %d): %s", fn, name, pos,
                           rows, cols, ld, e.c_str());
   return false;
 }
-bool blas_scalar_ok(const char* name, int pos, const float* p) {
+bool blas_scalar_ok(const char* fn, const char* name, int pos, const void* p) {
   const std::string e = p ? twinkle_shim::host_pointer_error(p) : std::string("null");
   if (e.empty()) return true;
   twinkle_shim::blas_fail(CUBLAS_STATUS_INVALID_VALUE,
-                          "cublasSgemm: %s (argument %d) under CUBLAS_POINTER_MODE_HOST must be a host pointer: %s",
-                          name, pos, e.c_str());
+                          "%s: %s (argument %d) under CUBLAS_POINTER_MODE_HOST must be a host pointer: %s", fn, name,
+                          pos, e.c_str());
   return false;
 }
-}  // namespace
 
-namespace {
 // sum_p a[p] * b[p] in double: eight partial sums over p mod 8, then added in order (a fixed order, so
 // every run gives the same bits; double keeps it closer to exact than cuBLAS's fp32 sums). Uninstrumented
 // and optimized: the operands are the GEMM's own packed copies (the matrices were range-checked against
@@ -982,35 +981,45 @@ __attribute__((no_sanitize_address, optimize("O3"))) double dot_double(const flo
   for (double v : part) s += v;
   return s;
 }
-}  // namespace
 
-cublasStatus_t cublasSgemm_v2(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                              const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
-                              float* C, int ldc) {
-  // the argument checks of cuBLAS: leading dimensions of the stored (column-major) matrices
+// Element i of a stored matrix as float: fp32, or a bf16 bit pattern widened (exact).
+float element(const void* base, bool bf16, int64_t i) {
+  if (!bf16) return static_cast<const float*>(base)[i];
+  const uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(base)[i]) << 16;
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+// The column-major GEMM of cuBLAS with its argument checks (argument positions `pa`, `pb`, `pc`, `palpha`,
+// `pbeta` as in the entry point's signature, from 1): C(i, j) = alpha * sum_p op(A)(i, p) op(B)(p, j) +
+// beta * C(i, j), the sum in double (dot_double). op(A)'s rows and op(B)'s columns are first copied out
+// contiguous in p as floats, so the dot products stream.
+cublasStatus_t gemm_column_major(const char* fn, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                 const float* alpha, const void* A, bool a16, int lda, const void* B, bool b16,
+                                 int ldb, const float* beta, float* C, int ldc, int palpha, int pa, int pb,
+                                 int pbeta, int pc) {
   if (m < 0 || n < 0 || k < 0 || lda < std::max(1, ta == CUBLAS_OP_N ? m : k) ||
       ldb < std::max(1, tb == CUBLAS_OP_N ? k : n) || ldc < std::max(1, m))
-    return twinkle_shim::blas_fail(CUBLAS_STATUS_INVALID_VALUE,
-                                   "cublasSgemm: m %d n %d k %d with lda %d ldb %d ldc %d (op %d, %d)", m, n, k, lda,
-                                   ldb, ldc, ta, tb);
-  // where the matrices are (argument positions as in cublasSgemm's signature, from 1)
-  if (!blas_scalar_ok("alpha", 7, alpha) || !blas_scalar_ok("beta", 12, beta)) return CUBLAS_STATUS_INVALID_VALUE;
-  if (k > 0 && (!blas_matrix_ok("A", 8, A, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda) ||
-                !blas_matrix_ok("B", 10, B, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb)))
+    return twinkle_shim::blas_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: m %d n %d k %d with lda %d ldb %d ldc %d (op %d, %d)",
+                                   fn, m, n, k, lda, ldb, ldc, ta, tb);
+  if (!blas_scalar_ok(fn, "alpha", palpha, alpha) || !blas_scalar_ok(fn, "beta", pbeta, beta))
     return CUBLAS_STATUS_INVALID_VALUE;
-  if (!blas_matrix_ok("C", 13, C, m, n, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
-  // C(i, j) = alpha * sum_p op(A)(i, p) op(B)(p, j) + beta * C(i, j), the sum in double (dot_double).
-  // op(A)'s rows and op(B)'s columns are first copied out contiguous in p, so the dot products stream.
+  const size_t ea = a16 ? 2 : 4, eb = b16 ? 2 : 4;
+  if (k > 0 && (!blas_matrix_ok(fn, "A", pa, A, ea, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda) ||
+                !blas_matrix_ok(fn, "B", pb, B, eb, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb)))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (!blas_matrix_ok(fn, "C", pc, C, sizeof(float), m, n, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
   twinkle_shim::DeviceAccess access;
   std::vector<float> ar(static_cast<size_t>(m) * k), bc(static_cast<size_t>(n) * k);
   for (int i = 0; i < m; ++i)
     for (int p = 0; p < k; ++p)
       ar[static_cast<size_t>(i) * k + p] =
-          ta == CUBLAS_OP_N ? A[i + static_cast<int64_t>(p) * lda] : A[p + static_cast<int64_t>(i) * lda];
+          element(A, a16, ta == CUBLAS_OP_N ? i + static_cast<int64_t>(p) * lda : p + static_cast<int64_t>(i) * lda);
   for (int j = 0; j < n; ++j)
     for (int p = 0; p < k; ++p)
       bc[static_cast<size_t>(j) * k + p] =
-          tb == CUBLAS_OP_N ? B[p + static_cast<int64_t>(j) * ldb] : B[j + static_cast<int64_t>(p) * ldb];
+          element(B, b16, tb == CUBLAS_OP_N ? p + static_cast<int64_t>(j) * ldb : j + static_cast<int64_t>(p) * ldb);
   for (int i = 0; i < m; ++i) {
     const float* a = ar.data() + static_cast<size_t>(i) * k;
     for (int j = 0; j < n; ++j) {
@@ -1021,6 +1030,29 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t, cublasOperation_t ta, cublasOperat
     }
   }
   return CUBLAS_STATUS_SUCCESS;
+}
+}  // namespace
+
+cublasStatus_t cublasSgemm_v2(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                              const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
+                              float* C, int ldc) {
+  return gemm_column_major("cublasSgemm", ta, tb, m, n, k, alpha, A, false, lda, B, false, ldb, beta, C, ldc, 7, 8,
+                           10, 12, 13);
+}
+cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t) {
+  const auto input = [](cudaDataType t) { return t == CUDA_R_32F || t == CUDA_R_16BF; };
+  if (!input(Atype) || !input(Btype) || Atype != Btype || Ctype != CUDA_R_32F ||
+      (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_PEDANTIC))
+    return twinkle_shim::blas_fail(CUBLAS_STATUS_NOT_SUPPORTED,
+                                   "cublasGemmEx: types A %d B %d C %d compute %d (the shim has A = B in "
+                                   "CUDA_R_32F or CUDA_R_16BF, C CUDA_R_32F, CUBLAS_COMPUTE_32F)",
+                                   Atype, Btype, Ctype, compute);
+  return gemm_column_major("cublasGemmEx", ta, tb, m, n, k, static_cast<const float*>(alpha), A,
+                           Atype == CUDA_R_16BF, lda, B, Btype == CUDA_R_16BF, ldb, static_cast<const float*>(beta),
+                           static_cast<float*>(C), ldc, 7, 8, 11, 14, 15);
 }
 cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                                          int k, const float* alpha, const float* A, int lda, long long sa,
@@ -1034,7 +1066,9 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
   return CUBLAS_STATUS_SUCCESS;
 }
 const char* cublasGetStatusString(cublasStatus_t s) {
-  const char* text = s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_INVALID_VALUE";
+  const char* text = s == CUBLAS_STATUS_SUCCESS         ? "CUBLAS_STATUS_SUCCESS"
+                     : s == CUBLAS_STATUS_NOT_SUPPORTED ? "CUBLAS_STATUS_NOT_SUPPORTED"
+                                                        : "CUBLAS_STATUS_INVALID_VALUE";
   if (s == CUBLAS_STATUS_SUCCESS || s != twinkle_shim::t_blas_detail_code) return text;
   thread_local std::string full;
   full = std::string(text) + " [cuda shim: " + twinkle_shim::t_blas_detail + "]";

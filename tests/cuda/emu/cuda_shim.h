@@ -34,14 +34,15 @@
 //    TWINKLE_CUDA_CHECK / TWINKLE_CUBLAS_CHECK / TWINKLE_CUDA_LAUNCHED errors carry it.
 //  - Launch limits of an sm_90 device: at most 1024 threads a block, the grid limits, dynamic shared
 //    memory above 48 KiB only with cudaFuncAttributeMaxDynamicSharedMemorySize, never above 227 KiB.
-//  - cuBLAS sgemm: a column-major loop accumulating in double (no TF32), with cuBLAS's argument checks.
+//  - cuBLAS sgemm and GemmEx (fp32 or bf16 A / B, fp32 C, CUBLAS_COMPUTE_32F): a column-major loop
+//    accumulating in double (no TF32; a bf16 x bf16 product is exact in either), with cuBLAS's argument checks.
 //
 // What it cannot show: timing; races between blocks (they never overlap) or threads: the schedule is one
 // fixed interleaving, so a missing barrier shows only where a thread reads what a higher-indexed thread
 // of its block writes before that barrier (that thread has not run yet: the value read is stale or the
 // 0x5A / 0x7F poison), and there is no independent thread scheduling inside a warp; coalescing, bank
 // conflicts, sm_90 code generation, a real GPU's fp32 contraction into FMAs; streams and events (one
-// implicit stream, every call synchronous); bf16 types; NCCL. A host pointer inside a struct argument
+// implicit stream, every call synchronous); NCCL. A host pointer inside a struct argument
 // or read by device code through a device-resident pointer is not checked, nor are host reads of device
 // memory (device memory is host-addressable here). Exceptions must not leave a kernel.
 #pragma once
@@ -98,6 +99,16 @@ inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+inline unsigned __float_as_uint(float x) {
+  unsigned u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
 template <typename A, typename B> inline std::common_type_t<A, B> min(A a, B b) {
   return a < b ? static_cast<std::common_type_t<A, B>>(a) : static_cast<std::common_type_t<A, B>>(b);
 }
@@ -160,7 +171,15 @@ template <typename F> cudaError_t cudaFuncSetAttribute(F* fn, cudaFuncAttribute,
 
 // ---------------------------------------------------------------- cuBLAS
 using cublasStatus_t = int;
-constexpr cublasStatus_t CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7;
+constexpr cublasStatus_t CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7,
+                         CUBLAS_STATUS_NOT_SUPPORTED = 15;
+/// Element types (library_types.h) and compute types / algorithms (cublas_api.h) of cublasGemmEx, with
+/// the values of the CUDA headers; the shim's GemmEx takes A and B as CUDA_R_32F or CUDA_R_16BF (bf16 bit
+/// patterns, uint16_t), C as CUDA_R_32F, and CUBLAS_COMPUTE_32F (float alpha / beta), else
+/// CUBLAS_STATUS_NOT_SUPPORTED.
+enum cudaDataType { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 };
+enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_PEDANTIC = 69 };
+enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1 };
 struct cublasContext;
 using cublasHandle_t = cublasContext*;
 enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
@@ -176,6 +195,10 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
                                          int k, const float* alpha, const float* A, int lda, long long sa,
                                          const float* B, int ldb, long long sb, const float* beta, float* C, int ldc,
                                          long long sc, int batch);
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t algo);
 const char* cublasGetStatusString(cublasStatus_t s);
 
 // ---------------------------------------------------------------- launch

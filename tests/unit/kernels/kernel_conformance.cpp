@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -500,6 +501,112 @@ TEST_P(Conformance, EveryImplementationForwardAndBackward) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, Conformance, ::testing::ValuesIn(op_names()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// ---------------------------------------------------------------- the CUDA bf16 set vs the CPU bf16 set
+#ifdef TWINKLE_CONFORMANCE_CUDA
+// The table above holds the bf16 rows to 2^-6 of float64 (what any bf16 rounding gives). This check is
+// sharper: the CUDA "bf16" set must round at the CPU set's points (twinkle/kernels/cpu/bf16_ops.h,
+// attention_bf16.h), so on the same inputs the two differ only by fp32 summation order (rarely flipping one
+// bf16 rounding downstream), far less than either differs from fp32. Per output tensor:
+//   d16 = max|cuda bf16 - cpu bf16| / max|cpu bf16| <= kSame, and
+//   d32 = max|cpu fp32  - cpu bf16| / max|cpu bf16| >= 10 * kSame (the check can fail: a missing rounding
+//   of any one operand moves the result by about d32), except for scalars that are sums over every token
+//   (the lm-head loss: its roundings average out, fp32 and bf16 agree to ~1e-5).
+constexpr double kSame = 1e-4;
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+double rel_max(const std::vector<float>& a, const std::vector<float>& ref) {
+  double mx = 1e-30, err = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    mx = std::max(mx, std::fabs(static_cast<double>(ref[i])));
+    const double e = std::fabs(static_cast<double>(a[i]) - ref[i]);
+    if (!(e <= err)) err = e;
+  }
+  return err / mx;
+}
+
+using Outputs = std::vector<std::pair<std::string, std::vector<float>>>;
+
+// Runs `f` (the op calls on one table, returning its named outputs) on the staged CUDA bf16 table, the CPU
+// bf16 table and the CPU fp32 table, and applies the rule above to every output.
+void same_rounding(const std::string& op, const std::function<Outputs(const KernelTable&)>& f) {
+  KernelTable dev = resolve_kernels("cuda", "fused");
+  apply_mixed_precision(dev, "bf16");
+  ASSERT_EQ(dev.impl(op), "bf16");
+  const Outputs c16 = f(staged::staged_table(dev));
+  KernelTable cpu16 = resolve_kernels("cpu", "fused");
+  apply_mixed_precision(cpu16, "bf16");
+  const Outputs h16 = f(cpu16), h32 = f(resolve_kernels("cpu", "fused"));
+  for (size_t i = 0; i < h16.size(); ++i) {
+    const double d16 = rel_max(c16[i].second, h16[i].second), d32 = rel_max(h32[i].second, h16[i].second);
+    std::printf("  %-22s %-6s cuda bf16 vs cpu bf16 %.2e (tol %.0e) | cpu fp32 vs cpu bf16 %.2e\n", op.c_str(),
+                h16[i].first.c_str(), d16, kSame, d32);
+    EXPECT_LE(d16, kSame) << op << " " << h16[i].first << ": the CUDA bf16 set rounds elsewhere than the CPU set";
+    if (h16[i].second.size() > 1) EXPECT_GE(d32, 10 * kSame) << op << " " << h16[i].first << ": fp32 is as close as bf16; the check cannot fail";
+  }
+}
+
+TEST(CudaBf16Set, RoundsWhereTheCpuSetRounds) {
+  {
+    const int64_t M = 37, N = 53, K = 300;
+    const auto X = randn(M * K, 1), W = randn(N * K, 2, 0.05f), dY = randn(M * N, 3);
+    same_rounding("linear", [&](const KernelTable& t) {
+      std::vector<float> Y(M * N), dX(M * K), dW(N * K, 0.0f);
+      t.linear.forward(X.data(), W.data(), Y.data(), M, N, K, false);
+      t.linear.backward(X.data(), W.data(), dY.data(), dX.data(), dW.data(), M, N, K, false);
+      return Outputs{{"Y", Y}, {"dX", dX}, {"dW", dW}};
+    });
+  }
+  {
+    const int64_t T = 29, I = 40, H = 96;
+    const auto X = randn(T * H, 4), Wgu = randn(2 * I * H, 5, 0.1f), da = randn(T * I, 6);
+    same_rounding("gate_up_swiglu", [&](const KernelTable& t) {
+      std::vector<float> gu(T * 2 * I), a(T * I), dgu(T * 2 * I), dX(T * H), dW(2 * I * H, 0.0f);
+      t.gate_up_swiglu.forward(X.data(), Wgu.data(), gu.data(), a.data(), T, I, H);
+      t.gate_up_swiglu.backward(X.data(), Wgu.data(), gu.data(), da.data(), dgu.data(), dX.data(), dW.data(), T, I,
+                                H, false);
+      return Outputs{{"a", a}, {"dX", dX}, {"dWgu", dW}};
+    });
+  }
+  {
+    const int64_t T = 31, V = 301, H = 96;
+    const auto X = randn(T * H, 7), W = randn(V * H, 8, 0.1f);
+    std::vector<int32_t> labels(T);
+    for (int64_t i = 0; i < T; ++i) labels[i] = i % 7 == 3 ? -100 : static_cast<int32_t>((i * 37) % V);
+    same_rounding("linear_cross_entropy", [&](const KernelTable& t) {
+      std::vector<float> lse(T), dX(T * H), dW(V * H, 0.0f);
+      const double loss =
+          t.linear_cross_entropy.forward_backward(X.data(), W.data(), labels.data(), T, V, H, 1.0f / 27, lse.data(),
+                                                  dX.data(), dW.data(), 8);  // 4 chunks
+      return Outputs{{"loss", {static_cast<float>(loss)}}, {"dX", dX}, {"dW", dW}};
+    });
+  }
+  {
+    const int64_t Hq = 4, Hkv = 2, D = 64, T = 120;
+    const std::vector<int32_t> cu = {0, 70, 120};
+    const auto q = randn(T * Hq * D, 9), k = randn(T * Hkv * D, 10), v = randn(T * Hkv * D, 11),
+               dout = randn(T * Hq * D, 12);
+    const float scale = 1.0f / 8.0f;
+    // the forward of the bf16 set is the fp32 one: every backward gets the CPU fp32 forward's out and lse
+    std::vector<float> out(T * Hq * D), lse(T * Hq);
+    resolve_kernels("cpu", "fused").attention.forward(q.data(), k.data(), v.data(), out.data(), lse.data(), cu.data(),
+                                                      2, Hq, Hkv, D, scale, 0);
+    same_rounding("attention", [&](const KernelTable& t) {
+      std::vector<float> dq(T * Hq * D), dk(T * Hkv * D), dv(T * Hkv * D);
+      t.attention.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(), dk.data(),
+                           dv.data(), cu.data(), 2, Hq, Hkv, D, scale, 0);
+      return Outputs{{"dq", dq}, {"dk", dk}, {"dv", dv}};
+    });
+  }
+}
+#endif
 
 // ---------------------------------------------------------------- a test of the test
 #ifndef TWINKLE_CONFORMANCE_CUDA

@@ -368,13 +368,24 @@ TEST(GemmBf16, MixedPrecisionTableSwapsOnlyTheGemmOps) {
   EXPECT_TRUE(twinkle::kernels::resolve_kernels("cpu", "fused").gate_up_swiglu.uses_dgu);
   EXPECT_TRUE(twinkle::kernels::resolve_kernels("cpu", "reference").gate_up_swiglu.uses_dgu);
   EXPECT_THROW(twinkle::kernels::apply_mixed_precision(t, "fp16"), Error);
-  twinkle::kernels::KernelTable cuda;
-  cuda.device = "cuda";
+  // a device without a bf16 set is refused by name (the registry has no "npu" kernels at all)
+  twinkle::kernels::KernelTable npu;
+  npu.device = "npu";
   try {
-    twinkle::kernels::apply_mixed_precision(cuda, "bf16");
-    FAIL() << "bf16 on cuda must throw";
+    twinkle::kernels::apply_mixed_precision(npu, "bf16");
+    FAIL() << "bf16 on npu must throw";
   } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("device 'npu' (op 'linear'"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--fp32"), std::string::npos) << e.what();
+  }
+  // the CUDA backend has its own bf16 set (twinkle/kernels/cuda/kernels.h bf16_kernels) for the same slots
+  // (resolving a cuda table needs a GPU: the registry is read instead; the swap runs in the CUDA conformance)
+  if (twinkle::kernels::device_built("cuda")) {
+    EXPECT_NO_THROW(twinkle::kernels::check_mixed_precision_on("cuda", "bf16"));
+    for (const auto& op : twinkle::kernels::mixed_precision_ops()) {
+      const auto impls = twinkle::kernels::Registry::global().implementations(op, "cuda");
+      EXPECT_NE(std::find(impls.begin(), impls.end(), "bf16"), impls.end()) << "cuda " << op;
+    }
   }
   EXPECT_FALSE(dnnl_isa_name().empty());
 }
