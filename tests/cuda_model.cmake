@@ -25,15 +25,17 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   add_test(NAME train_cuda_vs_torch COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN}
            ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR} --variant a --steps 3
            --layout "--device cuda")
-  set(TWINKLE_CUDA_LAYOUTS "tp2|--tp 2" "pp2|--pp 2" "dp2|--dp 2")
+  # name|ranks|flags (the seed's dense layout tp2 x pp2 x dp2: eight ranks sharing the one device)
+  set(TWINKLE_CUDA_LAYOUTS "tp2|2|--tp 2" "pp2|2|--pp 2" "dp2|2|--dp 2" "tp2_pp2_dp2|8|--tp 2 --pp 2 --dp 2")
   set(TWINKLE_CUDA_LAYOUT_TESTS train_cuda_vs_torch)
   foreach(spec ${TWINKLE_CUDA_LAYOUTS})
     string(REPLACE "|" ";" parts "${spec}")
     list(GET parts 0 name)
-    list(GET parts 1 flags)
+    list(GET parts 1 np)
+    list(GET parts 2 flags)
     add_test(NAME layout_cuda_${name} COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN}
              ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR} --variant a --layers 4
-             --batch rows:8 --mbs 1 --steps 3 --against single --np 2 --layout "${flags} --device cuda"
+             --batch rows:8 --mbs 1 --steps 3 --against single --np ${np} --layout "${flags} --device cuda"
              --single-kernels reference)
     list(APPEND TWINKLE_CUDA_LAYOUT_TESTS layout_cuda_${name})
   endforeach()
@@ -57,10 +59,13 @@ if(TWINKLE_WITH_CUDA_BACKEND)
            --build ${CMAKE_BINARY_DIR} --against single --steps 4 --np 1 --layout "--device cuda")
   add_test(NAME bf16_layout_cuda_tp2_sp COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_BF16}
            --build ${CMAKE_BINARY_DIR} --against single --steps 4 --np 2 --layout "--tp 2 --sequence-parallel --device cuda")
+  add_test(NAME bf16_layout_cuda_tp2_pp2_dp2_sp COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_BF16}
+           --build ${CMAKE_BINARY_DIR} --against single --steps 4 --np 8
+           --layout "--tp 2 --pp 2 --dp 2 --sequence-parallel --device cuda")
   add_test(NAME bf16_cuda_vs_fp32_vs_torch_autocast COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_BF16}
            --build ${CMAKE_BINARY_DIR} --steps 30 --device cuda)
   list(APPEND TWINKLE_CUDA_LAYOUT_TESTS train_cuda_vs_torch_bias layout_cuda_tp2_sp_bias recompute_cuda_equals_none
-       bf16_cuda_vs_cpu bf16_layout_cuda_tp2_sp bf16_cuda_vs_fp32_vs_torch_autocast)
+       bf16_cuda_vs_cpu bf16_layout_cuda_tp2_sp bf16_layout_cuda_tp2_pp2_dp2_sp bf16_cuda_vs_fp32_vs_torch_autocast)
   set_tests_properties(${TWINKLE_CUDA_LAYOUT_TESTS} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300
                        ENVIRONMENT "OMP_NUM_THREADS=2")
 endif()
@@ -75,10 +80,11 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   foreach(spec ${TWINKLE_CUDA_LAYOUTS})
     string(REPLACE "|" ";" parts "${spec}")
     list(GET parts 0 name)
-    list(GET parts 1 flags)
+    list(GET parts 1 np)
+    list(GET parts 2 flags)
     add_test(NAME layout_cuda_${name}_emu COMMAND ${TWINKLE_REF_RUN}
              ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR} ${TWINKLE_CUDA_EMU_TWINKLE}
-             --variant a --layers 4 --batch rows:8 --mbs 1 --steps 3 --against single --np 2
+             --variant a --layers 4 --batch rows:8 --mbs 1 --steps 3 --against single --np ${np}
              --layout "${flags} --device cuda" --single-kernels reference)
     list(APPEND TWINKLE_CUDA_EMU_TESTS layout_cuda_${name}_emu)
   endforeach()
@@ -97,8 +103,11 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   add_test(NAME bf16_layout_cuda_tp2_sp_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_BF16} --build ${CMAKE_BINARY_DIR}
            ${TWINKLE_CUDA_EMU_TWINKLE} --against single --steps 4 --np 2
            --layout "--tp 2 --sequence-parallel --device cuda")
+  add_test(NAME bf16_layout_cuda_tp2_pp2_dp2_sp_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_BF16} --build ${CMAKE_BINARY_DIR}
+           ${TWINKLE_CUDA_EMU_TWINKLE} --against single --steps 4 --np 8
+           --layout "--tp 2 --pp 2 --dp 2 --sequence-parallel --device cuda")
   list(APPEND TWINKLE_CUDA_EMU_TESTS train_cuda_vs_torch_bias_emu layout_cuda_tp2_sp_bias_emu
-       recompute_cuda_equals_none_emu bf16_cuda_vs_cpu_emu bf16_layout_cuda_tp2_sp_emu)
+       recompute_cuda_equals_none_emu bf16_cuda_vs_cpu_emu bf16_layout_cuda_tp2_sp_emu bf16_layout_cuda_tp2_pp2_dp2_sp_emu)
   set_tests_properties(${TWINKLE_CUDA_EMU_TESTS} PROPERTIES LABELS cuda_emu TIMEOUT 300 PROCESSORS 2
                        ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
   set_tests_properties(train_cuda_vs_torch_emu train_cuda_vs_torch_bias_emu recompute_cuda_equals_none_emu

@@ -10,6 +10,7 @@
 // Qwen3ForCausalLM must reproduce from the checkpoint.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +25,8 @@
 #include "twinkle/io/model_config.h"
 #include "twinkle/io/safetensors.h"
 #include "twinkle/kernels/cuda/runtime.h"
+#include "twinkle/kernels/registry.h"
+#include "twinkle/model/kernelize.h"
 #include "twinkle/optim/distributed_optimizer.h"
 #include "twinkle/train/engine.h"
 
@@ -212,6 +215,66 @@ TEST(CudaModel, ParametersGradientsAndActivationsLiveOnTheGpu) {
   EXPECT_EQ(model.store().flat_grads().device(), Device::CUDA);
   EXPECT_TRUE(dist::is_cuda_pointer(model.store().flat_params().raw()));
   EXPECT_EQ(model.kernels().device, "cuda");
+}
+
+// A user's CUDA kernel for rms_norm (Twinkle's kernelize mapping {op: {device: impl}}): the built-in CUDA one,
+// counting its calls and checking that it is handed device memory.
+int g_user_rms_calls = 0;
+bool g_user_rms_device_ptrs = true;
+void user_rms_fwd(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim, float eps) {
+  ++g_user_rms_calls;
+  g_user_rms_device_ptrs &= dist::is_cuda_pointer(x) && dist::is_cuda_pointer(y) && dist::is_cuda_pointer(rstd);
+  std::get<kernels::RmsNormOp>(kernels::Registry::global().get("rms_norm", "cuda", "fused"))
+      .forward(x, w, y, rstd, rows, dim, eps);
+}
+void user_rms_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw,
+                  int64_t rows, int64_t dim) {
+  ++g_user_rms_calls;
+  g_user_rms_device_ptrs &= dist::is_cuda_pointer(dy) && dist::is_cuda_pointer(dx);
+  std::get<kernels::RmsNormOp>(kernels::Registry::global().get("rms_norm", "cuda", "fused"))
+      .backward(x, w, rstd, dy, dx, dw, rows, dim);
+}
+
+// kernelize_model on a cuda model: the table lists the CUDA implementations (every op "fused", the GEMM ops
+// "bf16" under mixed precision, kept by the built-in bundle), and a mapping to a registered user CUDA kernel
+// swaps that op alone; training with it gives the fused run's numbers bit for bit.
+TEST(CudaModel, KernelizeListsTheCudaOpsAndTakesAUserCudaKernel) {
+  const ModelConfig cfg = config(false);
+  for (const std::string mp : {"fp32", "bf16"}) {
+    Qwen3ModelOptions o;
+    o.mixed_precision = mp;
+    Qwen3Model model(cfg, state("cuda"), o);
+    EXPECT_EQ(model.kernels().device, "cuda");
+    for (const auto& op : kernels::op_names()) {
+      const auto& mpo = kernels::mixed_precision_ops();
+      const bool gemm = std::find(mpo.begin(), mpo.end(), op) != mpo.end();
+      EXPECT_EQ(model.kernels().impl(op), mp == "bf16" && gemm ? "bf16" : "fused") << mp << " " << op;
+    }
+    EXPECT_TRUE(kernelize_model(model, {}).empty()) << mp << ": the built-in bundle is already in place";
+  }
+  const auto r = rows(4, cfg.vocab_size, 7);
+  const std::vector<MicroBatch> mbs{collate_padded({r[0], r[1]}, 0), collate_padded({r[2], r[3]}, 0)};
+  const auto run = [&](bool user) {
+    auto ps = state("cuda");
+    Qwen3Model model(cfg, ps);
+    model.init_random(5);
+    if (user) {
+      kernels::Registry::global().add("cuda", "user_rms", kernels::RmsNormOp{user_rms_fwd, user_rms_bwd});
+      const auto replaced = kernelize_model(model, {{"rms_norm", {{"cuda", "user_rms"}, {"cpu", "reference"}}}});
+      EXPECT_EQ(replaced, std::vector<std::string>{"rms_norm"});
+      EXPECT_EQ(model.kernels().impl("rms_norm"), "user_rms");
+      EXPECT_EQ(model.kernels().impl("linear"), "fused");
+    }
+    Engine eng(model);
+    return eng.forward_backward(mbs).loss;
+  };
+  const double fused = run(false);
+  g_user_rms_calls = 0;
+  const double user = run(true);
+  kernels::Registry::global().remove("rms_norm", "cuda", "user_rms");
+  EXPECT_GT(g_user_rms_calls, 0) << "the model never called the user's kernel";
+  EXPECT_TRUE(g_user_rms_device_ptrs) << "the user's CUDA kernel was handed host memory";
+  EXPECT_EQ(fused, user);
 }
 
 // Writes the peer-check inputs (see the file comment); a test so it runs in the same process.
