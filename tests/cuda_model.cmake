@@ -64,6 +64,18 @@ if(TWINKLE_WITH_CUDA_BACKEND)
            --layout "--tp 2 --pp 2 --dp 2 --sequence-parallel --device cuda")
   add_test(NAME bf16_cuda_vs_fp32_vs_torch_autocast COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_BF16}
            --build ${CMAKE_BINARY_DIR} --steps 30 --device cuda)
+  # LoRA on the device (the kernel table's lora op): PyTorch float64 with PEFT's formulas, lora_dropout's masks
+  # (the test hook downloads them from the device) and rslora; the seed's layout against one CPU process
+  set(CHECK_TRAIN_CUDA ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR})
+  add_test(NAME lora_cuda_vs_torch_dropout COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_TRAIN_CUDA}
+           --variant b --steps 3 --lora-r 4 --lora-alpha 8 --lora-dropout 0.1 --layout "--device cuda")
+  add_test(NAME lora_cuda_vs_torch_rslora_tied_gqa COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_TRAIN_CUDA}
+           --variant a --steps 3 --lora-r 4 --lora-alpha 8 --lora-rslora --layout "--device cuda")
+  add_test(NAME lora_layout_cuda_tp2_pp2_dp2 COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_TRAIN_CUDA}
+           --variant b --layers 4 --batch rows:8 --mbs 1 --steps 3 --against single --np 8
+           --layout "--tp 2 --pp 2 --dp 2 --sequence-parallel --device cuda" --lora-r 4 --lora-alpha 8 --lora-dropout 0.1)
+  list(APPEND TWINKLE_CUDA_LAYOUT_TESTS lora_cuda_vs_torch_dropout lora_cuda_vs_torch_rslora_tied_gqa
+       lora_layout_cuda_tp2_pp2_dp2)
   list(APPEND TWINKLE_CUDA_LAYOUT_TESTS train_cuda_vs_torch_bias layout_cuda_tp2_sp_bias recompute_cuda_equals_none
        bf16_cuda_vs_cpu bf16_layout_cuda_tp2_sp bf16_layout_cuda_tp2_pp2_dp2_sp bf16_cuda_vs_fp32_vs_torch_autocast)
   set_tests_properties(${TWINKLE_CUDA_LAYOUT_TESTS} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300
@@ -106,10 +118,20 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   add_test(NAME bf16_layout_cuda_tp2_pp2_dp2_sp_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_BF16} --build ${CMAKE_BINARY_DIR}
            ${TWINKLE_CUDA_EMU_TWINKLE} --against single --steps 4 --np 8
            --layout "--tp 2 --pp 2 --dp 2 --sequence-parallel --device cuda")
+  add_test(NAME lora_cuda_vs_torch_dropout_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_TRAIN_CUDA} ${TWINKLE_CUDA_EMU_TWINKLE}
+           --variant b --steps 3 --lora-r 4 --lora-alpha 8 --lora-dropout 0.1 --layout "--device cuda")
+  add_test(NAME lora_cuda_vs_torch_rslora_tied_gqa_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_TRAIN_CUDA}
+           ${TWINKLE_CUDA_EMU_TWINKLE} --variant a --steps 3 --lora-r 4 --lora-alpha 8 --lora-rslora --layout "--device cuda")
+  add_test(NAME lora_layout_cuda_tp2_pp2_dp2_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_TRAIN_CUDA} ${TWINKLE_CUDA_EMU_TWINKLE}
+           --variant b --layers 4 --batch rows:8 --mbs 1 --steps 3 --against single --np 8
+           --layout "--tp 2 --pp 2 --dp 2 --sequence-parallel --device cuda" --lora-r 4 --lora-alpha 8 --lora-dropout 0.1)
+  list(APPEND TWINKLE_CUDA_EMU_TESTS lora_cuda_vs_torch_dropout_emu lora_cuda_vs_torch_rslora_tied_gqa_emu
+       lora_layout_cuda_tp2_pp2_dp2_emu)
   list(APPEND TWINKLE_CUDA_EMU_TESTS train_cuda_vs_torch_bias_emu layout_cuda_tp2_sp_bias_emu
        recompute_cuda_equals_none_emu bf16_cuda_vs_cpu_emu bf16_layout_cuda_tp2_sp_emu bf16_layout_cuda_tp2_pp2_dp2_sp_emu)
   set_tests_properties(${TWINKLE_CUDA_EMU_TESTS} PROPERTIES LABELS cuda_emu TIMEOUT 300 PROCESSORS 2
                        ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
   set_tests_properties(train_cuda_vs_torch_emu train_cuda_vs_torch_bias_emu recompute_cuda_equals_none_emu
-                       bf16_cuda_vs_cpu_emu PROPERTIES PROCESSORS 1)
+                       bf16_cuda_vs_cpu_emu lora_cuda_vs_torch_dropout_emu lora_cuda_vs_torch_rslora_tied_gqa_emu
+                       PROPERTIES PROCESSORS 1)
 endif()

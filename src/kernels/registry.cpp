@@ -55,6 +55,7 @@ void KernelTable::set(const std::string& impl_name, const OpImpl& impl) {
         else if constexpr (std::is_same_v<T, AdamwOp>) adamw = op;
         else if constexpr (std::is_same_v<T, NormsOp>) norms = op;
         else if constexpr (std::is_same_v<T, AddOp>) add = op;
+        else if constexpr (std::is_same_v<T, LoraOp>) lora = op;
         else static_assert(sizeof(T) == 0, "KernelTable::set: op without a slot");
         impl_names[T::kName] = impl_name;
       },

@@ -28,7 +28,7 @@ const float* Qwen3Attention::forward(const float* x_local, const StageBatch& b, 
                                      Workspace& scratch) const {
   const int64_t T = b.T;
   float* const proj[3] = {a.q_pre, a.k_pre, a.v};
-  a.x = qkv_proj.forward(x_local, a.x_full, proj, T);
+  a.x = qkv_proj.forward(x_local, a.x_full, proj, T, scratch);
   // q_norm / k_norm and RoPE in one pass per head row (the qk_norm_rope op)
   q_norm.forward_rope(a.q_pre, a.q, a.rstd_q, b.positions_ptr(), *rope_, T, hq_);
   k_norm.forward_rope(a.k_pre, a.k, a.rstd_k, b.positions_ptr(), *rope_, T, hkv_);

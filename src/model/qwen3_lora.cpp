@@ -76,8 +76,6 @@ std::vector<NonLoraModule> Qwen3Model::other_modules() const {
 
 void Qwen3Model::add_adapter(const LoraConfig& cfg, uint64_t seed) {
   check(!has_adapter(), "add_adapter: the model already has an adapter (one adapter per model)");
-  check(dev_ == Device::CPU, "add_adapter: LoRA on device '" + device_name(dev_) + "' is not implemented yet; use "
-                             "device_type cpu");
   validate(cfg);
   lora_seed_ = seed;
   if (cfg_.is_moe()) {
@@ -152,7 +150,7 @@ void Qwen3Model::add_adapter(const LoraConfig& cfg, uint64_t seed) {
   }
   table_.materialize_adapters(mine, adapter_store_, ps_->ep_rank());  // this ep rank's experts' pairs only
   // flat regions divisible by the ZeRO shard counts (dp-cp dense, expert-dp experts)
-  adapter_store_.finalize(64 * ps_->dp_cp->size(), 64 * ps_->edp->size());
+  adapter_store_.finalize(64 * ps_->dp_cp->size(), 64 * ps_->edp->size(), dev_);
   // Init (PEFT LoraLayer.reset_lora_parameters): the full tensor on every rank, then sliced.
   for (size_t id = 0; id < table_.size(); ++id) {
     const parallel::TensorEntry& e = table_[id];
@@ -172,7 +170,14 @@ void Qwen3Model::add_adapter(const LoraConfig& cfg, uint64_t seed) {
       std::uniform_real_distribution<double> ud(-bound, bound);
       for (int64_t i = 0; i < numel; ++i) f[i] = static_cast<float>(ud(gen));
     }  // else B = 0
-    shard_from_full(e.shard, e.local, f, table_.data(id));
+    Tensor& dst = table_.param(id).data;  // on the model's device: drawn on the host, sliced, uploaded
+    if (dst.device() == Device::CPU) {
+      shard_from_full(e.shard, e.local, f, dst.f32());
+    } else {
+      Tensor h = Tensor::zeros(dst.shape());
+      shard_from_full(e.shard, e.local, f, h.f32());
+      dst.copy_(h);
+    }
   }
   store_.drop_grads();  // the base is frozen: no gradient buffer, no optimizer state
 }

@@ -21,7 +21,7 @@ const float* Qwen3MLP::forward(const float* x_local, const StageBatch& b, MlpAct
     a.x = gate_up_proj.forward_swiglu(x_local, a.x_full, a.gu, a.act, T);
   } else {  // two GEMMs: gate in the first T*I floats of gu, up in the second
     float* const proj[2] = {a.gu, a.gu + T * I_};
-    a.x = gate_up_proj.forward(x_local, a.x_full, proj, T);
+    a.x = gate_up_proj.forward(x_local, a.x_full, proj, T, scratch);
     gate_up_proj.kernels().swiglu.forward(a.gu, a.gu + T * I_, a.act, T * I_);
   }
   return down_proj.forward(a.act, T, scratch);

@@ -176,24 +176,24 @@ void for_each_lora_expert(const std::vector<parallel::LoraPair>& pairs, int64_t 
 }  // namespace
 
 void Qwen3MoeBlock::lora_forward(int j, const float* X, const int64_t* counts, int64_t N, int64_t K, float* y,
-                                 const std::vector<uint64_t>& keys) const {
+                                 const std::vector<uint64_t>& keys, Workspace& scratch) const {
   if (expert_lora_[j].empty()) return;
   const parallel::LoraDropout* d = parallel::current_lora_dropout();
   for_each_lora_expert(expert_lora_[j], first_, El_, counts, [&](int64_t row, int64_t m, const parallel::LoraPair& p) {
     // PEFT's Linear.forward on this expert's rows: y += s (dropout(x) A^T) B^T
     const ExpertDropout ed(d, keys, row, m, ep_size_ == 1 && tp_.size == 1);
-    parallel::lora_column_forward(*table_, p, X + row * K, y + row * N, m, K, N);
+    parallel::lora_column_forward(*table_, p, X + row * K, y + row * N, m, K, N, scratch);
   });
 }
 
 void Qwen3MoeBlock::lora_backward(int j, const float* X, const int64_t* counts, int64_t N, int64_t K, const float* dy,
-                                  float* dX, const std::vector<uint64_t>& keys) const {
+                                  float* dX, const std::vector<uint64_t>& keys, Workspace& scratch) const {
   if (expert_lora_[j].empty()) return;
   const parallel::LoraDropout* d = parallel::current_lora_dropout();
   for_each_lora_expert(expert_lora_[j], first_, El_, counts, [&](int64_t row, int64_t m, const parallel::LoraPair& p) {
     // dA, dB accumulate; dX += dropout'(s dy B A)
     const ExpertDropout ed(d, keys, row, m, false);
-    parallel::lora_column_backward(*table_, p, X + row * K, dy + row * N, dX + row * K, m, K, N);
+    parallel::lora_column_backward(*table_, p, X + row * K, dy + row * N, dX + row * K, m, K, N, scratch);
   });
 }
 
@@ -206,11 +206,11 @@ void Qwen3MoeBlock::experts_forward(const float* xin, const int64_t* counts, int
   a.y.resize(static_cast<size_t>(R * H_));
   kt.grouped_linear.forward(xin, w.w[0], w.stride[0], counts, El_, a.gate.data(), Il_, H_, false);
   kt.grouped_linear.forward(xin, w.w[1], w.stride[1], counts, El_, a.up.data(), Il_, H_, false);
-  lora_forward(0, xin, counts, Il_, H_, a.gate.data(), a.lora_keys);
-  lora_forward(1, xin, counts, Il_, H_, a.up.data(), a.lora_keys);
+  lora_forward(0, xin, counts, Il_, H_, a.gate.data(), a.lora_keys, scratch);
+  lora_forward(1, xin, counts, Il_, H_, a.up.data(), a.lora_keys, scratch);
   kt.swiglu.forward(a.gate.data(), a.up.data(), a.act.data(), R * Il_);
   kt.grouped_linear.forward(a.act.data(), w.w[2], w.stride[2], counts, El_, a.y.data(), H_, Il_, false);
-  lora_forward(2, a.act.data(), counts, H_, Il_, a.y.data(), a.lora_keys);
+  lora_forward(2, a.act.data(), counts, H_, Il_, a.y.data(), a.lora_keys, scratch);
 }
 
 void Qwen3MoeBlock::experts_backward(const float* xin, const int64_t* counts, int64_t R, const Weights& w,
@@ -218,15 +218,15 @@ void Qwen3MoeBlock::experts_backward(const float* xin, const int64_t* counts, in
   const kernels::KernelTable& kt = table_->kernels();
   float* dact = scratch.get("moe.dact", {R, Il_}).f32();
   kt.grouped_linear.backward(a.act.data(), w.w[2], w.stride[2], counts, El_, dy, dact, w.dw[2], H_, Il_, false);
-  lora_backward(2, a.act.data(), counts, H_, Il_, dy, dact, a.lora_keys);
+  lora_backward(2, a.act.data(), counts, H_, Il_, dy, dact, a.lora_keys, scratch);
   float* dgate = scratch.get("moe.dgate", {R, Il_}).f32();
   float* dup = scratch.get("moe.dup", {R, Il_}).f32();
   kt.swiglu.backward(a.gate.data(), a.up.data(), dact, dgate, dup, R * Il_);
   kt.grouped_linear.backward(xin, w.w[0], w.stride[0], counts, El_, dgate, dxin, w.dw[0], Il_, H_, false);
   kt.grouped_linear.backward(xin, w.w[1], w.stride[1], counts, El_, dup, dxin, w.dw[1], Il_, H_,
                              /*accumulate_dx=*/true);
-  lora_backward(0, xin, counts, Il_, H_, dgate, dxin, a.lora_keys);
-  lora_backward(1, xin, counts, Il_, H_, dup, dxin, a.lora_keys);
+  lora_backward(0, xin, counts, Il_, H_, dgate, dxin, a.lora_keys, scratch);
+  lora_backward(1, xin, counts, Il_, H_, dup, dxin, a.lora_keys, scratch);
 }
 
 const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActivations& a, Workspace& scratch) const {
@@ -246,7 +246,7 @@ const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActi
   kt.linear.forward(x, w.router, a.logits.data(), T, E_, H_, false);
   if (router_lora_.active()) {
     const RouterDropout rd(tp_, b, T);
-    parallel::lora_column_forward(*table_, router_lora_, x, a.logits.data(), T, H_, E_);
+    parallel::lora_column_forward(*table_, router_lora_, x, a.logits.data(), T, H_, E_, scratch);
   }
   k::moe_router_forward(a.logits.data(), a.probs.data(), a.topk_idx.data(), a.topk_w.data(), T, E_, k_,
                         norm_topk_prob_);
@@ -323,7 +323,7 @@ const float* Qwen3MoeBlock::backward(const float* dout, const StageBatch& b, con
   kt.linear.backward(a.x, w.router, dlogits, dx, w.drouter, T, E_, H_, /*accumulate_dx=*/true);
   if (router_lora_.active()) {
     const RouterDropout rd(tp_, b, T);
-    parallel::lora_column_backward(*table_, router_lora_, a.x, dlogits, dx, T, H_, E_);
+    parallel::lora_column_backward(*table_, router_lora_, a.x, dlogits, dx, T, H_, E_, scratch);
   }
   return dx;
 }

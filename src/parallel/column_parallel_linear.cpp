@@ -74,14 +74,15 @@ const float* ColumnParallelLinear::backward_swiglu(const float* x, const float* 
   return tp_reduce_rows(tp_, dx_full, dx_local, T, in_);
 }
 
-const float* ColumnParallelLinear::forward(const float* x_local, float* x_full, float* const* y, int64_t T) const {
+const float* ColumnParallelLinear::forward(const float* x_local, float* x_full, float* const* y, int64_t T,
+                                          Workspace& scratch) const {
   const float* x = sp_gather_rows(tp_, x_local, x_full, T, in_);
   const kernels::LinearOp& lin = table_->kernels().linear;
   for (size_t i = 0; i < weight_.size(); ++i) lin.forward(x, table_->data(weight_[i]), y[i], T, local_out_[i], in_, false);
   for (size_t i = 0; i < bias_.size(); ++i)
     table_->kernels().add.add_bias_rows(y[i], table_->data(bias_[i]), T, local_out_[i]);
   for (size_t i = 0; i < lora_.size(); ++i)
-    if (lora_[i].active()) lora_column_forward(*table_, lora_[i], x, y[i], T, in_, local_out_[i]);
+    if (lora_[i].active()) lora_column_forward(*table_, lora_[i], x, y[i], T, in_, local_out_[i], scratch);
   return x;
 }
 
@@ -95,7 +96,7 @@ const float* ColumnParallelLinear::backward(const float* x, const float* const* 
     lin.backward(x, table_->data(weight_[i]), dy[i], dx_full, table_->grad(weight_[i]), T, local_out_[i], in_,
                  /*accumulate_dx=*/i > 0);
   for (size_t i = 0; i < lora_.size(); ++i)
-    if (lora_[i].active()) lora_column_backward(*table_, lora_[i], x, dy[i], dx_full, T, in_, local_out_[i]);
+    if (lora_[i].active()) lora_column_backward(*table_, lora_[i], x, dy[i], dx_full, T, in_, local_out_[i], scratch);
   float* dx_local = tp_.sequence_parallel ? scratch.get("tp.dx_local", {tp_.local_rows(T), in_}).f32() : nullptr;
   return tp_reduce_rows(tp_, dx_full, dx_local, T, in_);
 }

@@ -1,76 +1,91 @@
 #include "twinkle/parallel/lora.h"
 
+#include <cmath>
 #include <cstdio>
 #include <vector>
 
+#include "twinkle/core/device_copy.h"
 #include "twinkle/core/error.h"
-
-#include "twinkle/kernels/cpu/gemm.h"
 #include "twinkle/parallel/lora_dropout.h"
 
 namespace twinkle::parallel {
 
-namespace k = kernels::cpu;
-
 namespace {
-// Grow-only [T, r] scratch reused across calls (one per thread; layers run one at a time).
-float* scratch(int which, int64_t n) {
-  static thread_local std::vector<float> buf[3];
-  auto& b = buf[which];
-  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
-  return b.data();
-}
-std::vector<uint8_t>& mask_buf() {
-  static thread_local std::vector<uint8_t> m;
-  return m;
-}
 
-// The LoRA input under the current dropout: x itself (no dropout) or x * mask / (1 - p) in
-// scratch 2, the mask left in mask_buf() for the backward's d(x). Writes the mask file of the
-// test hook (lora_dropout.h) in forward.
-const float* lora_input(const TensorTable& t, const LoraPair& p, const float* x, int64_t T, int64_t in_l,
-                        bool forward) {
-  const LoraDropout* d = current_lora_dropout();
-  if (d == nullptr || d->p <= 0.0f) return x;
-  check(d->T == T, "LoRA dropout: the call has " + std::to_string(T) + " tokens but its dropout context " +
-                       std::to_string(d->T));
-  auto& m = mask_buf();
-  if (m.size() < static_cast<size_t>(T * in_l)) m.resize(static_cast<size_t>(T * in_l));
-  lora_dropout_mask(*d, p.key, p.feature0, in_l, m.data());
-  float* xd = scratch(2, T * in_l);
-  const float s = 1.0f / (1.0f - d->p);
-  const uint8_t* mk = m.data();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < T * in_l; ++i) xd[i] = mk[i] ? x[i] * s : 0.0f;
-  if (forward && !d->dump_dir.empty()) {
-    std::string module = t[p.a].name;
-    module = module.substr(0, module.size() - std::string(".lora_A.weight").size());
-    const std::string path = d->dump_dir + "/" + d->dump_tag + "." + module + ".mask";
-    std::FILE* f = std::fopen(path.c_str(), "wb");
-    check(f != nullptr, "LoRA dropout test hook: cannot write " + path);
-    const size_t n = static_cast<size_t>(T * in_l);
-    const bool ok = std::fwrite(mk, 1, n, f) == n;
-    check(std::fclose(f) == 0 && ok, "LoRA dropout test hook: writing " + path + " failed");
-  }
-  return xd;
-}
+// What one LoRA call of a layer needs: the table's LoraOp and, under lora_dropout, the mask and the
+// dropped-out input, in the caller's workspace (on the table's device; layers run one at a time, so the
+// "lora.*" buffers are reused by every module).
+struct LoraCall {
+  const kernels::LoraOp& op;
+  Workspace& ws;
+  const LoraDropout* d;
+  int64_t T, in_l;
+  uint8_t* mask = nullptr;
 
-// dx [T, in_l] += (dh A) masked and scaled like the forward's input (dropout's backward), or
-// dh A without dropout.
-void lora_dx(const LoraPair& p, const float* dh, const float* A, float* dx, int64_t T, int64_t in_l) {
-  const LoraDropout* d = current_lora_dropout();
-  if (d == nullptr || d->p <= 0.0f) {
-    k::sgemm(false, false, T, in_l, p.r, 1.0f, dh, p.r, A, in_l, 1.0f, dx, in_l);
-    return;
+  LoraCall(const TensorTable& t, Workspace& scratch, int64_t T_, int64_t in_l_)
+      : op(t.kernels().lora), ws(scratch), d(current_lora_dropout()), T(T_), in_l(in_l_) {
+    if (d != nullptr && d->p <= 0.0f) d = nullptr;
+    if (d)
+      check(d->T == T, "LoRA dropout: the call has " + std::to_string(T) + " tokens but its dropout context " +
+                           std::to_string(d->T));
   }
-  float* g = scratch(2, T * in_l);  // the dropped-out input is no longer needed
-  k::sgemm(false, false, T, in_l, p.r, 1.0f, dh, p.r, A, in_l, 0.0f, g, in_l);
-  const float s = 1.0f / (1.0f - d->p);
-  const uint8_t* mk = mask_buf().data();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < T * in_l; ++i)
-    if (mk[i]) dx[i] += g[i] * s;
-}
+  float keep_scale() const { return 1.0f / (1.0f - d->p); }
+  float* buf(const char* key, int64_t n) { return ws.get(key, {n}).f32(); }
+
+  // The LoRA input: x itself (no dropout) or dropout(x) = x * mask / (1 - p) in "lora.xd", the mask in
+  // "lora.mask" for the backward's d(x). The forward writes the test hook's mask file (lora_dropout.h).
+  const float* input(const TensorTable& t, const LoraPair& p, const float* x, bool forward) {
+    if (!d) return x;
+    const int64_t n = T * in_l;
+    // Workspace holds f32 buffers only: the mask (uint8) and the keys (u64) live in f32 buffers of their byte size
+    mask = reinterpret_cast<uint8_t*>(buf("lora.mask", (n + 3) / 4));
+    const uint64_t* keys = d->token_key;  // host memory; the device gets a copy
+    const Device dev = ws.device();
+    if (dev != Device::CPU) {
+      uint64_t* k = reinterpret_cast<uint64_t*>(buf("lora.keys", 2 * T));
+      upload_bytes(dev, k, d->token_key, static_cast<size_t>(T) * sizeof(uint64_t));
+      keys = k;
+    }
+    const uint64_t thr = static_cast<uint64_t>(std::llround(static_cast<double>(d->p) * 16777216.0));
+    op.dropout_mask(keys, T, d->seed, p.key, p.feature0, in_l, thr, mask);
+    float* xd = buf("lora.xd", n);
+    op.dropout_apply(x, mask, keep_scale(), xd, n);
+    if (forward && !d->dump_dir.empty()) {
+      std::vector<uint8_t> host(static_cast<size_t>(n));
+      download_bytes(dev, host.data(), mask, host.size());
+      std::string module = t[p.a].name;
+      module = module.substr(0, module.size() - std::string(".lora_A.weight").size());
+      const std::string path = d->dump_dir + "/" + d->dump_tag + "." + module + ".mask";
+      std::FILE* f = std::fopen(path.c_str(), "wb");
+      check(f != nullptr, "LoRA dropout test hook: cannot write " + path);
+      const bool ok = std::fwrite(host.data(), 1, host.size(), f) == host.size();
+      check(std::fclose(f) == 0 && ok, "LoRA dropout test hook: writing " + path + " failed");
+    }
+    return xd;
+  }
+
+  void forward(const TensorTable& t, const LoraPair& p, const float* x, float* y, int64_t out) {
+    x = input(t, p, x, true);
+    op.forward(x, t.data(p.a), t.data(p.b), buf("lora.h", T * p.r), y, T, in_l, out, p.r, p.scaling);
+  }
+
+  // dA, dB accumulate (when not frozen); dx [T, in_l] += dropout'(s dy B A).
+  void backward(const TensorTable& t, const LoraPair& p, const float* x, const float* dy, float* dx, int64_t out) {
+    const float* xd = input(t, p, x, false);
+    float* h = buf("lora.h", T * p.r);
+    float* dh = buf("lora.dh", T * p.r);
+    if (!d) {
+      op.backward(xd, t.data(p.a), t.data(p.b), dy, h, dh, dx, true, t.grad(p.a), t.grad(p.b), T, in_l, out, p.r,
+                  p.scaling);
+      return;
+    }
+    float* g = buf("lora.g", T * in_l);
+    op.backward(xd, t.data(p.a), t.data(p.b), dy, h, dh, g, false, t.grad(p.a), t.grad(p.b), T, in_l, out, p.r,
+                p.scaling);
+    op.dropout_backward(g, mask, keep_scale(), dx, T * in_l);
+  }
+};
+
 }  // namespace
 
 LoraPair add_lora_entries(TensorTable& table, const TensorParallel& tp, const std::string& module, int64_t in,
@@ -135,47 +150,23 @@ std::vector<LoraPair> add_expert_lora_entries(TensorTable& table, const std::vec
 }
 
 void lora_column_forward(const TensorTable& t, const LoraPair& p, const float* x, float* y, int64_t T, int64_t in,
-                         int64_t out_l) {
-  float* h = scratch(0, T * p.r);
-  x = lora_input(t, p, x, T, in, true);                                             // dropout(x)
-  k::linear_forward(x, t.data(p.a), h, T, p.r, in);                                 // h = x A^T
-  k::sgemm(false, true, T, out_l, p.r, p.scaling, h, p.r, t.data(p.b), p.r, 1.0f, y, out_l);  // y += s h B^T
+                         int64_t out_l, Workspace& scratch) {
+  LoraCall(t, scratch, T, in).forward(t, p, x, y, out_l);
 }
 
 void lora_column_backward(const TensorTable& t, const LoraPair& p, const float* x, const float* dy, float* dx,
-                          int64_t T, int64_t in, int64_t out_l) {
-  float* h = scratch(0, T * p.r);
-  float* dh = scratch(1, T * p.r);
-  const float* A = t.data(p.a);
-  const float* B = t.data(p.b);
-  const float* xd = lora_input(t, p, x, T, in, false);
-  k::linear_forward(xd, A, h, T, p.r, in);
-  if (float* dB = t.grad(p.b)) k::sgemm(true, false, out_l, p.r, T, p.scaling, dy, out_l, h, p.r, 1.0f, dB, p.r);
-  k::sgemm(false, false, T, p.r, out_l, p.scaling, dy, out_l, B, p.r, 0.0f, dh, p.r);  // dh = s dy B
-  if (float* dA = t.grad(p.a)) k::sgemm(true, false, p.r, in, T, 1.0f, dh, p.r, xd, in, 1.0f, dA, in);
-  lora_dx(p, dh, A, dx, T, in);  // dx += dropout'(dh A)
+                          int64_t T, int64_t in, int64_t out_l, Workspace& scratch) {
+  LoraCall(t, scratch, T, in).backward(t, p, x, dy, dx, out_l);
 }
 
 void lora_row_forward(const TensorTable& t, const LoraPair& p, const float* x, float* y_partial, int64_t T,
-                      int64_t in_l, int64_t out) {
-  float* h = scratch(0, T * p.r);
-  x = lora_input(t, p, x, T, in_l, true);
-  k::linear_forward(x, t.data(p.a), h, T, p.r, in_l);  // x_s A_s^T: tp-partial
-  k::sgemm(false, true, T, out, p.r, p.scaling, h, p.r, t.data(p.b), p.r, 1.0f, y_partial, out);
+                      int64_t in_l, int64_t out, Workspace& scratch) {
+  LoraCall(t, scratch, T, in_l).forward(t, p, x, y_partial, out);  // x_s A_s^T: tp-partial
 }
 
 void lora_row_backward(const TensorTable& t, const LoraPair& p, const float* x, const float* dy, float* dx, int64_t T,
-                       int64_t in_l, int64_t out) {
-  float* h = scratch(0, T * p.r);
-  float* dh = scratch(1, T * p.r);
-  const float* A = t.data(p.a);
-  const float* B = t.data(p.b);
-  const float* xd = lora_input(t, p, x, T, in_l, false);
-  k::linear_forward(xd, A, h, T, p.r, in_l);
-  if (float* dB = t.grad(p.b)) k::sgemm(true, false, out, p.r, T, p.scaling, dy, out, h, p.r, 1.0f, dB, p.r);
-  k::sgemm(false, false, T, p.r, out, p.scaling, dy, out, B, p.r, 0.0f, dh, p.r);  // exact (dy full rows)
-  if (float* dA = t.grad(p.a)) k::sgemm(true, false, p.r, in_l, T, 1.0f, dh, p.r, xd, in_l, 1.0f, dA, in_l);
-  lora_dx(p, dh, A, dx, T, in_l);
+                       int64_t in_l, int64_t out, Workspace& scratch) {
+  LoraCall(t, scratch, T, in_l).backward(t, p, x, dy, dx, out);  // dy: full token rows
 }
 
 }  // namespace twinkle::parallel

@@ -22,7 +22,7 @@ RowParallelLinear::RowParallelLinear(TensorTable& table, const TensorParallel& t
 const float* RowParallelLinear::forward(const float* x, int64_t T, Workspace& scratch) const {
   float* y_full = scratch.get("tp.y_full", {T, out_}).f32();
   table_->kernels().linear.forward(x, table_->data(weight_), y_full, T, out_, local_in_, false);
-  if (lora_.active()) lora_row_forward(*table_, lora_, x, y_full, T, local_in_, out_);
+  if (lora_.active()) lora_row_forward(*table_, lora_, x, y_full, T, local_in_, out_, scratch);
   float* y_local = tp_.sequence_parallel ? scratch.get("tp.y_local", {tp_.local_rows(T), out_}).f32() : nullptr;
   float* y = tp_reduce_rows(tp_, y_full, y_local, T, out_);
   if (bias_ != kNoParam) table_->kernels().add.add_bias_rows(y, table_->data(bias_), tp_.local_rows(T), out_);
@@ -35,7 +35,7 @@ void RowParallelLinear::backward(const float* x, const float* dy_local, float* d
   float* dy_full = tp_.sequence_parallel ? scratch.get("tp.dy_full", {T, out_}).f32() : nullptr;
   const float* dy = sp_gather_rows(tp_, dy_local, dy_full, T, out_);
   table_->kernels().linear.backward(x, table_->data(weight_), dy, dx, table_->grad(weight_), T, out_, local_in_, false);
-  if (lora_.active()) lora_row_backward(*table_, lora_, x, dy, dx, T, local_in_, out_);
+  if (lora_.active()) lora_row_backward(*table_, lora_, x, dy, dx, T, local_in_, out_, scratch);
 }
 
 }  // namespace twinkle::parallel

@@ -269,6 +269,39 @@ inline void bias_grad(const float* dy, float* db, int64_t rows, int64_t cols) {
   s.finish();
 }
 
+inline void lora_mask(const uint64_t* token_key, int64_t T, uint64_t seed, uint64_t module_key, int64_t feature0,
+                      int64_t in_l, uint64_t threshold, uint8_t* m) {
+  Stager s;
+  g_dev.lora.dropout_mask(s.in(token_key, T), T, seed, module_key, feature0, in_l, threshold, s.out(m, T * in_l));
+  s.finish();
+}
+inline void lora_apply(const float* x, const uint8_t* m, float keep_scale, float* xd, int64_t n) {
+  Stager s;
+  g_dev.lora.dropout_apply(s.in(x, n), s.in(m, n), keep_scale, s.out(xd, n), n);
+  s.finish();
+}
+inline void lora_dbwd(const float* g, const uint8_t* m, float keep_scale, float* dx, int64_t n) {
+  Stager s;
+  g_dev.lora.dropout_backward(s.in(g, n), s.in(m, n), keep_scale, s.out(dx, n), n);
+  s.finish();
+}
+inline void lora_fwd(const float* x, const float* A, const float* B, float* h, float* y, int64_t T, int64_t in,
+                     int64_t out, int64_t r, float scaling) {
+  Stager s;
+  g_dev.lora.forward(s.in(x, T * in), s.in(A, r * in), s.in(B, out * r), s.out(h, T * r), s.out(y, T * out), T, in,
+                     out, r, scaling);
+  s.finish();
+}
+inline void lora_bwd(const float* x, const float* A, const float* B, const float* dy, float* h, float* dh, float* dx,
+                     bool accumulate_dx, float* dA, float* dB, int64_t T, int64_t in, int64_t out, int64_t r,
+                     float scaling) {
+  Stager s;
+  g_dev.lora.backward(s.in(x, T * in), s.in(A, r * in), s.in(B, out * r), s.in(dy, T * out), s.out(h, T * r),
+                      s.out(dh, T * r), s.out(dx, T * in), accumulate_dx, dA ? s.out(dA, r * in) : nullptr,
+                      dB ? s.out(dB, out * r) : nullptr, T, in, out, r, scaling);
+  s.finish();
+}
+
 /// The host-pointer table over `dev` (kept in g_dev): same implementation names.
 inline KernelTable staged_table(const KernelTable& dev) {
   g_dev = dev;
@@ -289,6 +322,7 @@ inline KernelTable staged_table(const KernelTable& dev) {
   k.adamw = {adam};
   k.norms = {sumsq, scal};
   k.add = {add_in, add_out, bias_add, bias_grad};
+  k.lora = {lora_mask, lora_apply, lora_dbwd, lora_fwd, lora_bwd};
   k.impl_names = dev.impl_names;
   return k;
 }

@@ -396,6 +396,60 @@ def bias_rows_case(root, name, rows, cols):
     c.close()
 
 
+M64 = (1 << 64) - 1
+
+
+def splitmix64(x):
+    """splitmix64's output function of x + golden gamma (Steele, Lea, Flood, OOPSLA 2014; Vigna's
+    splitmix64.c), on Python ints mod 2^64: written from the paper, not from twinkle's core/hash.h."""
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def lora_case(root, name, T, n_in, n_out, r, p, scaling, seed, module_key, feature0):
+    """PEFT's LoRA term on the dropped-out input (peft/tuners/lora/layer.py Linear.forward: y + lora_B(lora_A(
+    dropout(x))) * scaling) and its gradients by float64 autograd; the dropout mask of the layout-independent
+    rule (twinkle/parallel/lora_dropout.h): token key (row << 32 | position), kept iff
+    splitmix64(splitmix64(splitmix64(seed ^ module) ^ splitmix64(key)) + feature * golden) >> 40 >= round(p 2^24)."""
+    c = Case(root, name, T=T, n_in=n_in, n_out=n_out, r=r, scaling=scaling, keep_scale=1.0 / (1.0 - p),
+             seed=seed, module_key=module_key, feature0=feature0, threshold=round(p * (1 << 24)))
+    rows = [t // 5 for t in range(T)]
+    pos = [(t * 7) % 11 for t in range(T)]
+    thr = round(p * (1 << 24))
+    base = splitmix64(seed ^ module_key)
+    mask = torch.zeros(T, n_in, dtype=torch.int32)
+    for t in range(T):
+        h = splitmix64(base ^ splitmix64((rows[t] << 32) | pos[t]))
+        for i in range(n_in):
+            mask[t, i] = 1 if (splitmix64((h + (feature0 + i) * 0x9E3779B97F4A7C15) & M64) >> 40) >= thr else 0
+    x, A, B, dy = f32((T, n_in)), f32((r, n_in), 0.3), f32((n_out, r), 0.3), f32((T, n_out))
+    y0, dA0, dB0, dx0 = f32((T, n_out)), f32((r, n_in)), f32((n_out, r)), f32((T, n_in))
+    for k, v in (("rows", torch.tensor(rows)), ("pos", torch.tensor(pos)), ("mask", mask)):
+        c.put(k, v, "i32")
+    for k, v in (("x", x), ("A", A), ("B", B), ("dy", dy), ("y0", y0), ("dA0", dA0), ("dB0", dB0), ("dx0", dx0)):
+        c.put(k, v, "f32")
+    keep = 1.0 / (1.0 - p)
+    xd = x.double() * mask.double() * keep
+    c.put("xd", xd, "f64")
+    xd32 = xd.float()  # the op's forward / backward read the dropped-out input as f32
+    xv = xd32.double().requires_grad_(True)
+    Av, Bv = A.double().requires_grad_(True), B.double().requires_grad_(True)
+    h = xv @ Av.T
+    y = y0.double() + scaling * (h @ Bv.T)
+    (y * dy.double()).sum().backward()
+    c.put("h", h.detach(), "f64")
+    c.put("y", y.detach(), "f64")
+    c.put("dh", scaling * dy.double() @ B.double(), "f64")
+    c.put("dA", dA0.double() + Av.grad, "f64")
+    c.put("dB", dB0.double() + Bv.grad, "f64")
+    c.put("g", xv.grad, "f64")                                    # d(dropped-out input)
+    c.put("dx_acc", dx0.double() + xv.grad, "f64")                # backward with accumulate_dx
+    c.put("dx_drop", dx0.double() + xv.grad * mask.double() * keep, "f64")  # the dropout's backward
+    c.close()
+
+
 def conformance_cases(out):
     add_rmsnorm_case(out, "add_rmsnorm_45", 7, 45, 1e-6)
     qk_norm_rope_case(out, "qk_norm_rope_d18", [0, 7, 3, 63, 1, 40], 3, 18, 1e6, 64, 1e-6)
@@ -406,6 +460,7 @@ def conformance_cases(out):
     linear_ce_case(out, "linear_ce_v37", 11, 37, 9, [3, -100, 36, 0, 5, 5, -100, 20, 1, 33, 7])
     elementwise_case(out, "elementwise_1001", 1001, 0.37)
     bias_rows_case(out, "bias_rows_37x70", 37, 70)
+    lora_case(out, "lora_13x37x29_r4", 13, 37, 29, 4, 0.3, 2.0, 123456789, 0x1234ABCD5678EF, 5)
 
 
 def main():

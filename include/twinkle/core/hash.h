@@ -8,6 +8,13 @@
 #include <cstdint>
 #include <string_view>
 
+// splitmix64 is also called from device code (the CUDA LoRA dropout mask, src/kernels/cuda/lora.cu).
+#if defined(__CUDACC__)
+#define TWINKLE_HOST_DEVICE __host__ __device__
+#else
+#define TWINKLE_HOST_DEVICE
+#endif
+
 namespace twinkle {
 
 /// 64-bit FNV-1a of the bytes of `s` (offset basis 14695981039346656037, prime 1099511628211;
@@ -23,7 +30,7 @@ constexpr uint64_t fnv1a64(std::string_view s) {
 
 /// The splitmix64 generator's output function applied to x + golden gamma (Steele, Lea, Flood,
 /// "Fast splittable pseudorandom number generators", OOPSLA 2014; Vigna's splitmix64.c).
-constexpr uint64_t splitmix64(uint64_t x) {
+TWINKLE_HOST_DEVICE constexpr uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;

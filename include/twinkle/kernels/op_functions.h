@@ -87,5 +87,15 @@
   X(void, add_inplace, (float* y, const float* x, int64_t n))                                                          \
   X(void, add, (float* out, const float* a, const float* b, int64_t n))                                               \
   X(void, add_bias_rows, (float* y, const float* b, int64_t rows, int64_t cols))                                      \
-  X(void, bias_grad_rows, (const float* dy, float* db, int64_t rows, int64_t cols))
+  X(void, bias_grad_rows, (const float* dy, float* db, int64_t rows, int64_t cols))                                   \
+  /* LoraOp */                                                                                                         \
+  X(void, lora_dropout_mask, (const uint64_t* token_key, int64_t T, uint64_t seed, uint64_t module_key,             \
+                              int64_t feature0, int64_t in_l, uint64_t threshold, uint8_t* m))                         \
+  X(void, lora_dropout_apply, (const float* x, const uint8_t* m, float keep_scale, float* xd, int64_t n))            \
+  X(void, lora_dropout_backward, (const float* g, const uint8_t* m, float keep_scale, float* dx, int64_t n))         \
+  X(void, lora_forward, (const float* x, const float* A, const float* B, float* h, float* y, int64_t T, int64_t in, \
+                         int64_t out, int64_t r, float scaling))                                                       \
+  X(void, lora_backward, (const float* x, const float* A, const float* B, const float* dy, float* h, float* dh,     \
+                          float* dx, bool accumulate_dx, float* dA, float* dB, int64_t T, int64_t in, int64_t out,     \
+                          int64_t r, float scaling))
 // clang-format on

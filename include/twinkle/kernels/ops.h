@@ -198,4 +198,31 @@ struct AddOp {
   void (*bias_grad_rows)(const float* dy, float* db, int64_t rows, int64_t cols);
 };
 
+/// PEFT's LoRA term of a linear layer, y += scaling * (dropout(x) A^T) B^T (peft/tuners/lora/layer.py
+/// Linear.forward: result + lora_B(lora_A(dropout(x))) * scaling), and lora_dropout with masks that do not
+/// depend on the layout (the rule of twinkle/parallel/lora_dropout.h). x [T, in], A [r, in], B [out, r]
+/// (HF / PEFT layouts), f32 row-major; h, dh [T, r] are the caller's scratch. LoRA's GEMMs stay fp32 under
+/// mixed precision (not in kernels::mixed_precision_ops()). Callers: twinkle/parallel/lora.h.
+struct LoraOp {
+  static constexpr const char* kName = "lora";
+  /// m [T, in_l] (uint8, 1 = kept): element (t, i) of module `module_key` is kept iff
+  /// splitmix64(splitmix64(splitmix64(seed ^ module_key) ^ splitmix64(token_key[t])) + (feature0 + i) *
+  /// 0x9e3779b97f4a7c15) >> 40 >= threshold (threshold = round(p * 2^24); twinkle/core/hash.h's splitmix64);
+  /// token_key [T] (u64) are the tokens' global identities (parallel::lora_token_key).
+  void (*dropout_mask)(const uint64_t* token_key, int64_t T, uint64_t seed, uint64_t module_key, int64_t feature0,
+                       int64_t in_l, uint64_t threshold, uint8_t* m);
+  /// xd[i] = m[i] ? x[i] * keep_scale : 0 for i < n (torch.nn.functional.dropout, keep_scale = 1 / (1 - p)).
+  void (*dropout_apply)(const float* x, const uint8_t* m, float keep_scale, float* xd, int64_t n);
+  /// The dropout's backward: dx[i] += g[i] * keep_scale where m[i] (dx unchanged elsewhere).
+  void (*dropout_backward)(const float* g, const uint8_t* m, float keep_scale, float* dx, int64_t n);
+  /// h = x A^T (OVERWRITTEN), then y [T, out] += scaling * h B^T.
+  void (*forward)(const float* x, const float* A, const float* B, float* h, float* y, int64_t T, int64_t in,
+                  int64_t out, int64_t r, float scaling);
+  /// Recomputes h = x A^T; dB [out, r] += scaling dy^T h (skipped when null); dh = scaling dy B (OVERWRITTEN);
+  /// dA [r, in] += dh^T x (skipped when null); dx [T, in] = dh A (+= when accumulate_dx). dy [T, out].
+  void (*backward)(const float* x, const float* A, const float* B, const float* dy, float* h, float* dh, float* dx,
+                   bool accumulate_dx, float* dA, float* dB, int64_t T, int64_t in, int64_t out, int64_t r,
+                   float scaling);
+};
+
 }  // namespace twinkle::kernels

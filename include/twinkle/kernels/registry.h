@@ -29,7 +29,7 @@ namespace twinkle::kernels {
 /// Any one op's implementation.
 using OpImpl = std::variant<EmbeddingOp, RmsNormOp, AddRmsNormOp, QkNormRopeOp, RopeOp, SwigluOp, GateUpSwigluOp,
                             AttentionOp, LinearOp, GroupedLinearOp, CrossEntropyOp, LinearCrossEntropyOp, AdamwOp,
-                            NormsOp, AddOp>;
+                            NormsOp, AddOp, LoraOp>;
 
 /// Registry name of the op an implementation belongs to ("rms_norm", ...).
 const char* op_name(const OpImpl& impl);
@@ -57,6 +57,7 @@ struct KernelTable {
   AdamwOp adamw{};
   NormsOp norms{};
   AddOp add{};
+  LoraOp lora{};
   /// op -> implementation name in use.
   std::map<std::string, std::string> impl_names;
 

@@ -121,10 +121,10 @@ class Qwen3MoeBlock {
   // y [R, N] += scaling (dropout(X_e) A_e^T) B_e^T for every local expert e with a pair in
   // projection j (X [R, K] grouped by local expert, counts [El]; keys [R]: the rows' token keys).
   void lora_forward(int j, const float* X, const int64_t* counts, int64_t N, int64_t K, float* y,
-                    const std::vector<uint64_t>& keys) const;
+                    const std::vector<uint64_t>& keys, Workspace& scratch) const;
   // Its backward: accumulates dA_e, dB_e and dX [R, K] += d(X) of the LoRA path.
   void lora_backward(int j, const float* X, const int64_t* counts, int64_t N, int64_t K, const float* dy, float* dX,
-                     const std::vector<uint64_t>& keys) const;
+                     const std::vector<uint64_t>& keys, Workspace& scratch) const;
   Weights weights() const;
   // The local experts on rows grouped by local expert (counts [El]): gate/up/act/y in `a`.
   void experts_forward(const float* xin, const int64_t* counts, int64_t R, const Weights& w, MoeActivations& a,

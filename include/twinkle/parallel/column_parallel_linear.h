@@ -57,8 +57,9 @@ class ColumnParallelLinear {
   /// x_local [Tl, in] (Tl = T/tp under SP, else T). Under SP all-gathers it into
   /// x_full [T, in] (kept by the caller for backward; unused, may be null, without SP).
   /// Writes y[i] [T, local_out(i)] = X W_i^T (+ b_i). Returns the [T, in] input the
-  /// GEMMs read (x_full under SP, else x_local): pass it to backward.
-  const float* forward(const float* x_local, float* x_full, float* const* y, int64_t T) const;
+  /// GEMMs read (x_full under SP, else x_local): pass it to backward. scratch: the LoRA parts' buffers
+  /// (twinkle/parallel/lora.h).
+  const float* forward(const float* x_local, float* x_full, float* const* y, int64_t T, Workspace& scratch) const;
   /// x: forward's returned input [T, in]; dy[i] [T, local_out(i)]. Accumulates dW_i (and
   /// db_i, summed over tokens in double; neither when frozen) and the LoRA gradients and returns this rank's d(x_local) [Tl, in],
   /// summed over tp, in `scratch` (keys "tp.dx_full", "tp.dx_local"; valid until the

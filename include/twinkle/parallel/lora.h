@@ -23,6 +23,9 @@
 //    add_expert_lora_entries; the pairs live with their expert (ep_owner, expert region of the
 //    adapter store, reduced over expert-dp) and run on the expert's rows with the column
 //    functions (out_l = out), dropout keyed by the rows' tokens (model/qwen3_moe_block.h).
+// Compute: the table's LoraOp (twinkle/kernels/ops.h; GEMMs, mask, dropout on the table's device), with its
+// scratch ([T, r] h / dh, the mask, dropout(x), d(x) of the dropout path, the token keys' device copy) in
+// the caller's Workspace, which must live on the same device (`scratch` below: the model's).
 // LoRA entries are adapter entries of the TensorTable (adapter = true): they live in the
 // model's adapter ParamStore, the only one the optimizer sees.
 #pragma once
@@ -30,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "twinkle/core/workspace.h"
 #include "twinkle/parallel/tensor_table.h"
 #include "twinkle/parallel/tp_comm.h"
 
@@ -63,18 +67,18 @@ std::vector<LoraPair> add_expert_lora_entries(TensorTable& table, const std::vec
 
 /// Column-parallel base: y [T, out_l] += scaling (x A^T) B_l^T, x [T, in] (full rows).
 void lora_column_forward(const TensorTable& table, const LoraPair& p, const float* x, float* y, int64_t T, int64_t in,
-                         int64_t out_l);
+                         int64_t out_l, Workspace& scratch);
 /// Its backward: dy [T, out_l]; accumulates dA (tp-partial) and dB_l (when not frozen) and
 /// adds d(x) into dx [T, in] (before the base layer's tp reduction).
 void lora_column_backward(const TensorTable& table, const LoraPair& p, const float* x, const float* dy, float* dx,
-                          int64_t T, int64_t in, int64_t out_l);
+                          int64_t T, int64_t in, int64_t out_l, Workspace& scratch);
 /// Row-parallel base: y_partial [T, out] += scaling (x_s A_s^T) B^T, x_s [T, in_l]; call
 /// before the base's tp reduction.
 void lora_row_forward(const TensorTable& table, const LoraPair& p, const float* x, float* y_partial, int64_t T,
-                      int64_t in_l, int64_t out);
+                      int64_t in_l, int64_t out, Workspace& scratch);
 /// Its backward: dy [T, out] (full token rows); accumulates dA_s and dB (tp-partial), and
 /// adds d(x_s) into dx [T, in_l].
 void lora_row_backward(const TensorTable& table, const LoraPair& p, const float* x, const float* dy, float* dx,
-                       int64_t T, int64_t in_l, int64_t out);
+                       int64_t T, int64_t in_l, int64_t out, Workspace& scratch);
 
 }  // namespace twinkle::parallel

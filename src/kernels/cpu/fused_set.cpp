@@ -8,6 +8,7 @@
 #include "twinkle/kernels/cpu/gemm.h"
 #include "twinkle/kernels/cpu/grouped_gemm.h"
 #include "twinkle/kernels/cpu/linear_cross_entropy.h"
+#include "twinkle/kernels/cpu/lora.h"
 #include "twinkle/kernels/cpu/qk_norm_rope.h"
 #include "twinkle/kernels/cpu/reduce.h"
 #include "twinkle/kernels/cpu/rmsnorm.h"
@@ -34,6 +35,7 @@ void register_fused_kernels(Registry& r) {
   r.add(dev, name, AdamwOp{adamw_step});
   r.add(dev, name, NormsOp{sum_squares, scale_inplace});
   r.add(dev, name, AddOp{add_inplace, add_out, add_bias_rows, bias_grad_rows});
+  r.add(dev, name, LoraOp{lora_dropout_mask, lora_dropout_apply, lora_dropout_backward, lora_forward, lora_backward});
 }
 
 }  // namespace twinkle::kernels::cpu

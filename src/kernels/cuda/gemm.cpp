@@ -13,8 +13,6 @@
 
 namespace twinkle::cuda::ops {
 
-namespace {
-
 // Row-major C [M, N] = alpha * op(A) op(B) + beta * C, op(A) [M, K], op(B) [K, N]; lda/ldb/ldc are the
 // row-major leading dimensions. A row-major matrix is its column-major transpose, so this is the
 // column-major C^T = op(B)^T op(A)^T with the same transpose flags and the operands swapped.
@@ -39,7 +37,6 @@ void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, con
   TWINKLE_CUDA_LAUNCHED("cublasSgemm");
 }
 
-}  // namespace
 
 void linear_forward(const float* X, const float* W, float* Y, int64_t M, int64_t N, int64_t K, bool accumulate) {
   gemm_rm(false, true, M, N, K, 1.0f, X, K, W, K, accumulate ? 1.0f : 0.0f, Y, N);

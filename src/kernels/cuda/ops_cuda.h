@@ -39,6 +39,11 @@ void attention_backward_bf16(const float* q, const float* k, const float* v, con
                              int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window);
 
 // CUDA-only helpers shared between files.
+// gemm.cpp
+/// Row-major C [M, N] = alpha * op(A) op(B) + beta * C through cublasSgemm (fp32, no TF32); op(A) [M, K],
+/// op(B) [K, N]; lda / ldb / ldc row-major leading dimensions; beta 0 or 1 where K is 0.
+void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+             const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 // elementwise.cu
 /// Strided rows (gate / up halves of a fused [T, 2I] buffer), as cpu::swiglu_forward_rows.
 void swiglu_forward_rows(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, float* h, int64_t ld_h,

@@ -23,6 +23,8 @@ std::vector<kernels::OpImpl> fused_kernels() {
       AdamwOp{ops::adamw_step},
       NormsOp{ops::sum_squares, ops::scale},
       AddOp{ops::add_inplace, ops::add, ops::add_bias_rows, ops::bias_grad_rows},
+      LoraOp{ops::lora_dropout_mask, ops::lora_dropout_apply, ops::lora_dropout_backward, ops::lora_forward,
+             ops::lora_backward},
   };
 }
 

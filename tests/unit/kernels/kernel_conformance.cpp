@@ -400,6 +400,50 @@ void bias_rows(const KernelTable& k, const std::string& name, Check& ck) {
   k.add.bias_grad_rows(dy.data(), nullptr, rows, cols);  // a frozen bias: nothing to write
 }
 
+void lora(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t T = c.pi("T"), in = c.pi("n_in"), out = c.pi("n_out"), r = c.pi("r");
+  const float s = static_cast<float>(c.meta.at("params").at("scaling").get<double>());
+  const float keep = static_cast<float>(c.meta.at("params").at("keep_scale").get<double>());
+  const auto rows = c.i("rows"), pos = c.i("pos"), ref_mask = c.i("mask");
+  std::vector<uint64_t> key(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) key[t] = (static_cast<uint64_t>(rows[t]) << 32) | static_cast<uint32_t>(pos[t]);
+  std::vector<uint8_t> m(static_cast<size_t>(T * in), 7);
+  k.lora.dropout_mask(key.data(), T, static_cast<uint64_t>(c.pi("seed")), static_cast<uint64_t>(c.pi("module_key")),
+                      c.pi("feature0"), in, static_cast<uint64_t>(c.pi("threshold")), m.data());
+  int64_t wrong = 0, kept = 0;
+  for (int64_t i = 0; i < T * in; ++i) {
+    wrong += m[i] != ref_mask[i];
+    kept += m[i];
+  }
+  ck.expect(wrong == 0, "dropout_mask: " + std::to_string(wrong) + " of " + std::to_string(T * in) +
+                            " elements differ from the reference mask");
+  ck.expect(kept > 0 && kept < T * in, "dropout_mask: the case keeps every element or none");
+  const auto x = c.f("x"), A = c.f("A"), B = c.f("B"), dy = c.f("dy");
+  std::vector<float> xd(static_cast<size_t>(T * in));
+  k.lora.dropout_apply(x.data(), m.data(), keep, xd.data(), T * in);
+  ck.close(xd, c.d("xd"), 1e-7, "dropout_apply");
+  auto y = c.f("y0");
+  std::vector<float> h(static_cast<size_t>(T * r)), dh(static_cast<size_t>(T * r)), g(static_cast<size_t>(T * in));
+  k.lora.forward(xd.data(), A.data(), B.data(), h.data(), y.data(), T, in, out, r, s);
+  ck.close(h, c.d("h"), 1e-6, "forward h");
+  ck.close(y, c.d("y"), 1e-6, "forward y");
+  auto dA = c.f("dA0"), dB = c.f("dB0");
+  k.lora.backward(xd.data(), A.data(), B.data(), dy.data(), h.data(), dh.data(), g.data(), false, dA.data(), dB.data(),
+                  T, in, out, r, s);
+  ck.close(dh, c.d("dh"), 1e-6, "backward dh");
+  ck.close(dA, c.d("dA"), 1e-6, "backward dA");
+  ck.close(dB, c.d("dB"), 1e-6, "backward dB");
+  ck.close(g, c.d("g"), 1e-6, "backward dx");
+  auto dx = c.f("dx0");  // accumulate_dx, a frozen pair (dA, dB null)
+  k.lora.backward(xd.data(), A.data(), B.data(), dy.data(), h.data(), dh.data(), dx.data(), true, nullptr, nullptr, T,
+                  in, out, r, s);
+  ck.close(dx, c.d("dx_acc"), 1e-6, "backward dx (accumulate, frozen)");
+  dx = c.f("dx0");
+  k.lora.dropout_backward(g.data(), m.data(), keep, dx.data(), T * in);
+  ck.close(dx, c.d("dx_drop"), 1e-6, "dropout_backward");
+}
+
 // ---------------------------------------------------------------- the table
 
 struct Row {
@@ -435,6 +479,7 @@ const Row kRows[] = {
     {"norms", "elementwise_1001", norms},
     {"add", "elementwise_1001", add},
     {"add", "bias_rows_37x70", bias_rows},  // F.linear's bias and its gradient
+    {"lora", "lora_13x37x29_r4", lora},     // PEFT's LoRA term and lora_dropout's mask, apply and backward
 };
 
 // Runs every row of `op` on the table's implementation of it; returns the failures.

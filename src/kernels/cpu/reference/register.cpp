@@ -23,6 +23,8 @@ void register_reference_kernels(Registry& r) {
   r.add(dev, name, AdamwOp{R::adamw_step});
   r.add(dev, name, NormsOp{R::sum_squares, R::scale});
   r.add(dev, name, AddOp{R::add_inplace, R::add, R::add_bias_rows, R::bias_grad_rows});
+  r.add(dev, name, LoraOp{R::lora_dropout_mask, R::lora_dropout_apply, R::lora_dropout_backward, R::lora_forward,
+                          R::lora_backward});
 }
 
 }  // namespace twinkle::kernels::cpu
