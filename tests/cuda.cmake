@@ -108,6 +108,9 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   file(GLOB _twinkle_tool_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tools/twinkle/*.cpp)
   twinkle_emu_program(twinkle_cuda_emu ${_twinkle_tool_srcs})
   target_compile_definitions(twinkle_cuda_emu PRIVATE TWINKLE_CUDA_BUILT TWINKLE_CUDA_ARCHS="emulated")
+  # the seed's dense recipe (examples/tp_recipe.cpp) on the emulated device
+  twinkle_emu_program(tp_recipe_cuda_emu ${CMAKE_SOURCE_DIR}/examples/tp_recipe.cpp)
+  target_compile_definitions(tp_recipe_cuda_emu PRIVATE TWINKLE_CUDA_BUILT)
   add_test(NAME cuda_model_vs_cpu_emu COMMAND test_cuda_model_emu --gtest_brief=1)
   set_tests_properties(cuda_model_vs_cpu_emu PROPERTIES LABELS cuda_emu TIMEOUT 600
                        ENVIRONMENT "TWINKLE_SOURCE_DIR=${CMAKE_SOURCE_DIR};ASAN_OPTIONS=detect_leaks=0")

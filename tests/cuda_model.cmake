@@ -74,8 +74,15 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   add_test(NAME lora_layout_cuda_tp2_pp2_dp2 COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_TRAIN_CUDA}
            --variant b --layers 4 --batch rows:8 --mbs 1 --steps 3 --against single --np 8
            --layout "--tp 2 --pp 2 --dp 2 --sequence-parallel --device cuda" --lora-r 4 --lora-alpha 8 --lora-dropout 0.1)
+  # the seed's dense recipe (tp_recipe: dp2 tp2 pp2) on the device, 8 ranks sharing it, against one CPU process
+  # (tests/reference/check_recipe.py: loss / grad norm every step, the checkpoint in PyTorch), fp32 and --lora
+  set(CHECK_RECIPE ${CMAKE_SOURCE_DIR}/tests/reference/check_recipe.py --build ${CMAKE_BINARY_DIR})
+  add_test(NAME recipe_cuda_8ranks_equals_cpu_single COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_RECIPE}
+           --steps 3 --device cuda)
+  add_test(NAME recipe_cuda_lora_8ranks_equals_cpu_single COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN}
+           ${CHECK_RECIPE} --steps 3 --lora --device cuda)
   list(APPEND TWINKLE_CUDA_LAYOUT_TESTS lora_cuda_vs_torch_dropout lora_cuda_vs_torch_rslora_tied_gqa
-       lora_layout_cuda_tp2_pp2_dp2)
+       lora_layout_cuda_tp2_pp2_dp2 recipe_cuda_8ranks_equals_cpu_single recipe_cuda_lora_8ranks_equals_cpu_single)
   list(APPEND TWINKLE_CUDA_LAYOUT_TESTS train_cuda_vs_torch_bias layout_cuda_tp2_sp_bias recompute_cuda_equals_none
        bf16_cuda_vs_cpu bf16_layout_cuda_tp2_sp bf16_layout_cuda_tp2_pp2_dp2_sp bf16_cuda_vs_fp32_vs_torch_autocast)
   set_tests_properties(${TWINKLE_CUDA_LAYOUT_TESTS} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300
@@ -125,8 +132,11 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   add_test(NAME lora_layout_cuda_tp2_pp2_dp2_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_TRAIN_CUDA} ${TWINKLE_CUDA_EMU_TWINKLE}
            --variant b --layers 4 --batch rows:8 --mbs 1 --steps 3 --against single --np 8
            --layout "--tp 2 --pp 2 --dp 2 --sequence-parallel --device cuda" --lora-r 4 --lora-alpha 8 --lora-dropout 0.1)
+  # the recipe's emulated twin: 2 steps (the full Qwen3 vocabulary's lm head dominates the emulated time)
+  add_test(NAME recipe_cuda_8ranks_equals_cpu_single_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_RECIPE} --steps 2
+           --recipe-bin ${CMAKE_BINARY_DIR}/tests/tp_recipe_cuda_emu --device cuda)
   list(APPEND TWINKLE_CUDA_EMU_TESTS lora_cuda_vs_torch_dropout_emu lora_cuda_vs_torch_rslora_tied_gqa_emu
-       lora_layout_cuda_tp2_pp2_dp2_emu)
+       lora_layout_cuda_tp2_pp2_dp2_emu recipe_cuda_8ranks_equals_cpu_single_emu)
   list(APPEND TWINKLE_CUDA_EMU_TESTS train_cuda_vs_torch_bias_emu layout_cuda_tp2_sp_bias_emu
        recompute_cuda_equals_none_emu bf16_cuda_vs_cpu_emu bf16_layout_cuda_tp2_sp_emu bf16_layout_cuda_tp2_pp2_dp2_sp_emu)
   set_tests_properties(${TWINKLE_CUDA_EMU_TESTS} PROPERTIES LABELS cuda_emu TIMEOUT 300 PROCESSORS 2

@@ -10,6 +10,8 @@ examples/moe_cp_recipe.cpp, tp=2 pp=2 cp=2 ep=2 with ring attention):
    from its ep rank) loads in the independent PyTorch reference (tests/reference/qwen3_ref.py,
    qwen3_moe_ref.py) and gives the same loss on a held-out batch as twinkle's own evaluation of
    it (1e-5 relative).
+With --device cuda (and --recipe-bin, e.g. the emulated device's tp_recipe_cuda_emu) the 8-process run
+trains on that device and the one-process run on the CPU: 1. and 2. as above.
 With --lora (tp_recipe --lora: add_adapter_to_model, r 8, alpha 32, all-linear) the recipe trains
 a LoRA adapter from a base with weights (the reference's seeded init of models/qwen3-tiny): 1. as
 above; 2. the saved PEFT adapter directory, applied to that base by tests/reference/lora_ref.py
@@ -37,6 +39,9 @@ def main():
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--recipe", choices=["tp_recipe", "moe_recipe", "moe_cp_recipe"], default="tp_recipe")
     ap.add_argument("--lora", action="store_true", help="tp_recipe --lora: train and check a LoRA adapter")
+    ap.add_argument("--recipe-bin", default="", help="the 8-rank run's recipe binary (default BUILD/examples/RECIPE; "
+                    "the CUDA emulation's twin: BUILD/tests/tp_recipe_cuda_emu)")
+    ap.add_argument("--device", default="", help="the 8-rank run's device (--device; the one-process run stays cpu)")
     args = ap.parse_args()
     moe = args.recipe != "tp_recipe"
     tiny = os.path.join(HERE, "..", "..", "models", "qwen3-tiny")  # the recipe's default model (no weights)
@@ -58,7 +63,9 @@ def main():
             run([sys.executable, os.path.join(HERE, "qwen3_ref.py"), "init", "--config",
                  os.path.join(base, "config.json"), "--seed", "4", "--out", base])
             common += ["--model", base, "--lora", "--lr", "5e-3"]
-        run([launcher, "--nproc_per_node=8", recipe, "--output-dir", os.path.join(tmp, "r8")] + common, env=env)
+        on = ["--device", args.device] if args.device else []
+        run([launcher, "--nproc_per_node=8", args.recipe_bin or recipe, "--output-dir", os.path.join(tmp, "r8")] + common
+            + on, env=env)
         run([recipe] + single + ["--output-dir", os.path.join(tmp, "r1")] + common, env=env)
         m8 = read_metrics(os.path.join(tmp, "r8", "metrics.jsonl"))
         m1 = read_metrics(os.path.join(tmp, "r1", "metrics.jsonl"))
