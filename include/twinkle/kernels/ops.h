@@ -92,8 +92,8 @@ struct GateUpSwigluOp {
   /// gu [T, 2I] = X [T, H] Wgu^T (saved for backward); a [T, I] = silu(gu[:, :I]) * gu[:, I:].
   void (*forward)(const float* X, const float* Wgu, float* gu, float* a, int64_t T, int64_t I, int64_t H);
   /// Given the saved gu and da [T, I]: dgu [T, 2I] (scratch, OVERWRITTEN with the gradient of gu; the
-  /// "bf16" set rounds that gradient straight into its bf16 GEMM operand and never touches dgu, which
-  /// may then be null: see uses_dgu), dX [T, H] (OVERWRITTEN unless accumulate_dx), dWgu [2I, H]
+  /// CPU "bf16" set rounds that gradient straight into its bf16 GEMM operand and never touches dgu,
+  /// which may then be null; the CUDA one writes it: see uses_dgu), dX [T, H] (OVERWRITTEN unless accumulate_dx), dWgu [2I, H]
   /// ACCUMULATED (skipped when null).
   void (*backward)(const float* X, const float* Wgu, const float* gu, const float* da, float* dgu, float* dX,
                    float* dWgu, int64_t T, int64_t I, int64_t H, bool accumulate_dx);

@@ -79,16 +79,17 @@ struct Qwen3ModelOptions {
   /// (plain double-accumulating loops, for debugging). Resolved for the mesh's device_type; throws
   /// twinkle::Error for a device without kernels (npu: needs CANN; cuda: not built or no GPU) or
   /// another name. On cuda the dense Qwen3 model (attention biases included) runs on tp/pp/dp
-  /// layouts; MoE, cp > 1 and LoRA are refused by name (host-side code not ported yet).
+  /// layouts, in fp32 or bf16, with or without LoRA; MoE and cp > 1 are refused by name (host-side code
+  /// not ported yet).
   std::string kernels = "fused";
   /// "fp32" (default) or "bf16": Megatron's bf16 mixed precision (Float16Module + the distributed
-  /// optimizer's fp32 main params) on the CPU. Every GEMM (kernels::mixed_precision_ops()) takes bf16
+  /// optimizer's fp32 main params) on the CPU and on cuda (the same rounding points). Every GEMM (kernels::mixed_precision_ops()) takes bf16
   /// inputs (activations, output gradients and a bf16 copy of the fp32 weight, rounded to nearest even)
   /// and accumulates and writes fp32; parameters, gradients (grad_reduce_in_fp32), AdamW state,
   /// RMSNorm statistics, RoPE, SwiGLU, attention (fp32 flash kernel: its QK^T / PV tiles are our own
   /// vectorized loops, not oneDNN GEMMs), softmax, log-sum-exp and cross entropy stay fp32. Applied
   /// by kernels::apply_mixed_precision. Throws twinkle::Error for another value and for "bf16" on a
-  /// device other than cpu.
+  /// device without a bf16 kernel set (kernels::check_mixed_precision_on).
   std::string mixed_precision = "fp32";
 };
 

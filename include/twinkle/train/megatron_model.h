@@ -65,8 +65,7 @@ struct MegatronModelOptions {
   /// "fp32" (default, as twinkle has always trained) or "bf16" (`--bf16` / `--fp32`): Megatron's bf16
   /// mixed precision as Twinkle's Megatron path runs it (mixed_precision='bf16', strategy/megatron.py):
   /// bf16 GEMM inputs with fp32 accumulation, fp32 master weights, gradients (grad_reduce_in_fp32) and
-  /// Adam state, fp32 norms / softmax / cross entropy (Qwen3ModelOptions::mixed_precision). CPU only:
-  /// "bf16" on device cuda throws twinkle::Error.
+  /// Adam state, fp32 norms / softmax / cross entropy (Qwen3ModelOptions::mixed_precision); cpu and cuda.
   std::string mixed_precision = "fp32";
   /// Overlap of the data-parallel communication (Megatron-core DistributedDataParallelConfig;
   /// DistributedOptimizer, optim/distributed_optimizer.h): start each gradient bucket's
