@@ -102,8 +102,12 @@ double linear_cross_entropy(const float* X, const float* W, const int32_t* label
       linear_backward(X + c0 * H, W, logits.as<float>(), dX + c0 * H, dW, c, V, H, false);
     }
   }
+  return sum_row_losses(row_loss.as<double>(), T);
+}
+
+double sum_row_losses(const double* row_loss, int64_t T) {
   std::vector<double> host(static_cast<size_t>(T));
-  TWINKLE_CUDA_CHECK(cudaMemcpyAsync(host.data(), row_loss.p, host.size() * sizeof(double), cudaMemcpyDeviceToHost,
+  TWINKLE_CUDA_CHECK(cudaMemcpyAsync(host.data(), row_loss, host.size() * sizeof(double), cudaMemcpyDeviceToHost,
                                      detail::stream()));
   TWINKLE_CUDA_CHECK(cudaStreamSynchronize(detail::stream()));
   double loss = 0.0;  // row order, as the CPU kernel

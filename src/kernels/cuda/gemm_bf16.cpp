@@ -140,13 +140,7 @@ double linear_cross_entropy_bf16(const float* X, const float* W, const int32_t* 
       if (dW) gemm_rm_bf16(true, false, V, H, c, dlogits.as<uint16_t>(), V, xb.as<uint16_t>(), H, 1.0f, dW, H);
     }
   }
-  std::vector<double> host(static_cast<size_t>(T));
-  TWINKLE_CUDA_CHECK(cudaMemcpyAsync(host.data(), row_loss.p, host.size() * sizeof(double), cudaMemcpyDeviceToHost,
-                                     detail::stream()));
-  TWINKLE_CUDA_CHECK(cudaStreamSynchronize(detail::stream()));
-  double loss = 0.0;  // row order, as the CPU kernel
-  for (double v : host) loss += v;
-  return loss;
+  return sum_row_losses(row_loss.as<double>(), T);
 }
 
 }  // namespace twinkle::cuda::ops

@@ -197,16 +197,6 @@ unsigned grid_for(int64_t n, int threads = 256) {
   return static_cast<unsigned>(b < 1 ? 1 : (b > 1048576 ? 1048576 : b));
 }
 
-// Scratch from the caching allocator, returned at scope exit (stream-ordered: safe to reuse).
-struct Scratch {
-  void* p = nullptr;
-  explicit Scratch(size_t bytes) : p(allocator().allocate(bytes)) {}
-  ~Scratch() { allocator().deallocate(p); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  template <typename T> T* as() const { return static_cast<T*>(p); }
-};
-
 // Device copies of host RopeTables, keyed by the table's buffers, dims and sampled values (a table
 // destroyed and another built at the same address with other values gets its own copy).
 struct RopeKey {

@@ -44,6 +44,9 @@ void attention_backward_bf16(const float* q, const float* k, const float* v, con
 /// op(B) [K, N]; lda / ldb / ldc row-major leading dimensions; beta 0 or 1 where K is 0.
 void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
              const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+/// The lm head's loss: the device row losses [T] (double) copied to the host and summed in row order, as
+/// the CPU kernel (synchronizes).
+double sum_row_losses(const double* row_loss, int64_t T);
 // elementwise.cu
 /// Strided rows (gate / up halves of a fused [T, 2I] buffer), as cpu::swiglu_forward_rows.
 void swiglu_forward_rows(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, float* h, int64_t ld_h,

@@ -594,7 +594,9 @@ void same_rounding(const std::string& op, const std::function<Outputs(const Kern
     std::printf("  %-22s %-6s cuda bf16 vs cpu bf16 %.2e (tol %.0e) | cpu fp32 vs cpu bf16 %.2e\n", op.c_str(),
                 h16[i].first.c_str(), d16, kSame, d32);
     EXPECT_LE(d16, kSame) << op << " " << h16[i].first << ": the CUDA bf16 set rounds elsewhere than the CPU set";
-    if (h16[i].second.size() > 1) EXPECT_GE(d32, 10 * kSame) << op << " " << h16[i].first << ": fp32 is as close as bf16; the check cannot fail";
+    if (h16[i].second.size() > 1) {
+      EXPECT_GE(d32, 10 * kSame) << op << " " << h16[i].first << ": fp32 is as close as bf16; the check cannot fail";
+    }
   }
 }
 
