@@ -36,3 +36,29 @@ foreach(spec ${TWINKLE_OVERLAP_LAYOUTS})
                    ${TWINKLE_MPIRUN} -np ${np} ${CMAKE_BINARY_DIR}/tests/overlap_check ${flag_list})
   set_tests_properties(overlap_identical_${name} PROPERTIES TIMEOUT 120 PROCESSORS 2 ENVIRONMENT "OMP_NUM_THREADS=1")
 endforeach()
+
+# The same on device "cuda" (dense layouts; the model, its gradients and parameters on the device, the
+# buckets through the CUDA groups' non-blocking collectives, src/dist/cuda, ordered on the backend's stream):
+# on the emulated device in every run (label cuda_emu: tests/cuda.cmake twinkle_emu_program; host-staged,
+# the emulation has no NCCL) and on a lent GPU (label gpu; the ranks share it, so host-staged there too).
+if(TWINKLE_WITH_CUDA_BACKEND)
+  twinkle_emu_program(overlap_check_cuda_emu ${CMAKE_SOURCE_DIR}/tests/dist/overlap_check.cpp)
+  foreach(spec "dp2|2|--dp 2" "dp2_allreduce|2|--dp 2 --no-distopt" "tp2_dp2_sp|4|--tp 2 --dp 2 --sp")
+    string(REPLACE "|" ";" parts "${spec}")
+    list(GET parts 0 name)
+    list(GET parts 1 np)
+    list(GET parts 2 flags)
+    separate_arguments(flag_list UNIX_COMMAND "${flags}")
+    add_test(NAME overlap_identical_cuda_${name}_emu
+             COMMAND ${TWINKLE_CHECK_RUN} "overlap_check OK: ${np} ranks on cuda.*"
+                     ${TWINKLE_MPIRUN} -np ${np} -x ASAN_OPTIONS=detect_leaks=0
+                     ${CMAKE_BINARY_DIR}/tests/overlap_check_cuda_emu ${flag_list} --device cuda)
+    set_tests_properties(overlap_identical_cuda_${name}_emu PROPERTIES LABELS cuda_emu TIMEOUT 300 PROCESSORS 2
+                         ENVIRONMENT "OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
+    add_test(NAME overlap_identical_cuda_${name}
+             COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_CHECK_RUN} "overlap_check OK: ${np} ranks on cuda.*"
+                     ${TWINKLE_MPIRUN} -np ${np} ${CMAKE_BINARY_DIR}/tests/overlap_check ${flag_list} --device cuda)
+    set_tests_properties(overlap_identical_cuda_${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300
+                         ENVIRONMENT "OMP_NUM_THREADS=1;TWINKLE_CUDA_COMM=staged")
+  endforeach()
+endif()

@@ -123,23 +123,13 @@ DistributedOptimizer::DistributedOptimizer(ParamStore& store, std::shared_ptr<di
   }
 }
 
-float* DistributedOptimizer::bucket_scratch(int64_t n) {
-  if (store_.device() == Device::CPU) {
-    if (static_cast<int64_t>(scratch_.size()) < n) scratch_.resize(static_cast<size_t>(n));
-    return scratch_.data();
-  }
-  if (!dscratch_.defined() || dscratch_.numel() < n) dscratch_ = Tensor::zeros({n}, DType::F32, store_.device());
-  return dscratch_.f32();
-}
-
 bool DistributedOptimizer::in_store(const Param& p) const {
   const auto& v = store_.params();
   return !v.empty() && &p >= v.data() && &p < v.data() + v.size();
 }
 
-// Starts bucket b's gradient collective (in place on the gradient buffer). A device store keeps
-// the blocking path through a scratch buffer (its collectives are NCCL's or staged through host
-// memory, ProcessGroup's blocking calls), finished at once.
+// Starts bucket b's gradient collective (in place on the gradient buffer; on a device store in the
+// backend's stream order, ProcessGroup::iall_reduce's contract).
 void DistributedOptimizer::launch_grad(Bucket& b) {
   const Region& rg = regions_[b.region];
   auto& g = *rg.group;
@@ -147,18 +137,6 @@ void DistributedOptimizer::launch_grad(Bucket& b) {
   float* grads = store_.flat_grads().f32();
   b.launched = true;
   ++stats_.grad_buckets;
-  if (store_.device() != Device::CPU) {
-    if (cfg_.use_distributed_optimizer) {
-      const int64_t shard = b.len / n;
-      float* scratch = bucket_scratch(shard);
-      g.reduce_scatter(grads + b.start, scratch, shard);
-      copy_bytes(store_.device(), grads + b.start + g.rank() * shard, scratch, static_cast<size_t>(shard) * 4);
-    } else {
-      g.all_reduce(grads + b.start, b.len, DType::F32, dist::ReduceOp::Sum);
-    }
-    b.done = true;
-    return;
-  }
   b.grad_work = cfg_.use_distributed_optimizer ? g.ireduce_scatter(grads + b.start, b.len / n)
                                                : g.iall_reduce(grads + b.start, b.len);
 }
@@ -175,7 +153,8 @@ void DistributedOptimizer::complete_grad(Bucket& b) {
   if (cfg_.use_distributed_optimizer && g.rank() > 0) {
     const int64_t shard = b.len / g.size();
     float* grads = store_.flat_grads().f32();
-    std::memmove(grads + b.start + g.rank() * shard, grads + b.start, static_cast<size_t>(shard) * 4);
+    // disjoint: [r * shard, (r + 1) * shard) and [0, shard) for r >= 1 (on the device: stream-ordered)
+    copy_bytes(store_.device(), grads + b.start + g.rank() * shard, grads + b.start, static_cast<size_t>(shard) * 4);
   }
   b.done = true;
 }
@@ -269,12 +248,6 @@ void DistributedOptimizer::start_param_sync() {
     auto& g = *regions_[b.region].group;
     const int64_t n = g.size(), shard = b.len / n;
     ++stats_.param_buckets;
-    if (store_.device() != Device::CPU) {
-      float* scratch = bucket_scratch(shard);
-      copy_bytes(store_.device(), scratch, params + b.start + g.rank() * shard, static_cast<size_t>(shard) * 4);
-      g.all_gather(scratch, params + b.start, shard, DType::F32);
-      continue;
-    }
     b.param_work = g.iall_gather(params + b.start, shard);
     if (!cfg_.overlap_param_gather) {
       b.param_work->wait();

@@ -99,6 +99,33 @@ void run(dist::ProcessGroup& g) {
     for (int64_t i = 0; i < c; ++i)
       CHECK_EQ_AT(o[i], static_cast<float>(n * (n - 1) / 2 + n * (r * c + i)), "reduce_scatter in place");
   }
+  // the non-blocking in-place forms the gradient buckets use (results ordered before later work on the
+  // backend's stream, where the download below runs): three in flight at once, completed by test() and wait()
+  {
+    std::vector<float> v(n * c), mine(n * c, -1.0f);
+    for (int64_t k = 0; k < n * c; ++k) v[k] = static_cast<float>(r + k);
+    for (int64_t i = 0; i < c; ++i) mine[r * c + i] = static_cast<float>(r * 100 + i);
+    Tensor ar = up(std::vector<float>(v.begin(), v.begin() + c), DType::F32), rs = up(v, DType::F32),
+           ag = up(mine, DType::F32);
+    const int64_t b0 = g.bytes_sent();
+    auto w1 = g.iall_reduce(ar.f32(), c);
+    auto w2 = g.ireduce_scatter(rs.f32(), c);
+    auto w3 = g.iall_gather(ag.f32(), c);
+    CHECK_EQ_AT(g.bytes_sent() - b0, 2 * (n - 1) * c * 4 / n + 2 * (n - 1) * c * 4, "non-blocking bytes");
+    while (!w1->test()) {
+    }
+    w2->wait();
+    w3->wait();
+    CHECK_EQ_AT(w3->test(), true, "a waited work tests complete");
+    auto o = down<float>(ar);
+    for (int64_t i = 0; i < c; ++i) CHECK_EQ_AT(o[i], static_cast<float>(n * (n - 1) / 2 + n * i), "iall_reduce");
+    o = down<float>(rs);
+    for (int64_t i = 0; i < c; ++i)
+      CHECK_EQ_AT(o[i], static_cast<float>(n * (n - 1) / 2 + n * (r * c + i)), "ireduce_scatter");
+    o = down<float>(ag);
+    for (int j = 0; j < n; ++j)
+      for (int64_t i = 0; i < c; ++i) CHECK_EQ_AT(o[j * c + i], static_cast<float>(j * 100 + i), "iall_gather");
+  }
   // broadcast from the last rank
   {
     Tensor d = up(std::vector<int32_t>{r, r + 1, r + 2}, DType::I32);

@@ -12,9 +12,12 @@
 // any communication: on every layout (pp included, where only the last stage used to throw, from
 // its backward, while stage 0 waited for that gradient forever; and a replica without a
 // micro-batch). The job must then go on: the step and one more forward_backward + step.
+// With --device cuda the model, its gradients and parameters live on the device and the bucket
+// collectives are the CUDA groups' non-blocking ones (src/dist/cuda: ordered on the backend's stream;
+// on the emulated device, tests/cuda.cmake overlap_check_cuda_emu, host-staged through MPI).
 //
 // Usage: overlap_check [--tp N] [--pp N] [--dp N] [--ep N] [--etp N] [--sp] [--moe] [--no-distopt]
-//                      [--short]   (--short: one row in the global batch, so a dp replica runs
+//                      [--device cpu|cuda] [--short]   (--short: one row in the global batch, so a dp replica runs
 //                                   no micro-batch and reports its gradients only in finalize)
 //   (world size = tp * pp * dp; prints "overlap_check OK ..." on rank 0)
 #include <algorithm>
@@ -71,6 +74,7 @@ struct Setup {
                             .overlap_grad_reduce = grad_overlap,
                             .overlap_param_gather = param_overlap}),
         mbs(testutil::seeded_micro_batches(ps->mesh.dp_size(), ps->coord.dp, rows_n, 17)) {
+    opt.set_kernels(m.kernels());  // the model's device (cpu, or cuda with --device cuda)
     eng.set_optimizer(&opt);
   }
 };
@@ -88,13 +92,13 @@ Run run(bool grad_overlap, bool param_overlap, bool moe, bool distopt, int64_t r
     r.trace.losses.push_back(res.loss);
     if (s == 2) {
       opt.reduce_gradients();
-      const Tensor& g = m.store().flat_grads();
+      const Tensor g = m.store().flat_grads().to(Device::CPU);
       r.trace.grads.assign(g.f32(), g.f32() + g.numel());
     }
     r.trace.norms.push_back(opt.step(1e-3, 1.0).grad_norm);
   }
   opt.finish_param_sync();
-  const Tensor& p = m.store().flat_params();
+  const Tensor p = m.store().flat_params().to(Device::CPU);
   r.trace.params.assign(p.f32(), p.f32() + p.numel());
   r.stats = opt.comm_stats();
   return r;
@@ -135,6 +139,7 @@ int body(int argc, char** argv) {
     else if (a == "--moe") moe = true;
     else if (a == "--no-distopt") distopt = false;
     else if (a == "--short") short_batch = true;
+    else if (a == "--device" && i + 1 < argc) ms.device_type = argv[++i];
     else throw Error("overlap_check: unknown option " + a);
   }
   initialize({.global_device_mesh = DeviceMesh::from_sizes(ms)});
@@ -178,10 +183,10 @@ int body(int argc, char** argv) {
   }
   world.all_reduce(&bad, 1);
   if (world.rank() == 0 && bad == 0)
-    std::printf("overlap_check OK: %d ranks%s%s, 3 steps bit-identical off / grad / grad+param; rank 0: %lld of %lld "
+    std::printf("overlap_check OK: %d ranks on %s%s%s, 3 steps bit-identical off / grad / grad+param; rank 0: %lld of %lld "
                 "gradient buckets started in the backward, %lld of %lld all-gathers waited in the forward; "
                 "losses %.9f %.9f %.9f\n",
-                world.size(), moe ? " (MoE)" : "", distopt ? "" : " (no distributed optimizer)",
+                world.size(), ms.device_type.c_str(), moe ? " (MoE)" : "", distopt ? "" : " (no distributed optimizer)",
                 static_cast<long long>(both.stats.grad_buckets_early), static_cast<long long>(both.stats.grad_buckets),
                 static_cast<long long>(both.stats.param_buckets_forward), static_cast<long long>(both.stats.param_buckets),
                 off.trace.losses[0], off.trace.losses[1], off.trace.losses[2]);

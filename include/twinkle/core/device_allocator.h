@@ -36,6 +36,10 @@ class DeviceAllocator {
   virtual void fill_zero(void* ptr, size_t bytes) = 0;
   /// Blocks until all work queued on the backend's stream is done.
   virtual void synchronize() = 0;
+  /// The backend's stream as its native handle (cudaStream_t for cuda), for code below the backend that
+  /// orders its own device work on it (the CUDA process groups' non-blocking collectives,
+  /// src/dist/cuda); nullptr: the device's default stream.
+  virtual void* stream() { return nullptr; }
   /// One line for logs: device name and counters.
   virtual std::string describe() const = 0;
 };

@@ -35,7 +35,10 @@
 //    overlap_param_gather step() only starts the all-gathers, in order of first use in the
 //    forward, and each is waited for in param_use just before a forward reads the bucket (the
 //    forward pre-hooks). Both switches change when the same collectives run, never what they
-//    compute: results are bit-identical (tests/dist/overlap_check.cpp).
+//    compute: results are bit-identical (tests/dist/overlap_check.cpp). On a device store the
+//    same non-blocking collectives order themselves on the backend's stream (the CUDA groups,
+//    src/dist/cuda: NCCL through events, host-staged through the MPI request and a copy queued
+//    back), so a bucket's reduction never makes the host wait for the device where NCCL is used.
 //    Megatron's and Twinkle's default is off for both (Twinkle's DDP config, strategy/megatron.py).
 //  * Gradients are zeroed after every step (unlike upstream Twinkle, whose DDP buffers leak).
 //  * A non-finite global grad norm (NaN / inf on any rank: the norm is reduced over the
@@ -235,13 +238,12 @@ class DistributedOptimizer {
   bool param_pending_ = false;
   CommOverlapStats stats_;
   std::vector<Segment> segments_;                     // owned elements split at param boundaries
-  std::vector<float> m_, v_, scratch_;  // host store: AdamW state and the ZeRO bucket scratch
-  // Device store (the model's GPU): the same buffers in device memory; m_/v_/scratch_ stay empty.
-  Tensor dm_, dv_, dscratch_;
+  std::vector<float> m_, v_;  // host store: AdamW state
+  // Device store (the model's GPU): the same buffers in device memory; m_/v_ stay empty.
+  Tensor dm_, dv_;
   int64_t state_n_ = 0;
   float* m_state() { return dm_.defined() ? dm_.f32() : m_.data(); }
   float* v_state() { return dv_.defined() ? dv_.f32() : v_.data(); }
-  float* bucket_scratch(int64_t n);
   int64_t step_ = 0;
   int64_t last_bytes_ = 0;
   double last_dense_sq_ = 0, last_expert_sq_ = 0;

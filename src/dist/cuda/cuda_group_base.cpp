@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "twinkle/core/device_allocator.h"
+
 namespace twinkle::dist {
 
 bool is_cuda_pointer(const void* p) {
@@ -34,6 +36,11 @@ Where CudaGroupBase::where(const char* call, std::initializer_list<const void*> 
   check(dev == 0 || hostn == 0, "process group '" + name() + "': " + call +
                                     " mixes host and device buffers (pass both on the GPU or both in host memory)");
   return dev > 0 ? Where::Device : Where::Host;
+}
+
+cudaStream_t CudaGroupBase::compute_stream() {
+  return has_device_allocator(Device::CUDA) ? static_cast<cudaStream_t>(device_allocator(Device::CUDA).stream())
+                                            : nullptr;
 }
 
 void CudaGroupBase::sync_device() const { TWINKLE_CUDA_CHECK_GROUP(cudaDeviceSynchronize(), name()); }
@@ -97,6 +104,64 @@ void CudaGroupBase::reduce_scatter(const float* send, float* recv, int64_t count
   sync_device();
   d_reduce_scatter(send, recv, count);
   bytes_sent_ += (size() - 1) * bytes;
+}
+
+std::unique_ptr<CommWork> CudaGroupBase::iall_reduce(float* buf, int64_t count) {
+  const int64_t b0 = host_->bytes_sent();
+  if (where("iall_reduce", {buf}) == Where::Host) {
+    auto w = host_->iall_reduce(buf, count);
+    bytes_sent_ += host_->bytes_sent() - b0;
+    return w;
+  }
+  const int64_t bytes = comm_bytes(count, DType::F32);
+  if (size() == 1 || count == 0) return completed_work();
+  auto w = d_iall_reduce(buf, count);
+  bytes_sent_ += 2 * (size() - 1) * bytes / size();
+  return w;
+}
+
+std::unique_ptr<CommWork> CudaGroupBase::ireduce_scatter(float* buf, int64_t count) {
+  const int64_t b0 = host_->bytes_sent();
+  if (where("ireduce_scatter", {buf}) == Where::Host) {
+    auto w = host_->ireduce_scatter(buf, count);
+    bytes_sent_ += host_->bytes_sent() - b0;
+    return w;
+  }
+  const int64_t bytes = comm_bytes(count, DType::F32);
+  if (size() == 1 || count == 0) return completed_work();
+  auto w = d_ireduce_scatter(buf, count);
+  bytes_sent_ += (size() - 1) * bytes;
+  return w;
+}
+
+std::unique_ptr<CommWork> CudaGroupBase::iall_gather(float* buf, int64_t count) {
+  const int64_t b0 = host_->bytes_sent();
+  if (where("iall_gather", {buf}) == Where::Host) {
+    auto w = host_->iall_gather(buf, count);
+    bytes_sent_ += host_->bytes_sent() - b0;
+    return w;
+  }
+  const int64_t bytes = comm_bytes(count, DType::F32);
+  if (size() == 1 || count == 0) return completed_work();
+  auto w = d_iall_gather(buf, count);
+  bytes_sent_ += (size() - 1) * bytes;
+  return w;
+}
+
+std::unique_ptr<CommWork> CudaGroupBase::d_iall_reduce(float* buf, int64_t count) {
+  sync_device();
+  d_all_reduce(buf, count, DType::F32, ReduceOp::Sum);
+  return completed_work();
+}
+std::unique_ptr<CommWork> CudaGroupBase::d_ireduce_scatter(float* buf, int64_t count) {
+  sync_device();
+  d_reduce_scatter(buf, buf, count);
+  return completed_work();
+}
+std::unique_ptr<CommWork> CudaGroupBase::d_iall_gather(float* buf, int64_t count) {
+  sync_device();
+  d_all_gather(buf + static_cast<int64_t>(rank()) * count, buf, count, DType::F32);
+  return completed_work();
 }
 
 void CudaGroupBase::all_to_all_v(const void* send, const std::vector<int64_t>& sc, const std::vector<int64_t>& sd,

@@ -41,6 +41,15 @@ class CudaGroupBase : public ProcessGroup {
   void send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf, int64_t recv_count, int src,
                  DType dtype, int tag) override;
   void barrier() override { host_->barrier(); }
+  /// Non-blocking, in place (ProcessGroup's contract). Host buffers: the host group's own. Device buffers:
+  /// the collective starts after the work queued so far on the compute stream (compute_stream()), and
+  /// once the returned work has completed (test() true, or wait() returned) its result is ordered before
+  /// every later piece of work on that stream: wait() queues the hand-over on the device and returns
+  /// without waiting for the device where the group can (NCCL: an event; host-staged: the MPI request
+  /// is waited for on the host, the copy back queued on the stream).
+  std::unique_ptr<CommWork> iall_reduce(float* buf, int64_t count) override;
+  std::unique_ptr<CommWork> ireduce_scatter(float* buf, int64_t count) override;
+  std::unique_ptr<CommWork> iall_gather(float* buf, int64_t count) override;
 
   using ProcessGroup::all_reduce;
 
@@ -58,6 +67,15 @@ class CudaGroupBase : public ProcessGroup {
   /// Either half may be absent (count 0 or peer -1, already normalised to count 0); peers != rank().
   virtual void d_send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf, int64_t recv_count,
                            int src, DType dtype, int tag) = 0;
+  /// Non-blocking device versions (size() > 1, count > 0, buf on the device; semantics as iall_reduce
+  /// above). Defaults: the blocking d_* after a device synchronize, and a completed work.
+  virtual std::unique_ptr<CommWork> d_iall_reduce(float* buf, int64_t count);
+  virtual std::unique_ptr<CommWork> d_ireduce_scatter(float* buf, int64_t count);
+  virtual std::unique_ptr<CommWork> d_iall_gather(float* buf, int64_t count);
+
+  /// The CUDA backend's stream (twinkle/kernels/cuda/runtime.h, reached through Device::CUDA's
+  /// DeviceAllocator::stream); the legacy default stream when the backend is not initialised.
+  static cudaStream_t compute_stream();
 
   /// Host or device for the buffers of one call (null / empty buffers are ignored).
   Where where(const char* call, std::initializer_list<const void*> bufs) const;

@@ -113,6 +113,50 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
+// An event, destroyed with its owner (cudaEventDestroy of a pending event is allowed: it is released once
+// the work before it completes).
+struct Event {
+  cudaEvent_t e = nullptr;
+  explicit Event(const std::string& group) {
+    TWINKLE_CUDA_CHECK_GROUP(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), group);
+  }
+  ~Event() {
+    if (e) (void)cudaEventDestroy(e);
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+};
+
+// A collective queued on the group's NCCL stream: `done` is recorded after it. Completion makes the
+// compute stream wait for `done` (cudaStreamWaitEvent): no host wait. test() asks the event.
+class NcclWork final : public CommWork {
+ public:
+  NcclWork(std::string group, cudaStream_t compute)
+      : group_(std::move(group)), done_(group_), compute_(compute) {}
+  cudaEvent_t done() const { return done_.e; }
+  bool test() override {
+    if (handed_) return true;
+    const cudaError_t q = cudaEventQuery(done_.e);
+    if (q == cudaErrorNotReady) return false;
+    TWINKLE_CUDA_CHECK_GROUP(q, group_);
+    hand_over();
+    return true;
+  }
+  void wait() override {
+    if (!handed_) hand_over();
+  }
+
+ private:
+  void hand_over() {
+    handed_ = true;
+    TWINKLE_CUDA_CHECK_GROUP(cudaStreamWaitEvent(compute_, done_.e, 0), group_);
+  }
+  std::string group_;
+  Event done_;
+  cudaStream_t compute_;
+  bool handed_ = false;
+};
+
 class NcclProcessGroup final : public CudaGroupBase {
  public:
   using CudaGroupBase::CudaGroupBase;
@@ -185,6 +229,29 @@ class NcclProcessGroup final : public CudaGroupBase {
     TWINKLE_NCCL(nccl().Recv(buf, static_cast<size_t>(count), nccl_type(dtype), peer, c, stream_));
     wait();
   }
+  // The non-blocking forms: the NCCL stream waits (an event) for the compute stream's work so far, runs
+  // the collective and records the work's event; the host waits for nothing.
+  std::unique_ptr<CommWork> d_iall_reduce(float* buf, int64_t count) override {
+    auto w = start();
+    TWINKLE_NCCL(nccl().AllReduce(buf, buf, static_cast<size_t>(count), ncclFloat32, ncclSum, comm_, stream_));
+    return finish(std::move(w));
+  }
+  std::unique_ptr<CommWork> d_ireduce_scatter(float* buf, int64_t count) override {
+    auto w = start();
+    float* mine = buf + rank() * count;  // NCCL's in-place form, then the block to the front (disjoint)
+    TWINKLE_NCCL(nccl().ReduceScatter(buf, mine, static_cast<size_t>(count), ncclFloat32, ncclSum, comm_, stream_));
+    if (rank() != 0)
+      TWINKLE_CUDA_CHECK_GROUP(cudaMemcpyAsync(buf, mine, static_cast<size_t>(count) * 4, cudaMemcpyDeviceToDevice,
+                                               stream_),
+                               name());
+    return finish(std::move(w));
+  }
+  std::unique_ptr<CommWork> d_iall_gather(float* buf, int64_t count) override {
+    auto w = start();
+    TWINKLE_NCCL(nccl().AllGather(buf + rank() * count, buf, static_cast<size_t>(count), ncclFloat32, comm_, stream_));
+    return finish(std::move(w));
+  }
+
   void d_send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf, int64_t recv_count, int src,
                    DType dtype, int) override {
     ncclComm_t c = comm();
@@ -210,6 +277,20 @@ class NcclProcessGroup final : public CudaGroupBase {
     return comm_;
   }
   void wait() { TWINKLE_CUDA_CHECK_GROUP(cudaStreamSynchronize(stream_), name()); }
+  // The NCCL stream after the compute stream's queued work (an event between them).
+  std::unique_ptr<NcclWork> start() {
+    comm();
+    const cudaStream_t compute = compute_stream();
+    auto w = std::make_unique<NcclWork>(name(), compute);
+    Event ready(name());
+    TWINKLE_CUDA_CHECK_GROUP(cudaEventRecord(ready.e, compute), name());
+    TWINKLE_CUDA_CHECK_GROUP(cudaStreamWaitEvent(stream_, ready.e, 0), name());
+    return w;
+  }
+  std::unique_ptr<CommWork> finish(std::unique_ptr<NcclWork> w) {
+    TWINKLE_CUDA_CHECK_GROUP(cudaEventRecord(w->done(), stream_), name());
+    return w;
+  }
 
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;

@@ -1,6 +1,8 @@
 // StagedProcessGroup: device buffers copied to host memory, through the wrapped (MPI) group's
 // collective, and back (twinkle/dist/nccl_process_group.h). For ranks that share one GPU, which
-// NCCL refuses in one communicator. The staging buffers grow and are reused across calls.
+// NCCL refuses in one communicator. The staging buffers of the blocking calls grow and are reused
+// across calls; a non-blocking call owns its staging buffer until it completes.
+#include <memory>
 #include <vector>
 
 #include "cuda_group_base.h"
@@ -9,6 +11,47 @@ namespace twinkle::dist {
 namespace {
 
 using cuda_detail::CudaGroupBase;
+
+// A non-blocking staged collective: the host group's work on `host`, then bytes [off, off + bytes) of it
+// copied back to `dst` on the compute stream (queued, in stream order: the host does not wait for it). The
+// host buffer may go once the copy is queued (pageable memory is staged by cudaMemcpyAsync).
+class StagedWork final : public CommWork {
+ public:
+  StagedWork(std::string group, std::vector<char> host, std::unique_ptr<CommWork> mpi, void* dst, int64_t off,
+             int64_t bytes, cudaStream_t stream)
+      : group_(std::move(group)), host_(std::move(host)), mpi_(std::move(mpi)), dst_(dst), off_(off), bytes_(bytes),
+        stream_(stream) {}
+  ~StagedWork() override {
+    if (!uploaded_) mpi_.reset();  // the host request completes (MpiWork waits); nothing is copied back
+  }
+  bool test() override {
+    if (uploaded_) return true;
+    if (!mpi_->test()) return false;
+    upload();
+    return true;
+  }
+  void wait() override {
+    if (uploaded_) return;
+    mpi_->wait();
+    upload();
+  }
+
+ private:
+  void upload() {
+    uploaded_ = true;
+    TWINKLE_CUDA_CHECK_GROUP(
+        cudaMemcpyAsync(dst_, host_.data() + off_, static_cast<size_t>(bytes_), cudaMemcpyHostToDevice, stream_),
+        group_);
+    std::vector<char>().swap(host_);
+  }
+  std::string group_;
+  std::vector<char> host_;
+  std::unique_ptr<CommWork> mpi_;
+  void* dst_;
+  int64_t off_, bytes_;
+  cudaStream_t stream_;
+  bool uploaded_ = false;
+};
 
 class StagedProcessGroup final : public CudaGroupBase {
  public:
@@ -78,6 +121,31 @@ class StagedProcessGroup final : public CudaGroupBase {
     host_->recv(h, count, dtype, peer, tag);
     up(buf, h, b);
   }
+  // The non-blocking forms: the device bytes come down on the compute stream (a device-to-host copy into
+  // pageable memory waits for the work queued before it, as the host must have the bytes to send them),
+  // the host group's non-blocking collective runs on them, and completion queues the copy back.
+  std::unique_ptr<CommWork> d_iall_reduce(float* buf, int64_t count) override {
+    const int64_t b = count * 4;
+    std::vector<char> h(static_cast<size_t>(b));
+    down_on_stream(h.data(), buf, b);
+    auto mpi = host_->iall_reduce(reinterpret_cast<float*>(h.data()), count);
+    return std::make_unique<StagedWork>(name(), std::move(h), std::move(mpi), buf, 0, b, compute_stream());
+  }
+  std::unique_ptr<CommWork> d_ireduce_scatter(float* buf, int64_t count) override {
+    const int64_t b = count * 4;
+    std::vector<char> h(static_cast<size_t>(b * size()));
+    down_on_stream(h.data(), buf, b * size());
+    auto mpi = host_->ireduce_scatter(reinterpret_cast<float*>(h.data()), count);
+    return std::make_unique<StagedWork>(name(), std::move(h), std::move(mpi), buf, 0, b, compute_stream());
+  }
+  std::unique_ptr<CommWork> d_iall_gather(float* buf, int64_t count) override {
+    const int64_t b = count * 4, mine = b * rank();
+    std::vector<char> h(static_cast<size_t>(b * size()));
+    down_on_stream(h.data() + mine, reinterpret_cast<const char*>(buf) + mine, b);
+    auto mpi = host_->iall_gather(reinterpret_cast<float*>(h.data()), count);
+    return std::make_unique<StagedWork>(name(), std::move(h), std::move(mpi), buf, 0, b * size(), compute_stream());
+  }
+
   void d_send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf, int64_t recv_count, int src,
                    DType dtype, int tag) override {
     const int64_t sb = comm_bytes(send_count, dtype), rb = comm_bytes(recv_count, dtype);
@@ -95,6 +163,11 @@ class StagedProcessGroup final : public CudaGroupBase {
   }
   void down(void* h, const void* d, int64_t bytes) const {
     if (bytes > 0) TWINKLE_CUDA_CHECK_GROUP(cudaMemcpy(h, d, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost), name());
+  }
+  void down_on_stream(void* h, const void* d, int64_t bytes) const {
+    if (bytes > 0)
+      TWINKLE_CUDA_CHECK_GROUP(
+          cudaMemcpyAsync(h, d, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, compute_stream()), name());
   }
   void up(void* d, const void* h, int64_t bytes) const {
     if (bytes <= 0) return;

@@ -65,7 +65,8 @@ struct Scratch {
 // Kernel launch on the backend's stream, and a kernel's dynamic shared memory (macros so that the same
 // sources also build against the host emulation of tests/cuda/emu).
 #ifdef TWINKLE_CUDA_SHIM
-#define TWINKLE_LAUNCH(kernel, grid, block, smem, ...) ::twinkle_shim::launch(kernel, grid, block, smem, __VA_ARGS__)
+#define TWINKLE_LAUNCH(kernel, grid, block, smem, ...) \
+  ::twinkle_shim::launch_on(::twinkle::cuda::detail::stream(), kernel, grid, block, smem, __VA_ARGS__)
 #define TWINKLE_DYN_SMEM(T, name) T* name = static_cast<T*>(::twinkle_shim::dyn_smem())
 #else
 #define TWINKLE_LAUNCH(kernel, grid, block, smem, ...) \

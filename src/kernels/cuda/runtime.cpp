@@ -166,6 +166,7 @@ class CudaDeviceAllocator final : public DeviceAllocator {
     TWINKLE_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, detail::stream()));
   }
   void synchronize() override { cuda::synchronize(); }
+  void* stream() override { return detail::stream(); }
   std::string describe() const override {
     return "cuda:" + std::to_string(current_device()) + " caching allocator: " + cache_.summary();
   }

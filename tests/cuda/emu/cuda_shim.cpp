@@ -12,6 +12,8 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -713,7 +715,7 @@ cudaError_t set_smem_attribute(const void* fn, int bytes) {
   return cudaSuccess;
 }
 
-cudaError_t run_grid(const LaunchCfg& cfg, void (*thunk)(void*), void* ctx) {
+cudaError_t check_launch_config(const LaunchCfg& cfg) {
   const unsigned nt = cfg.block.x * cfg.block.y * cfg.block.z;
   int allowed = 48 * 1024;
   {
@@ -725,6 +727,12 @@ cudaError_t run_grid(const LaunchCfg& cfg, void (*thunk)(void*), void* ctx) {
     return fail(cudaErrorInvalidConfiguration,
                 "refused launch of kernel %s: block %u threads, grid %u x %u x %u, %zu B dynamic smem (allowed %d)",
                 kernel_name(cfg.fn).c_str(), nt, cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.smem, allowed);
+  return cudaSuccess;
+}
+
+cudaError_t run_grid(const LaunchCfg& cfg, void (*thunk)(void*), void* ctx) {
+  if (const cudaError_t e = check_launch_config(cfg)) return e;
+  const unsigned nt = cfg.block.x * cfg.block.y * cfg.block.z;
   Worker& w = t_worker;
   if (w.block) return fail(cudaErrorLaunchFailure, "a kernel launch from inside a kernel");
   BlockRun b;
@@ -768,6 +776,127 @@ cudaError_t run_grid(const LaunchCfg& cfg, void (*thunk)(void*), void* ctx) {
   return rc;
 }
 
+// ---------------------------------------------------------------- streams and events
+namespace {
+
+// One stream: the queued work in order, counted (an event is a position in this count).
+struct Stream {
+  std::deque<std::function<cudaError_t()>> q;
+  uint64_t queued = 0, done = 0;
+  bool blocking = false;  // created without cudaStreamNonBlocking: synchronizes with the legacy stream
+  bool live = true;
+};
+
+// Every stream and event operation holds this lock; work runs under it (recursive: a queued wait for
+// another stream runs that stream's work from inside this one's).
+std::recursive_mutex& streams_mu() {
+  static auto* m = new std::recursive_mutex();
+  return *m;
+}
+Stream& legacy_stream() {
+  static auto* s = new Stream();
+  return *s;
+}
+// The created streams, never freed (a destroyed one stays, marked, so a stale handle is recognised).
+std::vector<Stream*>& created_streams() {
+  static auto* v = new std::vector<Stream*>();
+  return *v;
+}
+cudaError_t g_async_error = cudaSuccess;  // the first fault of queued work not yet reported
+
+bool eager() {
+  static const bool on = [] {
+    const char* v = std::getenv("TWINKLE_CUDA_SHIM_EAGER");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
+// The stream of handle h (nullptr: the legacy stream); null, with the error recorded, for a handle that is no
+// live stream.
+Stream* stream_of(cudaStream_t h, const char* call) {
+  if (!h) return &legacy_stream();
+  auto* s = static_cast<Stream*>(h);
+  const auto& all = created_streams();
+  if (std::find(all.begin(), all.end(), s) == all.end() || !s->live) {
+    fail(cudaErrorInvalidResourceHandle, "%s(stream %p): not a live stream (never created, or destroyed)", call, h);
+    return nullptr;
+  }
+  return s;
+}
+
+// Runs s's queued work until `upto` items of it are done.
+void drain(Stream& s, uint64_t upto) {
+  std::lock_guard<std::recursive_mutex> lk(streams_mu());
+  while (s.done < upto && !s.q.empty()) {
+    std::function<cudaError_t()> work = std::move(s.q.front());
+    s.q.pop_front();
+    const cudaError_t e = work();
+    ++s.done;
+    if (e != cudaSuccess && g_async_error == cudaSuccess) g_async_error = e;
+  }
+}
+void drain_all() {
+  std::lock_guard<std::recursive_mutex> lk(streams_mu());
+  drain(legacy_stream(), legacy_stream().queued);
+  for (Stream* s : created_streams()) drain(*s, s->queued);
+}
+// What the legacy stream's synchronous calls wait for: the legacy stream and the blocking streams.
+void drain_for_legacy() {
+  std::lock_guard<std::recursive_mutex> lk(streams_mu());
+  for (Stream* s : created_streams())
+    if (s->live && s->blocking) drain(*s, s->queued);
+  drain(legacy_stream(), legacy_stream().queued);
+}
+// The first unreported fault of queued work (then cleared), or cudaSuccess.
+cudaError_t take_async_error() {
+  std::lock_guard<std::recursive_mutex> lk(streams_mu());
+  const cudaError_t e = g_async_error;
+  g_async_error = cudaSuccess;
+  if (e != cudaSuccess) t_last = e;
+  return e;
+}
+
+void push(Stream& s, std::function<cudaError_t()> work) {
+  s.q.push_back(std::move(work));
+  ++s.queued;
+}
+// A queued wait: `other` done up to `pos`.
+std::function<cudaError_t()> wait_for(Stream* other, uint64_t pos) {
+  return [other, pos] {
+    drain(*other, pos);
+    return cudaSuccess;
+  };
+}
+
+}  // namespace
+
+}  // namespace twinkle_shim
+
+struct CUevent_st {
+  twinkle_shim::Stream* stream = nullptr;  // null: never recorded (complete)
+  uint64_t pos = 0;                        // complete once stream->done >= pos
+};
+
+namespace twinkle_shim {
+
+cudaError_t enqueue(cudaStream_t h, std::function<cudaError_t()> work) {
+  std::lock_guard<std::recursive_mutex> lk(streams_mu());
+  Stream* s = stream_of(h, "enqueue");
+  if (!s) return cudaErrorInvalidResourceHandle;
+  // the legacy stream's implicit synchronization with blocking streams, both ways
+  Stream& leg = legacy_stream();
+  if (s == &leg) {
+    for (Stream* b : created_streams())
+      if (b->live && b->blocking && b->queued > b->done) push(leg, wait_for(b, b->queued));
+  } else if (s->blocking && leg.queued > leg.done) {
+    push(*s, wait_for(&leg, leg.queued));
+  }
+  push(*s, std::move(work));
+  if (eager()) drain(*s, s->queued);
+  return cudaSuccess;
+}
+
 }  // namespace twinkle_shim
 
 using twinkle_shim::fail;
@@ -799,7 +928,10 @@ cudaError_t cudaDeviceGetPCIBusId(char* bus, int len, int dev) {
   std::snprintf(bus, static_cast<size_t>(len), "0000:00:00.0");  // every process: the same one device
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }  // work runs when it is launched
+cudaError_t cudaDeviceSynchronize() {
+  twinkle_shim::drain_all();
+  return twinkle_shim::take_async_error();
+}
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
   std::memset(a, 0, sizeof *a);
   const auto l = twinkle_shim::heap().lookup(p);
@@ -812,13 +944,84 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
   }
   return cudaSuccess;
 }
-cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-  static int stream_tag;
-  *s = &stream_tag;
+// A destroyed stream's queued work still runs (CUDA: its resources are released once it completes): here at once.
+cudaError_t cudaStreamDestroy(cudaStream_t h) {
+  std::lock_guard<std::recursive_mutex> lk(twinkle_shim::streams_mu());
+  if (!h) return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy(nullptr): the legacy stream");
+  twinkle_shim::Stream* s = twinkle_shim::stream_of(h, "cudaStreamDestroy");
+  if (!s) return cudaErrorInvalidResourceHandle;
+  twinkle_shim::drain(*s, s->queued);
+  s->live = false;
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* h, unsigned flags) {
+  std::lock_guard<std::recursive_mutex> lk(twinkle_shim::streams_mu());
+  auto* s = new twinkle_shim::Stream();
+  s->blocking = (flags & cudaStreamNonBlocking) == 0;
+  twinkle_shim::created_streams().push_back(s);
+  *h = s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t h) {
+  std::lock_guard<std::recursive_mutex> lk(twinkle_shim::streams_mu());
+  twinkle_shim::Stream* s = twinkle_shim::stream_of(h, "cudaStreamSynchronize");
+  if (!s) return cudaErrorInvalidResourceHandle;
+  twinkle_shim::drain(*s, s->queued);
+  return twinkle_shim::take_async_error();
+}
+// Unfinished work answers cudaErrorNotReady (not recorded as an error) once: the query runs it.
+cudaError_t cudaStreamQuery(cudaStream_t h) {
+  std::lock_guard<std::recursive_mutex> lk(twinkle_shim::streams_mu());
+  twinkle_shim::Stream* s = twinkle_shim::stream_of(h, "cudaStreamQuery");
+  if (!s) return cudaErrorInvalidResourceHandle;
+  if (s->done >= s->queued) return twinkle_shim::take_async_error();
+  twinkle_shim::drain(*s, s->queued);
+  return cudaErrorNotReady;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+  if (flags & ~(cudaEventBlockingSync | cudaEventDisableTiming))
+    return fail(cudaErrorInvalidValue, "cudaEventCreateWithFlags(0x%x): unknown flags", flags);
+  *e = new CUevent_st();
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  if (!e) return fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy(nullptr)");
+  std::lock_guard<std::recursive_mutex> lk(twinkle_shim::streams_mu());
+  delete e;  // queued waits hold the stream and position, not the event
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h) {
+  if (!e) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord(nullptr event)");
+  std::lock_guard<std::recursive_mutex> lk(twinkle_shim::streams_mu());
+  // an empty item, so the record takes the legacy stream's implicit synchronization like other work
+  if (const cudaError_t r = twinkle_shim::enqueue(h, [] { return cudaSuccess; })) return r;
+  twinkle_shim::Stream* s = twinkle_shim::stream_of(h, "cudaEventRecord");
+  e->stream = s;
+  e->pos = s->queued;
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  if (!e) return fail(cudaErrorInvalidResourceHandle, "cudaEventQuery(nullptr)");
+  std::lock_guard<std::recursive_mutex> lk(twinkle_shim::streams_mu());
+  if (!e->stream || e->stream->done >= e->pos) return twinkle_shim::take_async_error();
+  twinkle_shim::drain(*e->stream, e->pos);
+  return cudaErrorNotReady;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (!e) return fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize(nullptr)");
+  std::lock_guard<std::recursive_mutex> lk(twinkle_shim::streams_mu());
+  if (e->stream) twinkle_shim::drain(*e->stream, e->pos);
+  return twinkle_shim::take_async_error();
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t e, unsigned flags) {
+  if (!e) return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent(nullptr event)");
+  if (flags != 0) return fail(cudaErrorInvalidValue, "cudaStreamWaitEvent(flags 0x%x): 0 expected", flags);
+  std::lock_guard<std::recursive_mutex> lk(twinkle_shim::streams_mu());
+  if (!twinkle_shim::stream_of(h, "cudaStreamWaitEvent")) return cudaErrorInvalidResourceHandle;
+  if (!e->stream || e->stream->done >= e->pos) return cudaSuccess;  // complete already
+  return twinkle_shim::enqueue(h, twinkle_shim::wait_for(e->stream, e->pos));
+}
 cudaError_t cudaMalloc(void** p, size_t n) {
   *p = twinkle_shim::heap().alloc(n);
   if (!*p)
@@ -828,8 +1031,11 @@ cudaError_t cudaMalloc(void** p, size_t n) {
   std::memset(*p, 0x7F, n);  // fresh device memory is garbage (0x7F7F7F7F = 3.4e38 as a float)
   return cudaSuccess;
 }
+// As on a GPU, cudaFree waits for all queued work (which therefore never runs on freed memory).
 cudaError_t cudaFree(void* p) {
-  if (!p || twinkle_shim::heap().free(p)) return cudaSuccess;
+  if (!p) return cudaSuccess;
+  twinkle_shim::drain_all();
+  if (twinkle_shim::heap().free(p)) return cudaSuccess;
   return fail(cudaErrorInvalidValue, "cudaFree(%p): not the start of a live device allocation", p);
 }
 
@@ -862,43 +1068,77 @@ cudaError_t check_copy(const char* call, void* d, const void* s, size_t n, cudaM
 }
 }  // namespace
 
+namespace {
+// The copy itself (the device side was checked when the call was made).
+cudaError_t copy_now(void* d, const void* s, size_t n) {
+  twinkle_shim::DeviceAccess access;
+  std::memmove(d, s, n);
+  return cudaSuccess;
+}
+}  // namespace
+
+// On the legacy stream, as the CUDA runtime documents it for pageable memory: device to host waits for the
+// legacy stream (not for non-blocking streams) and copies at once; host to device waits for the legacy
+// stream, takes the source bytes and queues the copy there (the DMA may still be in flight when it returns:
+// work on a non-blocking stream must not rely on it without a synchronize); device to device is queued.
 cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k) {
   if (const cudaError_t e = check_copy("cudaMemcpy", d, s, n, k)) return e;
-  twinkle_shim::DeviceAccess access;
-  if (n) std::memmove(d, s, n);
-  return cudaSuccess;
+  if (n == 0) return cudaSuccess;
+  if (k == cudaMemcpyDeviceToDevice) return twinkle_shim::enqueue(nullptr, [d, s, n] { return copy_now(d, s, n); });
+  if (k != cudaMemcpyHostToHost) {
+    twinkle_shim::drain_for_legacy();
+    if (const cudaError_t e = twinkle_shim::take_async_error()) return e;
+  }
+  if (k == cudaMemcpyHostToDevice) {
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(s), static_cast<const char*>(s) + n);
+    return twinkle_shim::enqueue(nullptr, [d, staged] { return copy_now(d, staged->data(), staged->size()); });
+  }
+  return copy_now(d, s, n);
 }
-cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t) {
+// Host to device: the source bytes are taken now (pageable memory is staged), the copy is queued; device to
+// host (into pageable memory): waits for the stream, then copies; device to device: queued.
+cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t st) {
   if (const cudaError_t e = check_copy("cudaMemcpyAsync", d, s, n, k)) return e;
-  twinkle_shim::DeviceAccess access;
-  if (n) std::memmove(d, s, n);
-  return cudaSuccess;
+  if (n == 0) return cudaSuccess;
+  if (k == cudaMemcpyHostToDevice) {
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(s), static_cast<const char*>(s) + n);
+    return twinkle_shim::enqueue(st, [d, staged] { return copy_now(d, staged->data(), staged->size()); });
+  }
+  if (k == cudaMemcpyDeviceToDevice) return twinkle_shim::enqueue(st, [d, s, n] { return copy_now(d, s, n); });
+  if (const cudaError_t e = cudaStreamSynchronize(st)) return e;
+  return copy_now(d, s, n);
 }
-cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) {
+cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t st) {
   if (n == 0) return cudaSuccess;
   if (const std::string e = twinkle_shim::device_range_error(p, n); !e.empty())
     return fail(cudaErrorInvalidValue, "cudaMemsetAsync(%zu B): %s", n, e.c_str());
-  twinkle_shim::DeviceAccess access;
-  std::memset(p, v, n);
-  return cudaSuccess;
+  return twinkle_shim::enqueue(st, [p, v, n] {
+    twinkle_shim::DeviceAccess access;
+    std::memset(p, v, n);
+    return cudaSuccess;
+  });
 }
 cudaError_t cudaMemset(void* p, int v, size_t n) {
   if (n == 0) return cudaSuccess;
   if (const std::string e = twinkle_shim::device_range_error(p, n); !e.empty())
     return fail(cudaErrorInvalidValue, "cudaMemset(%zu B): %s", n, e.c_str());
-  twinkle_shim::DeviceAccess access;
-  std::memset(p, v, n);
-  return cudaSuccess;
+  return twinkle_shim::enqueue(nullptr, [p, v, n] {
+    twinkle_shim::DeviceAccess access;
+    std::memset(p, v, n);
+    return cudaSuccess;
+  });
 }
-cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int v, size_t width, size_t height, cudaStream_t) {
+cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int v, size_t width, size_t height, cudaStream_t st) {
   if (width == 0 || height == 0) return cudaSuccess;
   if (width > pitch) return fail(cudaErrorInvalidValue, "cudaMemset2DAsync: width %zu B > pitch %zu B", width, pitch);
   if (const std::string e = twinkle_shim::device_range_error(p, pitch * (height - 1) + width); !e.empty())
     return fail(cudaErrorInvalidValue, "cudaMemset2DAsync(pitch %zu B, %zu x %zu B): %s", pitch, height, width,
                 e.c_str());
-  twinkle_shim::DeviceAccess access;
-  for (size_t r = 0; r < height; ++r) std::memset(static_cast<char*>(p) + r * pitch, v, width);
-  return cudaSuccess;
+  return twinkle_shim::enqueue(st, [p, pitch, v, width, height] {
+    twinkle_shim::DeviceAccess access;
+    for (size_t r = 0; r < height; ++r) std::memset(static_cast<char*>(p) + r * pitch, v, width);
+    return cudaSuccess;
+  });
 }
 cudaError_t cudaGetLastError() {
   const cudaError_t e = twinkle_shim::t_last;
@@ -911,6 +1151,8 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
   }
@@ -923,6 +1165,8 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidValue: text = "invalid argument"; break;
     case cudaErrorMemoryAllocation: text = "out of memory"; break;
     case cudaErrorInvalidConfiguration: text = "invalid configuration argument"; break;
+    case cudaErrorInvalidResourceHandle: text = "invalid resource handle"; break;
+    case cudaErrorNotReady: text = "device not ready"; break;
     case cudaErrorIllegalAddress: text = "an illegal memory access was encountered"; break;
     case cudaErrorLaunchFailure: text = "unspecified launch failure"; break;
   }
@@ -933,7 +1177,9 @@ const char* cudaGetErrorString(cudaError_t e) {
 }
 
 // ---------------------------------------------------------------- cuBLAS (column-major, as the real one)
-struct cublasContext {};
+struct cublasContext {
+  cudaStream_t stream = nullptr;  // cublasSetStream_v2; the legacy stream by default
+};
 cublasStatus_t cublasCreate_v2(cublasHandle_t* h) {
   *h = new cublasContext();
   return CUBLAS_STATUS_SUCCESS;
@@ -942,7 +1188,10 @@ cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
   delete h;
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasSetStream_v2(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
+  h->stream = s;
+  return CUBLAS_STATUS_SUCCESS;
+}
 cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
 
 namespace {
@@ -994,8 +1243,9 @@ float element(const void* base, bool bf16, int64_t i) {
 // The column-major GEMM of cuBLAS with its argument checks (argument positions `pa`, `pb`, `pc`, `palpha`,
 // `pbeta` as in the entry point's signature, from 1): C(i, j) = alpha * sum_p op(A)(i, p) op(B)(p, j) +
 // beta * C(i, j), the sum in double (dot_double). op(A)'s rows and op(B)'s columns are first copied out
-// contiguous in p as floats, so the dot products stream.
-cublasStatus_t gemm_column_major(const char* fn, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+// contiguous in p as floats, so the dot products stream. The arguments are checked now, the product is
+// queued on the handle's stream (alpha and beta read now: CUBLAS_POINTER_MODE_HOST).
+cublasStatus_t gemm_column_major(cublasHandle_t h, const char* fn, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                  const float* alpha, const void* A, bool a16, int lda, const void* B, bool b16,
                                  int ldb, const float* beta, float* C, int ldc, int palpha, int pa, int pb,
                                  int pbeta, int pc) {
@@ -1010,36 +1260,42 @@ cublasStatus_t gemm_column_major(const char* fn, cublasOperation_t ta, cublasOpe
                 !blas_matrix_ok(fn, "B", pb, B, eb, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb)))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (!blas_matrix_ok(fn, "C", pc, C, sizeof(float), m, n, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
-  twinkle_shim::DeviceAccess access;
-  std::vector<float> ar(static_cast<size_t>(m) * k), bc(static_cast<size_t>(n) * k);
-  for (int i = 0; i < m; ++i)
-    for (int p = 0; p < k; ++p)
-      ar[static_cast<size_t>(i) * k + p] =
-          element(A, a16, ta == CUBLAS_OP_N ? i + static_cast<int64_t>(p) * lda : p + static_cast<int64_t>(i) * lda);
-  for (int j = 0; j < n; ++j)
-    for (int p = 0; p < k; ++p)
-      bc[static_cast<size_t>(j) * k + p] =
-          element(B, b16, tb == CUBLAS_OP_N ? p + static_cast<int64_t>(j) * ldb : j + static_cast<int64_t>(p) * ldb);
-  for (int i = 0; i < m; ++i) {
-    const float* a = ar.data() + static_cast<size_t>(i) * k;
-    for (int j = 0; j < n; ++j) {
-      const float* b = bc.data() + static_cast<size_t>(j) * k;
-      const double s = dot_double(a, b, k);
-      float& c = C[i + static_cast<int64_t>(j) * ldc];
-      c = static_cast<float>(*alpha * s + (*beta == 0.0f ? 0.0 : static_cast<double>(*beta) * c));
+  const float al = *alpha, be = *beta;
+  const cudaError_t queued = twinkle_shim::enqueue(h->stream, [=] {
+    twinkle_shim::DeviceAccess access;
+    std::vector<float> ar(static_cast<size_t>(m) * k), bc(static_cast<size_t>(n) * k);
+    for (int i = 0; i < m; ++i)
+      for (int p = 0; p < k; ++p)
+        ar[static_cast<size_t>(i) * k + p] =
+            element(A, a16, ta == CUBLAS_OP_N ? i + static_cast<int64_t>(p) * lda : p + static_cast<int64_t>(i) * lda);
+    for (int j = 0; j < n; ++j)
+      for (int p = 0; p < k; ++p)
+        bc[static_cast<size_t>(j) * k + p] =
+            element(B, b16, tb == CUBLAS_OP_N ? p + static_cast<int64_t>(j) * ldb : j + static_cast<int64_t>(p) * ldb);
+    for (int i = 0; i < m; ++i) {
+      const float* a = ar.data() + static_cast<size_t>(i) * k;
+      for (int j = 0; j < n; ++j) {
+        const float* b = bc.data() + static_cast<size_t>(j) * k;
+        const double s = dot_double(a, b, k);
+        float& c = C[i + static_cast<int64_t>(j) * ldc];
+        c = static_cast<float>(al * s + (be == 0.0f ? 0.0 : static_cast<double>(be) * c));
+      }
     }
-  }
+    return cudaSuccess;
+  });
+  if (queued != cudaSuccess)
+    return twinkle_shim::blas_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: the handle's stream is no live stream", fn);
   return CUBLAS_STATUS_SUCCESS;
 }
 }  // namespace
 
-cublasStatus_t cublasSgemm_v2(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                               const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
                               float* C, int ldc) {
-  return gemm_column_major("cublasSgemm", ta, tb, m, n, k, alpha, A, false, lda, B, false, ldb, beta, C, ldc, 7, 8,
+  return gemm_column_major(h, "cublasSgemm", ta, tb, m, n, k, alpha, A, false, lda, B, false, ldb, beta, C, ldc, 7, 8,
                            10, 12, 13);
 }
-cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                             const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
                             cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
                             cublasComputeType_t compute, cublasGemmAlgo_t) {
@@ -1050,7 +1306,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperatio
                                    "cublasGemmEx: types A %d B %d C %d compute %d (the shim has A = B in "
                                    "CUDA_R_32F or CUDA_R_16BF, C CUDA_R_32F, CUBLAS_COMPUTE_32F)",
                                    Atype, Btype, Ctype, compute);
-  return gemm_column_major("cublasGemmEx", ta, tb, m, n, k, static_cast<const float*>(alpha), A,
+  return gemm_column_major(h, "cublasGemmEx", ta, tb, m, n, k, static_cast<const float*>(alpha), A,
                            Atype == CUDA_R_16BF, lda, B, Btype == CUDA_R_16BF, ldb, static_cast<const float*>(beta),
                            static_cast<float*>(C), ldc, 7, 8, 11, 14, 15);
 }

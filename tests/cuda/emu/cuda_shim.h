@@ -5,7 +5,23 @@
 // (src/kernels/cuda/cuda_common.h).
 //
 // What it models:
-//  - Execution. A launch runs on the calling host thread, blocks one after another in (z, y, x) order.
+//  - Streams and events. Work is deferred, as on a GPU: a launch, a cuBLAS call, an asynchronous copy or
+//    memset is checked when it is called (configuration, pointer spaces: those errors come back at once)
+//    and queued on its stream (cuda_shim.cpp: one FIFO per stream, the legacy default stream for
+//    nullptr); queued work runs only when the host waits for it: cudaStreamSynchronize (that stream),
+//    cudaEventSynchronize / cudaEventQuery (the event's stream up to the record; a query of unfinished
+//    work answers cudaErrorNotReady once, having run it), cudaDeviceSynchronize and cudaFree (every
+//    stream), and the calls that wait on a GPU: cudaMemcpy to or from the host (the legacy stream only:
+//    a cudaStreamNonBlocking stream is not waited for, so a missing stream synchronize before a host
+//    read of a kernel's output reads stale device memory, here as on a GPU; host to device, the copy
+//    itself is then queued on the legacy stream, as pageable memory's DMA may still be in flight when
+//    it returns) and cudaMemcpyAsync device-to-host (its stream; pageable host memory). cudaStreamWaitEvent queues a wait
+//    for the other stream up to the record. A host-to-device cudaMemcpyAsync takes the source bytes when
+//    called (pageable memory is staged), so the host buffer may be reused at once. Streams created
+//    without cudaStreamNonBlocking synchronize with the legacy stream both ways. A fault inside queued
+//    work (barriers that cannot meet) is returned by the next synchronizing call (and cudaGetLastError
+//    after it), once. TWINKLE_CUDA_SHIM_EAGER=1 runs all work when it is queued (every call synchronous).
+//  - Execution. Queued work runs on the host thread that waits for it, blocks one after another in (z, y, x) order.
 //    The threads of a block are cooperative fibers on that one OS thread (cuda_shim.cpp: stacks from a
 //    per-thread pool, reused across launches; the switch is a few instructions on x86-64, ucontext
 //    elsewhere, where ASan loses the redzones of a suspended thread's frames). Threads start in index
@@ -41,8 +57,10 @@
 // fixed interleaving, so a missing barrier shows only where a thread reads what a higher-indexed thread
 // of its block writes before that barrier (that thread has not run yet: the value read is stale or the
 // 0x5A / 0x7F poison), and there is no independent thread scheduling inside a warp; coalescing, bank
-// conflicts, sm_90 code generation, a real GPU's fp32 contraction into FMAs; streams and events (one
-// implicit stream, every call synchronous); NCCL. A host pointer inside a struct argument
+// conflicts, sm_90 code generation, a real GPU's fp32 contraction into FMAs; streams running at the same
+// time (queued work runs in an order a GPU may take, one stream at a time, so a race between streams
+// without an event shows only where the order the host waits in differs from the order of the queues);
+// pinned host memory (cudaMallocHost is absent: every host buffer is pageable); NCCL. A host pointer inside a struct argument
 // or read by device code through a device-resident pointer is not checked, nor are host reads of device
 // memory (device memory is host-addressable here). Exceptions must not leave a kernel.
 #pragma once
@@ -51,6 +69,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
@@ -119,9 +138,12 @@ template <typename A, typename B> inline std::common_type_t<A, B> max(A a, B b) 
 // ---------------------------------------------------------------- runtime API
 using cudaError_t = int;
 constexpr cudaError_t cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
-                      cudaErrorInvalidConfiguration = 9, cudaErrorIllegalAddress = 700,
-                      cudaErrorLaunchFailure = 719;
-using cudaStream_t = void*;
+                      cudaErrorInvalidConfiguration = 9, cudaErrorInvalidResourceHandle = 400,
+                      cudaErrorNotReady = 600, cudaErrorIllegalAddress = 700, cudaErrorLaunchFailure = 719;
+using cudaStream_t = void*;  // nullptr: the legacy default stream
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
+constexpr unsigned cudaEventDefault = 0, cudaEventBlockingSync = 1, cudaEventDisableTiming = 2;
 enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 constexpr unsigned cudaStreamNonBlocking = 1;
@@ -152,6 +174,14 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int dev);
 cudaError_t cudaSetDevice(int dev);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamQuery(cudaStream_t s);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
+cudaError_t cudaEventCreate(cudaEvent_t* e);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t cudaEventQuery(cudaEvent_t e);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaMalloc(void** p, size_t n);
 cudaError_t cudaFree(void* p);
 cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k);
@@ -208,9 +238,16 @@ struct LaunchCfg {
   size_t smem;
   const void* fn;
 };
-/// Runs thunk(ctx) for every thread of every block (returns an error code for a refused or failed launch,
-/// also recorded for cudaGetLastError).
+/// Runs thunk(ctx) for every thread of every block now, on the calling thread (returns an error code for
+/// a refused or failed launch, also recorded for cudaGetLastError).
 cudaError_t run_grid(const LaunchCfg& cfg, void (*thunk)(void*), void* ctx);
+/// The launch limits run_grid applies (cudaErrorInvalidConfiguration, recorded, when cfg breaks them).
+cudaError_t check_launch_config(const LaunchCfg& cfg);
+
+/// Queues `work` on stream s (nullptr: the legacy default stream; cudaErrorInvalidResourceHandle, recorded,
+/// for a stream that was never created or is destroyed). `work` runs when the host waits for it (the
+/// header's "Streams and events"); an error it returns is reported by that wait.
+cudaError_t enqueue(cudaStream_t s, std::function<cudaError_t()> work);
 
 /// Whether p is null or points into a live device allocation (one past its end included); otherwise records
 /// cudaErrorIllegalAddress naming the kernel `fn` (`launch_sig`: the launch's __PRETTY_FUNCTION__, for the
@@ -245,21 +282,33 @@ bool kernel_args_ok(const void* fn, const char* sig, const Tup& t, std::index_se
   return (kernel_arg_ok(fn, sig, I, sizeof...(I), std::get<I>(t)) && ...);
 }
 
+/// kernel<<<grid, block, smem, stream>>>(args...): the configuration and every pointer argument are
+/// checked now (a refusal is recorded for cudaGetLastError and nothing is queued), the kernel with its
+/// arguments (by value) is queued on `stream`.
 template <typename... P, typename... A>
-void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
+void launch_on(cudaStream_t stream, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
   auto tup = std::make_tuple(static_cast<P>(args)...);
   using Tup = decltype(tup);
   const void* fn = reinterpret_cast<const void*>(kernel);
   if (!kernel_args_ok(fn, __PRETTY_FUNCTION__, tup, std::index_sequence_for<P...>{})) return;
-  struct Ctx {
-    void (*k)(P...);
-    Tup* t;
-  } ctx{kernel, &tup};
-  run_grid({grid, block, smem, fn},
-           [](void* c) {
-             auto* x = static_cast<Ctx*>(c);
-             std::apply(x->k, *x->t);
-           },
-           &ctx);
+  const LaunchCfg cfg{grid, block, smem, fn};
+  if (check_launch_config(cfg) != cudaSuccess) return;
+  enqueue(stream, [kernel, tup, cfg]() mutable -> cudaError_t {
+    struct Ctx {
+      void (*k)(P...);
+      Tup* t;
+    } ctx{kernel, &tup};
+    return run_grid(cfg,
+                    [](void* c) {
+                      auto* x = static_cast<Ctx*>(c);
+                      std::apply(x->k, *x->t);
+                    },
+                    &ctx);
+  });
+}
+/// kernel<<<grid, block, smem>>>(args...): on the legacy default stream.
+template <typename... P, typename... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
+  launch_on(nullptr, kernel, grid, block, smem, std::forward<A>(args)...);
 }
 }  // namespace twinkle_shim

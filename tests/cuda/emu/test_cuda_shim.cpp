@@ -181,6 +181,8 @@ __global__ void k_divergent(float* out) {
 TEST(CudaShim, BarriersThatCannotMeetFailTheLaunchAndTheNextLaunchRuns) {
   DeviceBuf<float> out(64);
   launch(k_divergent, 2, 64, 0, out.p);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "queued: the fault shows when the work runs";
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
   const std::string e = last_error_text();
   EXPECT_NE(e.find("cudaErrorLaunchFailure"), std::string::npos) << e;
   EXPECT_NE(e.find("k_divergent"), std::string::npos) << e;
@@ -204,13 +206,127 @@ TEST(CudaShim, AKernelWithoutBarriersRunsEachBlockOnOneFiberWithoutSwitches) {
   x.put(std::vector<float>(n, 2.0f));
   y.put(std::vector<float>(n, 1.0f));
   launch(k_axpy, 1, 1024, 0, y.p, x.p, 0.0f, n);  // warm: the fiber pool exists
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const twinkle_shim::FiberStats s0 = twinkle_shim::fiber_stats();
   launch(k_axpy, n / 1024, 1024, 0, y.p, x.p, 0.5f, n);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const twinkle_shim::FiberStats s1 = twinkle_shim::fiber_stats();
   EXPECT_EQ(s1.fibers, s0.fibers);
   EXPECT_EQ(s1.switches - s0.switches, 2u * (n / 1024)) << "one switch into the block's fiber and one back per block";
   for (float v : y.get()) EXPECT_EQ(v, 2.0f);
+}
+
+// ---------------------------------------------------------------- streams and events
+
+__global__ void k_fill(float* y, float v, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = v;
+}
+
+struct Stream {
+  cudaStream_t s = nullptr;
+  explicit Stream(unsigned flags = cudaStreamNonBlocking) { EXPECT_EQ(cudaStreamCreateWithFlags(&s, flags), cudaSuccess); }
+  ~Stream() { EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess); }
+};
+struct Event {
+  cudaEvent_t e = nullptr;
+  Event() { EXPECT_EQ(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), cudaSuccess); }
+  ~Event() { EXPECT_EQ(cudaEventDestroy(e), cudaSuccess); }
+};
+
+// A kernel on a non-blocking stream has not run when the host reads through the legacy stream's
+// cudaMemcpy (a missing synchronize shows as the old bytes, as it may on a GPU); after
+// cudaStreamSynchronize the host sees it.
+TEST(CudaShimStreams, WorkRunsWhenTheHostWaitsForItsStream) {
+  DeviceBuf<float> y(64);
+  y.put(std::vector<float>(64, 1.0f));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the legacy stream's uploads are done
+  Stream st;
+  twinkle_shim::launch_on(st.s, k_fill, 1, 64, 0, y.p, 7.0f, 64);
+  EXPECT_EQ(y.get()[0], 1.0f) << "cudaMemcpy does not wait for a non-blocking stream";
+  EXPECT_EQ(cudaStreamQuery(st.s), cudaErrorNotReady);
+  EXPECT_EQ(cudaStreamQuery(st.s), cudaSuccess) << "the query ran it";
+  EXPECT_EQ(y.get()[0], 7.0f);
+  twinkle_shim::launch_on(st.s, k_fill, 1, 64, 0, y.p, 9.0f, 64);
+  EXPECT_EQ(cudaStreamSynchronize(st.s), cudaSuccess);
+  for (float v : y.get()) EXPECT_EQ(v, 9.0f);
+  // a device-to-host cudaMemcpyAsync into pageable memory waits for its stream
+  twinkle_shim::launch_on(st.s, k_fill, 1, 64, 0, y.p, 3.0f, 64);
+  std::vector<float> h(64);
+  EXPECT_EQ(cudaMemcpyAsync(h.data(), y.p, 64 * sizeof(float), cudaMemcpyDeviceToHost, st.s), cudaSuccess);
+  EXPECT_EQ(h[63], 3.0f);
+}
+
+// A stream waits for an event recorded on another: the consumer's copy sees the producer's kernel only
+// with the wait; without it the copy runs before the kernel (the host drains the consumer first).
+TEST(CudaShimStreams, StreamWaitEventOrdersWorkAcrossStreams) {
+  for (bool with_wait : {true, false}) {
+    DeviceBuf<float> a(32), b(32);
+    a.put(std::vector<float>(32, 0.0f));
+    b.put(std::vector<float>(32, 0.0f));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the legacy stream's uploads are done
+    Stream producer, consumer;
+    Event done;
+    twinkle_shim::launch_on(producer.s, k_fill, 1, 32, 0, a.p, 5.0f, 32);
+    ASSERT_EQ(cudaEventRecord(done.e, producer.s), cudaSuccess);
+    twinkle_shim::launch_on(producer.s, k_fill, 1, 32, 0, a.p, 6.0f, 32);  // after the record: not waited for
+    if (with_wait) {
+      ASSERT_EQ(cudaStreamWaitEvent(consumer.s, done.e, 0), cudaSuccess);
+    }
+    ASSERT_EQ(cudaMemcpyAsync(b.p, a.p, 32 * sizeof(float), cudaMemcpyDeviceToDevice, consumer.s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(consumer.s), cudaSuccess);
+    EXPECT_EQ(b.get()[0], with_wait ? 5.0f : 0.0f) << (with_wait ? "the wait" : "no wait");
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(a.get()[0], 6.0f);
+  }
+}
+
+// An event query of unfinished work says cudaErrorNotReady once (a polling loop ends); synchronize runs the
+// stream up to the record only; a host-to-device cudaMemcpyAsync takes its source when called.
+TEST(CudaShimStreams, EventsCompleteAtTheirRecordAndAsyncUploadsTakeTheSourceAtOnce) {
+  DeviceBuf<float> y(16), z(16);
+  Stream st;
+  Event ev;
+  EXPECT_EQ(cudaEventQuery(ev.e), cudaSuccess) << "never recorded: complete";
+  std::vector<float> h(16, 2.0f);
+  ASSERT_EQ(cudaMemcpyAsync(y.p, h.data(), 16 * sizeof(float), cudaMemcpyHostToDevice, st.s), cudaSuccess);
+  std::fill(h.begin(), h.end(), -1.0f);  // reusing the host buffer at once is allowed
+  ASSERT_EQ(cudaEventRecord(ev.e, st.s), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(z.p, 0, 16 * sizeof(float), st.s), cudaSuccess);
+  int polls = 0;
+  while (cudaEventQuery(ev.e) == cudaErrorNotReady) ++polls;
+  EXPECT_EQ(polls, 1);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "cudaErrorNotReady is not an error";
+  EXPECT_EQ(y.get()[5], 2.0f);
+  EXPECT_EQ(cudaStreamQuery(st.s), cudaErrorNotReady) << "the memset after the record is still queued";
+  EXPECT_EQ(z.get()[0], 0.0f);
+  cudaStream_t gone = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&gone, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(gone), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(gone), cudaErrorInvalidResourceHandle);
+  (void)cudaGetLastError();
+}
+
+// cuBLAS runs on the handle's stream, like kernels.
+TEST(CudaShimStreams, CublasWorkIsQueuedOnTheHandlesStream) {
+  cublasHandle_t h = nullptr;
+  ASSERT_EQ(cublasCreate_v2(&h), CUBLAS_STATUS_SUCCESS);
+  Stream st;
+  ASSERT_EQ(cublasSetStream_v2(h, st.s), CUBLAS_STATUS_SUCCESS);
+  DeviceBuf<float> A(4), B(4), C(4);
+  A.put({1, 0, 0, 1});
+  B.put({1, 2, 3, 4});
+  C.put({0, 0, 0, 0});
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the legacy stream's uploads are done
+  float alpha = 1.0f, beta = 0.0f;
+  ASSERT_EQ(cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &alpha, A.p, 2, B.p, 2, &beta, C.p, 2),
+            CUBLAS_STATUS_SUCCESS);
+  alpha = 100.0f;  // read when called
+  EXPECT_EQ(C.get(), std::vector<float>({0, 0, 0, 0})) << "queued on the non-blocking stream";
+  ASSERT_EQ(cudaStreamSynchronize(st.s), cudaSuccess);
+  EXPECT_EQ(C.get(), std::vector<float>({1, 2, 3, 4}));
+  EXPECT_EQ(cublasDestroy_v2(h), CUBLAS_STATUS_SUCCESS);
 }
 
 // ---------------------------------------------------------------- pointer spaces
