@@ -111,6 +111,30 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   # the seed's dense recipe (examples/tp_recipe.cpp) on the emulated device
   twinkle_emu_program(tp_recipe_cuda_emu ${CMAKE_SOURCE_DIR}/examples/tp_recipe.cpp)
   target_compile_definitions(tp_recipe_cuda_emu PRIVATE TWINKLE_CUDA_BUILT)
+  # The Python package on the emulated device: the extension (python/src) linked with the emulated backend
+  # and groups (without ASan: a Python process would need libasan preloaded; the shim's pointer checks and
+  # PROT_NONE device memory still apply) in build/python_cuda_emu/twinkle, next to a copy of the package.
+  if(TARGET twinkle_python)
+    file(GLOB _twinkle_py_bindings CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/python/src/*.cpp)
+    pybind11_add_module(twinkle_pyext_cuda_emu MODULE NO_EXTRAS ${_twinkle_py_bindings} ${_twinkle_emu_srcs}
+                        ${_twinkle_emu_dist_srcs} ${CMAKE_SOURCE_DIR}/tests/cuda/emu/cuda_shim.cpp)
+    set_target_properties(twinkle_pyext_cuda_emu PROPERTIES OUTPUT_NAME _core
+                          LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/python_cuda_emu/twinkle)
+    target_compile_definitions(twinkle_pyext_cuda_emu PRIVATE TWINKLE_CUDA_SHIM TWINKLE_WITH_CUDA)
+    target_include_directories(twinkle_pyext_cuda_emu PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda
+                               ${CMAKE_SOURCE_DIR}/tests/cuda/emu ${CMAKE_SOURCE_DIR}/src/kernels/cuda)
+    target_compile_options(twinkle_pyext_cuda_emu PRIVATE ${TWINKLE_WARN} -Wno-unknown-pragmas -O2)
+    target_link_libraries(twinkle_pyext_cuda_emu PRIVATE twinkle MPI::MPI_CXX)
+    file(GLOB_RECURSE _twinkle_py_files CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/python/twinkle/*.py)
+    set(_twinkle_py_emu_stamp ${CMAKE_BINARY_DIR}/python_cuda_emu/twinkle.stamp)
+    add_custom_command(OUTPUT ${_twinkle_py_emu_stamp}
+                       COMMAND ${CMAKE_COMMAND} -E copy_directory ${CMAKE_SOURCE_DIR}/python/twinkle
+                               ${CMAKE_BINARY_DIR}/python_cuda_emu/twinkle
+                       COMMAND ${CMAKE_COMMAND} -E touch ${_twinkle_py_emu_stamp}
+                       DEPENDS ${_twinkle_py_files}
+                       COMMENT "twinkle: copying the Python package to build/python_cuda_emu")
+    add_custom_target(twinkle_python_cuda_emu ALL DEPENDS ${_twinkle_py_emu_stamp} twinkle_pyext_cuda_emu)
+  endif()
   add_test(NAME cuda_model_vs_cpu_emu COMMAND test_cuda_model_emu --gtest_brief=1)
   set_tests_properties(cuda_model_vs_cpu_emu PROPERTIES LABELS cuda_emu TIMEOUT 600
                        ENVIRONMENT "TWINKLE_SOURCE_DIR=${CMAKE_SOURCE_DIR};ASAN_OPTIONS=detect_leaks=0")

@@ -54,3 +54,17 @@ if(TARGET twinkle_python)
                    ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_pip_install.py --build ${CMAKE_BINARY_DIR})
   set_tests_properties(python_pip_install_runs_recipe PROPERTIES TIMEOUT 900 PROCESSORS 2)
 endif()
+
+# examples/python/tp.py with device_type 'cuda' on the emulated device (the extension built over the
+# CUDA emulation: tests/cuda.cmake twinkle_python_cuda_emu) against the C++ recipe on it
+# (tests/tp_recipe_cuda_emu), both --bf16 (Twinkle's default mixed precision) on tp2, 2 steps of 4 rows:
+# losses, grad norms and the checkpoint bytes equal. Host emulation, not a GPU run.
+if(TARGET twinkle_python_cuda_emu)
+  add_test(NAME python_tp_recipe_cuda_equals_cpp_recipe_cuda_emu
+           COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_recipe.py
+                   --build ${CMAKE_BINARY_DIR} --rows 8 --batch-size 4 --precision bf16 --device cuda
+                   --recipe-bin ${CMAKE_BINARY_DIR}/tests/tp_recipe_cuda_emu
+                   --python-dir ${CMAKE_BINARY_DIR}/python_cuda_emu --np 2 --layout "--dp 1 --tp 2 --pp 1")
+  set_tests_properties(python_tp_recipe_cuda_equals_cpp_recipe_cuda_emu PROPERTIES LABELS cuda_emu TIMEOUT 300
+                       PROCESSORS 2 ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0;OMP_NUM_THREADS=1")
+endif()

@@ -2,7 +2,7 @@
 # tp_moe_cp.py): the options they share with their C++ twins (examples/tp_recipe.cpp,
 # examples/moe_recipe.h), same names and meanings, so `make demo RECIPE=python` / scripts/demo pass
 # the same extra arguments to either. An option the script does not have (--save-interval, --resume,
-# --device, --kernels, ...: the C++ recipes' extras) is refused by name (exit 2), never ignored.
+# --kernels, ...: the C++ recipes' extras) is refused by name (exit 2), never ignored.
 # Each option's default comes from its TWINKLE_* environment variable (the scripts' older interface),
 # else the script's own default; the command line wins over the environment. train_and_save is the
 # recipes' training loop (the seed's loop, with --max-steps and metrics.jsonl as the C++ recipes have them).
@@ -44,6 +44,8 @@ def parse_recipe_args(prog, *, model, data_rows, max_steps, batch_size, output_d
     ap.add_argument('--lr', type=float, default=1e-4, help='peak learning rate (default: %(default)s)')
     ap.add_argument('--output-dir', default=os.environ.get('TWINKLE_OUTPUT_DIR') or output_dir,
                     help='where the final checkpoint and metrics.jsonl go (TWINKLE_OUTPUT_DIR; default: %(default)s)')
+    ap.add_argument('--device', default=os.environ.get('TWINKLE_DEVICE') or 'cpu', choices=('cpu', 'cuda', 'npu'),
+                    help="the DeviceMesh's device_type (TWINKLE_DEVICE; default: %(default)s)")
     for key, size in mesh.items():
         ap.add_argument('--' + key[:-len('_size')], type=int, default=size, dest=key,
                         help=f'{key} of the DeviceMesh (default: %(default)s)')

@@ -1,6 +1,6 @@
 # examples/python/tp.py — the seed's dense recipe (Twinkle cookbook/megatron/ascend/tp_npu.py and
 # its GPU twin cookbook/megatron/tp.py)
-# as a Python script on twinkle's C++ core. Differences from the seed: device_type='cpu', the
+# as a Python script on twinkle's C++ core. Differences from the seed: device_type from --device (default 'cpu'), the
 # default model is the embedded models/qwen3-tiny (--model overrides it), the seed's LoRA
 # adapter line runs only with --lora (default: full-parameter training, as the seed's
 # comment "Comment this to use full-parameter training" allows, like examples/tp_recipe.cpp), the
@@ -15,7 +15,8 @@
 # (0 = one epoch, the default), --batch-size (8), --lr, --output-dir (default output/python_tp),
 # --dp/--tp/--pp (2/2/2), --lora [--lora-r --lora-alpha --lora-targets] (the seed's
 # add_adapter_to_model line: only the adapter trains and the save is PEFT's adapter directory),
-# --bf16 (MegatronModel's default mixed_precision, Twinkle's) / --fp32 (mixed_precision='no').
+# --bf16 (MegatronModel's default mixed_precision, Twinkle's) / --fp32 (mixed_precision='no'), --device
+# (cpu | cuda | npu: the DeviceMesh's device_type).
 # The environment variables TWINKLE_MODEL, TWINKLE_DATA_ROWS, TWINKLE_MAX_STEPS, TWINKLE_OUTPUT_DIR,
 # TWINKLE_MIXED_PRECISION and TWINKLE_LORA give their defaults. Other options are refused by name.
 import os
@@ -35,7 +36,7 @@ MODEL_ID = ARGS.model
 OUTPUT_DIR = ARGS.output_dir
 
 # dp=2, tp=2, pp=2 on 8 processes
-device_mesh = DeviceMesh.from_sizes(**ARGS.mesh, device_type='cpu')
+device_mesh = DeviceMesh.from_sizes(**ARGS.mesh, device_type=ARGS.device)
 twinkle.initialize(mode='local', global_device_mesh=device_mesh)
 
 logger = get_logger()

@@ -4,7 +4,7 @@
 # 8 ranks, the first 10 steps) as a Python script on twinkle's C++ core; the Python twin of
 # examples/moe_recipe.cpp (checked against it: tests/reference/check_python_recipe.py --recipe moe).
 # Differences from the seed:
-#  - device_type='cpu', and the default model is the embedded models/qwen3-moe-tiny (Qwen3-MoE's
+#  - device_type from --device (default 'cpu'), and the default model is the embedded models/qwen3-moe-tiny (Qwen3-MoE's
 #    architecture at a size that trains on two cores; TWINKLE_MODEL overrides it);
 #  - the seed's LoRA adapter line runs only with TWINKLE_LORA=1 ('all-linear': attention and every
 #    expert's gate/up/down, PEFT's per-expert keys; the C++ recipe's --lora); by default all
@@ -49,7 +49,7 @@ ARGS = parse_recipe_args('tp_moe.py', model=os.path.join(ROOT, 'models', 'qwen3-
 MODEL_ID = ARGS.model
 OUTPUT_DIR = ARGS.output_dir
 
-device_mesh = DeviceMesh.from_sizes(**ARGS.mesh, device_type='cpu')
+device_mesh = DeviceMesh.from_sizes(**ARGS.mesh, device_type=ARGS.device)
 twinkle.initialize(mode='local', global_device_mesh=device_mesh)
 
 logger = get_logger()

@@ -9,7 +9,7 @@
 # sequence is split over the two cp ranks (load-balanced chunks r and 2cp-1-r) and attention runs
 # as Megatron's ring (cp_comm_type p2p); sequence parallelism is on for MoE with tp > 1.
 # Differences from the seed:
-#  - device_type='cpu', and the default model is the embedded models/qwen3-moe-tiny (Qwen3-MoE's
+#  - device_type from --device (default 'cpu'), and the default model is the embedded models/qwen3-moe-tiny (Qwen3-MoE's
 #    architecture at a size that trains on two cores; TWINKLE_MODEL overrides it);
 #  - the seed's LoRA adapter line runs only with TWINKLE_LORA=1 ('all-linear': attention and every
 #    expert's gate/up/down, PEFT's per-expert keys; the C++ recipe's --lora); by default all
@@ -46,7 +46,7 @@ ARGS = parse_recipe_args('tp_moe_cp.py', model=os.path.join(ROOT, 'models', 'qwe
 MODEL_ID = ARGS.model
 OUTPUT_DIR = ARGS.output_dir
 
-device_mesh = DeviceMesh.from_sizes(**ARGS.mesh, device_type='cpu')
+device_mesh = DeviceMesh.from_sizes(**ARGS.mesh, device_type=ARGS.device)
 twinkle.initialize(mode='local', global_device_mesh=device_mesh)
 
 logger = get_logger()

@@ -24,6 +24,12 @@ Catches: a binding that changes the rows (columns, labels, order, dp split), the
 scheduler options, the step sequence, or the save path; one that drops mixed_precision (a Python
 run in fp32 differs from the C++ --bf16 run by far more than 1e-6: bf16 GEMM inputs change the
 loss in the 3rd-4th digit) or the adapter. Run with .venv/bin/python (scripts/setup).
+
+On a device (--device cuda): both programs get --device cuda; --recipe-bin names the C++ program and
+--python-dir the directory holding the `twinkle` package to import (the emulated device:
+build/tests/tp_recipe_cuda_emu and build/python_cuda_emu, tests/cuda.cmake; the Python ranks are then
+started by mpirun directly, since twinkle-run puts build/python first on PYTHONPATH); --np and --layout
+(e.g. '--dp 1 --tp 2 --pp 2') pick a smaller mesh for both.
 """
 import argparse
 import ast
@@ -56,6 +62,16 @@ def main():
                          "fp32: TWINKLE_MIXED_PRECISION=no vs the C++ recipe --fp32")
     ap.add_argument('--lora', action='store_true',
                     help="the seed's add_adapter_to_model line (TWINKLE_LORA=1) vs the C++ recipe --lora")
+    ap.add_argument('--device', choices=('cpu', 'cuda'), default=None,
+                    help='passed to both programs as --device (default: theirs, cpu)')
+    ap.add_argument('--recipe-bin', default=None, help='the C++ program (default: build/examples/<recipe>)')
+    ap.add_argument('--python-dir', default=None,
+                    help='directory holding the twinkle package for the Python run (default: build/python, '
+                         'through twinkle-run)')
+    ap.add_argument('--batch-size', type=int, default=None,
+                    help='tp: the global batch of both programs (default: theirs, 8)')
+    ap.add_argument('--np', type=int, default=8, help='ranks of both runs (default 8: the seed mesh)')
+    ap.add_argument('--layout', default='', help="mesh options for both programs, e.g. '--dp 1 --tp 2 --pp 2'")
     args = ap.parse_args()
     launcher = os.path.join(args.build, 'bin', 'twinkle-run')
     tmp = tempfile.mkdtemp(prefix='twinkle-python-recipe-')
@@ -66,6 +82,8 @@ def main():
         moe = args.recipe != 'tp'
         cpp_prog, py_prog = RECIPES[args.recipe]
         cpp_path, py_path = os.path.join(args.build, 'examples', cpp_prog), os.path.join(ROOT, 'examples', 'python', py_prog)
+        if args.recipe_bin:
+            cpp_path = args.recipe_bin
         # 0. the script's options are the C++ recipe's (same names), and one it lacks is refused by name
         help_env = dict(env, PYTHONPATH=os.path.join(args.build, 'python'))
         py_opts = set(re.findall(r'(--[a-z][a-z0-9-]+)', run([sys.executable, py_path, '--help'], help_env)))
@@ -80,14 +98,25 @@ def main():
         # the same command line for both programs (what scripts/demo passes on)
         extra = ['--data-rows', str(args.rows)] + (['--max-steps', str(args.steps)] if moe else [])
         extra += ['--' + args.precision] + (['--lora'] if args.lora else [])
-        cpp_out = run([launcher, '--nproc_per_node=8', cpp_path, '--output-dir', cpp_dir] + extra, env)
+        extra += (['--device', args.device] if args.device else []) + args.layout.split()
+        extra += ['--batch-size', str(args.batch_size)] if args.batch_size else []
+        nproc = f'--nproc_per_node={args.np}'
+        cpp_out = run([launcher, nproc, cpp_path, '--output-dir', cpp_dir] + extra, env)
         recipe_env = ('TWINKLE_MODEL', 'TWINKLE_DATA_ROWS', 'TWINKLE_MAX_STEPS', 'TWINKLE_OUTPUT_DIR',
                       'TWINKLE_MIXED_PRECISION', 'TWINKLE_LORA', 'TWINKLE_MOE_MESH')
         py_env = {k: v for k, v in env.items() if k not in recipe_env}  # the command line alone
-        out = run([launcher, '--nproc_per_node=8', py_path, '--output-dir', py_dir] + extra, py_env)
+        if args.python_dir:
+            py_env['PYTHONPATH'] = os.path.abspath(args.python_dir)
+            mpirun = [shutil.which('mpirun') or 'mpirun', '-np', str(args.np), '--oversubscribe', '--allow-run-as-root',
+                      '--bind-to', 'none', '-x', 'PYTHONPATH', '-x', 'OMP_NUM_THREADS', sys.executable]
+            out = run(mpirun + [py_path, '--output-dir', py_dir] + extra, py_env)
+        else:
+            out = run([launcher, nproc, py_path, '--output-dir', py_dir] + extra, py_env)
         # get_train_configs (logged by both) names the precision the C++ model was built with
         want = f'Mixed precision: {args.precision}'
         for who, text in (('C++', cpp_out), ('Python', out)):
+            if args.device and f'Backend: twinkle (Megatron-style, {args.device})' not in text:
+                failures.append(f'the {who} run logged no "Backend: twinkle (Megatron-style, {args.device})" line')
             if want not in text:
                 got = re.findall(r'Mixed precision: \w+', text)
                 failures.append(f'the {who} run logged {got[:1] or "no Mixed precision line"}, expected {want!r}')
@@ -95,7 +124,8 @@ def main():
                     not in text:
                 failures.append(f'the {who} run logged no adapter in get_train_configs (--lora)')
         mc, mp = read_metrics(os.path.join(cpp_dir, 'metrics.jsonl')), read_metrics(os.path.join(py_dir, 'metrics.jsonl'))
-        steps = args.steps if moe else (args.rows + 7) // 8
+        batch = args.batch_size or 8
+        steps = args.steps if moe else (args.rows + batch - 1) // batch
         if len(mc) != steps or len(mp) != steps:
             failures.append(f'expected {steps} metrics lines, got {len(mc)} (C++) and {len(mp)} (Python)')
         logged = {}

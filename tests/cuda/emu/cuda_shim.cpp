@@ -828,6 +828,8 @@ Stream* stream_of(cudaStream_t h, const char* call) {
 // Runs s's queued work until `upto` items of it are done.
 void drain(Stream& s, uint64_t upto) {
   std::lock_guard<std::recursive_mutex> lk(streams_mu());
+  if (s.done >= upto || s.q.empty()) return;
+  DeviceAccess access;  // once for the whole batch (each opening and closing is an mprotect of every block)
   while (s.done < upto && !s.q.empty()) {
     std::function<cudaError_t()> work = std::move(s.q.front());
     s.q.pop_front();
