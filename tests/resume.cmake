@@ -46,3 +46,19 @@ add_test(NAME resume_keeps_metrics_file_lines
          COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "metrics resume check OK: .*"
                  ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/check_metrics_resume.py --build ${CMAKE_BINARY_DIR})
 set_tests_properties(resume_keeps_metrics_file_lines PROPERTIES TIMEOUT 120)
+# On device "cuda": dp2 ranks sharing the device (ZeRO-1 AdamW state downloaded to be gathered and saved,
+# uploaded on resume), exact as on the CPU: on the emulated device in every run (tests/twinkle_cuda_emu,
+# label cuda_emu) and on a lent GPU (label gpu)
+if(TWINKLE_WITH_CUDA_BACKEND)
+  add_test(NAME resume_exact_dp2_dense_cuda_emu
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "resume check OK .*"
+                   ${TWINKLE_REF_RUN} ${CHECK_RESUME} --build ${CMAKE_BINARY_DIR}
+                   --twinkle ${CMAKE_BINARY_DIR}/tests/twinkle_cuda_emu --np 2 --layout "--dp 2 --device cuda")
+  set_tests_properties(resume_exact_dp2_dense_cuda_emu PROPERTIES LABELS cuda_emu TIMEOUT 300 PROCESSORS 2
+                       ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0;OMP_NUM_THREADS=1")
+  add_test(NAME resume_exact_dp2_dense_cuda
+           COMMAND ${TWINKLE_GPU_OR_SKIP} ${CMAKE_SOURCE_DIR}/tests/check_run.sh "resume check OK .*"
+                   ${TWINKLE_REF_RUN} ${CHECK_RESUME} --build ${CMAKE_BINARY_DIR} --np 2 --layout "--dp 2 --device cuda")
+  set_tests_properties(resume_exact_dp2_dense_cuda PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300
+                       ENVIRONMENT "OMP_NUM_THREADS=2")
+endif()

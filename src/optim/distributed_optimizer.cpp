@@ -357,8 +357,18 @@ StepStats DistributedOptimizer::step(double lr, double max_norm) {
 
 void DistributedOptimizer::gather_state(std::vector<float>& m, std::vector<float>& v) {
   finish_param_sync();
-  check(store_.device() == Device::CPU, "DistributedOptimizer::gather_state: the AdamW state on device '" +
-                                            device_name(store_.device()) + "' is not saved yet (checkpoint resume is cpu only)");
+  // a device store's state comes to the host first (the gathers below then run on host buffers)
+  std::vector<float> hm, hv;
+  const float* sm = m_.data();
+  const float* sv = v_.data();
+  if (dm_.defined()) {
+    hm.resize(static_cast<size_t>(state_n_));
+    hv.resize(static_cast<size_t>(state_n_));
+    download_bytes(store_.device(), hm.data(), dm_.f32(), static_cast<size_t>(state_n_) * 4);
+    download_bytes(store_.device(), hv.data(), dv_.f32(), static_cast<size_t>(state_n_) * 4);
+    sm = hm.data();
+    sv = hv.data();
+  }
   const int64_t N = store_.numel();
   m.assign(static_cast<size_t>(N), 0.0f);
   v.assign(static_cast<size_t>(N), 0.0f);
@@ -372,13 +382,13 @@ void DistributedOptimizer::gather_state(std::vector<float>& m, std::vector<float
     if (cfg_.use_distributed_optimizer && n > 1) {
       for (auto [s, len] : rg.buckets) {
         const int64_t shard = len / n;
-        g.all_gather(m_.data() + off, m.data() + s, shard, DType::F32);
-        g.all_gather(v_.data() + off, v.data() + s, shard, DType::F32);
+        g.all_gather(sm + off, m.data() + s, shard, DType::F32);
+        g.all_gather(sv + off, v.data() + s, shard, DType::F32);
         off += shard;
       }
     } else {
-      std::memcpy(m.data() + rg.start, m_.data() + off, static_cast<size_t>(rg.len) * 4);
-      std::memcpy(v.data() + rg.start, v_.data() + off, static_cast<size_t>(rg.len) * 4);
+      std::memcpy(m.data() + rg.start, sm + off, static_cast<size_t>(rg.len) * 4);
+      std::memcpy(v.data() + rg.start, sv + off, static_cast<size_t>(rg.len) * 4);
       off += rg.len;
     }
   }
@@ -386,12 +396,23 @@ void DistributedOptimizer::gather_state(std::vector<float>& m, std::vector<float
 
 void DistributedOptimizer::load_state(const float* m, const float* v, int64_t steps) {
   check(steps >= 0, "DistributedOptimizer::load_state: negative step count " + std::to_string(steps));
-  check(store_.device() == Device::CPU, "DistributedOptimizer::load_state: the AdamW state on device '" +
-                                            device_name(store_.device()) + "' is not restored yet (checkpoint resume is cpu only)");
   finish_param_sync();
+  std::vector<float> hm, hv;  // a device store's state is assembled on the host, then uploaded
+  float* tm = m_.data();
+  float* tv = v_.data();
+  if (dm_.defined()) {
+    hm.assign(static_cast<size_t>(state_n_), 0.0f);
+    hv.assign(static_cast<size_t>(state_n_), 0.0f);
+    tm = hm.data();
+    tv = hv.data();
+  }
   for (const auto& seg : segments_) {
-    std::memcpy(m_.data() + seg.state_off, m + seg.start, static_cast<size_t>(seg.len) * 4);
-    std::memcpy(v_.data() + seg.state_off, v + seg.start, static_cast<size_t>(seg.len) * 4);
+    std::memcpy(tm + seg.state_off, m + seg.start, static_cast<size_t>(seg.len) * 4);
+    std::memcpy(tv + seg.state_off, v + seg.start, static_cast<size_t>(seg.len) * 4);
+  }
+  if (dm_.defined() && state_n_ > 0) {
+    upload_bytes(store_.device(), dm_.f32(), hm.data(), static_cast<size_t>(state_n_) * 4);
+    upload_bytes(store_.device(), dv_.f32(), hv.data(), static_cast<size_t>(state_n_) * 4);
   }
   step_ = steps;
   store_.zero_grad();

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "twinkle/core/device_copy.h"
 #include "twinkle/dist/agreed_error.h"
 #include "twinkle/dist/runtime.h"
 #include "twinkle/io/model_config.h"
@@ -264,7 +265,13 @@ ResumeState MegatronModel::resume_from_checkpoint(const std::string& dir, bool r
   std::vector<float> m, v;
   dist::run_agreed(world, [&] {
     const SafetensorsFile master = open_state_file(it / kMaster, "fp32 trainable weights");
-    model_->load_flat(master, adapters, store.flat_params().f32());
+    if (store.device() == Device::CPU) {
+      model_->load_flat(master, adapters, store.flat_params().f32());
+    } else {  // load_flat fills host memory: stage the store's flat layout, then upload it
+      std::vector<float> staged(static_cast<size_t>(store.numel()), 0.0f);
+      model_->load_flat(master, adapters, staged.data());
+      upload_bytes(store.device(), store.flat_params().f32(), staged.data(), staged.size() * 4);
+    }
     if (resume_only_model) return;
     m.assign(static_cast<size_t>(store.numel()), 0.0f);
     v.assign(static_cast<size_t>(store.numel()), 0.0f);

@@ -23,6 +23,8 @@ and compares against the uninterrupted run of the same flags:
              tensor or field: a missing optimizer file, a missing tensor, a truncated file, a bf16
              tensor, a tensor of another shape (a layout that cannot be mapped), a model-config
              mismatch, a changed schedule, LoRA state into a full model.
+On a device: --twinkle names the binary and --layout carries --device cuda (the checkpoint is the same
+format; the AdamW state comes down from the device to be saved and goes back up on resume).
 Run with .venv/bin/python (scripts/setup).
 """
 import argparse
@@ -47,7 +49,7 @@ STATE_FILES = ["master_weights.safetensors", "exp_avg.safetensors", "exp_avg_sq.
 class Runner:
     def __init__(self, args, tmp):
         self.args, self.tmp = args, tmp
-        self.twinkle = os.path.join(args.build, "bin", "twinkle")
+        self.twinkle = args.twinkle or os.path.join(args.build, "bin", "twinkle")
         self.launcher = os.path.join(args.build, "bin", "twinkle-run")
         model = os.path.join(tmp, "model")
         if args.model == "moe":
@@ -312,6 +314,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     ap.add_argument("--mode", choices=["exact", "crash", "bad"], default="exact")
+    ap.add_argument("--twinkle", default=None,
+                    help="the twinkle binary (default build/bin/twinkle; the emulated device: build/tests/twinkle_cuda_emu "
+                         "with --layout '... --device cuda')")
     ap.add_argument("--model", choices=["dense", "moe"], default="dense")
     ap.add_argument("--np", type=int, default=1)
     ap.add_argument("--layout", default="")

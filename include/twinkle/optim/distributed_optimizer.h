@@ -192,12 +192,12 @@ class DistributedOptimizer {
   /// the full state (the expert region likewise over expert-dp): collective over dp-cp and
   /// expert-dp. (Megatron's DistributedOptimizer get_parameter_state_dp_zero gathers the same
   /// shards.)
-  /// Host store only for now (device "cuda": twinkle::Error naming the device).
+  /// A device store's state is downloaded first (the gathers then run on host buffers).
   void gather_state(std::vector<float>& m, std::vector<float>& v);
   /// Restores the AdamW state from full flat-layout buffers (store.numel() elements each, as
   /// gather_state returns them for the same store layout): this rank keeps the elements it owns.
-  /// `steps` is the AdamW step count (bias correction). No communication. Throws twinkle::Error
-  /// when steps < 0.
+  /// `steps` is the AdamW step count (bias correction); a device store's share is uploaded. No
+  /// communication. Throws twinkle::Error when steps < 0.
   void load_state(const float* m, const float* v, int64_t steps);
   /// Bytes sent by this rank in the last step's dp collectives (for the volume check).
   int64_t last_step_bytes() const { return last_bytes_; }
