@@ -211,6 +211,24 @@ bool device_built(const std::string& device) {
   return device == "cpu";
 }
 
+AcceleratorPeak accelerator_peak(const std::string& device, bool bf16) {
+  AcceleratorPeak a;
+#ifdef TWINKLE_CUDA_BUILT
+  if (device == "cuda" && cuda::initialized()) {
+    a.ordinal = cuda::current_device();
+    for (const cuda::DeviceInfo& d : cuda::device_info())
+      if (d.ordinal == a.ordinal) {
+        a.name = d.name;
+        a.flops = (bf16 ? d.peak_bf16_tflops : d.peak_fp32_tflops) * 1e12;
+      }
+  }
+#else
+  (void)device;
+  (void)bf16;
+#endif
+  return a;
+}
+
 const KernelTable& default_cpu_kernels() {
   static const KernelTable t = resolve_kernels("cpu", "fused");
   return t;

@@ -113,7 +113,7 @@ MegatronModel::MegatronModel(const std::string& model_id, const MegatronModelOpt
   // one node cannot read) is raised on every rank alike, so a caller that catches it leaves no
   // rank waiting in job_peak_flops' all-reduce below.
   dist::run_agreed(*ps_->world, [&] { build(model_id); });
-  peak_flops_ = job_peak_flops(*ps_->world, opts_.mixed_precision == "bf16");
+  peak_flops_ = job_peak_flops(*ps_->world, opts_.mixed_precision == "bf16", ps_->mesh.device_type());
   t_start_ = t_last_metric_ = Clock::now();
 }
 

@@ -1,17 +1,21 @@
 #include "twinkle/train/mfu.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
+#include "twinkle/core/error.h"
 #include "twinkle/dist/runtime.h"
+#include "twinkle/kernels/registry.h"
 #include "twinkle/kernels/cpu/gemm.h"
 #include "twinkle/kernels/cpu/gemm_bf16.h"
 
@@ -59,7 +63,47 @@ std::string peak_file_path() {
   return (fs::path(h ? h : "/tmp") / ".cache/twinkle/peak.json").string();
 }
 
-double job_peak_flops(dist::ProcessGroup& world, bool bf16) {
+double device_share(int64_t mine, const std::vector<int64_t>& keys, double flops) {
+  const auto n = std::count(keys.begin(), keys.end(), mine);
+  check(n > 0, "device_share: this rank's device key is not among the job's");
+  return flops / static_cast<double>(n);
+}
+
+namespace {
+
+// job_peak_flops on an accelerator: each rank's datasheet peak divided among the ranks on the same
+// (host, device ordinal), summed.
+double accelerator_job_peak(dist::ProcessGroup& world, bool bf16, const std::string& device) {
+  double env = 0;
+  if (world.rank() == 0)
+    if (const char* e = std::getenv("TWINKLE_PEAK_GFLOPS")) env = std::max(std::atof(e), 0.0) * 1e9;
+  if (world.size() > 1) world.all_reduce_f64(&env, 1, dist::ReduceOp::Sum);
+  if (env > 0) return env;
+  const kernels::AcceleratorPeak a = kernels::accelerator_peak(device, bf16);
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  const auto key = static_cast<int64_t>(
+      std::hash<std::string>{}(std::string(host) + "|" + device + ":" + std::to_string(a.ordinal)) &
+      0x7fffffffffffffffull);
+  std::vector<int64_t> keys(static_cast<size_t>(world.size()), key);
+  if (world.size() > 1) world.all_gather(&key, keys.data(), 1, DType::I64);
+  double sums[2] = {device_share(key, keys, a.flops), a.flops > 0 ? 0.0 : 1.0};  // peak, ranks without one
+  if (world.size() > 1) world.all_reduce_f64(sums, 2, dist::ReduceOp::Sum);
+  if (sums[1] > 0) {
+    if (world.rank() == 0)
+      get_logger().warning("MFU: no datasheet peak for device '" + device + "' (" +
+                           (a.name.empty() ? std::string("not initialised") : a.name) + " on rank 0; " +
+                           std::to_string(static_cast<int64_t>(sums[1])) +
+                           " rank(s) without one): MFU is reported as 0; set TWINKLE_PEAK_GFLOPS to the job's peak");
+    return 0;
+  }
+  return sums[0];
+}
+
+}  // namespace
+
+double job_peak_flops(dist::ProcessGroup& world, bool bf16, const std::string& device) {
+  if (device != "cpu") return accelerator_job_peak(world, bf16, device);
   const int64_t hw = std::max<unsigned>(1u, std::thread::hardware_concurrency());
   const int64_t used = std::min<int64_t>(hw, static_cast<int64_t>(world.size()) * omp_get_max_threads());
   // Rank 0 alone reads TWINKLE_PEAK_GFLOPS and the peak file and every rank follows its answer:

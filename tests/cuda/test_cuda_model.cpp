@@ -29,6 +29,7 @@
 #include "twinkle/model/kernelize.h"
 #include "twinkle/optim/distributed_optimizer.h"
 #include "twinkle/train/engine.h"
+#include "twinkle/train/mfu.h"
 
 using namespace twinkle;
 
@@ -311,6 +312,26 @@ TEST(CudaModel, WritesHfPeerCheckInputs) {
   std::printf("[peer] wrote %s: checkpoint, batch.json, twinkle cuda loss %.8f over %lld labelled tokens\n", dir,
               res.loss, static_cast<long long>(res.label_tokens));
   ASSERT_TRUE(std::isfinite(res.loss));
+}
+
+// MFU's peak on the device: the datasheet figure of the current GPU (bf16 dense / fp32), all of it for the
+// one process; the host emulation has none, so MFU is not reported there (0, with a warning).
+TEST(CudaModel, MfuPeakIsTheDevicesDatasheetFigure) {
+  auto ps = state("cuda");
+  twinkle::cuda::init();  // as the model's kernel table does
+  const kernels::AcceleratorPeak bf = kernels::accelerator_peak("cuda", true), fp = kernels::accelerator_peak("cuda", false);
+  EXPECT_EQ(bf.ordinal, twinkle::cuda::current_device());
+  const auto [tb, tf] = twinkle::cuda::peak_tflops_for(bf.name);
+  EXPECT_DOUBLE_EQ(bf.flops, tb * 1e12) << bf.name;
+  EXPECT_DOUBLE_EQ(fp.flops, tf * 1e12) << fp.name;
+  unsetenv("TWINKLE_PEAK_GFLOPS");
+  EXPECT_DOUBLE_EQ(job_peak_flops(*ps->world, true, "cuda"), bf.flops);
+  if (bf.name.find("H200") != std::string::npos) {
+    EXPECT_DOUBLE_EQ(bf.flops, 989e12);
+  }
+#ifdef TWINKLE_CUDA_SHIM
+  EXPECT_EQ(bf.flops, 0.0) << "the emulated device has no datasheet peak";
+#endif
 }
 
 int main(int argc, char** argv) {

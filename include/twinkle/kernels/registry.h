@@ -137,6 +137,18 @@ KernelTable resolve_kernels(const std::string& device, const std::string& set = 
 /// The CPU "fused" table, resolved once (for code that was given no table).
 const KernelTable& default_cpu_kernels();
 
+/// The accelerator this process computes on for `device`: its name, ordinal among the visible devices and
+/// datasheet peak in FLOP/s (dense bf16 tensor-core with bf16, else fp32: twinkle::cuda::peak_tflops_for).
+/// cuda: the initialised backend's current device; flops 0 for a name the table lacks (the host emulation
+/// among them). Empty (ordinal -1, flops 0) for "cpu" (its peak is measured: twinkle/train/mfu.h), a
+/// device this build lacks, or cuda before twinkle::cuda::init(). Never throws.
+struct AcceleratorPeak {
+  std::string name;
+  int ordinal = -1;
+  double flops = 0;
+};
+AcceleratorPeak accelerator_peak(const std::string& device, bool bf16);
+
 namespace cpu {
 /// Registers the built-in CPU implementations (called by Registry::global()).
 void register_reference_kernels(Registry& r);
