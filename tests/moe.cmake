@@ -177,6 +177,13 @@ set(TWINKLE_MOE_RIGGED_LAYOUTS
   "dp2_ep2_bf16|2|--train-flags=--bf16 --aux-coef 0.1 --aux-type global|--dp 2 --ep 2"
   "dp2_ep2_expert_lora|2|--lora-r 4 --lora-alpha 1 --lora-targets all-linear --aux-coef 0.1 --aux-type global|--dp 2 --ep 2")
 twinkle_moe_layout_tests(moe_layout_rigged_router_idle_experts_ "--steps 3 --rig-router --batch rows:8" ${TWINKLE_MOE_RIGGED_LAYOUTS})
+# On a CPU with AMX (oneDNN ISA avx512_core_amx) oneDNN's bf16 matmul sums a row's products in an order
+# that depends on the GEMM's shape, and the rigged router gives the two busy experts different row counts
+# in one process and on dp2 ep2: step 3 then differs by 6.6e-5 in the expert grad norm (loss 6.59169266 vs
+# 6.59169951), above the 1e-5 layout rule; capped at avx512_core_bf16 (and on CPUs without AMX) the layout
+# stays within it. Pinned there until the bf16 GEMMs give a row the same sums whatever the shape.
+set_tests_properties(moe_layout_rigged_router_idle_experts_dp2_ep2_bf16 PROPERTIES
+                     ENVIRONMENT "DNNL_MAX_CPU_ISA=AVX512_CORE_BF16")
 
 # Uneven pipeline splits: which layers are sparse follows the global layer index (a stage-local
 # index would put the dense layer elsewhere and rename the tensors).
