@@ -17,6 +17,11 @@ Modes:
                        bf16 mixed precision (fp32 parameters, gradients and AdamW state; oneDNN
                        bf16 GEMMs on AMX / AVX512-BF16 where the CPU has them)
 
+  --device cuda        the model, batch and AdamW on the GPU (autocast on "cuda" with --autocast-bf16,
+                       bf16 GEMMs on the tensor cores, TF32 off as twinkle's fp32 GEMMs); each timed step
+                       ends with torch.cuda.synchronize(); adds peak_device_bytes
+                       (torch.cuda.max_memory_allocated) and the device name
+
 --threads N: torch.set_num_threads(N) and OMP_NUM_THREADS=N set before torch loads (PyPI's torch
 runs its GEMMs in its bundled oneDNN / MKL, which follow them).
 
@@ -47,6 +52,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--autocast-bf16", action="store_true")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     a = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
     import torch
@@ -71,6 +77,11 @@ def main():
     config = AutoConfig.for_model(mt, **cfg)
     torch.manual_seed(a.seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    cuda = a.device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        model = model.to("cuda")
     model.train()
     named = list(model.named_parameters())
     decay = [p for _, p in named if p.dim() >= 2]
@@ -79,13 +90,13 @@ def main():
                             lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
     params = [p for _, p in named]
     g = torch.Generator().manual_seed(a.seed + 1)
-    ids = torch.randint(0, config.vocab_size, (B, S), generator=g, dtype=torch.int64)
+    ids = torch.randint(0, config.vocab_size, (B, S), generator=g, dtype=torch.int64).to(a.device)
     fwd = torch.compile(model) if a.compile else model
 
     def step():
         opt.zero_grad(set_to_none=True)
         if a.autocast_bf16:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.autocast(a.device, dtype=torch.bfloat16):
                 loss = fwd(input_ids=ids, labels=ids).loss
         else:
             loss = fwd(input_ids=ids, labels=ids).loss
@@ -93,8 +104,12 @@ def main():
         if a.clip > 0:
             torch.nn.utils.clip_grad_norm_(params, a.clip)
         opt.step()
+        if cuda:
+            torch.cuda.synchronize()
         return float(loss)
 
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     t_warm = time.perf_counter()
     for _ in range(a.warmup):
         step()
@@ -109,8 +124,11 @@ def main():
     step_s = sum(times) / len(times)
     fl, n = torch_peer.flops_per_step(dict(cfg, model_type=mt), B, S)
     cap = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else "?"
+    dev = {"device": a.device}
+    if cuda:
+        dev.update(device_name=torch.cuda.get_device_name(), peak_device_bytes=torch.cuda.max_memory_allocated())
     print(json.dumps({
-        "peer": "transformers", "config": a.config, "threads": a.threads, "batch": B, "seq": S,
+        **dev, "peer": "transformers", "config": a.config, "threads": a.threads, "batch": B, "seq": S,
         "compile": a.compile, "autocast_bf16": a.autocast_bf16, "clip": a.clip,
         "params": sum(p.numel() for p in params), "matmul_params": n, "warmup": a.warmup, "warmup_s": round(warm_s, 2),
         "steps": a.steps, "step_s": round(step_s, 4), "step_times_s": [round(t, 4) for t in times],

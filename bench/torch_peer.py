@@ -68,6 +68,10 @@ CONFIGS = {
               head_dim=32, intermediate_size=768, vocab_size=32000, tie_word_embeddings=True,
               num_experts=32, num_experts_per_tok=4, moe_intermediate_size=96, norm_topk_prob=True,
               seq=512, batch=4),
+    # Qwen3-0.6B (bench/qwen3-0.6b/config.json) at 8 x 2048: the GPU step bench (scripts/device-check)
+    "q06": dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                head_dim=128, intermediate_size=3072, vocab_size=151936, tie_word_embeddings=True,
+                seq=2048, batch=8),
     # Qwen3-30B-A3B's routing and FLOP mix at hidden 256 (bench/train_bench.cpp config m30)
     "m30": dict(hidden_size=256, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=2,
                 head_dim=32, intermediate_size=768, vocab_size=4096, tie_word_embeddings=True,

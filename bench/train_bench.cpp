@@ -7,6 +7,11 @@
 //   build/bench/train_bench --config a|b|s|m|m30|w --threads 2 [--steps 3 --warmup 1] [--kernels fused|reference]
 //                           [--recompute none|selective|full]
 // scripts/bench-train runs both engines side by side and prints the ratios.
+// --device cuda (a CUDA build): the model, its gradients and AdamW state on the GPU (or the host
+// emulation, tests/cuda.cmake train_bench_cuda_emu); each timed step ends with a device synchronize, and
+// the JSON adds peak_device_bytes (the caching allocator's peak in use), the device's name and the MFU
+// against its datasheet peak (kernels::accelerator_peak). Config q06 is Qwen3-0.6B's
+// (bench/qwen3-0.6b/config.json) at batch 8 x 2048; --batch / --seq override a config's.
 // --lora R trains a LoRA adapter (r = R, alpha = 2R, all-linear; Qwen3Model::add_adapter) instead
 // of the full model: the base keeps no gradient buffer and the optimizer sees only the adapter;
 // scripts/bench-lora runs full and LoRA side by side (bench/README.md "LoRA vs full").
@@ -20,10 +25,16 @@
 #include <string>
 #include <vector>
 
+#include "twinkle/core/device_allocator.h"
 #include "twinkle/dist/parallel_state.h"
+#include "twinkle/dist/runtime.h"
+#include "twinkle/kernels/registry.h"
 #include "twinkle/optim/distributed_optimizer.h"
 #include "twinkle/train/engine.h"
 #include "peak_rss.h"
+#ifdef TWINKLE_CUDA_BUILT
+#include "twinkle/kernels/cuda/runtime.h"
+#endif
 
 using namespace twinkle;
 
@@ -34,8 +45,8 @@ int main(int argc, char** argv) {
   std::string config = "a";
   int threads = 1, steps = 3, warmup = 1;
   bool untied = false;
-  std::string kernels = "fused", recompute = "none", precision = "fp32";
-  int64_t lora_r = 0;
+  std::string kernels = "fused", recompute = "none", precision = "fp32", device = "cpu";
+  int64_t lora_r = 0, batch = 0, seq = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() { return std::string(i + 1 < argc ? argv[++i] : ""); };
@@ -49,8 +60,11 @@ int main(int argc, char** argv) {
     else if (a == "--recompute") recompute = next();
     else if (a == "--bf16") precision = "bf16";
     else if (a == "--fp32") precision = "fp32";
+    else if (a == "--device") device = next();
+    else if (a == "--batch") batch = std::stoll(next());
+    else if (a == "--seq") seq = std::stoll(next());
     else {
-      std::fprintf(stderr, "usage: train_bench [--config a|b|s|m|m30|w] [--threads N] [--steps K] [--warmup W] [--untied] [--kernels fused|reference] [--recompute none|selective|full] [--lora R] [--bf16|--fp32]\n");
+      std::fprintf(stderr, "usage: train_bench [--config a|b|s|m|m30|w|q06] [--threads N] [--steps K] [--warmup W] [--untied] [--kernels fused|reference] [--recompute none|selective|full] [--lora R] [--bf16|--fp32] [--device cpu|cuda] [--batch B] [--seq S]\n");
       return 2;
     }
   }
@@ -85,14 +99,28 @@ int main(int argc, char** argv) {
     // so the attention buffers (bf16: the backward's packed operands) are a large share of the peak
     c.hidden_size = 128; c.num_hidden_layers = 2; c.num_attention_heads = 16; c.num_key_value_heads = 16;
     c.head_dim = 128; c.intermediate_size = 256; c.vocab_size = 2048; B = 1; S = 2048;
+  } else if (config == "q06") {  // Qwen3-0.6B (bench/qwen3-0.6b/config.json), 8 rows of 2048 tokens
+    c.hidden_size = 1024; c.num_hidden_layers = 28; c.num_attention_heads = 16; c.num_key_value_heads = 8;
+    c.head_dim = 128; c.intermediate_size = 3072; c.vocab_size = 151936; B = 8; S = 2048;
   } else {
     std::fprintf(stderr, "unknown config %s\n", config.c_str());
     return 2;
   }
+  if (batch > 0) B = batch;
+  if (seq > 0) S = seq;
   c.tie_word_embeddings = !untied;
-  c.max_position_embeddings = 4096;
+  c.max_position_embeddings = std::max<int64_t>(4096, S);
   c.rope_theta = 1e6;
-  auto ps = dist::make_single_process_state();
+  std::shared_ptr<dist::ParallelState> ps;
+  if (device == "cpu") {
+    ps = dist::make_single_process_state();
+  } else {
+    MeshSizes ms;
+    ms.device_type = device;
+    initialize({.global_device_mesh = DeviceMesh::from_sizes(ms)});  // one process on this device
+    ps = std::shared_ptr<dist::ParallelState>(&parallel_state(), [](dist::ParallelState*) {});
+  }
+  const bool on_device = device != "cpu";
   Qwen3ModelOptions mopt;
   mopt.kernels = kernels;
   mopt.recompute_granularity = recompute;
@@ -122,6 +150,7 @@ int main(int argc, char** argv) {
   auto step = [&]() {
     double l = eng.forward_backward(mbs).loss;
     opt.step(oc.lr);
+    if (on_device) device_allocator(model.device()).synchronize();  // the step's queued work is done
     return l;
   };
   reset_peak_rss();  // the steps' peak, init excluded (the warm-up steps are included)
@@ -165,6 +194,17 @@ int main(int argc, char** argv) {
       static_cast<long long>(model.trainable_store().numel()),
       static_cast<long long>(2 * 4 * opt.state_elements()));  // AdamW m and v, fp32
   for (size_t i = 0; i < losses.size(); ++i) std::printf("%s%.5f", i ? ", " : "", losses[i]);
-  std::printf("]}\n");
+  std::printf("]");
+  if (on_device) {
+    const kernels::AcceleratorPeak pk = kernels::accelerator_peak(device, precision == "bf16");
+    long long peak_dev = -1;
+#ifdef TWINKLE_CUDA_BUILT
+    if (device == "cuda") peak_dev = static_cast<long long>(twinkle::cuda::allocator().stats().peak_in_use);
+#endif
+    std::printf(", \"device\": \"%s\", \"device_name\": \"%s\", \"peak_device_bytes\": %lld, "
+                "\"datasheet_peak_tflops\": %.1f, \"mfu_datasheet\": %.4f",
+                device.c_str(), pk.name.c_str(), peak_dev, pk.flops / 1e12, pk.flops > 0 ? flops / step_s / pk.flops : 0.0);
+  }
+  std::printf("}\n");
   return 0;
 }

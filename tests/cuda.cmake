@@ -135,6 +135,16 @@ if(TWINKLE_WITH_CUDA_BACKEND)
                        COMMENT "twinkle: copying the Python package to build/python_cuda_emu")
     add_custom_target(twinkle_python_cuda_emu ALL DEPENDS ${_twinkle_py_emu_stamp} twinkle_pyext_cuda_emu)
   endif()
+  # bench/train_bench on the emulated device (the GPU step bench of scripts/device-check, its plumbing here:
+  # a tiny config, one bf16 step on device cuda, the JSON with the device's fields)
+  twinkle_emu_program(train_bench_cuda_emu ${CMAKE_SOURCE_DIR}/bench/train_bench.cpp)
+  target_compile_definitions(train_bench_cuda_emu PRIVATE TWINKLE_CUDA_BUILT)
+  add_test(NAME train_bench_cuda_step_emu
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "\\{\"engine\": \"twinkle\", \"config\": \"s\".*\"device\": \"cuda\", \"device_name\": \"twinkle CUDA emulator.*\"peak_device_bytes\": [1-9][0-9]*.*"
+                   $<TARGET_FILE:train_bench_cuda_emu> --config s --device cuda --bf16 --batch 1 --seq 32 --steps 1
+                   --warmup 0)
+  set_tests_properties(train_bench_cuda_step_emu PROPERTIES LABELS cuda_emu TIMEOUT 300
+                       ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
   add_test(NAME cuda_model_vs_cpu_emu COMMAND test_cuda_model_emu --gtest_brief=1)
   set_tests_properties(cuda_model_vs_cpu_emu PROPERTIES LABELS cuda_emu TIMEOUT 600
                        ENVIRONMENT "TWINKLE_SOURCE_DIR=${CMAKE_SOURCE_DIR};ASAN_OPTIONS=detect_leaks=0")
