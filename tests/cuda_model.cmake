@@ -57,6 +57,11 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   set(CHECK_BF16 ${CMAKE_SOURCE_DIR}/tests/reference/check_bf16.py)
   add_test(NAME bf16_cuda_vs_cpu COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_BF16}
            --build ${CMAKE_BINARY_DIR} --against single --steps 4 --np 1 --layout "--device cuda")
+  # bf16 with a LoRA adapter (dropout 0.1) on the device vs the same on one CPU process
+  add_test(NAME bf16_lora_cuda_vs_cpu COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_BF16}
+           --build ${CMAKE_BINARY_DIR} --against single --steps 4 --np 1 --layout "--device cuda"
+           --extra "--lora-r 4 --lora-alpha 8 --lora-dropout 0.1")
+  list(APPEND TWINKLE_CUDA_LAYOUT_TESTS bf16_lora_cuda_vs_cpu)
   add_test(NAME bf16_layout_cuda_tp2_sp COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_BF16}
            --build ${CMAKE_BINARY_DIR} --against single --steps 4 --np 2 --layout "--tp 2 --sequence-parallel --device cuda")
   add_test(NAME bf16_layout_cuda_tp2_pp2_dp2_sp COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_BF16}
@@ -119,6 +124,10 @@ if(TWINKLE_WITH_CUDA_BACKEND)
            ${TWINKLE_CUDA_EMU_TWINKLE})
   add_test(NAME bf16_cuda_vs_cpu_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_BF16} --build ${CMAKE_BINARY_DIR}
            ${TWINKLE_CUDA_EMU_TWINKLE} --against single --steps 4 --np 1 --layout "--device cuda")
+  add_test(NAME bf16_lora_cuda_vs_cpu_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_BF16} --build ${CMAKE_BINARY_DIR}
+           ${TWINKLE_CUDA_EMU_TWINKLE} --against single --steps 4 --np 1 --layout "--device cuda"
+           --extra "--lora-r 4 --lora-alpha 8 --lora-dropout 0.1")
+  list(APPEND TWINKLE_CUDA_EMU_TESTS bf16_lora_cuda_vs_cpu_emu)
   add_test(NAME bf16_layout_cuda_tp2_sp_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_BF16} --build ${CMAKE_BINARY_DIR}
            ${TWINKLE_CUDA_EMU_TWINKLE} --against single --steps 4 --np 2
            --layout "--tp 2 --sequence-parallel --device cuda")

@@ -60,6 +60,8 @@ def main():
     ap.add_argument("--np", type=int, default=1)
     ap.add_argument("--layout", default="")
     ap.add_argument("--layout-tol", type=float, default=2e-3)
+    ap.add_argument("--extra", default="", help="twinkle train flags of every twinkle run (e.g. a LoRA adapter: "
+                                                "'--lora-r 4 --lora-alpha 8')")
     args = ap.parse_args()
 
     twinkle = args.twinkle or os.path.join(args.build, "bin", "twinkle")
@@ -84,7 +86,7 @@ def main():
         opt = ["--lr", str(args.lr), "--weight-decay", "0.1", "--clip-grad", "1.0", "--adam-beta1", "0.9",
                "--adam-beta2", "0.95", "--adam-eps", "1e-8"]
         common = ["--model", model, "--dataset", rows, "--batch-size", str(len(ids)), "--max-steps",
-                  str(args.steps), "--no-save"] + opt
+                  str(args.steps), "--no-save"] + opt + args.extra.split()
 
         def tw(tag, np_, extra):
             metrics = os.path.join(tmp, f"metrics_{tag}.jsonl")
