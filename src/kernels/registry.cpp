@@ -187,6 +187,8 @@ void check_mixed_precision(const std::string& mp) {
 void check_mixed_precision_on(const std::string& device, const std::string& mp) {
   check_mixed_precision(mp);
   if (mp == "fp32") return;
+  // a device this build lacks (npu, cuda without the backend) says so first, not that an op lacks bf16
+  if (!device_built(device)) check_device(device);
   const Registry& reg = Registry::global();
   for (const auto& op : mixed_precision_ops()) {
     const auto impls = reg.implementations(op, device);

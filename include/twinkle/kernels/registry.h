@@ -114,7 +114,7 @@ const std::vector<std::string>& mixed_precision_ops();
 void check_mixed_precision(const std::string& mp);
 
 /// Throws twinkle::Error unless mixed precision `mp` is available on `device`: check_mixed_precision,
-/// then "bf16" only where the registry holds a "bf16" implementation of every mixed_precision_ops() op
+/// then, for a device this build lacks, check_device's error (npu: CANN; cuda: not built), then "bf16" only where the registry holds a "bf16" implementation of every mixed_precision_ops() op
 /// for the device ("cpu"; "cuda" in a CUDA build: twinkle/kernels/cuda/kernels.h bf16_kernels). The
 /// message names the missing op and the way out for each front end: --fp32 on the command line,
 /// mixed_precision='no' in Python.

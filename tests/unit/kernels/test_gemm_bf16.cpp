@@ -368,14 +368,31 @@ TEST(GemmBf16, MixedPrecisionTableSwapsOnlyTheGemmOps) {
   EXPECT_TRUE(twinkle::kernels::resolve_kernels("cpu", "fused").gate_up_swiglu.uses_dgu);
   EXPECT_TRUE(twinkle::kernels::resolve_kernels("cpu", "reference").gate_up_swiglu.uses_dgu);
   EXPECT_THROW(twinkle::kernels::apply_mixed_precision(t, "fp16"), Error);
-  // a device without a bf16 set is refused by name (the registry has no "npu" kernels at all)
+  // a device this build lacks says so before any op: npu needs CANN (not "op 'linear' has no bf16")
   twinkle::kernels::KernelTable npu;
   npu.device = "npu";
   try {
     twinkle::kernels::apply_mixed_precision(npu, "bf16");
     FAIL() << "bf16 on npu must throw";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("device 'npu' (op 'linear'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("CANN"), std::string::npos) << e.what();
+  }
+  if (!twinkle::kernels::device_built("cuda")) {
+    try {
+      twinkle::kernels::check_mixed_precision_on("cuda", "bf16");
+      FAIL() << "bf16 on cuda without the backend must throw";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not built"), std::string::npos) << e.what();
+    }
+  }
+  // a device with kernels but no bf16 set is refused by name, naming the first op and the way out
+  twinkle::kernels::Registry::global().add("bf16less_test_device", "fused",
+                                           twinkle::kernels::Registry::global().get("linear", "cpu", "fused"));
+  try {
+    twinkle::kernels::check_mixed_precision_on("bf16less_test_device", "bf16");
+    FAIL() << "bf16 on a device without a bf16 set must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("device 'bf16less_test_device' (op 'linear'"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--fp32"), std::string::npos) << e.what();
   }
   // the CUDA backend has its own bf16 set (twinkle/kernels/cuda/kernels.h bf16_kernels) for the same slots
