@@ -221,6 +221,7 @@ AcceleratorPeak accelerator_peak(const std::string& device, bool bf16) {
     for (const cuda::DeviceInfo& d : cuda::device_info())
       if (d.ordinal == a.ordinal) {
         a.name = d.name;
+        a.pci_bus_id = d.pci_bus_id;
         a.flops = (bf16 ? d.peak_bf16_tflops : d.peak_fp32_tflops) * 1e12;
       }
   }

@@ -72,7 +72,8 @@ double device_share(int64_t mine, const std::vector<int64_t>& keys, double flops
 namespace {
 
 // job_peak_flops on an accelerator: each rank's datasheet peak divided among the ranks on the same
-// (host, device ordinal), summed.
+// (host, PCI bus id) - the physical device: with a CUDA_VISIBLE_DEVICES of its own every rank is ordinal 0 -,
+// summed.
 double accelerator_job_peak(dist::ProcessGroup& world, bool bf16, const std::string& device) {
   double env = 0;
   if (world.rank() == 0)
@@ -83,7 +84,8 @@ double accelerator_job_peak(dist::ProcessGroup& world, bool bf16, const std::str
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   const auto key = static_cast<int64_t>(
-      std::hash<std::string>{}(std::string(host) + "|" + device + ":" + std::to_string(a.ordinal)) &
+      std::hash<std::string>{}(std::string(host) + "|" + device + ":" +
+                               (a.pci_bus_id.empty() ? std::to_string(a.ordinal) : a.pci_bus_id)) &
       0x7fffffffffffffffull);
   std::vector<int64_t> keys(static_cast<size_t>(world.size()), key);
   if (world.size() > 1) world.all_gather(&key, keys.data(), 1, DType::I64);
@@ -103,7 +105,7 @@ double accelerator_job_peak(dist::ProcessGroup& world, bool bf16, const std::str
 }  // namespace
 
 double job_peak_flops(dist::ProcessGroup& world, bool bf16, const std::string& device) {
-  if (device != "cpu") return accelerator_job_peak(world, bf16, device);
+  if (device == "cuda") return accelerator_job_peak(world, bf16, device);
   const int64_t hw = std::max<unsigned>(1u, std::thread::hardware_concurrency());
   const int64_t used = std::min<int64_t>(hw, static_cast<int64_t>(world.size()) * omp_get_max_threads());
   // Rank 0 alone reads TWINKLE_PEAK_GFLOPS and the peak file and every rank follows its answer:

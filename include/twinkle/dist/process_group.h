@@ -35,7 +35,10 @@ class CommWork {
   /// MPI calls) and returns true once it is complete (MPI_Test). Throws twinkle::Error naming the
   /// group when the collective failed. Cheap once complete.
   virtual bool test() = 0;
-  /// Blocks until the collective is complete (MPI_Wait); throws twinkle::Error on failure.
+  /// Blocks until the collective is complete (MPI_Wait); throws twinkle::Error on failure. Device
+  /// buffers (the CUDA groups, twinkle/dist/nccl_process_group.h): completion means the result is
+  /// ordered before later work on the backend's stream; the host may return before the device has it,
+  /// so host reads go through that stream (Tensor::to / DeviceAllocator::copy), never the legacy one.
   virtual void wait() = 0;
 };
 
@@ -64,8 +67,9 @@ class ProcessGroup {
   virtual void reduce_scatter(const float* send, float* recv, int64_t count) = 0;
   /// Non-blocking, in place, f32 sum (MPI_Iallreduce with MPI_IN_PLACE): buf[count] becomes the
   /// sum over ranks once the returned work completes. Counted in bytes_sent() when started, as
-  /// all_reduce. The default implementation (LocalProcessGroup, device groups) runs the blocking
-  /// all_reduce and returns a completed work.
+  /// all_reduce. The default implementation (LocalProcessGroup) runs the blocking all_reduce and
+  /// returns a completed work; the MPI group and the CUDA groups have their own (for device
+  /// buffers ordered on the backend's stream, CommWork::wait).
   virtual std::unique_ptr<CommWork> iall_reduce(float* buf, int64_t count);
   /// Non-blocking, in place reduce-scatter (MPI_Ireduce_scatter_block with MPI_IN_PLACE):
   /// buf[size()*count] holds this rank's input; once complete buf[0 : count] holds the sum over

@@ -146,6 +146,7 @@ struct AcceleratorPeak {
   std::string name;
   int ordinal = -1;
   double flops = 0;
+  std::string pci_bus_id;  ///< the physical device (ranks with their own CUDA_VISIBLE_DEVICES all see ordinal 0)
 };
 AcceleratorPeak accelerator_peak(const std::string& device, bool bf16);
 

@@ -38,7 +38,8 @@
 //    compute: results are bit-identical (tests/dist/overlap_check.cpp). On a device store the
 //    same non-blocking collectives order themselves on the backend's stream (the CUDA groups,
 //    src/dist/cuda: NCCL through events, host-staged through the MPI request and a copy queued
-//    back), so a bucket's reduction never makes the host wait for the device where NCCL is used.
+//    back), so with NCCL a bucket's reduction itself never makes the host wait for the device (the
+//    blocking tp / pp collectives of the CUDA groups still synchronize the device before they run).
 //    Megatron's and Twinkle's default is off for both (Twinkle's DDP config, strategy/megatron.py).
 //  * Gradients are zeroed after every step (unlike upstream Twinkle, whose DDP buffers leak).
 //  * A non-finite global grad norm (NaN / inf on any rank: the norm is reduced over the

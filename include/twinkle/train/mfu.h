@@ -39,7 +39,7 @@ std::string peak_file_path();
 /// one MFU of a --bf16 run is computed against (as Megatron quotes MFU of bf16 training against the
 /// device's bf16 peak).
 /// device: the mesh's device_type; "cuda": TWINKLE_PEAK_GFLOPS on rank 0 when set, else the sum over
-/// ranks of device_share of each rank's accelerator_peak (one all-gather and one all-reduce over
+/// ranks of device_share of each rank's accelerator_peak (ranks on one host and PCI bus id share a device) (one all-gather and one all-reduce over
 /// `world`); 0 (MFU not reported, a warning on rank 0 naming the device) when any rank's device has
 /// no datasheet peak (the host emulation of CUDA among them).
 double job_peak_flops(dist::ProcessGroup& world, bool bf16 = false, const std::string& device = "cpu");

@@ -133,11 +133,19 @@ class NcclWork final : public CommWork {
  public:
   NcclWork(std::string group, cudaStream_t compute)
       : group_(std::move(group)), done_(group_), compute_(compute) {}
+  // Never completed (a teardown after an error): the compute stream still waits for the collective, so
+  // memory it writes is not handed to later work while NCCL may still write it (errors ignored).
+  ~NcclWork() override {
+    if (!handed_) (void)cudaStreamWaitEvent(compute_, done_.e, 0);
+  }
   cudaEvent_t done() const { return done_.e; }
   bool test() override {
     if (handed_) return true;
     const cudaError_t q = cudaEventQuery(done_.e);
-    if (q == cudaErrorNotReady) return false;
+    if (q == cudaErrorNotReady) {
+      (void)cudaGetLastError();  // "not ready" is also left as the thread's last error: the next launch check would throw
+      return false;
+    }
     TWINKLE_CUDA_CHECK_GROUP(q, group_);
     hand_over();
     return true;
@@ -148,8 +156,8 @@ class NcclWork final : public CommWork {
 
  private:
   void hand_over() {
-    handed_ = true;
     TWINKLE_CUDA_CHECK_GROUP(cudaStreamWaitEvent(compute_, done_.e, 0), group_);
+    handed_ = true;
   }
   std::string group_;
   Event done_;

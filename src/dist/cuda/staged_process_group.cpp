@@ -14,7 +14,9 @@ using cuda_detail::CudaGroupBase;
 
 // A non-blocking staged collective: the host group's work on `host`, then bytes [off, off + bytes) of it
 // copied back to `dst` on the compute stream (queued, in stream order: the host does not wait for it). The
-// host buffer may go once the copy is queued (pageable memory is staged by cudaMemcpyAsync).
+// host buffer is released once the copy is queued: a host-to-device cudaMemcpyAsync from pageable memory
+// has taken the bytes when it returns (the CUDA runtime's "API synchronization behavior": it stages them,
+// synchronizing with the stream where it must). Pinned staging would need the buffer kept until an event.
 class StagedWork final : public CommWork {
  public:
   StagedWork(std::string group, std::vector<char> host, std::unique_ptr<CommWork> mpi, void* dst, int64_t off,
@@ -164,10 +166,13 @@ class StagedProcessGroup final : public CudaGroupBase {
   void down(void* h, const void* d, int64_t bytes) const {
     if (bytes > 0) TWINKLE_CUDA_CHECK_GROUP(cudaMemcpy(h, d, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost), name());
   }
+  // The device bytes in host memory `h` once it returns (MPI reads them next): the copy on the compute
+  // stream, then a synchronize of that stream (a pageable D2H copy already waits; the synchronize says so).
   void down_on_stream(void* h, const void* d, int64_t bytes) const {
-    if (bytes > 0)
-      TWINKLE_CUDA_CHECK_GROUP(
-          cudaMemcpyAsync(h, d, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, compute_stream()), name());
+    if (bytes <= 0) return;
+    TWINKLE_CUDA_CHECK_GROUP(
+        cudaMemcpyAsync(h, d, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, compute_stream()), name());
+    TWINKLE_CUDA_CHECK_GROUP(cudaStreamSynchronize(compute_stream()), name());
   }
   void up(void* d, const void* h, int64_t bytes) const {
     if (bytes <= 0) return;

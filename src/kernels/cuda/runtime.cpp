@@ -110,6 +110,9 @@ std::vector<DeviceInfo> device_info() {
     i.cc_major = p.major;
     i.cc_minor = p.minor;
     std::tie(i.peak_bf16_tflops, i.peak_fp32_tflops) = peak_tflops_for(i.name);
+    char bus[64] = {0};
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, d) == cudaSuccess) i.pci_bus_id = bus;
+    else (void)cudaGetLastError();
     out.push_back(i);
   }
   return out;

@@ -833,8 +833,11 @@ void drain(Stream& s, uint64_t upto) {
   while (s.done < upto && !s.q.empty()) {
     std::function<cudaError_t()> work = std::move(s.q.front());
     s.q.pop_front();
+    struct Done {  // counted even if the work throws, so events after it still complete
+      Stream& s;
+      ~Done() { ++s.done; }
+    } done{s};
     const cudaError_t e = work();
-    ++s.done;
     if (e != cudaSuccess && g_async_error == cudaSuccess) g_async_error = e;
   }
 }
@@ -971,13 +974,15 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h) {
   twinkle_shim::drain(*s, s->queued);
   return twinkle_shim::take_async_error();
 }
-// Unfinished work answers cudaErrorNotReady (not recorded as an error) once: the query runs it.
+// Unfinished work answers cudaErrorNotReady once (the query runs it); like the CUDA runtime, the answer is also
+// left as the thread's last error (cudaGetLastError returns and clears it).
 cudaError_t cudaStreamQuery(cudaStream_t h) {
   std::lock_guard<std::recursive_mutex> lk(twinkle_shim::streams_mu());
   twinkle_shim::Stream* s = twinkle_shim::stream_of(h, "cudaStreamQuery");
   if (!s) return cudaErrorInvalidResourceHandle;
   if (s->done >= s->queued) return twinkle_shim::take_async_error();
   twinkle_shim::drain(*s, s->queued);
+  twinkle_shim::t_last = cudaErrorNotReady;
   return cudaErrorNotReady;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
@@ -1008,6 +1013,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
   std::lock_guard<std::recursive_mutex> lk(twinkle_shim::streams_mu());
   if (!e->stream || e->stream->done >= e->pos) return twinkle_shim::take_async_error();
   twinkle_shim::drain(*e->stream, e->pos);
+  twinkle_shim::t_last = cudaErrorNotReady;
   return cudaErrorNotReady;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
@@ -1107,7 +1113,12 @@ cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, 
     return twinkle_shim::enqueue(st, [d, staged] { return copy_now(d, staged->data(), staged->size()); });
   }
   if (k == cudaMemcpyDeviceToDevice) return twinkle_shim::enqueue(st, [d, s, n] { return copy_now(d, s, n); });
-  if (const cudaError_t e = cudaStreamSynchronize(st)) return e;
+  if (st == nullptr) {  // the legacy stream's copy also waits for the blocking streams
+    twinkle_shim::drain_for_legacy();
+    if (const cudaError_t e = twinkle_shim::take_async_error()) return e;
+  } else if (const cudaError_t e = cudaStreamSynchronize(st)) {
+    return e;
+  }
   return copy_now(d, s, n);
 }
 cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t st) {

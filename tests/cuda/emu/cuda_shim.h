@@ -10,8 +10,8 @@
 //    and queued on its stream (cuda_shim.cpp: one FIFO per stream, the legacy default stream for
 //    nullptr); queued work runs only when the host waits for it: cudaStreamSynchronize (that stream),
 //    cudaEventSynchronize / cudaEventQuery (the event's stream up to the record; a query of unfinished
-//    work answers cudaErrorNotReady once, having run it), cudaDeviceSynchronize and cudaFree (every
-//    stream), and the calls that wait on a GPU: cudaMemcpy to or from the host (the legacy stream only:
+//    work answers cudaErrorNotReady once, having run it, and leaves it as the last error as CUDA
+//    does), cudaDeviceSynchronize and cudaFree (every stream), and the calls that wait on a GPU: cudaMemcpy to or from the host (the legacy stream only:
 //    a cudaStreamNonBlocking stream is not waited for, so a missing stream synchronize before a host
 //    read of a kernel's output reads stale device memory, here as on a GPU; host to device, the copy
 //    itself is then queued on the legacy stream, as pageable memory's DMA may still be in flight when

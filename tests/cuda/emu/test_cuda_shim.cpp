@@ -247,6 +247,7 @@ TEST(CudaShimStreams, WorkRunsWhenTheHostWaitsForItsStream) {
   EXPECT_EQ(y.get()[0], 1.0f) << "cudaMemcpy does not wait for a non-blocking stream";
   EXPECT_EQ(cudaStreamQuery(st.s), cudaErrorNotReady);
   EXPECT_EQ(cudaStreamQuery(st.s), cudaSuccess) << "the query ran it";
+  (void)cudaGetLastError();
   EXPECT_EQ(y.get()[0], 7.0f);
   twinkle_shim::launch_on(st.s, k_fill, 1, 64, 0, y.p, 9.0f, 64);
   EXPECT_EQ(cudaStreamSynchronize(st.s), cudaSuccess);
@@ -297,7 +298,8 @@ TEST(CudaShimStreams, EventsCompleteAtTheirRecordAndAsyncUploadsTakeTheSourceAtO
   int polls = 0;
   while (cudaEventQuery(ev.e) == cudaErrorNotReady) ++polls;
   EXPECT_EQ(polls, 1);
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "cudaErrorNotReady is not an error";
+  EXPECT_EQ(cudaGetLastError(), cudaErrorNotReady) << "as the CUDA runtime, the query's answer is the last error";
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "and cleared by reading it";
   EXPECT_EQ(y.get()[5], 2.0f);
   EXPECT_EQ(cudaStreamQuery(st.s), cudaErrorNotReady) << "the memset after the record is still queued";
   EXPECT_EQ(z.get()[0], 0.0f);

@@ -29,6 +29,7 @@ struct DeviceInfo {
   int cc_major = 0, cc_minor = 0;
   double peak_bf16_tflops = 0; ///< dense tensor-core bf16 peak (datasheet, peak_tflops_for); 0 = unknown
   double peak_fp32_tflops = 0; ///< fp32 CUDA-core peak (datasheet); 0 = unknown
+  std::string pci_bus_id;      ///< cudaDeviceGetPCIBusId (the physical device, whatever CUDA_VISIBLE_DEVICES); "" if unknown
 };
 
 /// Datasheet peaks (dense, no sparsity) {bf16, fp32} in TFLOP/s by device name: H100/H200 SXM 989/67,
