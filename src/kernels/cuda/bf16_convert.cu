@@ -19,8 +19,7 @@ __global__ void k_f32_to_bf16(const float* __restrict__ src, uint16_t* __restric
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   if (n <= 0) return;
   constexpr int64_t kThreads = 256;
-  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 65535LL * 16);  // grid-stride beyond
-  TWINKLE_LAUNCH(k_f32_to_bf16, static_cast<unsigned>(blocks), static_cast<unsigned>(kThreads), 0, src, dst, n);
+  TWINKLE_LAUNCH(k_f32_to_bf16, grid_stride_blocks(n, kThreads), static_cast<unsigned>(kThreads), 0, src, dst, n);
   TWINKLE_CUDA_LAUNCHED("f32_to_bf16");
 }
 

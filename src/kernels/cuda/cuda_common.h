@@ -46,6 +46,15 @@ inline cublasHandle_t handle() { return static_cast<cublasHandle_t>(cublas_handl
 
 namespace twinkle::cuda::ops {
 
+/// Blocks of `per_block` threads for a grid-stride loop over n elements: ceil(n / per_block), at least 1,
+/// at most 65535 * 16 (the loop covers the rest).
+inline unsigned grid_stride_blocks(int64_t n, int64_t per_block = 256) {
+  int64_t b = (n + per_block - 1) / per_block;
+  if (b < 1) b = 1;
+  if (b > 65535LL * 16) b = 65535LL * 16;
+  return static_cast<unsigned>(b);
+}
+
 /// Device scratch from the caching allocator, returned at scope exit (stream-ordered: the block is
 /// reused only by work queued later on the same stream).
 struct Scratch {

@@ -18,12 +18,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned blocks_for(int64_t n, int64_t per_block = kThreads) {
-  int64_t b = (n + per_block - 1) / per_block;
-  if (b < 1) b = 1;
-  if (b > 65535LL * 16) b = 65535LL * 16;  // grid-stride loops cover the rest
-  return static_cast<unsigned>(b);
-}
+unsigned blocks_for(int64_t n, int64_t per_block = kThreads) { return grid_stride_blocks(n, per_block); }
 
 // y[r, c] += b[c]: one thread per element.
 __global__ void k_add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {

@@ -13,9 +13,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 65535LL * 16)));
-}
+unsigned blocks_for(int64_t n) { return grid_stride_blocks(n, kThreads); }
 
 // One thread per element (t, i), grid-stride.
 __global__ void k_lora_mask(const uint64_t* __restrict__ token_key, int64_t T, uint64_t base, int64_t feature0,

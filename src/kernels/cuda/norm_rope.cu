@@ -192,10 +192,7 @@ __global__ void k_check_pos(const int32_t* pos, int64_t tokens, int64_t max_pos,
     if (pos[i] < 0 || pos[i] >= max_pos) atomicMin(first_bad, static_cast<int>(i));
 }
 
-unsigned grid_for(int64_t n, int threads = 256) {
-  int64_t b = (n + threads - 1) / threads;
-  return static_cast<unsigned>(b < 1 ? 1 : (b > 1048576 ? 1048576 : b));
-}
+unsigned grid_for(int64_t n, int threads = 256) { return grid_stride_blocks(n, threads); }
 
 // Device copies of host RopeTables, keyed by the table's buffers, dims and sampled values (a table
 // destroyed and another built at the same address with other values gets its own copy).
