@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 
 #include "command.h"
 #include "dataset_args.h"
@@ -33,6 +34,7 @@
 #include "twinkle/io/model_config.h"
 #include "twinkle/dist/runtime.h"
 #include "twinkle/io/safetensors.h"
+#include "twinkle/io/tensorboard.h"
 #include "twinkle/kernels/registry.h"
 #include "twinkle/train/megatron_model.h"
 
@@ -46,7 +48,7 @@ json num_or_null(double v, bool defined = true) { return defined && std::isfinit
 int train_main(int argc, char** argv) {
   CLI::App app{"Train a Qwen3 model (full parameters) on a dp/tp/pp layout", "twinkle train"};
   app.option_defaults()->always_capture_default();  // --help shows every default
-  std::string model, output_dir = "output/train", metrics_file;
+  std::string model, output_dir = "output/train", metrics_file, tensorboard_dir;
   twinkle::cli::DatasetArgs data;  // --dataset and the template / slice options (dataset_args.h, shared with eval)
   std::string lr_style = "constant", device = "cpu", on_nonfinite = "error";
   int64_t batch_size = 8, max_steps = 0, mbs = 0, warmup = 0, decay = 0;
@@ -96,6 +98,10 @@ int train_main(int argc, char** argv) {
                  "a step with a NaN/inf loss or grad norm: error (stop, weights untouched) | skip (no update, counted)");
   app.add_option("--seed", seed, "seed of the random init (when the model has no weights) and shuffling");
   app.add_option("--output-dir", output_dir, "where the final Hugging Face checkpoint is written");
+  app.add_option("--tensorboard-dir", tensorboard_dir,
+                 "write TensorBoard event files of every step's metrics here (rank 0; Megatron's --tensorboard-dir: "
+                 "'lm loss', 'grad-norm', 'learning-rate', ...; a resumed run starts a new file that supersedes the "
+                 "old ones' steps after the checkpoint)");
   app.add_option("--metrics-file", metrics_file, "JSONL file that gets one line of metrics per step (default: none); rewritten by a new run, kept up to the checkpoint's step by --resume");
   app.add_option("--tp", tp, "tensor-parallel size");
   app.add_option("--pp", pp, "pipeline-parallel size");
@@ -301,6 +307,13 @@ int train_main(int argc, char** argv) {
       log.info("metrics: kept the " + std::to_string(kept) + " lines of steps 1.." + std::to_string(step) + " in " +
                metrics_file + ", appending");
   }
+  // TensorBoard: a new event file per run; a resumed one marks its first step (SessionLog START) so that
+  // TensorBoard drops the steps after the checkpoint that the earlier run had logged
+  std::unique_ptr<twinkle::TensorBoardWriter> tb;
+  if (rank0 && !tensorboard_dir.empty()) {
+    tb = std::make_unique<twinkle::TensorBoardWriter>(tensorboard_dir, step > 0 ? step + 1 : -1);
+    log.info("tensorboard: " + tb->path());
+  }
   twinkle::LocalBatch batch;
   int64_t rss_at_start = 0;
   if (report_memory) {  // the steps' memory, not the init's transients
@@ -344,6 +357,23 @@ int train_main(int argc, char** argv) {
       if (metrics.is_open()) {
         metrics << j.dump() << "\n";
         metrics.flush();
+      }
+      if (tb) {  // Megatron's tag names where it has them (megatron/training/training.py training_log)
+        if (mt.has_loss) tb->add_scalar("lm loss", mt.moe ? mt.lm_loss : mt.loss, step);
+        if (mt.moe) {
+          if (mt.has_loss) tb->add_scalar("loss", mt.loss, step);
+          tb->add_scalar("load_balancing_loss", mt.aux_loss, step);
+          tb->add_scalar("z_loss", mt.z_loss, step);
+          tb->add_scalar("expert-grad-norm", mt.expert_grad_norm, step);
+          tb->add_scalar("expert-load-max", mt.expert_load_max, step);
+          tb->add_scalar("expert-load-min", mt.expert_load_min, step);
+        }
+        tb->add_scalar("grad-norm", mt.grad_norm, step);
+        tb->add_scalar("learning-rate", mt.lr, step);
+        tb->add_scalar("tokens-per-sec", mt.tokens_per_s, step);
+        tb->add_scalar("mfu", mt.mfu, step);
+        tb->add_scalar("iteration-time", mt.step_time_s, step);
+        tb->flush();
       }
       char loss[64];
       if (!mt.has_loss) std::snprintf(loss, sizeof loss, "no labelled tokens");

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""`twinkle train --tensorboard-dir` against TensorBoard itself (tensorboard's EventAccumulator and its
+TFRecord reader as the oracle, not twinkle's writer):
+
+  1. a 6-step run (checkpoints at steps 3 and 6) logs 'lm loss', 'grad-norm', 'learning-rate',
+     'tokens-per-sec', 'mfu', 'iteration-time' at steps 1..6, each value the float32 of the run's
+     metrics.jsonl line;
+  2. every record's two masked CRC32Cs equal tensorboard's masked_crc32c of the same bytes, and a copy
+     with one payload byte flipped is refused by tensorboard's record reader (DataLossError);
+  3. resuming checkpoint-step-3 into the same directory (a new event file that starts with SessionLog
+     START at step 4) shows one curve: steps 1..6 once each (the first run's 4..6 superseded), the
+     values of 4..6 the resumed run's.
+Prints "tensorboard check OK: ..." on success. Run with .venv/bin/python (scripts/setup).
+"""
+import argparse
+import glob
+import os
+import shutil
+import struct
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import check_train as ct  # noqa: E402
+from harness import read_metrics, rel, run, write_rows  # noqa: E402
+
+TAGS = ("lm loss", "grad-norm", "learning-rate", "tokens-per-sec", "mfu", "iteration-time")
+METRIC_OF = {"lm loss": "loss", "grad-norm": "grad_norm", "learning-rate": "lr"}
+
+
+def records(path):
+    """(length bytes, length crc, payload, payload crc) of every TFRecord, parsed here."""
+    out = []
+    with open(path, "rb") as f:
+        data = f.read()
+    i = 0
+    while i < len(data):
+        head = data[i:i + 8]
+        (n,) = struct.unpack("<Q", head)
+        (hcrc,) = struct.unpack("<I", data[i + 8:i + 12])
+        payload = data[i + 12:i + 12 + n]
+        (pcrc,) = struct.unpack("<I", data[i + 12 + n:i + 16 + n])
+        out.append((head, hcrc, payload, pcrc))
+        i += 16 + n
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--twinkle", default=None, help="the twinkle binary (default BUILD/bin/twinkle)")
+    args = ap.parse_args()
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.compat.tensorflow_stub import errors, pywrap_tensorflow
+
+    twinkle = args.twinkle or os.path.join(args.build, "bin", "twinkle")
+    tmp = tempfile.mkdtemp(prefix="twinkle-tb-")
+    failures = []
+    try:
+        run([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"])
+        model = os.path.join(tmp, "tiny_a")
+        run([sys.executable, os.path.join(HERE, "qwen3_ref.py"), "init", "--config", os.path.join(model, "config.json"),
+             "--seed", "0", "--out", model])
+        import json
+        with open(os.path.join(model, "config.json")) as f:
+            vocab = json.load(f)["vocab_size"]
+        ids, labels = ct.make_batch("rows:20", vocab, 1234)
+        rows = os.path.join(tmp, "rows.jsonl")
+        write_rows(rows, ids, labels)
+        tb = os.path.join(tmp, "tb")
+        common = ["--model", model, "--dataset", rows, "--batch-size", "8", "--lr", "1e-3", "--lr-warmup-steps", "2",
+                  "--lr-decay-steps", "6", "--lr-decay-style", "cosine", "--shuffle", "--seed", "7",
+                  "--save-interval", "3", "--save-optimizer", "--max-steps", "6", "--no-save", "--tensorboard-dir", tb]
+        out_a = os.path.join(tmp, "out_a")
+        run([twinkle, "train"] + common + ["--output-dir", out_a, "--metrics-file", os.path.join(tmp, "a.jsonl")])
+        ma = read_metrics(os.path.join(tmp, "a.jsonl"))
+
+        def scalars():
+            ea = EventAccumulator(tb, size_guidance={"scalars": 0})
+            ea.Reload()
+            return ea, {t: ea.Scalars(t) for t in ea.Tags()["scalars"]}
+
+        _, sc = scalars()
+        for t in TAGS:
+            if t not in sc:
+                failures.append(f"run 1: no '{t}' scalars (tags {sorted(sc)})")
+        for t, k in METRIC_OF.items():
+            got = [(e.step, e.value) for e in sc.get(t, [])]
+            want = [(m["step"], struct.unpack("f", struct.pack("f", m[k]))[0]) for m in ma]
+            if [s for s, _ in got] != [s for s, _ in want] or any(rel(a, b) > 1e-7 for (_, a), (_, b) in zip(got, want)):
+                failures.append(f"run 1: '{t}' {got} vs metrics.jsonl {want}")
+        files = sorted(glob.glob(os.path.join(tb, "events.out.tfevents.*")))
+        if len(files) != 1:
+            failures.append(f"run 1 wrote {len(files)} event files, expected 1")
+        # 2. the CRCs, recomputed by tensorboard; a flipped byte is refused by its reader
+        recs = records(files[0])
+        for i, (head, hcrc, payload, pcrc) in enumerate(recs):
+            if hcrc != pywrap_tensorflow.masked_crc32c(head) or pcrc != pywrap_tensorflow.masked_crc32c(payload):
+                failures.append(f"record {i}: masked CRC32C differs from tensorboard's")
+        bad = os.path.join(tmp, "bad", os.path.basename(files[0]))
+        os.makedirs(os.path.dirname(bad))
+        raw = bytearray(open(files[0], "rb").read())
+        raw[len(raw) // 2] ^= 0x40
+        open(bad, "wb").write(bytes(raw))
+        reader, refused = pywrap_tensorflow.PyRecordReader_New(bad), False
+        try:
+            for _ in range(len(recs) + 1):
+                reader.GetNext()
+        except errors.DataLossError:
+            refused = True
+        except errors.OutOfRangeError:
+            pass
+        if not refused:
+            failures.append("a flipped payload byte was not refused by tensorboard's record reader")
+        # 3. resume checkpoint-step-3 into the same directory: one curve
+        out_b = os.path.join(tmp, "out_b")
+        run([twinkle, "train"] + common + ["--output-dir", out_b, "--metrics-file", os.path.join(tmp, "b.jsonl"),
+                                           "--resume", os.path.join(out_a, "checkpoint-step-3")])
+        mb = read_metrics(os.path.join(tmp, "b.jsonl"))
+        _, sc = scalars()
+        got = [(e.step, e.value) for e in sc.get("lm loss", [])]
+        steps = [s for s, _ in got]
+        if steps != [1, 2, 3, 4, 5, 6]:
+            failures.append(f"after the resume: 'lm loss' at steps {steps}, expected 1..6 once each")
+        want_b = {m["step"]: struct.unpack("f", struct.pack("f", m["loss"]))[0] for m in mb}
+        for s, v in got:
+            if s >= 4 and (s not in want_b or rel(v, want_b[s]) > 1e-7):
+                failures.append(f"after the resume: step {s} shows {v}, the resumed run logged {want_b.get(s)}")
+        n_files = len(glob.glob(os.path.join(tb, "events.out.tfevents.*")))
+        if n_files != 2:
+            failures.append(f"after the resume: {n_files} event files, expected 2 (a new one per run)")
+        print(f"run 1: {len(recs)} records, 'lm loss' steps 1..6: {[round(v, 6) for _, v in got]}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        print("FAIL:\n  " + "\n  ".join(failures))
+        return 1
+    print("tensorboard check OK: 6 steps of 6 tags read back by EventAccumulator, CRCs equal tensorboard's, a flipped "
+          "byte refused, a resume supersedes steps 4..6")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
