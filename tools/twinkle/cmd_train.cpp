@@ -101,7 +101,7 @@ int train_main(int argc, char** argv) {
   app.add_option("--tensorboard-dir", tensorboard_dir,
                  "write TensorBoard event files of every step's metrics here (rank 0; Megatron's --tensorboard-dir: "
                  "'lm loss', 'grad-norm', 'learning-rate', ...; a resumed run starts a new file that supersedes the "
-                 "old ones' steps after the checkpoint)");
+                 "old ones' steps after the checkpoint; default: none)");
   app.add_option("--metrics-file", metrics_file, "JSONL file that gets one line of metrics per step (default: none); rewritten by a new run, kept up to the checkpoint's step by --resume");
   app.add_option("--tp", tp, "tensor-parallel size");
   app.add_option("--pp", pp, "pipeline-parallel size");
