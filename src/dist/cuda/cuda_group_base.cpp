@@ -106,46 +106,42 @@ void CudaGroupBase::reduce_scatter(const float* send, float* recv, int64_t count
   bytes_sent_ += (size() - 1) * bytes;
 }
 
-std::unique_ptr<CommWork> CudaGroupBase::iall_reduce(float* buf, int64_t count) {
-  const int64_t b0 = host_->bytes_sent();
-  if (where("iall_reduce", {buf}) == Where::Host) {
-    auto w = host_->iall_reduce(buf, count);
+// The three non-blocking collectives: host buffers go to the host group's own (its bytes counted here
+// too); device buffers to the d_i* version unless there is nothing to exchange, counting `device_bytes`.
+template <class Host, class Dev>
+std::unique_ptr<CommWork> CudaGroupBase::start_nonblocking(const char* call, float* buf, int64_t count,
+                                                           int64_t device_bytes, Host&& host, Dev&& dev) {
+  if (where(call, {buf}) == Where::Host) {
+    const int64_t b0 = host_->bytes_sent();
+    auto w = host(*host_);
     bytes_sent_ += host_->bytes_sent() - b0;
     return w;
   }
-  const int64_t bytes = comm_bytes(count, DType::F32);
   if (size() == 1 || count == 0) return completed_work();
-  auto w = d_iall_reduce(buf, count);
-  bytes_sent_ += 2 * (size() - 1) * bytes / size();
+  auto w = dev();
+  bytes_sent_ += device_bytes;
   return w;
+}
+
+std::unique_ptr<CommWork> CudaGroupBase::iall_reduce(float* buf, int64_t count) {
+  const int64_t bytes = comm_bytes(count, DType::F32);
+  return start_nonblocking(
+      "iall_reduce", buf, count, 2 * (size() - 1) * bytes / size(),
+      [&](ProcessGroup& h) { return h.iall_reduce(buf, count); }, [&] { return d_iall_reduce(buf, count); });
 }
 
 std::unique_ptr<CommWork> CudaGroupBase::ireduce_scatter(float* buf, int64_t count) {
-  const int64_t b0 = host_->bytes_sent();
-  if (where("ireduce_scatter", {buf}) == Where::Host) {
-    auto w = host_->ireduce_scatter(buf, count);
-    bytes_sent_ += host_->bytes_sent() - b0;
-    return w;
-  }
   const int64_t bytes = comm_bytes(count, DType::F32);
-  if (size() == 1 || count == 0) return completed_work();
-  auto w = d_ireduce_scatter(buf, count);
-  bytes_sent_ += (size() - 1) * bytes;
-  return w;
+  return start_nonblocking(
+      "ireduce_scatter", buf, count, (size() - 1) * bytes,
+      [&](ProcessGroup& h) { return h.ireduce_scatter(buf, count); }, [&] { return d_ireduce_scatter(buf, count); });
 }
 
 std::unique_ptr<CommWork> CudaGroupBase::iall_gather(float* buf, int64_t count) {
-  const int64_t b0 = host_->bytes_sent();
-  if (where("iall_gather", {buf}) == Where::Host) {
-    auto w = host_->iall_gather(buf, count);
-    bytes_sent_ += host_->bytes_sent() - b0;
-    return w;
-  }
   const int64_t bytes = comm_bytes(count, DType::F32);
-  if (size() == 1 || count == 0) return completed_work();
-  auto w = d_iall_gather(buf, count);
-  bytes_sent_ += (size() - 1) * bytes;
-  return w;
+  return start_nonblocking(
+      "iall_gather", buf, count, (size() - 1) * bytes,
+      [&](ProcessGroup& h) { return h.iall_gather(buf, count); }, [&] { return d_iall_gather(buf, count); });
 }
 
 std::unique_ptr<CommWork> CudaGroupBase::d_iall_reduce(float* buf, int64_t count) {

@@ -82,6 +82,9 @@ class CudaGroupBase : public ProcessGroup {
   /// Waits for all queued device work (the compute stream) before a device collective reads it.
   void sync_device() const;
   void d2d(void* dst, const void* src, int64_t bytes) const;
+  template <class Host, class Dev>
+  std::unique_ptr<CommWork> start_nonblocking(const char* call, float* buf, int64_t count, int64_t device_bytes,
+                                              Host&& host, Dev&& dev);
   /// Runs f on the host group and adds the bytes it counted to this group's counter.
   template <class F>
   void on_host(F&& f) {
