@@ -34,7 +34,7 @@ test: build
 # make demo RECIPE=moe_cp   the Qwen3-MoE recipe with context parallelism, tp2 pp2 cp2 ep2 (examples/moe_cp_recipe.cpp)
 # make demo ARGS="--max-steps 4"   options for the recipe (the Python scripts take the C++ recipes' names)
 demo: build
-	@RECIPE=$(RECIPE) scripts/demo $(ARGS)
+	@RECIPE=$(RECIPE) DEVICE=$(DEVICE) scripts/demo $(ARGS)
 
 bench: build
 	@scripts/bench

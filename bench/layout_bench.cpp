@@ -163,7 +163,9 @@ std::vector<int64_t> routed_rows_per_ep_rank(Qwen3Model& model, const std::vecto
     int64_t j = static_cast<int64_t>(mb) * moe_layers;
     for (size_t i = 0; i < a.layers.size(); ++i) {
       if (!c.is_moe_layer(model.first_layer() + static_cast<int64_t>(i))) continue;
-      for (int32_t e : a.layers[i].moe.topk_idx) ++rows[static_cast<size_t>((e / El) * n + j)];
+      const MoeActivations& m = a.layers[i].moe;  // host memory: this bench runs on device cpu
+      for (int64_t r = 0; r < m.T * c.num_experts_per_tok; ++r)
+        ++rows[static_cast<size_t>((m.topk_idx[r] / El) * n + j)];
       ++j;
     }
   }

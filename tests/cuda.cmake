@@ -111,6 +111,12 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   # the seed's dense recipe (examples/tp_recipe.cpp) on the emulated device
   twinkle_emu_program(tp_recipe_cuda_emu ${CMAKE_SOURCE_DIR}/examples/tp_recipe.cpp)
   target_compile_definitions(tp_recipe_cuda_emu PRIVATE TWINKLE_CUDA_BUILT)
+  # the seed's MoE recipe (examples/moe_recipe.cpp: tp2 pp2 dp2 ep2) on the emulated device
+  twinkle_emu_program(moe_recipe_cuda_emu ${CMAKE_SOURCE_DIR}/examples/moe_recipe.cpp)
+  target_compile_definitions(moe_recipe_cuda_emu PRIVATE TWINKLE_CUDA_BUILT)
+  # and the third (examples/moe_cp_recipe.cpp: tp2 pp2 cp2 ep2)
+  twinkle_emu_program(moe_cp_recipe_cuda_emu ${CMAKE_SOURCE_DIR}/examples/moe_cp_recipe.cpp)
+  target_compile_definitions(moe_cp_recipe_cuda_emu PRIVATE TWINKLE_CUDA_BUILT)
   # The Python package on the emulated device: the extension (python/src) linked with the emulated backend
   # and groups (without ASan: a Python process would need libasan preloaded; the shim's pointer checks and
   # PROT_NONE device memory still apply) in build/python_cuda_emu/twinkle, next to a copy of the package.

@@ -26,7 +26,10 @@ if(TWINKLE_WITH_CUDA_BACKEND)
            ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR} --variant a --steps 3
            --layout "--device cuda")
   # name|ranks|flags (the seed's dense layout tp2 x pp2 x dp2: eight ranks sharing the one device)
-  set(TWINKLE_CUDA_LAYOUTS "tp2|2|--tp 2" "pp2|2|--pp 2" "dp2|2|--dp 2" "tp2_pp2_dp2|8|--tp 2 --pp 2 --dp 2")
+  # and context parallelism: the ring (p2p: the attention_block op, K/V blocks through the cp group) and Ulysses
+  # (a2a: heads through the cp group's all-to-all, the device's flash kernel on the global sequence)
+  set(TWINKLE_CUDA_LAYOUTS "tp2|2|--tp 2" "pp2|2|--pp 2" "dp2|2|--dp 2" "tp2_pp2_dp2|8|--tp 2 --pp 2 --dp 2"
+      "cp2_p2p|2|--cp 2" "cp2_a2a|2|--cp 2 --cp-comm-type a2a")
   set(TWINKLE_CUDA_LAYOUT_TESTS train_cuda_vs_torch)
   foreach(spec ${TWINKLE_CUDA_LAYOUTS})
     string(REPLACE "|" ";" parts "${spec}")
@@ -153,4 +156,84 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   set_tests_properties(train_cuda_vs_torch_emu train_cuda_vs_torch_bias_emu recompute_cuda_equals_none_emu
                        bf16_cuda_vs_cpu_emu lora_cuda_vs_torch_dropout_emu lora_cuda_vs_torch_rslora_tied_gqa_emu
                        PROPERTIES PROCESSORS 1)
+endif()
+
+# Qwen3-MoE on the device (the kernel table's moe_router / moe_permute / moe_router_loss ops, the grouped
+# expert GEMM, the saved MoE buffers in device memory; tests/reference/check_train_moe.py): one process vs
+# PyTorch float64 (tests/reference/qwen3_moe_ref.py: loss, grad norm, lm / aux / z loss, expert load per
+# step, step-0 gradients, parameters after AdamW), experts without a row (the rigged router), expert LoRA
+# with dropout (the masks drawn on the device fed to the reference), and layouts sharing the one device
+# against one CPU process: tp / pp / dp with ep = 1, expert parallelism (the alltoall dispatcher's rows in
+# device memory, exchanged by the CUDA groups), the seed's MoE grid tp2 pp2 dp2 ep2, etp2, cp2 x ep2,
+# expert LoRA with dropout keys sent along with the rows; bf16 under check_bf16.py's layout rule
+# (check_train_moe.py --bf16-rule; measured on the emulated device: step 1 loss 6.46877277 vs the CPU bf16
+# 6.46876121, while an fp32 run gives 6.46894458, outside the rule's 1e-5). (Idle experts on a layout are checked on the CPU,
+# moe_layout_rigged_router_idle_experts_*: the device's run against one CPU process drifts past the per-tensor
+# parameter rule in k_proj after 3 steps, 6.5e-6 vs 7.1e-7, where the rigged router leaves gradients near 0 that
+# AdamW normalises; one device process against PyTorch float64 above covers idle experts there.) Twice: on a GPU (label gpu) and on the emulated device
+# (label cuda_emu, twinkle_cuda_emu).
+if(TWINKLE_WITH_CUDA_BACKEND)
+  set(CHECK_TRAIN_MOE_PY ${CMAKE_SOURCE_DIR}/tests/reference/check_train_moe.py --build ${CMAKE_BINARY_DIR} --steps 3)
+  # name | flags of the check (one process vs PyTorch float64, or --np N --layout ... vs one CPU process)
+  set(TWINKLE_MOE_CUDA_CHECKS
+    "moe_train_cuda_vs_torch_norm_topk_aux_global_z|--norm-topk-prob true --aux-coef 0.1 --aux-type global --z-coef 0.01 --train-flags=--device=cuda"
+    "moe_train_cuda_vs_torch_raw_topk_aux_per_layer|--norm-topk-prob false --aux-coef 0.1 --aux-type per_layer --mbs 1 --train-flags=--device=cuda"
+    "moe_train_cuda_vs_torch_rigged_router_idle_experts|--rig-router --aux-coef 0.1 --aux-type global --z-coef 0.01 --train-flags=--device=cuda"
+    "lora_moe_cuda_vs_torch_expert_dropout|--lora-r 4 --lora-alpha 8 --lora-targets all-linear --lora-dropout 0.1 --train-flags=--device=cuda"
+    "moe_layout_cuda_tp2_pp2_dp2_aux_per_layer_z|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4 --np 8 --layout=--tp=2=--pp=2=--dp=2=--device=cuda"
+    "moe_layout_cuda_dp2_ep2_aux_global|--aux-coef 0.1 --aux-type global --batch rows:8 --np 2 --layout=--dp=2=--ep=2=--device=cuda"
+    "moe_layout_cuda_tp2_pp2_dp2_ep2_aux_per_layer_z|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4 --np 8 --layout=--tp=2=--pp=2=--dp=2=--ep=2=--device=cuda"
+    "moe_layout_cuda_tp2_dp2_etp2_ep2_aux_per_layer_z|--aux-coef 0.1 --aux-type per_layer --z-coef 0.01 --batch rows:8 --np 4 --layout=--tp=2=--dp=2=--ep=2=--etp=2=--device=cuda"
+    "lora_moe_layout_cuda_tp2_ep2_dropout|--lora-r 4 --lora-dropout 0.1 --aux-coef 0.01 --aux-type per_layer --layers 4 --batch rows:8 --mbs 1 --lora-targets all-linear,gate --np 2 --layout=--tp=2=--ep=2=--device=cuda"
+    "lora_moe_layout_cuda_ep2_partial_dropout|--lora-r 4 --lora-dropout 0.1 --aux-coef 0.01 --aux-type per_layer --layers 4 --batch rows:8 --mbs 1 --lora-targets q_proj,experts.1.gate_proj,experts.4.down_proj,up_proj,gate --np 2 --layout=--ep=2=--device=cuda"
+    "moe_layout_cuda_cp2_ep2_aux_global_z|--aux-coef 0.1 --aux-type global --z-coef 0.01 --batch rows:4 --np 2 --layout=--cp=2=--ep=2=--device=cuda"
+    "moe_layout_cuda_dp4_ep4|--experts 8 --aux-coef 0.1 --aux-type per_layer --z-coef 0.01 --batch rows:8 --np 4 --layout=--dp=4=--ep=4=--device=cuda"
+    "moe_layout_cuda_dp2_ep2_bf16|--train-flags=--bf16 --bf16-rule --aux-coef 0.1 --aux-type global --batch rows:8 --np 2 --layout=--dp=2=--ep=2=--device=cuda"
+    "moe_layout_packed_vs_unpacked_cuda_cp2_ep2_aux_global_z|--aux-coef 0.1 --aux-type global --z-coef 0.01 --batch rows:8:1:29:dup --mbs 4 --packed-layout --np 2 --layout=--cp=2=--ep=2=--device=cuda"
+    "moe_layout_cuda_cp2_a2a_ep2|--aux-coef 0.1 --aux-type per_layer --batch rows:4 --np 2 --layout=--cp=2=--ep=2=--cp-comm-type=a2a=--device=cuda"
+    "moe_layout_cuda_dp2_expert_lora_dropout|--lora-r 4 --lora-alpha 8 --lora-targets all-linear --lora-dropout 0.1 --aux-coef 0.1 --aux-type global --batch rows:8 --np 2 --layout=--dp=2=--device=cuda")
+  set(_moe_gpu "")
+  set(_moe_emu "")
+  foreach(spec ${TWINKLE_MOE_CUDA_CHECKS})
+    string(REPLACE "|" ";" parts "${spec}")
+    list(GET parts 0 name)
+    list(GET parts 1 flags)
+    # "=" joins a flag's words inside one list element: --layout=--tp=2 becomes --layout "--tp 2"
+    separate_arguments(flag_list UNIX_COMMAND "${flags}")
+    set(args "")
+    foreach(f ${flag_list})
+      if(f MATCHES "^(--layout|--train-flags)=(.*)$")
+        string(REPLACE "=" " " v "${CMAKE_MATCH_2}")
+        list(APPEND args "${CMAKE_MATCH_1}=${v}")
+      else()
+        list(APPEND args "${f}")
+      endif()
+    endforeach()
+    add_test(NAME ${name} COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_TRAIN_MOE_PY} ${args})
+    add_test(NAME ${name}_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_TRAIN_MOE_PY} ${TWINKLE_CUDA_EMU_TWINKLE} ${args})
+    list(APPEND _moe_gpu ${name})
+    list(APPEND _moe_emu ${name}_emu)
+  endforeach()
+  set_tests_properties(${_moe_gpu} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2")
+  set_tests_properties(${_moe_emu} PROPERTIES LABELS cuda_emu TIMEOUT 300 PROCESSORS 2
+                       ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+  # the seed's MoE recipe (examples/moe_recipe.cpp, tp2 pp2 dp2 ep2) with its eight ranks on the device
+  # against one CPU process (tests/reference/check_recipe.py: loss / grad norm every step, the checkpoint in
+  # PyTorch)
+  add_test(NAME moe_recipe_cuda_8ranks_equals_cpu_single COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN}
+           ${CHECK_RECIPE} --steps 3 --recipe moe_recipe --device cuda)
+  set_tests_properties(moe_recipe_cuda_8ranks_equals_cpu_single PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+                       TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=2")
+  # (the emulated twins: two steps, the first is warm-up at lr 0)
+  add_test(NAME moe_recipe_cuda_8ranks_equals_cpu_single_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_RECIPE} --steps 2
+           --recipe moe_recipe --recipe-bin ${CMAKE_BINARY_DIR}/tests/moe_recipe_cuda_emu --device cuda)
+  # and the third recipe (examples/moe_cp_recipe.cpp, tp2 pp2 cp2 ep2: ring attention on the device)
+  add_test(NAME moe_cp_recipe_cuda_8ranks_equals_cpu_single COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN}
+           ${CHECK_RECIPE} --steps 2 --recipe moe_cp_recipe --device cuda)
+  set_tests_properties(moe_cp_recipe_cuda_8ranks_equals_cpu_single PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+                       TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=2")
+  add_test(NAME moe_cp_recipe_cuda_8ranks_equals_cpu_single_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_RECIPE} --steps 2
+           --recipe moe_cp_recipe --recipe-bin ${CMAKE_BINARY_DIR}/tests/moe_cp_recipe_cuda_emu --device cuda)
+  set_tests_properties(moe_recipe_cuda_8ranks_equals_cpu_single_emu moe_cp_recipe_cuda_8ranks_equals_cpu_single_emu
+                       PROPERTIES LABELS cuda_emu TIMEOUT 600 PROCESSORS 2 ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
 endif()

@@ -22,6 +22,9 @@ void copy_d2h(Device d, void* dst, const void* src, size_t bytes) {
   device_allocator(d).copy(dst, src, bytes, CopyKind::DeviceToHost);
 }
 void zero(Device d, void* p, size_t bytes) { device_allocator(d).fill_zero(p, bytes); }
+void copy_2d(Device d, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height) {
+  device_allocator(d).copy_2d(dst, dpitch, src, spitch, width, height);
+}
 }  // namespace device_detail
 
 }  // namespace twinkle

@@ -40,23 +40,10 @@ void KernelTable::set(const std::string& impl_name, const OpImpl& impl) {
   std::visit(
       [&](const auto& op) {
         using T = std::decay_t<decltype(op)>;
-        if constexpr (std::is_same_v<T, EmbeddingOp>) embedding = op;
-        else if constexpr (std::is_same_v<T, RmsNormOp>) rms_norm = op;
-        else if constexpr (std::is_same_v<T, AddRmsNormOp>) add_rms_norm = op;
-        else if constexpr (std::is_same_v<T, QkNormRopeOp>) qk_norm_rope = op;
-        else if constexpr (std::is_same_v<T, RopeOp>) rope = op;
-        else if constexpr (std::is_same_v<T, SwigluOp>) swiglu = op;
-        else if constexpr (std::is_same_v<T, GateUpSwigluOp>) gate_up_swiglu = op;
-        else if constexpr (std::is_same_v<T, AttentionOp>) attention = op;
-        else if constexpr (std::is_same_v<T, LinearOp>) linear = op;
-        else if constexpr (std::is_same_v<T, GroupedLinearOp>) grouped_linear = op;
-        else if constexpr (std::is_same_v<T, CrossEntropyOp>) cross_entropy = op;
-        else if constexpr (std::is_same_v<T, LinearCrossEntropyOp>) linear_cross_entropy = op;
-        else if constexpr (std::is_same_v<T, AdamwOp>) adamw = op;
-        else if constexpr (std::is_same_v<T, NormsOp>) norms = op;
-        else if constexpr (std::is_same_v<T, AddOp>) add = op;
-        else if constexpr (std::is_same_v<T, LoraOp>) lora = op;
-        else static_assert(sizeof(T) == 0, "KernelTable::set: op without a slot");
+#define TWINKLE_OP_SET(type, field) \
+  if constexpr (std::is_same_v<T, type>) field = op;
+        TWINKLE_KERNEL_OPS(TWINKLE_OP_SET)
+#undef TWINKLE_OP_SET
         impl_names[T::kName] = impl_name;
       },
       impl);

@@ -26,11 +26,6 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   recompute_ = parse_recompute(opts_.recompute_granularity);
   dev_ = parse_device(ps_->mesh.device_type());
   if (dev_ != Device::CPU) {
-    // What still runs host loops over model buffers is refused by name (supported on a
-    // device so far: the dense model on tp/pp/dp layouts).
-    const std::string on = " on device '" + ps_->mesh.device_type() + "' is not implemented yet";
-    check(!cfg_.is_moe(), "Qwen3-MoE (model_type qwen3_moe)" + on + "; use device_type cpu");
-    check(ps_->cp->size() == 1, "context parallelism (cp > 1)" + on + "; use cp = 1");
     scratch_.set_device(dev_);
   }
   check(cfg_.model_type == "qwen3" || cfg_.model_type == "qwen3_moe",
@@ -56,7 +51,7 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   if (ps_->cp_size() > 1)  // validates cp_comm_type and, for a2a, the heads against cp*tp
     cp_attention_ = std::make_shared<parallel::ContextParallelAttention>(
         ps_->cp, parallel::parse_cp_comm_type(opts_.cp_comm_type), cfg_.num_attention_heads,
-        cfg_.num_key_value_heads, tp_);
+        cfg_.num_key_value_heads, tp_, &kernels_, dev_);  // kernels_ keeps its address under set_kernels
   if (opts_.layers_per_stage.empty() && parallel::is_balanced_split_mode(opts_.pipeline_split))
     split_ = parallel::balanced_split(qwen3_stage_costs(cfg_), ps_->pp_size());
   else

@@ -1,13 +1,12 @@
 #include "twinkle/model/qwen3_moe_block.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <string>
 
+#include "twinkle/core/device_copy.h"
 #include "twinkle/core/error.h"
-#include "twinkle/kernels/cpu/moe_aux_loss.h"
-#include "twinkle/kernels/cpu/moe_permute.h"
-#include "twinkle/kernels/cpu/moe_router.h"
 #include "twinkle/kernels/registry.h"
 #include "twinkle/parallel/expert_layout.h"
 #include "twinkle/parallel/lora_dropout.h"
@@ -15,9 +14,16 @@
 
 namespace twinkle {
 
-namespace k = kernels::cpu;
-
 namespace {
+// Buffers of `ws` (f32 only) reinterpreted for the integer and key arrays of the same byte size.
+int32_t* i32_buffer(Workspace& ws, const char* key, int64_t n) {
+  return reinterpret_cast<int32_t*>(ws.get(key, {std::max<int64_t>(n, 1)}).f32());
+}
+uint64_t* u64_buffer(Workspace& ws, const char* key, int64_t n) {
+  return reinterpret_cast<uint64_t*>(ws.get(key, {2 * std::max<int64_t>(n, 1)}).f32());
+}
+float* f32_buffer(Workspace& ws, const char* key, int64_t n) { return ws.get(key, {std::max<int64_t>(n, 1)}).f32(); }
+
 // The router runs on this tp rank's SP shard (Tl rows) while the stage's LoRA dropout covers the
 // micro-batch's T tokens: under SP this narrows it to the shard's token identities (rows
 // tp.rank * Tl ...), so the router's masks equal the single-process ones (lora_dropout.h).
@@ -139,14 +145,15 @@ void Qwen3MoeBlock::set_expert_lora(int proj, std::vector<parallel::LoraPair> pa
 
 // The LoRA dropout of local expert rows [row, row + m) (keys: a.lora_keys), or none.
 struct Qwen3MoeBlock::ExpertDropout {
-  ExpertDropout(const parallel::LoraDropout* d, const std::vector<uint64_t>& keys, int64_t row, int64_t m,
+  ExpertDropout(const parallel::LoraDropout* d, const uint64_t* keys, bool keys_on_device, int64_t row, int64_t m,
                 bool dump) {
     if (d == nullptr || d->p <= 0.0f) {
       scope.emplace(nullptr);
       return;
     }
     sub = *d;
-    sub.token_key = keys.data() + row;
+    sub.token_key = keys + row;
+    sub.token_key_on_device = keys_on_device;
     sub.T = m;
     if (!dump) sub.dump_dir.clear();
     scope.emplace(&sub);
@@ -176,23 +183,23 @@ void for_each_lora_expert(const std::vector<parallel::LoraPair>& pairs, int64_t 
 }  // namespace
 
 void Qwen3MoeBlock::lora_forward(int j, const float* X, const int64_t* counts, int64_t N, int64_t K, float* y,
-                                 const std::vector<uint64_t>& keys, Workspace& scratch) const {
+                                 const uint64_t* keys, Workspace& scratch) const {
   if (expert_lora_[j].empty()) return;
   const parallel::LoraDropout* d = parallel::current_lora_dropout();
   for_each_lora_expert(expert_lora_[j], first_, El_, counts, [&](int64_t row, int64_t m, const parallel::LoraPair& p) {
     // PEFT's Linear.forward on this expert's rows: y += s (dropout(x) A^T) B^T
-    const ExpertDropout ed(d, keys, row, m, ep_size_ == 1 && tp_.size == 1);
+    const ExpertDropout ed(d, keys, scratch.device() != Device::CPU, row, m, ep_size_ == 1 && tp_.size == 1);
     parallel::lora_column_forward(*table_, p, X + row * K, y + row * N, m, K, N, scratch);
   });
 }
 
 void Qwen3MoeBlock::lora_backward(int j, const float* X, const int64_t* counts, int64_t N, int64_t K, const float* dy,
-                                  float* dX, const std::vector<uint64_t>& keys, Workspace& scratch) const {
+                                  float* dX, const uint64_t* keys, Workspace& scratch) const {
   if (expert_lora_[j].empty()) return;
   const parallel::LoraDropout* d = parallel::current_lora_dropout();
   for_each_lora_expert(expert_lora_[j], first_, El_, counts, [&](int64_t row, int64_t m, const parallel::LoraPair& p) {
     // dA, dB accumulate; dX += dropout'(s dy B A)
-    const ExpertDropout ed(d, keys, row, m, false);
+    const ExpertDropout ed(d, keys, scratch.device() != Device::CPU, row, m, false);
     parallel::lora_column_backward(*table_, p, X + row * K, dy + row * N, dX + row * K, m, K, N, scratch);
   });
 }
@@ -200,28 +207,28 @@ void Qwen3MoeBlock::lora_backward(int j, const float* X, const int64_t* counts, 
 void Qwen3MoeBlock::experts_forward(const float* xin, const int64_t* counts, int64_t R, const Weights& w,
                                     MoeActivations& a, Workspace& scratch) const {
   const kernels::KernelTable& kt = table_->kernels();
-  a.gate.resize(static_cast<size_t>(R * Il_));
-  a.up.resize(static_cast<size_t>(R * Il_));
-  a.act.resize(static_cast<size_t>(R * Il_));
-  a.y.resize(static_cast<size_t>(R * H_));
-  kt.grouped_linear.forward(xin, w.w[0], w.stride[0], counts, El_, a.gate.data(), Il_, H_, false);
-  kt.grouped_linear.forward(xin, w.w[1], w.stride[1], counts, El_, a.up.data(), Il_, H_, false);
-  lora_forward(0, xin, counts, Il_, H_, a.gate.data(), a.lora_keys, scratch);
-  lora_forward(1, xin, counts, Il_, H_, a.up.data(), a.lora_keys, scratch);
-  kt.swiglu.forward(a.gate.data(), a.up.data(), a.act.data(), R * Il_);
-  kt.grouped_linear.forward(a.act.data(), w.w[2], w.stride[2], counts, El_, a.y.data(), H_, Il_, false);
-  lora_forward(2, a.act.data(), counts, H_, Il_, a.y.data(), a.lora_keys, scratch);
+  a.gate = f32_buffer(a.buf, "gate", R * Il_);
+  a.up = f32_buffer(a.buf, "up", R * Il_);
+  a.act = f32_buffer(a.buf, "act", R * Il_);
+  a.y = f32_buffer(a.buf, "y", R * H_);
+  kt.grouped_linear.forward(xin, w.w[0], w.stride[0], counts, El_, a.gate, Il_, H_, false);
+  kt.grouped_linear.forward(xin, w.w[1], w.stride[1], counts, El_, a.up, Il_, H_, false);
+  lora_forward(0, xin, counts, Il_, H_, a.gate, a.lora_keys, scratch);
+  lora_forward(1, xin, counts, Il_, H_, a.up, a.lora_keys, scratch);
+  kt.swiglu.forward(a.gate, a.up, a.act, R * Il_);
+  kt.grouped_linear.forward(a.act, w.w[2], w.stride[2], counts, El_, a.y, H_, Il_, false);
+  lora_forward(2, a.act, counts, H_, Il_, a.y, a.lora_keys, scratch);
 }
 
 void Qwen3MoeBlock::experts_backward(const float* xin, const int64_t* counts, int64_t R, const Weights& w,
                                      const MoeActivations& a, const float* dy, float* dxin, Workspace& scratch) const {
   const kernels::KernelTable& kt = table_->kernels();
   float* dact = scratch.get("moe.dact", {R, Il_}).f32();
-  kt.grouped_linear.backward(a.act.data(), w.w[2], w.stride[2], counts, El_, dy, dact, w.dw[2], H_, Il_, false);
-  lora_backward(2, a.act.data(), counts, H_, Il_, dy, dact, a.lora_keys, scratch);
+  kt.grouped_linear.backward(a.act, w.w[2], w.stride[2], counts, El_, dy, dact, w.dw[2], H_, Il_, false);
+  lora_backward(2, a.act, counts, H_, Il_, dy, dact, a.lora_keys, scratch);
   float* dgate = scratch.get("moe.dgate", {R, Il_}).f32();
   float* dup = scratch.get("moe.dup", {R, Il_}).f32();
-  kt.swiglu.backward(a.gate.data(), a.up.data(), dact, dgate, dup, R * Il_);
+  kt.swiglu.backward(a.gate, a.up, dact, dgate, dup, R * Il_);
   kt.grouped_linear.backward(xin, w.w[0], w.stride[0], counts, El_, dgate, dxin, w.dw[0], Il_, H_, false);
   kt.grouped_linear.backward(xin, w.w[1], w.stride[1], counts, El_, dup, dxin, w.dw[1], Il_, H_,
                              /*accumulate_dx=*/true);
@@ -233,55 +240,69 @@ const float* Qwen3MoeBlock::forward(const float* x, const StageBatch& b, MoeActi
   const int64_t T = local_rows(b), R = T * k_;
   const Weights w = weights();
   const kernels::KernelTable& kt = table_->kernels();
+  const Device dev = scratch.device();
+  if (a.buf.device() != dev) a.buf.set_device(dev);  // the slot's buffers on the model's device
   a.x = x;
-  a.logits.resize(static_cast<size_t>(T * E_));
-  a.probs.resize(static_cast<size_t>(T * E_));
-  a.lse.resize(static_cast<size_t>(T));
-  a.topk_w.resize(static_cast<size_t>(R));
-  a.topk_idx.resize(static_cast<size_t>(R));
+  a.T = T;
+  a.logits = f32_buffer(a.buf, "logits", T * E_);
+  a.probs = f32_buffer(a.buf, "probs", T * E_);
+  a.lse = f32_buffer(a.buf, "lse", T);
+  a.topk_w = f32_buffer(a.buf, "topk_w", R);
+  a.topk_idx = i32_buffer(a.buf, "topk_idx", R);
+  a.lora_keys = nullptr;
   a.aux_counts = nullptr;
   a.aux_coeff_scale = 0.0;
   a.z_scale = 0.0;
-  // Router: fp32 logits, softmax over all experts, top-k (moe_router.h).
-  kt.linear.forward(x, w.router, a.logits.data(), T, E_, H_, false);
+  // Router: fp32 logits, softmax over all experts, top-k (kernels/ops.h MoeRouterOp).
+  kt.linear.forward(x, w.router, a.logits, T, E_, H_, false);
   if (router_lora_.active()) {
     const RouterDropout rd(tp_, b, T);
-    parallel::lora_column_forward(*table_, router_lora_, x, a.logits.data(), T, H_, E_, scratch);
+    parallel::lora_column_forward(*table_, router_lora_, x, a.logits, T, H_, E_, scratch);
   }
-  k::moe_router_forward(a.logits.data(), a.probs.data(), a.topk_idx.data(), a.topk_w.data(), T, E_, k_,
-                        norm_topk_prob_);
+  kt.moe_router.forward(a.logits, a.probs, a.topk_idx, a.topk_w, T, E_, k_, norm_topk_prob_);
   float* out = scratch.get("moe.out", {T, H_}).f32();
   if (ep_size_ > 1 || etp_size_ > 1) {
     // Expert parallelism: rows to their experts' ep ranks and back (Megatron's alltoall
     // dispatcher), with the etp all-gather / reduce-scatter around the experts when etp > 1.
-    if (!a.dispatcher) a.dispatcher = std::make_shared<parallel::AlltoAllDispatcher>(ep_, E_, H_, etp_);
+    if (!a.dispatcher) a.dispatcher = std::make_shared<parallel::AlltoAllDispatcher>(ep_, E_, H_, etp_, &kt, dev);
     parallel::AlltoAllDispatcher& d = *a.dispatcher;
-    d.dispatch(x, a.topk_idx.data(), T, k_, &scratch);  // transient rows in the stage's scratch
-    if (const uint64_t* keys = expert_dropout_keys(b, T)) d.dispatch_tags(keys, a.lora_keys, &scratch);
+    d.dispatch(x, a.topk_idx, T, k_, &scratch);  // transient rows in the stage's scratch
+    if (const uint64_t* keys = expert_dropout_keys(b, T)) {
+      a.lora_keys = u64_buffer(a.buf, "lora_keys", d.expert_rows());
+      d.dispatch_tags(keys, a.lora_keys, &scratch);
+    }
     experts_forward(d.expert_input(), d.local_counts(), d.expert_rows(), w, a, scratch);
-    d.combine(a.y.data(), a.topk_w.data(), out, &scratch);
+    d.combine(a.y, a.topk_w, out, &scratch);
     return out;
   }
   // One ep rank: permute the k copies of each token into expert order, run the experts, combine.
-  a.row_of_slot.resize(static_cast<size_t>(R));
-  a.slot_of_row.resize(static_cast<size_t>(R));
+  const kernels::MoePermuteOp& perm = kt.moe_permute;
+  a.row_of_slot = i32_buffer(a.buf, "row_of_slot", R);
+  a.slot_of_row = i32_buffer(a.buf, "slot_of_row", R);
   a.counts.resize(static_cast<size_t>(E_));
-  a.xp.resize(static_cast<size_t>(R * H_));
-  k::moe_sort_by_expert(a.topk_idx.data(), T, k_, E_, a.counts.data(), a.row_of_slot.data(), a.slot_of_row.data());
-  k::moe_permute_forward(x, a.slot_of_row.data(), a.xp.data(), R, k_, H_);
+  a.xp = f32_buffer(a.buf, "xp", R * H_);
+  perm.sort_by_expert(a.topk_idx, T, k_, E_, a.counts.data(), a.row_of_slot, a.slot_of_row);  // host counts
+  perm.permute_forward(x, a.slot_of_row, a.xp, R, k_, H_);
   if (const uint64_t* keys = expert_dropout_keys(b, T)) {  // the rows' tokens, as the permutation reads them
-    a.lora_keys.resize(static_cast<size_t>(R));
-    for (int64_t r = 0; r < R; ++r) a.lora_keys[static_cast<size_t>(r)] = keys[a.slot_of_row[static_cast<size_t>(r)] / k_];
+    const uint64_t* tok = keys;
+    if (dev != Device::CPU) {  // the tokens' keys are host memory: the permutation reads a device copy
+      uint64_t* k = u64_buffer(a.buf, "token_keys", T);
+      upload_bytes(dev, k, keys, static_cast<size_t>(T) * sizeof(uint64_t));
+      tok = k;
+    }
+    a.lora_keys = u64_buffer(a.buf, "lora_keys", R);
+    perm.permute_keys(tok, a.slot_of_row, a.lora_keys, R, k_);
   }
-  experts_forward(a.xp.data(), a.counts.data(), R, w, a, scratch);
-  k::moe_unpermute_forward(a.y.data(), a.row_of_slot.data(), a.topk_w.data(), out, T, k_, H_);
+  experts_forward(a.xp, a.counts.data(), R, w, a, scratch);
+  perm.unpermute_forward(a.y, a.row_of_slot, a.topk_w, out, T, k_, H_);
   return out;
 }
 
 const float* Qwen3MoeBlock::backward(const float* dout, const StageBatch& b, const MoeActivations& a,
                                      Workspace& scratch) const {
   const int64_t T = local_rows(b), R = T * k_;
-  check(static_cast<int64_t>(a.topk_idx.size()) == R, "Qwen3MoeBlock::backward: no forward of this micro-batch");
+  check(a.topk_idx != nullptr && a.T == T, "Qwen3MoeBlock::backward: no forward of this micro-batch");
+  const Device dev = scratch.device();
   const Weights w = weights();
   const kernels::KernelTable& kt = table_->kernels();
   float* dtopk_w = scratch.get("moe.dtopk_w", {T, k_}).f32();
@@ -291,35 +312,36 @@ const float* Qwen3MoeBlock::backward(const float* dout, const StageBatch& b, con
     parallel::AlltoAllDispatcher& d = *a.dispatcher;
     const int64_t Rr = d.expert_rows();
     float* dy = scratch.get("moe.dy", {Rr, H_}).f32();
-    d.combine_backward(dout, a.topk_w.data(), dy, dtopk_w, &scratch);
+    d.combine_backward(dout, a.topk_w, dy, dtopk_w, &scratch);
     float* dxin = scratch.get("moe.dxp", {Rr, H_}).f32();
     experts_backward(d.expert_input(), d.local_counts(), Rr, w, a, dy, dxin, scratch);
     d.dispatch_backward(dxin, dx, /*accumulate=*/false, &scratch);
   } else {
     float* dy = scratch.get("moe.dy", {R, H_}).f32();
-    k::moe_unpermute_backward(a.y.data(), a.row_of_slot.data(), a.topk_w.data(), dout, dy, dtopk_w, T, k_, H_);
+    kt.moe_permute.unpermute_backward(a.y, a.row_of_slot, a.topk_w, dout, dy, dtopk_w, T, k_, H_);
     float* dxp = scratch.get("moe.dxp", {R, H_}).f32();
-    experts_backward(a.xp.data(), a.counts.data(), R, w, a, dy, dxp, scratch);
-    k::moe_permute_backward(dxp, a.row_of_slot.data(), dx, T, k_, H_);
+    experts_backward(a.xp, a.counts.data(), R, w, a, dy, dxp, scratch);
+    kt.moe_permute.permute_backward(dxp, a.row_of_slot, dx, T, k_, H_, /*accumulate=*/false);
   }
   // Router: the combine weights' gradient through the top-k renormalisation and the full
   // softmax, plus the load-balancing loss on the probabilities and the z-loss on the logits.
   const uint8_t* mask = local_mask(b);
+  const kernels::MoeRouterLossOp& loss = kt.moe_router_loss;
+  const size_t TE = static_cast<size_t>(T * E_) * sizeof(float);
   float* dprobs = nullptr;
   if (a.aux_counts != nullptr && a.aux_coeff_scale != 0.0) {
     dprobs = scratch.get("moe.dprobs", {T, E_}).f32();
-    std::memset(dprobs, 0, static_cast<size_t>(T * E_) * sizeof(float));
-    k::moe_aux_loss_backward(a.aux_counts, mask, T, E_, a.aux_coeff_scale, dprobs);
+    zero_bytes(dev, dprobs, TE);
+    loss.aux_loss_backward(a.aux_counts, mask, T, E_, a.aux_coeff_scale, dprobs);
   }
   float* dz = nullptr;
   if (a.z_scale != 0.0) {
     dz = scratch.get("moe.dz", {T, E_}).f32();
-    std::memset(dz, 0, static_cast<size_t>(T * E_) * sizeof(float));
-    k::moe_z_loss_backward(a.probs.data(), a.lse.data(), mask, T, E_, a.z_scale, dz);
+    zero_bytes(dev, dz, TE);
+    loss.z_loss_backward(a.probs, a.lse, mask, T, E_, a.z_scale, dz);
   }
   float* dlogits = scratch.get("moe.dlogits", {T, E_}).f32();
-  k::moe_router_backward(a.probs.data(), a.topk_idx.data(), a.topk_w.data(), dtopk_w, dprobs, dz, dlogits, T, E_, k_,
-                         norm_topk_prob_);
+  kt.moe_router.backward(a.probs, a.topk_idx, a.topk_w, dtopk_w, dprobs, dz, dlogits, T, E_, k_, norm_topk_prob_);
   kt.linear.backward(a.x, w.router, dlogits, dx, w.drouter, T, E_, H_, /*accumulate_dx=*/true);
   if (router_lora_.active()) {
     const RouterDropout rd(tp_, b, T);

@@ -56,7 +56,9 @@ StageBatch Qwen3Model::prepare(const MicroBatch& mb) const {
     b.num_targets = sh.num_targets;
     b.T = sh.tokens();
     b.cu_seqlens = {0, static_cast<int32_t>(b.T)};
-    b.cp = std::make_shared<const parallel::CpLayout>(parallel::CpLayout::from_shard(sh));
+    auto lay = std::make_shared<parallel::CpLayout>(parallel::CpLayout::from_shard(sh));
+    lay->upload(dev_);  // the ring's and Ulysses' kernels read the coordinates on the model's device
+    b.cp = std::move(lay);
     b.cp_attention = cp_attention_;
     if (cfg_.is_moe()) {
       // The real-token mask of this rank's tokens (router statistics): the same split applied to
@@ -86,6 +88,7 @@ StageBatch Qwen3Model::prepare(const MicroBatch& mb) const {
             id > 0 ? full[static_cast<size_t>(id - 1)] : parallel::lora_token_key(0xffffffffll, j);
       }
     }
+    if (dev_ != Device::CPU) upload(b);
     return b;
   }
   check(mb.attention_mask.empty() || mb.attention_mask.size() == mb.input_ids.size(),
@@ -130,7 +133,7 @@ std::vector<uint64_t> Qwen3Model::lora_token_keys(const MicroBatch& mb) const {
   return k;
 }
 
-// One host -> device copy per micro-batch: ids, targets, positions, cu_seqlens and the ids of the
+// One host -> device copy per micro-batch: ids, targets, positions, cu_seqlens, the token mask and the ids of the
 // embedding backward (the padding id masked to -1: its row gets no gradient from the lookup, as
 // VocabParallelEmbedding::backward does on the host).
 void Qwen3Model::upload(StageBatch& b) const {
@@ -142,6 +145,9 @@ void Qwen3Model::upload(StageBatch& b) const {
   h.insert(h.end(), b.positions.begin(), b.positions.end());
   for (int32_t id : b.ids) h.push_back(cfg_.pad_token_id && id == *cfg_.pad_token_id ? -1 : id);
   h.insert(h.end(), b.cu_seqlens.begin(), b.cu_seqlens.end());
+  const size_t mask_at = h.size();  // the token mask's bytes, packed four to an int
+  h.resize(mask_at + (b.token_mask.size() + 3) / 4, 0);
+  if (!b.token_mask.empty()) std::memcpy(h.data() + mask_at, b.token_mask.data(), b.token_mask.size());
   b.device_ints = Tensor::zeros({static_cast<int64_t>(h.size())}, DType::I32, dev_);
   upload_bytes(dev_, b.device_ints.raw(), h.data(), h.size() * 4);
   const int32_t* d = b.device_ints.data<int32_t>();
@@ -150,6 +156,7 @@ void Qwen3Model::upload(StageBatch& b) const {
   b.dev_positions = d + 2 * T;
   b.dev_ids_nopad = d + 3 * T;
   b.dev_cu_seqlens = d + 4 * T;
+  b.dev_token_mask = b.token_mask.empty() ? nullptr : reinterpret_cast<const uint8_t*>(d + mask_at);
 }
 
 int64_t Qwen3Model::hidden_rows(const StageBatch& b) const { return sp_ ? b.T / tp_ : b.T; }
@@ -225,11 +232,12 @@ double Qwen3Model::forward(int slot, const StageBatch& b, const float* in_hidden
 // scale equals one process's and every tp rank holds the same statistics.
 void Qwen3Model::moe_router_losses(const StageBatch& b, StageActivations& a, bool training) {
   namespace k = kernels::cpu;
+  const kernels::MoeRouterLossOp& op = kernels_.moe_router_loss;
   const int64_t E = cfg_.num_experts, K = cfg_.num_experts_per_tok, Tl = hidden_rows(b);
   const double per_mb = 1.0 / static_cast<double>(global_mbs_);
   const double coeff = training ? opts_.moe_aux_loss_coeff : 0.0, zc = training ? opts_.moe_z_loss_coeff : 0.0;
   const bool global = opts_.moe_aux_loss_type == "global";
-  const uint8_t* mask = b.token_mask.data() + (sp_ ? ps_->tp_rank() * Tl : 0);
+  const uint8_t* mask = b.token_mask_ptr() + (sp_ ? ps_->tp_rank() * Tl : 0);  // on the model's device
   // Per MoE layer: counts [E], prob_sum [E], real tokens, sum of lse^2 (doubles: exact for counts).
   const size_t W = static_cast<size_t>(2 * E + 2);
   std::vector<size_t> moe_layers;
@@ -242,10 +250,10 @@ void Qwen3Model::moe_router_losses(const StageBatch& b, StageActivations& a, boo
     MoeActivations& m = a.layers[moe_layers[j]].moe;
     double* o = red.data() + W * j;
     std::fill(cnt.begin(), cnt.end(), 0);
-    const int64_t n = k::moe_routing_stats(m.probs.data(), m.topk_idx.data(), mask, Tl, E, K, o + E, cnt.data());
+    const int64_t n = op.routing_stats(m.probs, m.topk_idx, mask, Tl, E, K, o + E, cnt.data());
     for (int64_t e = 0; e < E; ++e) o[e] = static_cast<double>(cnt[static_cast<size_t>(e)]);
     o[2 * E] = static_cast<double>(n);
-    o[2 * E + 1] = k::moe_z_loss_forward(m.logits.data(), mask, Tl, E, m.lse.data());
+    o[2 * E + 1] = op.z_loss_forward(m.logits, mask, Tl, E, m.lse);
   }
   // Megatron aggregates the router statistics over the tp x cp shards of the sequence.
   if (sp_ && !red.empty()) ps_->tp->all_reduce_f64(red.data(), static_cast<int64_t>(red.size()), dist::ReduceOp::Sum);

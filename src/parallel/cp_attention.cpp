@@ -8,15 +8,16 @@
 namespace twinkle::parallel {
 
 ContextParallelAttention::ContextParallelAttention(std::shared_ptr<dist::ProcessGroup> cp, CpCommType type,
-                                                   int64_t num_heads, int64_t num_kv_heads, int tp)
-    : cp_(cp), type_(type), tp_(tp), ring_(cp) {
+                                                   int64_t num_heads, int64_t num_kv_heads, int tp,
+                                                   const kernels::KernelTable* kernels, Device device)
+    : cp_(cp), type_(type), tp_(tp), dev_(device), ring_(cp, kernels, device) {
   check(tp >= 1, "ContextParallelAttention: tp size must be >= 1, got " + std::to_string(tp));
   if (type_ == CpCommType::A2A) UlyssesAttention::check_heads(num_heads, num_kv_heads, cp_->size(), tp);
 }
 
 UlyssesAttention& ContextParallelAttention::ulysses(const void* key) {
   auto& u = ulysses_[key];
-  if (!u) u = std::make_unique<UlyssesAttention>(cp_, tp_);
+  if (!u) u = std::make_unique<UlyssesAttention>(cp_, tp_, dev_);
   return *u;
 }
 

@@ -39,9 +39,9 @@ struct LoraCall {
     const int64_t n = T * in_l;
     // Workspace holds f32 buffers only: the mask (uint8) and the keys (u64) live in f32 buffers of their byte size
     mask = reinterpret_cast<uint8_t*>(buf("lora.mask", (n + 3) / 4));
-    const uint64_t* keys = d->token_key;  // host memory; the device gets a copy
+    const uint64_t* keys = d->token_key;  // host memory unless token_key_on_device; the device gets a copy
     const Device dev = ws.device();
-    if (dev != Device::CPU) {
+    if (dev != Device::CPU && !d->token_key_on_device) {
       uint64_t* k = reinterpret_cast<uint64_t*>(buf("lora.keys", 2 * T));
       upload_bytes(dev, k, d->token_key, static_cast<size_t>(T) * sizeof(uint64_t));
       keys = k;

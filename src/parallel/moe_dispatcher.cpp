@@ -5,26 +5,24 @@
 #include <cstring>
 #include <string>
 
+#include "twinkle/core/device_copy.h"
 #include "twinkle/core/error.h"
-#include "twinkle/kernels/cpu/moe_permute.h"
 
 namespace twinkle::parallel {
 
-namespace kc = twinkle::kernels::cpu;
-
-namespace {
-
-template <typename V>
-void grow(V& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
-
-}  // namespace
-
 AlltoAllDispatcher::AlltoAllDispatcher(std::shared_ptr<dist::ProcessGroup> ep, int64_t num_experts, int64_t hidden,
-                                       std::shared_ptr<dist::ProcessGroup> etp)
-    : ep_(std::move(ep)), etp_(std::move(etp)), E_(num_experts), H_(hidden) {
+                                       std::shared_ptr<dist::ProcessGroup> etp, const kernels::KernelTable* kernels,
+                                       Device device)
+    : ep_(std::move(ep)),
+      etp_(std::move(etp)),
+      kt_(kernels ? kernels : &kernels::default_cpu_kernels()),
+      dev_(device),
+      saved_(device),
+      E_(num_experts),
+      H_(hidden),
+      own_scratch_(device) {
   if (!ep_) throw Error("AlltoAllDispatcher: no expert-parallel group");
+  check(kernels != nullptr || dev_ == Device::CPU, "AlltoAllDispatcher: a device dispatcher needs its kernel table");
   ep_size_ = ep_->size();
   ep_rank_ = ep_->rank();
   if (etp_ && etp_->size() > 1) {
@@ -51,7 +49,17 @@ AlltoAllDispatcher::AlltoAllDispatcher(std::shared_ptr<dist::ProcessGroup> ep, i
 }
 
 float* AlltoAllDispatcher::scratch_rows(Workspace* ws, const char* key, int64_t n) {
-  return scratch_of(ws).get(key, {std::max<int64_t>(n, 1)}).f32();
+  Workspace& w = scratch_of(ws);
+  check(w.device() == dev_, "AlltoAllDispatcher: the workspace is not on the dispatcher's device");
+  return w.get(key, {std::max<int64_t>(n, 1)}).f32();
+}
+
+float* AlltoAllDispatcher::saved_rows(const char* key, int64_t n) {
+  return saved_.get(key, {std::max<int64_t>(n, 1)}).f32();
+}
+
+void AlltoAllDispatcher::copy_rows(float* dst, const float* src, int64_t rows) const {
+  copy_bytes(dev_, dst, src, static_cast<size_t>(rows * H_) * sizeof(float));
 }
 
 void AlltoAllDispatcher::dispatch(const float* x, const int32_t* topk_idx, int64_t T, int64_t k, Workspace* scratch) {
@@ -61,12 +69,12 @@ void AlltoAllDispatcher::dispatch(const float* x, const int32_t* topk_idx, int64
   T_ = T;
   k_ = k;
   const int64_t S = T * k;
-  grow(row_of_slot_, static_cast<size_t>(S));
-  grow(slot_of_row_, static_cast<size_t>(S));
+  row_of_slot_ = reinterpret_cast<int32_t*>(saved_rows("row_of_slot", S));
+  slot_of_row_ = reinterpret_cast<int32_t*>(saved_rows("slot_of_row", S));
   float* permuted = scratch_rows(scratch, "moe.a2a.send", S * H_);
   // 1. permute this rank's slots by global expert = by destination rank, then local expert
-  kc::moe_sort_by_expert(topk_idx, T, k, E_, counts_.data(), row_of_slot_.data(), slot_of_row_.data());
-  kc::moe_permute_forward(x, slot_of_row_.data(), permuted, S, k, H_);
+  kt_->moe_permute.sort_by_expert(topk_idx, T, k, E_, counts_.data(), row_of_slot_, slot_of_row_);  // host counts
+  kt_->moe_permute.permute_forward(x, slot_of_row_, permuted, S, k, H_);
   // 2. exchange the per-expert counts: rank r gets counts_[r*El, (r+1)*El) from every source
   for (int r = 0; r < ep_size_; ++r) {
     sc_[r] = rc_[r] = El_;
@@ -95,8 +103,8 @@ void AlltoAllDispatcher::dispatch(const float* x, const int32_t* topk_idx, int64
   if (etp_size_ == 1) {
     local_counts_ = own_counts_;
     R_ = R_own_;
-    grow(expert_in_, static_cast<size_t>(R_ * H_));
-    src_to_expert_order(recv, expert_in_.data());
+    expert_in_ = saved_rows("expert_in", R_ * H_);
+    src_to_expert_order(recv, expert_in_);
     return;
   }
   // 5. etp > 1: the etp group's rows of each local expert (counts first, then the rows)
@@ -115,15 +123,15 @@ void AlltoAllDispatcher::dispatch(const float* x, const int32_t* topk_idx, int64
     R_ += rows;
     etp_block_ = std::max(etp_block_, rows);
   }
-  grow(expert_in_, static_cast<size_t>(R_ * H_));
-  etp_gather(own, expert_in_.data(), scratch_of(scratch));
+  expert_in_ = saved_rows("expert_in", R_ * H_);
+  etp_gather(own, expert_in_, scratch_of(scratch));
 }
 
 void AlltoAllDispatcher::etp_gather(const float* own, float* all, Workspace& ws) {
   const int64_t block = etp_block_ * H_;
   float* buf = scratch_rows(&ws, "moe.a2a.etp", etp_size_ * block);
   float* mine = buf + etp_rank_ * block;
-  if (R_own_) std::memcpy(mine, own, static_cast<size_t>(R_own_ * H_) * sizeof(float));
+  copy_rows(mine, own, R_own_);
   etp_->all_gather(mine, buf, block, DType::F32);  // in place
   // [etp rank][local expert] -> [local expert][etp rank]
   int64_t o = 0;
@@ -132,7 +140,7 @@ void AlltoAllDispatcher::etp_gather(const float* own, float* all, Workspace& ws)
       int64_t i = r * etp_block_;
       for (int64_t e2 = 0; e2 < e; ++e2) i += etp_counts_[r * El_ + e2];
       const int64_t n = etp_counts_[r * El_ + e];
-      if (n) std::memcpy(all + o * H_, buf + i * H_, static_cast<size_t>(n * H_) * sizeof(float));
+      copy_rows(all + o * H_, buf + i * H_, n);
       o += n;
     }
 }
@@ -147,11 +155,11 @@ void AlltoAllDispatcher::etp_reduce_scatter(const float* all, float* own, Worksp
       int64_t i = r * etp_block_;
       for (int64_t e2 = 0; e2 < e; ++e2) i += etp_counts_[r * El_ + e2];
       const int64_t n = etp_counts_[r * El_ + e];
-      if (n) std::memcpy(buf + i * H_, all + o * H_, static_cast<size_t>(n * H_) * sizeof(float));
+      copy_rows(buf + i * H_, all + o * H_, n);
       o += n;
     }
   etp_->reduce_scatter(buf, buf, block);  // in place: the sum of my block first
-  if (R_own_) std::memcpy(own, buf, static_cast<size_t>(R_own_ * H_) * sizeof(float));
+  copy_rows(own, buf, R_own_);
 }
 
 void AlltoAllDispatcher::combine(const float* y, const float* topk_w, float* out, Workspace* scratch) {
@@ -161,17 +169,17 @@ void AlltoAllDispatcher::combine(const float* y, const float* topk_w, float* out
     y = own;
   }
   float* tmp = scratch_rows(scratch, "moe.a2a.recv", R_own_ * H_);
-  grow(y_perm_, static_cast<size_t>(T_ * k_ * H_));
+  y_perm_ = saved_rows("y_perm", T_ * k_ * H_);
   expert_to_src_order(y, tmp);
-  exchange(tmp, y_perm_.data(), false);
-  kc::moe_unpermute_forward(y_perm_.data(), row_of_slot_.data(), topk_w, out, T_, k_, H_);
+  exchange(tmp, y_perm_, false);
+  kt_->moe_permute.unpermute_forward(y_perm_, row_of_slot_, topk_w, out, T_, k_, H_);
 }
 
 void AlltoAllDispatcher::combine_backward(const float* dout, const float* topk_w, float* dy, float* dtopk_w,
                                           Workspace* scratch) {
   float* back = scratch_rows(scratch, "moe.a2a.send", T_ * k_ * H_);
   float* tmp = scratch_rows(scratch, "moe.a2a.recv", R_own_ * H_);
-  kc::moe_unpermute_backward(y_perm_.data(), row_of_slot_.data(), topk_w, dout, back, dtopk_w, T_, k_, H_);
+  kt_->moe_permute.unpermute_backward(y_perm_, row_of_slot_, topk_w, dout, back, dtopk_w, T_, k_, H_);
   exchange(back, tmp, true);
   if (etp_size_ == 1) {
     src_to_expert_order(tmp, dy);
@@ -192,19 +200,25 @@ void AlltoAllDispatcher::dispatch_backward(const float* d_expert_input, float* d
   float* tmp = scratch_rows(scratch, "moe.a2a.recv", R_own_ * H_);
   expert_to_src_order(d_expert_input, tmp);
   exchange(tmp, back, false);
-  kc::moe_permute_backward(back, row_of_slot_.data(), dx, T_, k_, H_, accumulate);
+  kt_->moe_permute.permute_backward(back, row_of_slot_, dx, T_, k_, H_, accumulate);
 }
 
-void AlltoAllDispatcher::dispatch_tags(const uint64_t* tag, std::vector<uint64_t>& out, Workspace* scratch) {
+void AlltoAllDispatcher::dispatch_tags(const uint64_t* tag, uint64_t* out, Workspace* scratch) {
   if (etp_size_ > 1) throw Error("AlltoAllDispatcher::dispatch_tags: etp = " + std::to_string(etp_size_) + " > 1");
   if (k_ < 1) throw Error("AlltoAllDispatcher::dispatch_tags: no dispatch() before");
   const int64_t S = T_ * k_;
-  // The 8-byte tags travel through the transient row buffers (two floats per tag, copied bytewise):
-  // dispatch() is done with them, and the experts' rows it keeps are in expert_in_.
-  auto* send = reinterpret_cast<unsigned char*>(scratch_rows(scratch, "moe.a2a.send", 2 * S));
-  auto* recv = reinterpret_cast<unsigned char*>(scratch_rows(scratch, "moe.a2a.recv", 2 * R_own_));
-  for (int64_t r = 0; r < S; ++r)  // the rows in the permuted send order (moe_permute_forward)
-    std::memcpy(send + 8 * r, tag + slot_of_row_[static_cast<size_t>(r)] / k_, 8);
+  // The 8-byte tags travel through the transient row buffers (two floats per tag): dispatch() is
+  // done with them, and the experts' rows it keeps are in expert_in_. The host tags reach the device
+  // through "moe.a2a.own" (unused outside etp > 1).
+  const uint64_t* tags = tag;
+  if (dev_ != Device::CPU) {
+    auto* t = reinterpret_cast<uint64_t*>(scratch_rows(scratch, "moe.a2a.own", 2 * T_));
+    upload_bytes(dev_, t, tag, static_cast<size_t>(T_) * sizeof(uint64_t));
+    tags = t;
+  }
+  auto* send = reinterpret_cast<uint64_t*>(scratch_rows(scratch, "moe.a2a.send", 2 * S));
+  auto* recv = reinterpret_cast<uint64_t*>(scratch_rows(scratch, "moe.a2a.recv", 2 * R_own_));
+  kt_->moe_permute.permute_keys(tags, slot_of_row_, send, S, k_);  // the rows in the permuted send order
   int64_t so = 0, ro = 0;
   for (int r = 0; r < ep_size_; ++r) {
     sc_[r] = send_rows_[r];
@@ -216,13 +230,12 @@ void AlltoAllDispatcher::dispatch_tags(const uint64_t* tag, std::vector<uint64_t
   }
   ep_->all_to_all_v(send, sc_, sd_, recv, rc_, rd_, DType::I64);
   // [src][local expert] -> [local expert][src], as src_to_expert_order does for the rows
-  out.resize(static_cast<size_t>(R_));
   int64_t o = 0;
   for (int64_t e = 0; e < El_; ++e)
     for (int s = 0; s < ep_size_; ++s) {
       const int64_t i = src_block_row(s, e);
       const int64_t n = recv_counts_[s * El_ + e];
-      if (n) std::memcpy(out.data() + o, recv + 8 * i, static_cast<size_t>(n) * 8);
+      copy_bytes(dev_, out + o, recv + i, static_cast<size_t>(n) * sizeof(uint64_t));
       o += n;
     }
 }
@@ -255,8 +268,8 @@ void AlltoAllDispatcher::src_to_expert_order(const float* in, float* out) const 
   for (int64_t e = 0; e < El_; ++e)
     for (int s = 0; s < ep_size_; ++s) {
       const int64_t i = src_block_row(s, e);
-      const int64_t n = recv_counts_[s * El_ + e] * H_;
-      if (n) std::memcpy(out + o, in + i * H_, static_cast<size_t>(n) * sizeof(float));
+      const int64_t n = recv_counts_[s * El_ + e];
+      copy_rows(out + o * H_, in + i * H_, n);
       o += n;
     }
 }
@@ -266,8 +279,8 @@ void AlltoAllDispatcher::expert_to_src_order(const float* in, float* out) const 
   for (int64_t e = 0; e < El_; ++e)
     for (int s = 0; s < ep_size_; ++s) {
       const int64_t i = src_block_row(s, e);
-      const int64_t n = recv_counts_[s * El_ + e] * H_;
-      if (n) std::memcpy(out + i * H_, in + o, static_cast<size_t>(n) * sizeof(float));
+      const int64_t n = recv_counts_[s * El_ + e];
+      copy_rows(out + i * H_, in + o * H_, n);
       o += n;
     }
 }

@@ -4,12 +4,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "twinkle/core/device_copy.h"
 #include "twinkle/core/error.h"
-#include "twinkle/kernels/cpu/attention_block.h"
 
 namespace twinkle::parallel {
-
-namespace kc = twinkle::kernels::cpu;
 
 CpCommType parse_cp_comm_type(const std::string& s) {
   if (s == "p2p") return CpCommType::P2P;
@@ -37,6 +35,32 @@ CpLayout CpLayout::from_shard(const CpShard& sh) {
   return l;
 }
 
+void CpLayout::upload(Device d) {
+  device_ints_ = Tensor();
+  dev_gidx.clear();
+  dev_seg.clear();
+  dev_cu_seqlens = nullptr;
+  if (d == Device::CPU) return;
+  std::vector<int32_t> h;
+  for (int j = 0; j < cp; ++j) h.insert(h.end(), gidx[static_cast<size_t>(j)].begin(), gidx[static_cast<size_t>(j)].end());
+  for (int j = 0; j < cp; ++j) h.insert(h.end(), seg[static_cast<size_t>(j)].begin(), seg[static_cast<size_t>(j)].end());
+  h.insert(h.end(), global_cu_seqlens.begin(), global_cu_seqlens.end());
+  device_ints_ = Tensor::zeros({static_cast<int64_t>(h.size())}, DType::I32, d);
+  upload_bytes(d, device_ints_.raw(), h.data(), h.size() * sizeof(int32_t));
+  const int32_t* p = device_ints_.data<int32_t>();
+  dev_gidx.clear();
+  dev_seg.clear();
+  for (int j = 0; j < cp; ++j) {
+    dev_gidx.push_back(p);
+    p += gidx[static_cast<size_t>(j)].size();
+  }
+  for (int j = 0; j < cp; ++j) {
+    dev_seg.push_back(p);
+    p += seg[static_cast<size_t>(j)].size();
+  }
+  dev_cu_seqlens = p;
+}
+
 namespace {
 
 void check_layout(const CpLayout& lay, const dist::ProcessGroup& g, const char* who) {
@@ -52,8 +76,10 @@ constexpr int kTagDkv = 7102;
 
 }  // namespace
 
-RingAttention::RingAttention(std::shared_ptr<dist::ProcessGroup> cp) : cp_(std::move(cp)) {
+RingAttention::RingAttention(std::shared_ptr<dist::ProcessGroup> cp, const kernels::KernelTable* kernels, Device device)
+    : cp_(std::move(cp)), kt_(kernels ? kernels : &kernels::default_cpu_kernels()), dev_(device), ws_(device) {
   check(cp_ != nullptr, "RingAttention: null cp group");
+  check(kernels != nullptr || device == Device::CPU, "RingAttention: a device ring needs its kernel table");
 }
 
 int64_t RingAttention::forward_bytes(int cp, int64_t T, int64_t Hkv, int64_t D) {
@@ -66,37 +92,36 @@ int64_t RingAttention::backward_bytes(int cp, int64_t T, int64_t Hkv, int64_t D)
 void RingAttention::forward(const CpLayout& lay, const float* q, const float* k, const float* v, float* out,
                             float* lse, int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window) {
   check_layout(lay, *cp_, "RingAttention::forward");
+  const kernels::AttentionBlockOp& op = kt_->attention_block;
   const int cp = lay.cp, r = lay.rank;
   const int64_t T = lay.T, half = T / 2, nkv = T * Hkv * D;
-  const int32_t* qs = lay.seg[static_cast<size_t>(r)].data();
-  const int32_t* qp = lay.gidx[static_cast<size_t>(r)].data();
+  const int32_t* qs = lay.seg_ptr(r);
+  const int32_t* qp = lay.gidx_ptr(r);
   // step 0: the diagonal block, straight into out / lse
-  kc::attention_block_forward(q, qs, qp, T, k, v, qs, qp, T, out, lse, Hq, Hkv, D, scale, window);
+  op.forward(q, qs, qp, T, k, v, qs, qp, T, out, lse, Hq, Hkv, D, scale, window);
   if (cp == 1) return;
-  cur_.resize(static_cast<size_t>(2 * nkv));
-  next_.resize(static_cast<size_t>(2 * nkv));
-  part_out_.resize(static_cast<size_t>(T * Hq * D));
-  part_lse_.resize(static_cast<size_t>(T * Hq));
-  std::memcpy(cur_.data(), k, static_cast<size_t>(nkv) * sizeof(float));
-  std::memcpy(cur_.data() + nkv, v, static_cast<size_t>(nkv) * sizeof(float));
+  float* cur = buf("cur", 2 * nkv);
+  float* next = buf("next", 2 * nkv);
+  float* part_out = buf("part_out", T * Hq * D);
+  float* part_lse = buf("part_lse", T * Hq);
+  copy_bytes(dev_, cur, k, static_cast<size_t>(nkv) * sizeof(float));
+  copy_bytes(dev_, cur + nkv, v, static_cast<size_t>(nkv) * sizeof(float));
   const int nxt = (r + 1) % cp, prv = (r + cp - 1) % cp;
   for (int i = 1; i < cp; ++i) {
-    cp_->send_recv(cur_.data(), 2 * nkv, nxt, next_.data(), 2 * nkv, prv, DType::F32, kTagKv);
-    std::swap(cur_, next_);
+    cp_->send_recv(cur, 2 * nkv, nxt, next, 2 * nkv, prv, DType::F32, kTagKv);
+    std::swap(cur, next);
     const int j = (r - i + cp) % cp;  // owner of the K/V now held
-    const float* kj = cur_.data();
-    const float* vj = cur_.data() + nkv;
-    const int32_t* ks = lay.seg[static_cast<size_t>(j)].data();
-    const int32_t* kp = lay.gidx[static_cast<size_t>(j)].data();
+    const float* kj = cur;
+    const float* vj = cur + nkv;
+    const int32_t* ks = lay.seg_ptr(j);
+    const int32_t* kp = lay.gidx_ptr(j);
     if (j < r) {  // all q vs the first half of j's K/V
-      kc::attention_block_forward(q, qs, qp, T, kj, vj, ks, kp, half, part_out_.data(), part_lse_.data(), Hq, Hkv,
-                                  D, scale, window);
-      kc::attention_lse_merge(out, lse, part_out_.data(), part_lse_.data(), T, Hq, D);
+      op.forward(q, qs, qp, T, kj, vj, ks, kp, half, part_out, part_lse, Hq, Hkv, D, scale, window);
+      op.lse_merge(out, lse, part_out, part_lse, T, Hq, D);
     } else {  // the second half of q vs all of j's K/V
-      kc::attention_block_forward(q + half * Hq * D, qs + half, qp + half, T - half, kj, vj, ks, kp, T,
-                                  part_out_.data(), part_lse_.data(), Hq, Hkv, D, scale, window);
-      kc::attention_lse_merge(out + half * Hq * D, lse + half * Hq, part_out_.data(), part_lse_.data(), T - half, Hq,
-                              D);
+      op.forward(q + half * Hq * D, qs + half, qp + half, T - half, kj, vj, ks, kp, T, part_out, part_lse, Hq, Hkv, D,
+                 scale, window);
+      op.lse_merge(out + half * Hq * D, lse + half * Hq, part_out, part_lse, T - half, Hq, D);
     }
   }
 }
@@ -105,54 +130,51 @@ void RingAttention::backward(const CpLayout& lay, const float* q, const float* k
                              const float* lse, const float* dout, float* dq, float* dk, float* dv, int64_t Hq,
                              int64_t Hkv, int64_t D, float scale, int64_t window) {
   check_layout(lay, *cp_, "RingAttention::backward");
+  const kernels::AttentionBlockOp& op = kt_->attention_block;
   const int cp = lay.cp, r = lay.rank;
   const int64_t T = lay.T, half = T / 2, nkv = T * Hkv * D;
-  const int32_t* qs = lay.seg[static_cast<size_t>(r)].data();
-  const int32_t* qp = lay.gidx[static_cast<size_t>(r)].data();
-  delta_.resize(static_cast<size_t>(T * Hq));
-  kc::attention_softmax_delta(out, dout, delta_.data(), T, Hq, D);
-  std::fill(dq, dq + T * Hq * D, 0.0f);
+  const int32_t* qs = lay.seg_ptr(r);
+  const int32_t* qp = lay.gidx_ptr(r);
+  float* delta = buf("delta", T * Hq);
+  op.softmax_delta(out, dout, delta, T, Hq, D);
+  zero_bytes(dev_, dq, static_cast<size_t>(T * Hq * D) * sizeof(float));
   if (cp == 1) {
-    std::fill(dk, dk + nkv, 0.0f);
-    std::fill(dv, dv + nkv, 0.0f);
-    kc::attention_block_backward(q, qs, qp, T, k, v, qs, qp, T, lse, delta_.data(), dout, dq, dk, dv, Hq, Hkv, D,
-                                 scale, window);
+    zero_bytes(dev_, dk, static_cast<size_t>(nkv) * sizeof(float));
+    zero_bytes(dev_, dv, static_cast<size_t>(nkv) * sizeof(float));
+    op.backward(q, qs, qp, T, k, v, qs, qp, T, lse, delta, dout, dq, dk, dv, Hq, Hkv, D, scale, window);
     return;
   }
   // travelling buffer: [k | v | dk | dv] of the block's owner
-  cur_.assign(static_cast<size_t>(4 * nkv), 0.0f);
-  next_.resize(static_cast<size_t>(4 * nkv));
-  std::memcpy(cur_.data(), k, static_cast<size_t>(nkv) * sizeof(float));
-  std::memcpy(cur_.data() + nkv, v, static_cast<size_t>(nkv) * sizeof(float));
+  float* cur = buf("cur", 4 * nkv);
+  float* next = buf("next", 4 * nkv);
+  copy_bytes(dev_, cur, k, static_cast<size_t>(nkv) * sizeof(float));
+  copy_bytes(dev_, cur + nkv, v, static_cast<size_t>(nkv) * sizeof(float));
+  zero_bytes(dev_, cur + 2 * nkv, static_cast<size_t>(2 * nkv) * sizeof(float));
   const int nxt = (r + 1) % cp, prv = (r + cp - 1) % cp;
   for (int i = 0; i < cp; ++i) {
     if (i > 0) {
-      cp_->send_recv(cur_.data(), 4 * nkv, nxt, next_.data(), 4 * nkv, prv, DType::F32, kTagKv);
-      std::swap(cur_, next_);
+      cp_->send_recv(cur, 4 * nkv, nxt, next, 4 * nkv, prv, DType::F32, kTagKv);
+      std::swap(cur, next);
     }
     const int j = (r - i + cp) % cp;
-    float* kj = cur_.data();
+    float* kj = cur;
     float* vj = kj + nkv;
     float* dkj = vj + nkv;
     float* dvj = dkj + nkv;
-    const int32_t* ks = lay.seg[static_cast<size_t>(j)].data();
-    const int32_t* kp = lay.gidx[static_cast<size_t>(j)].data();
+    const int32_t* ks = lay.seg_ptr(j);
+    const int32_t* kp = lay.gidx_ptr(j);
     if (j == r)
-      kc::attention_block_backward(q, qs, qp, T, kj, vj, ks, kp, T, lse, delta_.data(), dout, dq, dkj, dvj, Hq, Hkv,
-                                   D, scale, window);
+      op.backward(q, qs, qp, T, kj, vj, ks, kp, T, lse, delta, dout, dq, dkj, dvj, Hq, Hkv, D, scale, window);
     else if (j < r)
-      kc::attention_block_backward(q, qs, qp, T, kj, vj, ks, kp, half, lse, delta_.data(), dout, dq, dkj, dvj, Hq,
-                                   Hkv, D, scale, window);
+      op.backward(q, qs, qp, T, kj, vj, ks, kp, half, lse, delta, dout, dq, dkj, dvj, Hq, Hkv, D, scale, window);
     else
-      kc::attention_block_backward(q + half * Hq * D, qs + half, qp + half, T - half, kj, vj, ks, kp, T,
-                                   lse + half * Hq, delta_.data() + half * Hq, dout + half * Hq * D,
-                                   dq + half * Hq * D, dkj, dvj, Hq, Hkv, D, scale, window);
+      op.backward(q + half * Hq * D, qs + half, qp + half, T - half, kj, vj, ks, kp, T, lse + half * Hq,
+                  delta + half * Hq, dout + half * Hq * D, dq + half * Hq * D, dkj, dvj, Hq, Hkv, D, scale, window);
   }
   // the block held now belongs to rank r+1: one last hop of its dK/dV brings every block home
-  next_.resize(static_cast<size_t>(2 * nkv));
-  cp_->send_recv(cur_.data() + 2 * nkv, 2 * nkv, nxt, next_.data(), 2 * nkv, prv, DType::F32, kTagDkv);
-  std::memcpy(dk, next_.data(), static_cast<size_t>(nkv) * sizeof(float));
-  std::memcpy(dv, next_.data() + nkv, static_cast<size_t>(nkv) * sizeof(float));
+  cp_->send_recv(cur + 2 * nkv, 2 * nkv, nxt, next, 2 * nkv, prv, DType::F32, kTagDkv);
+  copy_bytes(dev_, dk, next, static_cast<size_t>(nkv) * sizeof(float));
+  copy_bytes(dev_, dv, next + nkv, static_cast<size_t>(nkv) * sizeof(float));
 }
 
 }  // namespace twinkle::parallel

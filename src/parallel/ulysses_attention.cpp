@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "twinkle/core/device_copy.h"
 #include "twinkle/core/error.h"
 #include "twinkle/kernels/cpu/attention.h"
 
@@ -12,9 +13,28 @@ namespace twinkle::parallel {
 
 namespace kc = twinkle::kernels::cpu;
 
-UlyssesAttention::UlyssesAttention(std::shared_ptr<dist::ProcessGroup> cp, int tp) : cp_(std::move(cp)), tp_(tp) {
+UlyssesAttention::UlyssesAttention(std::shared_ptr<dist::ProcessGroup> cp, int tp, Device device)
+    : cp_(std::move(cp)), tp_(tp), dev_(device), ws_(device) {
   check(cp_ != nullptr, "UlyssesAttention: null cp group");
   check(tp >= 1, "UlyssesAttention: tp size must be >= 1, got " + std::to_string(tp));
+}
+
+void UlyssesAttention::scatter_rows(float* dst, const float* src, const int32_t* idx, int64_t T, int64_t w) const {
+  for (int64_t t = 0; t < T;) {
+    int64_t n = 1;
+    while (t + n < T && idx[t + n] == idx[t] + n) ++n;
+    copy_bytes(dev_, dst + static_cast<int64_t>(idx[t]) * w, src + t * w, static_cast<size_t>(n * w) * sizeof(float));
+    t += n;
+  }
+}
+
+void UlyssesAttention::gather_rows(float* dst, const float* src, const int32_t* idx, int64_t T, int64_t w) const {
+  for (int64_t t = 0; t < T;) {
+    int64_t n = 1;
+    while (t + n < T && idx[t + n] == idx[t] + n) ++n;
+    copy_bytes(dev_, dst + t * w, src + static_cast<int64_t>(idx[t]) * w, static_cast<size_t>(n * w) * sizeof(float));
+    t += n;
+  }
 }
 
 void UlyssesAttention::check_heads(int64_t Hq, int64_t Hkv, int cp, int tp) {
@@ -36,43 +56,31 @@ int64_t UlyssesAttention::backward_bytes(int cp, int64_t T, int64_t Hq, int64_t 
 void UlyssesAttention::to_heads(const CpLayout& lay, const float* x, float* g, int64_t H, int64_t D) {
   const int cp = lay.cp;
   const int64_t T = lay.T, Hl = H / cp, blk = T * Hl * D;
-  send_.resize(static_cast<size_t>(cp * blk));
-  recv_.resize(static_cast<size_t>(cp * blk));
+  float* send = buf("send", cp * blk);
+  float* recv = buf("recv", cp * blk);
   // send block c = heads [c*Hl, (c+1)*Hl) of every local token
   for (int c = 0; c < cp; ++c)
-    for (int64_t t = 0; t < T; ++t)
-      std::memcpy(send_.data() + c * blk + t * Hl * D, x + (t * H + c * Hl) * D, static_cast<size_t>(Hl * D) * 4);
+    copy_rows_2d(dev_, send + c * blk, Hl * D, x + c * Hl * D, H * D, Hl * D, T);
   const std::vector<int64_t> counts(static_cast<size_t>(cp), blk);
   std::vector<int64_t> displs(static_cast<size_t>(cp));
   for (int c = 0; c < cp; ++c) displs[static_cast<size_t>(c)] = c * blk;
-  cp_->all_to_all_v(send_.data(), counts, displs, recv_.data(), counts, displs, DType::F32);
-  // block j = rank j's tokens (its local order) for my heads -> global order
-  for (int j = 0; j < cp; ++j) {
-    const auto& gi = lay.gidx[static_cast<size_t>(j)];
-    for (int64_t t = 0; t < T; ++t)
-      std::memcpy(g + static_cast<int64_t>(gi[static_cast<size_t>(t)]) * Hl * D, recv_.data() + j * blk + t * Hl * D,
-                  static_cast<size_t>(Hl * D) * 4);
-  }
+  cp_->all_to_all_v(send, counts, displs, recv, counts, displs, DType::F32);
+  // block j = rank j's tokens (its local order) for my heads -> global order (host indices)
+  for (int j = 0; j < cp; ++j) scatter_rows(g, recv + j * blk, lay.gidx[static_cast<size_t>(j)].data(), T, Hl * D);
 }
 
 void UlyssesAttention::to_seq(const CpLayout& lay, const float* g, float* x, int64_t H, int64_t D) {
   const int cp = lay.cp;
   const int64_t T = lay.T, Hl = H / cp, blk = T * Hl * D;
-  send_.resize(static_cast<size_t>(cp * blk));
-  recv_.resize(static_cast<size_t>(cp * blk));
-  for (int j = 0; j < cp; ++j) {
-    const auto& gi = lay.gidx[static_cast<size_t>(j)];
-    for (int64_t t = 0; t < T; ++t)
-      std::memcpy(send_.data() + j * blk + t * Hl * D, g + static_cast<int64_t>(gi[static_cast<size_t>(t)]) * Hl * D,
-                  static_cast<size_t>(Hl * D) * 4);
-  }
+  float* send = buf("send", cp * blk);
+  float* recv = buf("recv", cp * blk);
+  for (int j = 0; j < cp; ++j) gather_rows(send + j * blk, g, lay.gidx[static_cast<size_t>(j)].data(), T, Hl * D);
   const std::vector<int64_t> counts(static_cast<size_t>(cp), blk);
   std::vector<int64_t> displs(static_cast<size_t>(cp));
   for (int c = 0; c < cp; ++c) displs[static_cast<size_t>(c)] = c * blk;
-  cp_->all_to_all_v(send_.data(), counts, displs, recv_.data(), counts, displs, DType::F32);
+  cp_->all_to_all_v(send, counts, displs, recv, counts, displs, DType::F32);
   for (int c = 0; c < cp; ++c)
-    for (int64_t t = 0; t < T; ++t)
-      std::memcpy(x + (t * H + c * Hl) * D, recv_.data() + c * blk + t * Hl * D, static_cast<size_t>(Hl * D) * 4);
+    copy_rows_2d(dev_, x + c * Hl * D, H * D, recv + c * blk, Hl * D, Hl * D, T);
 }
 
 void UlyssesAttention::forward(const CpLayout& lay, const float* q, const float* k, const float* v, float* out,
@@ -86,22 +94,22 @@ void UlyssesAttention::forward(const CpLayout& lay, const float* q, const float*
   saved_.valid = false;  // until this forward completes
   const int cp = lay.cp;
   const int64_t Tg = lay.T * cp, Hql = Hq / cp, Hkl = Hkv / cp;
-  gq_.resize(static_cast<size_t>(Tg * Hql * D));
-  gk_.resize(static_cast<size_t>(Tg * Hkl * D));
-  gv_.resize(static_cast<size_t>(Tg * Hkl * D));
-  gout_.resize(static_cast<size_t>(Tg * Hql * D));
-  glse_.resize(static_cast<size_t>(Tg * Hql));
-  to_heads(lay, q, gq_.data(), Hq, D);
-  to_heads(lay, k, gk_.data(), Hkv, D);
-  to_heads(lay, v, gv_.data(), Hkv, D);
+  check(attn != nullptr || dev_ == Device::CPU, "UlyssesAttention::forward: no attention op for the device");
+  gq_ = buf("gq", Tg * Hql * D);
+  gk_ = buf("gk", Tg * Hkl * D);
+  gv_ = buf("gv", Tg * Hkl * D);
+  gout_ = buf("gout", Tg * Hql * D);
+  glse_ = buf("glse", Tg * Hql);
+  to_heads(lay, q, gq_, Hq, D);
+  to_heads(lay, k, gk_, Hkv, D);
+  to_heads(lay, v, gv_, Hkv, D);
   const int64_t nseg = static_cast<int64_t>(lay.global_cu_seqlens.size()) - 1;
   if (attn)
-    attn->forward(gq_.data(), gk_.data(), gv_.data(), gout_.data(), glse_.data(), lay.global_cu_seqlens.data(), nseg,
-                  Hql, Hkl, D, scale, window);
+    attn->forward(gq_, gk_, gv_, gout_, glse_, lay.cu_seqlens_ptr(), nseg, Hql, Hkl, D, scale, window);
   else
-    kc::flash_attention_forward(gq_.data(), gk_.data(), gv_.data(), gout_.data(), glse_.data(),
-                                lay.global_cu_seqlens.data(), nseg, Hql, Hkl, D, scale, window);
-  to_seq(lay, gout_.data(), out, Hq, D);
+    kc::flash_attention_forward(gq_, gk_, gv_, gout_, glse_, lay.global_cu_seqlens.data(), nseg, Hql, Hkl, D, scale,
+                                window);
+  to_seq(lay, gout_, out, Hq, D);
   // what the backward must match (assign reuses the capacity of the last micro-batch)
   saved_.valid = true;
   saved_.T = lay.T;
@@ -140,22 +148,22 @@ void UlyssesAttention::backward(const CpLayout& lay, const float* dout, float* d
   saved_.valid = false;
   const int cp = lay.cp;
   const int64_t Hql = Hq / cp, Hkl = Hkv / cp;
-  gdo_.resize(gout_.size());
-  gdq_.resize(gq_.size());
-  gdk_.resize(gk_.size());
-  gdv_.resize(gv_.size());
-  to_heads(lay, dout, gdo_.data(), Hq, D);
+  const int64_t Tg = lay.T * cp;
+  float* gdo = buf("gdo", Tg * Hql * D);
+  float* gdq = buf("gdq", Tg * Hql * D);
+  float* gdk = buf("gdk", Tg * Hkl * D);
+  float* gdv = buf("gdv", Tg * Hkl * D);
+  to_heads(lay, dout, gdo, Hq, D);
   const int64_t nseg = static_cast<int64_t>(lay.global_cu_seqlens.size()) - 1;
   if (attn)
-    attn->backward(gq_.data(), gk_.data(), gv_.data(), gout_.data(), glse_.data(), gdo_.data(), gdq_.data(),
-                   gdk_.data(), gdv_.data(), lay.global_cu_seqlens.data(), nseg, Hql, Hkl, D, scale, window);
+    attn->backward(gq_, gk_, gv_, gout_, glse_, gdo, gdq, gdk, gdv, lay.cu_seqlens_ptr(), nseg, Hql, Hkl, D, scale,
+                   window);
   else
-    kc::flash_attention_backward(gq_.data(), gk_.data(), gv_.data(), gout_.data(), glse_.data(), gdo_.data(),
-                                 gdq_.data(), gdk_.data(), gdv_.data(), lay.global_cu_seqlens.data(), nseg, Hql, Hkl,
-                                 D, scale, window);
-  to_seq(lay, gdq_.data(), dq, Hq, D);
-  to_seq(lay, gdk_.data(), dk, Hkv, D);
-  to_seq(lay, gdv_.data(), dv, Hkv, D);
+    kc::flash_attention_backward(gq_, gk_, gv_, gout_, glse_, gdo, gdq, gdk, gdv, lay.global_cu_seqlens.data(), nseg,
+                                 Hql, Hkl, D, scale, window);
+  to_seq(lay, gdq, dq, Hq, D);
+  to_seq(lay, gdk, dk, Hkv, D);
+  to_seq(lay, gdv, dv, Hkv, D);
 }
 
 }  // namespace twinkle::parallel

@@ -260,7 +260,7 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     const int64_t R = Tm * K;    // this rank's routed slots; its experts' rows over ep when balanced
     const int64_t Rg = R * etp;  // the etp group's rows its expert slices run (all-gathered over etp)
     const bool dispatched = ep > 1 || etp > 1;
-    if (any_moe) {  // MoeActivations vectors per MoE layer, and the dispatcher of each (layer, slot)
+    if (any_moe) {  // MoeActivations buffers per MoE layer, and the dispatcher of each (layer, slot)
       for (int64_t l = l0; l < l0 + nl; ++l) {
         if (!(c.is_moe() && c.is_moe_layer(l))) continue;
         // router: logits, probs, lse, combine weights and indices; gate, up, act; expert outputs y

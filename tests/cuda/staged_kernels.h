@@ -4,7 +4,7 @@
 // (tests/unit/kernels/kernel_conformance.cpp) run unchanged against the CUDA implementations. Equal
 // host pointers within one call share one device buffer, so the aliasing cases of the table (dx over
 // dy, h over x) alias on the device too. Host-side arguments of the cuda contract (grouped_linear's
-// counts, the RopeTable) are passed through. Header-only, test code.
+// counts, the RopeTable, the MoE ops' host statistics) are passed through. Header-only, test code.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -302,6 +302,116 @@ inline void lora_bwd(const float* x, const float* A, const float* B, const float
   s.finish();
 }
 
+// The MoE ops. Host arrays of the contract (sort_by_expert's counts, routing_stats' prob_sum / counts,
+// aux_loss_backward's counts) are passed through as host pointers; token_mask is staged (device memory).
+inline void router_fwd(const float* logits, float* probs, int32_t* idx, float* w, int64_t T, int64_t E, int64_t k,
+                       bool norm) {
+  Stager s;
+  g_dev.moe_router.forward(s.in(logits, T * E), s.out(probs, T * E), s.out(idx, T * k), s.out(w, T * k), T, E, k,
+                           norm);
+  s.finish();
+}
+inline void router_bwd(const float* probs, const int32_t* idx, const float* w, const float* dw, const float* dprobs,
+                       const float* dextra, float* dlogits, int64_t T, int64_t E, int64_t k, bool norm) {
+  Stager s;
+  g_dev.moe_router.backward(s.in(probs, T * E), s.in(idx, T * k), s.in(w, T * k), s.in(dw, T * k),
+                            s.in(dprobs, T * E), s.in(dextra, T * E), s.out(dlogits, T * E), T, E, k, norm);
+  s.finish();
+}
+inline void moe_sort(const int32_t* idx, int64_t T, int64_t k, int64_t E, int64_t* counts, int32_t* row_of_slot,
+                     int32_t* slot_of_row) {
+  Stager s;
+  g_dev.moe_permute.sort_by_expert(s.in(idx, T * k), T, k, E, counts, s.out(row_of_slot, T * k),
+                                   s.out(slot_of_row, T * k));
+  s.finish();
+}
+inline void moe_perm_fwd(const float* x, const int32_t* slot_of_row, float* out, int64_t rows, int64_t k, int64_t H) {
+  Stager s;
+  g_dev.moe_permute.permute_forward(s.in(x, rows / k * H), s.in(slot_of_row, rows), s.out(out, rows * H), rows, k, H);
+  s.finish();
+}
+inline void moe_perm_bwd(const float* dout, const int32_t* row_of_slot, float* dx, int64_t T, int64_t k, int64_t H,
+                         bool acc) {
+  Stager s;
+  g_dev.moe_permute.permute_backward(s.in(dout, T * k * H), s.in(row_of_slot, T * k), s.out(dx, T * H), T, k, H, acc);
+  s.finish();
+}
+inline void moe_unperm_fwd(const float* y, const int32_t* row_of_slot, const float* w, float* out, int64_t T,
+                           int64_t k, int64_t H) {
+  Stager s;
+  g_dev.moe_permute.unpermute_forward(s.in(y, T * k * H), s.in(row_of_slot, T * k), s.in(w, T * k),
+                                      s.out(out, T * H), T, k, H);
+  s.finish();
+}
+inline void moe_unperm_bwd(const float* y, const int32_t* row_of_slot, const float* w, const float* dout, float* dy,
+                           float* dw, int64_t T, int64_t k, int64_t H) {
+  Stager s;
+  g_dev.moe_permute.unpermute_backward(s.in(y, T * k * H), s.in(row_of_slot, T * k), s.in(w, T * k),
+                                       s.in(dout, T * H), s.out(dy, T * k * H), s.out(dw, T * k), T, k, H);
+  s.finish();
+}
+inline void moe_keys(const uint64_t* key, const int32_t* slot_of_row, uint64_t* out, int64_t rows, int64_t k) {
+  Stager s;
+  g_dev.moe_permute.permute_keys(s.in(key, rows / k), s.in(slot_of_row, rows), s.out(out, rows), rows, k);
+  s.finish();
+}
+inline int64_t moe_stats(const float* probs, const int32_t* idx, const uint8_t* mask, int64_t T, int64_t E, int64_t k,
+                         double* prob_sum, int64_t* counts) {
+  Stager s;
+  return g_dev.moe_router_loss.routing_stats(s.in(probs, T * E), s.in(idx, T * k), s.in(mask, T), T, E, k, prob_sum,
+                                             counts);
+}
+inline void moe_aux_bwd(const int64_t* counts, const uint8_t* mask, int64_t T, int64_t E, double cs, float* dprobs) {
+  Stager s;
+  g_dev.moe_router_loss.aux_loss_backward(counts, s.in(mask, T), T, E, cs, s.out(dprobs, T * E));
+  s.finish();
+}
+inline double moe_z_fwd(const float* logits, const uint8_t* mask, int64_t T, int64_t E, float* lse) {
+  Stager s;
+  const double r = g_dev.moe_router_loss.z_loss_forward(s.in(logits, T * E), s.in(mask, T), T, E, s.out(lse, T));
+  s.finish();
+  return r;
+}
+inline void moe_z_bwd(const float* probs, const float* lse, const uint8_t* mask, int64_t T, int64_t E, double scale,
+                      float* dlogits) {
+  Stager s;
+  g_dev.moe_router_loss.z_loss_backward(s.in(probs, T * E), s.in(lse, T), s.in(mask, T), T, E, scale,
+                                        s.out(dlogits, T * E));
+  s.finish();
+}
+
+inline void blk_fwd(const float* q, const int32_t* qs, const int32_t* qp, int64_t Tq, const float* k, const float* v,
+                    const int32_t* ks, const int32_t* kp, int64_t Tk, float* out, float* lse, int64_t Hq, int64_t Hkv,
+                    int64_t D, float scale, int64_t window) {
+  Stager s;
+  g_dev.attention_block.forward(s.in(q, Tq * Hq * D), s.in(qs, Tq), s.in(qp, Tq), Tq, s.in(k, Tk * Hkv * D),
+                                s.in(v, Tk * Hkv * D), s.in(ks, Tk), s.in(kp, Tk), Tk, s.out(out, Tq * Hq * D),
+                                s.out(lse, Tq * Hq), Hq, Hkv, D, scale, window);
+  s.finish();
+}
+inline void blk_bwd(const float* q, const int32_t* qs, const int32_t* qp, int64_t Tq, const float* k, const float* v,
+                    const int32_t* ks, const int32_t* kp, int64_t Tk, const float* lse, const float* delta,
+                    const float* dout, float* dq, float* dk, float* dv, int64_t Hq, int64_t Hkv, int64_t D,
+                    float scale, int64_t window) {
+  Stager s;
+  g_dev.attention_block.backward(s.in(q, Tq * Hq * D), s.in(qs, Tq), s.in(qp, Tq), Tq, s.in(k, Tk * Hkv * D),
+                                 s.in(v, Tk * Hkv * D), s.in(ks, Tk), s.in(kp, Tk), Tk, s.in(lse, Tq * Hq),
+                                 s.in(delta, Tq * Hq), s.in(dout, Tq * Hq * D), s.out(dq, Tq * Hq * D),
+                                 s.out(dk, Tk * Hkv * D), s.out(dv, Tk * Hkv * D), Hq, Hkv, D, scale, window);
+  s.finish();
+}
+inline void blk_merge(float* out, float* lse, const float* out_b, const float* lse_b, int64_t T, int64_t H, int64_t D) {
+  Stager s;
+  g_dev.attention_block.lse_merge(s.out(out, T * H * D), s.out(lse, T * H), s.in(out_b, T * H * D), s.in(lse_b, T * H),
+                                  T, H, D);
+  s.finish();
+}
+inline void blk_delta(const float* out, const float* dout, float* delta, int64_t T, int64_t H, int64_t D) {
+  Stager s;
+  g_dev.attention_block.softmax_delta(s.in(out, T * H * D), s.in(dout, T * H * D), s.out(delta, T * H), T, H, D);
+  s.finish();
+}
+
 /// The host-pointer table over `dev` (kept in g_dev): same implementation names.
 inline KernelTable staged_table(const KernelTable& dev) {
   g_dev = dev;
@@ -323,6 +433,10 @@ inline KernelTable staged_table(const KernelTable& dev) {
   k.norms = {sumsq, scal};
   k.add = {add_in, add_out, bias_add, bias_grad};
   k.lora = {lora_mask, lora_apply, lora_dbwd, lora_fwd, lora_bwd};
+  k.moe_router = {router_fwd, router_bwd};
+  k.moe_permute = {moe_sort, moe_perm_fwd, moe_perm_bwd, moe_unperm_fwd, moe_unperm_bwd, moe_keys};
+  k.moe_router_loss = {moe_stats, moe_aux_bwd, moe_z_fwd, moe_z_bwd};
+  k.attention_block = {blk_fwd, blk_bwd, blk_merge, blk_delta};
   k.impl_names = dev.impl_names;
   return k;
 }

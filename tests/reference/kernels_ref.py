@@ -450,6 +450,220 @@ def lora_case(root, name, T, n_in, n_out, r, p, scaling, seed, module_key, featu
     c.close()
 
 
+# ---------------------------------------------------------------- MoE (ops moe_router, moe_permute, moe_router_loss)
+def _moe_ref():
+    """tests/reference/qwen3_moe_ref.py (transformers' Qwen3MoeSparseMoeBlock routing, topk_lower's tie order,
+    Megatron's losses), imported where used."""
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import qwen3_moe_ref
+    return qwen3_moe_ref
+
+
+def moe_router_case(root, name, T, E, k, norm, ties):
+    """qwen3_moe_ref.route (softmax over all E experts, top-k with ties to the lower expert index,
+    renormalised when norm) and by float64 autograd the gradient of sum(w * dw) + sum(p * dprobs) +
+    sum(logits * dextra) (the combine, the aux loss on the probabilities, the z-loss added as is), and of
+    the first two terms alone. With ties: rows of exactly equal logits (hence probabilities) inside the
+    top-k and at its boundary."""
+    mr = _moe_ref()
+    c = Case(root, name, T=T, E=E, k=k, norm=int(norm))
+    logits = f32((T, E), 1.5)
+    if ties:
+        assert E >= 7 and k == 3
+        logits[0, :] = 0.25                      # all equal: experts 0, 1, 2
+        logits[1:4, :] = -1.0
+        logits[1, [1, 4, 5]] = 2.0               # a three-way tie filling the top-k: 1, 4, 5
+        logits[2, 6], logits[2, 1] = 5.0, 4.0
+        logits[2, [4, 2]] = 3.0                  # a tie for the last place: 6, 1, 2 (4 left out)
+        logits[3, 0] = 2.0
+        logits[3, [6, 3, 5]] = 1.0               # a three-way tie across the boundary: 0, 3, 5
+    dw, dprobs, dextra = f32((T, k)), f32((T, E), 0.3), f32((T, E), 0.2)
+    L = leaf64(logits)
+    p, w, sel = mr.route(L, k, norm)
+    lw = (w * dw.double()).sum()
+    lp = (p * dprobs.double()).sum()
+    g_w, = torch.autograd.grad(lw, L, retain_graph=True)
+    g_p, = torch.autograd.grad(lp, L, retain_graph=True)
+    (lw + lp + (L * dextra.double()).sum()).backward()
+    for n, t in [("logits", logits), ("dw", dw), ("dprobs", dprobs), ("dextra", dextra)]:
+        c.put(n, t, "f32")
+    c.put("probs", p, "f64")
+    c.put("w", w, "f64")
+    c.put("sel", sel.int(), "i32")
+    c.put("dlogits", L.grad, "f64")
+    c.put("dlogits_w", g_w, "f64")
+    c.put("dlogits_p", g_p, "f64")
+    c.close()
+
+
+def moe_permute_case(root, name, T, k, E, H, empty_expert):
+    """Megatron-core's permute / unpermute (megatron/core/transformer/moe/moe_utils.py): the routing map
+    [T, E] of k distinct experts per token (none to empty_expert), rows ordered by expert with tokens
+    ascending inside one (masked_select of the token indices by routing_map.T); permute = index_select of
+    the token rows, unpermute = index_add of the rows times their combine weight back to the tokens
+    (transformers' sum_j w[t, j] * expert_out). Gradients by float64 autograd; the plan (counts,
+    row_of_slot, slot_of_row = t*k + j of each row) is exact."""
+    c = Case(root, name, T=T, k=k, E=E, H=H)
+    allowed = [e for e in range(E) if e != empty_expert]
+    sel = torch.stack([torch.tensor(allowed)[torch.randperm(len(allowed))[:k]] for _ in range(T)])
+    routing_map = torch.zeros(T, E, dtype=torch.bool)
+    routing_map[torch.arange(T)[:, None], sel] = True
+    counts = routing_map.sum(0)
+    token_of_row = torch.arange(T).unsqueeze(0).expand(E, -1).masked_select(routing_map.T.contiguous())
+    expert_of_row = torch.repeat_interleave(torch.arange(E), counts)
+    j_of_row = torch.tensor([int((sel[t] == e).nonzero())
+                             for t, e in zip(token_of_row.tolist(), expert_of_row.tolist())])
+    slot_of_row = token_of_row * k + j_of_row
+    row_of_slot = torch.empty(T * k, dtype=torch.int64)
+    row_of_slot[slot_of_row] = torch.arange(T * k)
+    R = T * k
+    x, dperm, dx0 = f32((T, H)), f32((R, H)), f32((T, H))
+    y, w, dunperm = f32((R, H)), f32((T, k), 0.5, 0.2), f32((T, H))
+    X = leaf64(x)
+    perm = X.index_select(0, token_of_row)
+    perm.backward(dperm.double())
+    Y, W = leaf64(y), leaf64(w)
+    w_of_row = W[token_of_row, j_of_row]
+    unperm = torch.zeros(T, H, dtype=torch.float64).index_add(0, token_of_row, Y * w_of_row[:, None])
+    unperm.backward(dunperm.double())
+    c.put("sel", sel.int(), "i32")
+    c.put("counts", counts.int(), "i32")
+    c.put("row_of_slot", row_of_slot.int(), "i32")
+    c.put("slot_of_row", slot_of_row.int(), "i32")
+    for n, t in [("x", x), ("dperm", dperm), ("dx0", dx0), ("y", y), ("w", w), ("dunperm", dunperm)]:
+        c.put(n, t, "f32")
+    c.put("perm", perm, "f64")
+    c.put("dx", X.grad, "f64")
+    c.put("dx_acc", dx0.double() + X.grad, "f64")
+    c.put("unperm", unperm, "f64")
+    c.put("dy", Y.grad, "f64")
+    c.put("dw", W.grad, "f64")
+    c.close()
+
+
+def moe_router_loss_case(root, name, T, E, k, masked, coeff):
+    """The router losses' pieces over the real tokens (mask 0 = padding; tokens `masked`): the routing
+    statistics added onto non-zero starting values (counts exact, prob_sum = sum_t probs in float64),
+    the gradient on the probabilities of coeff_scale * sum_e counts[e] * prob_sum[e] (the form of
+    transformers' load_balancing_loss_func and Megatron's switch_load_balancing_loss_func, counts without
+    gradient) by autograd, and qwen3_moe_ref.z_loss (Megatron's z_loss_func) with its sum of lse^2 and
+    its autograd gradient (scale = coeff / real tokens)."""
+    mr = _moe_ref()
+    c = Case(root, name, T=T, E=E, k=k, coeff=coeff)
+    logits = f32((T, E), 2.0, 1.0)
+    logits[3] += 40.0  # large logits (the lse's stability)
+    probs = torch.softmax(logits.double(), dim=-1).float()
+    _, sel = mr.topk_lower(probs, k)
+    mask = torch.ones(T, dtype=torch.int32)
+    mask[masked] = 0
+    m = mask.double()
+    prob_sum0 = torch.randn(E, dtype=torch.float64)
+    counts0 = torch.randint(0, 50, (E,), dtype=torch.int32)
+    onehot = torch.nn.functional.one_hot(sel.long(), E).to(torch.int64)  # [T, k, E]
+    n = int(mask.sum())
+    # aux backward
+    cs = coeff * E / (k * n * n)
+    dprobs0 = f32((T, E), 0.1)
+    counts_aux = (onehot * mask[:, None, None]).sum((0, 1))
+    P = leaf64(probs)
+    (cs * ((P * m[:, None]).sum(0) * counts_aux.double()).sum()).backward()
+    # z-loss
+    L = leaf64(logits)
+    lse = torch.logsumexp(L, dim=-1)
+    mr.z_loss(L, coeff, mask).backward()
+    dlogits0 = f32((T, E), 0.01)
+    c.put("logits", logits, "f32")
+    c.put("probs", probs, "f32")
+    c.put("sel", sel.int(), "i32")
+    c.put("mask", mask, "i32")
+    c.put("prob_sum0", prob_sum0, "f64")
+    c.put("counts0", counts0, "i32")
+    c.put("prob_sum", prob_sum0 + (probs.double() * m[:, None]).sum(0), "f64")
+    c.put("counts", (counts0 + (onehot * mask[:, None, None]).sum((0, 1))).int(), "i32")
+    c.put("prob_sum_all", prob_sum0 + probs.double().sum(0), "f64")
+    c.put("counts_all", (counts0 + onehot.sum((0, 1))).int(), "i32")
+    c.put("n", torch.tensor([n]), "i32")
+    c.put("coeff_scale", torch.tensor([cs], dtype=torch.float64), "f64")
+    c.put("counts_aux", counts_aux.int(), "i32")
+    c.put("dprobs0", dprobs0, "f32")
+    c.put("dprobs", dprobs0.double() + P.grad, "f64")
+    c.put("lse", lse, "f64")
+    c.put("z_sum", (lse.square() * m).sum().reshape(1), "f64")
+    c.put("z_sum_all", lse.square().sum().reshape(1), "f64")
+    c.put("z_scale", torch.tensor([coeff / n], dtype=torch.float64), "f64")
+    c.put("dlogits0", dlogits0, "f32")
+    c.put("dlogits", dlogits0.double() + L.grad, "f64")
+    c.close()
+
+
+# ---------------------------------------------------------------- attention_block (ring attention's pieces)
+def attention_block_case(root, name, Hq, Hkv, D, window):
+    """One query block against two key blocks A and B with explicit segment ids and global positions (the
+    ring's pieces, twinkle/kernels/cpu/attention_block.h): the explicit masked softmax over A and B together
+    in float64 (query i sees key j iff the segments agree, k_pos <= q_pos and, with a window, q_pos - k_pos
+    < window; HF repeat_kv), its log-sum-exp, delta = rowsum(dO * O) and autograd's dq / dk / dv; and the
+    forward over block A alone (rows that see no key of A: out 0, lse -inf, flagged in a_empty)."""
+    g = torch.Generator().manual_seed(4242)
+    # global axis: segment 0 = positions 0..15, segment 1 = 16..35; the tokens of each block in a shuffled order
+    seg_of = lambda p: 0 if p < 16 else 1
+    shuffle = lambda v: [v[i] for i in torch.randperm(len(v), generator=g).tolist()]
+    # queries 0, 1 and 16 come before every key of block A in their segment (no visible key there)
+    q_pos = shuffle([0, 1, 5, 9, 12, 15, 16, 18, 23, 27, 30, 34, 35])
+    a_pos = shuffle([3, 4, 6, 8, 10, 17, 19, 21, 22])
+    b_pos = shuffle([p for p in range(36) if p not in a_pos])
+    Tq, Ta, Tb = len(q_pos), len(a_pos), len(b_pos)
+    scale = 1.0 / math.sqrt(D)
+    c = Case(root, name, Hq=Hq, Hkv=Hkv, D=D, Tq=Tq, Ta=Ta, Tb=Tb, scale=scale, window=window)
+    q, do = f32((Tq, Hq, D)), f32((Tq, Hq, D))
+    ka, va, kb, vb = f32((Ta, Hkv, D)), f32((Ta, Hkv, D)), f32((Tb, Hkv, D)), f32((Tb, Hkv, D))
+    Q, KA, VA, KB, VB = leaf64(q), leaf64(ka), leaf64(va), leaf64(kb), leaf64(vb)
+    qp, kp = torch.tensor(q_pos), torch.tensor(a_pos + b_pos)
+    qs, ks = torch.tensor([seg_of(p) for p in q_pos]), torch.tensor([seg_of(p) for p in a_pos + b_pos])
+    allowed = (qs[:, None] == ks[None, :]) & (kp[None, :] <= qp[:, None])
+    if window:
+        allowed &= (qp[:, None] - kp[None, :]) < window
+    assert bool(allowed.any(dim=1).all()), "every query must see a key of A or B"
+    rep = Hq // Hkv
+    K = torch.cat([KA, KB]).repeat_interleave(rep, dim=1)
+    V = torch.cat([VA, VB]).repeat_interleave(rep, dim=1)
+    sc = torch.einsum("thd,shd->hts", Q, K) * scale
+    sc = sc.masked_fill(~allowed[None], float("-inf"))
+    lse = torch.logsumexp(sc, dim=-1).t()  # [Tq, Hq]
+    out = torch.einsum("hts,shd->thd", torch.softmax(sc, dim=-1), V)
+    out.backward(do.double())
+    delta = (do.double() * out.detach()).sum(-1)
+    # block A alone
+    alw_a = allowed[:, :Ta]
+    sa = sc.detach()[:, :, :Ta]
+    a_empty = ~alw_a.any(dim=1)
+    sa_rows = sa[:, ~a_empty, :]
+    out_a = torch.zeros(Tq, Hq, D, dtype=torch.float64)
+    lse_a = torch.zeros(Tq, Hq, dtype=torch.float64)
+    out_a[~a_empty] = torch.einsum("hts,shd->thd", torch.softmax(sa_rows, dim=-1), V.detach()[:Ta])
+    lse_a[~a_empty] = torch.logsumexp(sa_rows, dim=-1).t()
+    assert bool(a_empty.any()) and not bool(a_empty.all()), "block A must leave some queries without a key"
+    i32 = lambda v: torch.tensor(v, dtype=torch.int32)
+    c.put("q_seg", qs.int(), "i32")
+    c.put("q_pos", i32(q_pos), "i32")
+    c.put("a_seg", ks[:Ta].int(), "i32")
+    c.put("a_pos", i32(a_pos), "i32")
+    c.put("b_seg", ks[Ta:].int(), "i32")
+    c.put("b_pos", i32(b_pos), "i32")
+    c.put("a_empty", a_empty.int(), "i32")
+    for n, t in [("q", q), ("dout", do), ("ka", ka), ("va", va), ("kb", kb), ("vb", vb)]:
+        c.put(n, t, "f32")
+    c.put("out", out, "f64")
+    c.put("lse", lse, "f64")
+    c.put("delta", delta, "f64")
+    c.put("out_a", out_a, "f64")
+    c.put("lse_a", lse_a, "f64")
+    c.put("dq", Q.grad, "f64")
+    for n, t in [("dka", KA.grad), ("dva", VA.grad), ("dkb", KB.grad), ("dvb", VB.grad)]:
+        c.put(n, t, "f64")
+    c.close()
+
+
 def conformance_cases(out):
     add_rmsnorm_case(out, "add_rmsnorm_45", 7, 45, 1e-6)
     qk_norm_rope_case(out, "qk_norm_rope_d18", [0, 7, 3, 63, 1, 40], 3, 18, 1e6, 64, 1e-6)
@@ -513,6 +727,15 @@ def main():
     attention_case(out, "attn_win1_d16", [65, 10], 2, 1, 16, window=1)
     # head dim above 128 (the CUDA kernel's 32-row tiles) with a window across tiles
     attention_case(out, "attn_gqa_d160_win40", [90, 1, 70], 4, 2, 160, window=40)
+    # the MoE ops (odd shapes; exact ties; an expert without rows; padding tokens)
+    moe_router_case(out, "moe_router_13x7_k3_norm", 13, 7, 3, True, True)
+    moe_router_case(out, "moe_router_13x7_k3_raw", 13, 7, 3, False, True)
+    moe_router_case(out, "moe_router_21x16_k4_norm", 21, 16, 4, True, False)
+    moe_permute_case(out, "moe_permute_13x3_e7_h10", 13, 3, 7, 10, 4)
+    moe_permute_case(out, "moe_permute_17x1_e5_h3", 17, 1, 5, 3, -1)
+    moe_router_loss_case(out, "moe_router_loss_13x7_k3", 13, 7, 3, [2, 7, 12], 1e-2)
+    attention_block_case(out, "attn_block_gqa_d12", 4, 2, 12, 0)
+    attention_block_case(out, "attn_block_mha_d8_win5", 3, 3, 8, 5)
 
     with open(os.path.join(out, "DONE"), "w") as f:
         f.write("ok\n")

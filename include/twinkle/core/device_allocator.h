@@ -32,6 +32,13 @@ class DeviceAllocator {
   /// Copies `bytes` between host and device memory (or device to device) in stream order.
   /// Host-side copies are synchronous with respect to the host buffer.
   virtual void copy(void* dst, const void* src, size_t bytes, CopyKind kind) = 0;
+  /// Device-to-device copy of `height` rows of `width` bytes, row r from src + r * spitch to dst + r * dpitch
+  /// (cudaMemcpy2DAsync's contract), stream-ordered. The default copies row by row.
+  virtual void copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height) {
+    for (size_t r = 0; r < height; ++r)
+      copy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width,
+           CopyKind::DeviceToDevice);
+  }
   /// Sets `bytes` at `ptr` (device memory) to zero, stream-ordered.
   virtual void fill_zero(void* ptr, size_t bytes) = 0;
   /// Blocks until all work queued on the backend's stream is done.

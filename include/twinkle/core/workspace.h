@@ -15,7 +15,8 @@ namespace twinkle {
 class Workspace {
  public:
   /// Buffers live on `dev` (device memory through twinkle/core/device_allocator.h).
-  explicit Workspace(Device dev = Device::CPU) : dev_(dev) {}
+  Workspace() = default;  // host memory
+  explicit Workspace(Device dev) : dev_(dev) {}
   Device device() const { return dev_; }
   /// Moves the workspace to `dev` (drops every buffer).
   void set_device(Device dev) {

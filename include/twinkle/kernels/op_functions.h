@@ -97,5 +97,46 @@
                          int64_t out, int64_t r, float scaling))                                                       \
   X(void, lora_backward, (const float* x, const float* A, const float* B, const float* dy, float* h, float* dh,     \
                           float* dx, bool accumulate_dx, float* dA, float* dB, int64_t T, int64_t in, int64_t out,     \
-                          int64_t r, float scaling))
+                          int64_t r, float scaling))                                                            \
+  /* MoeRouterOp */                                                                                                    \
+  X(void, moe_router_forward, (const float* logits, float* probs, int32_t* topk_idx, float* topk_w, int64_t T,      \
+                               int64_t E, int64_t k, bool norm_topk_prob))                                             \
+  X(void, moe_router_backward, (const float* probs, const int32_t* topk_idx, const float* topk_w,                   \
+                                const float* dtopk_w, const float* dprobs, const float* dlogits_extra, float* dlogits,  \
+                                int64_t T, int64_t E, int64_t k, bool norm_topk_prob))                                 \
+  /* MoePermuteOp */                                                                                                   \
+  X(void, moe_sort_by_expert, (const int32_t* topk_idx, int64_t T, int64_t k, int64_t E, int64_t* counts,          \
+                               int32_t* row_of_slot, int32_t* slot_of_row))                                            \
+  X(void, moe_permute_forward, (const float* x, const int32_t* slot_of_row, float* out, int64_t rows, int64_t k,    \
+                                int64_t H))                                                                            \
+  X(void, moe_permute_backward, (const float* dout, const int32_t* row_of_slot, float* dx, int64_t T, int64_t k,    \
+                                 int64_t H, bool accumulate))                                                          \
+  X(void, moe_unpermute_forward, (const float* y, const int32_t* row_of_slot, const float* topk_w, float* out,      \
+                                  int64_t T, int64_t k, int64_t H))                                                    \
+  X(void, moe_unpermute_backward, (const float* y, const int32_t* row_of_slot, const float* topk_w,                 \
+                                   const float* dout, float* dy, float* dtopk_w, int64_t T, int64_t k, int64_t H))     \
+  X(void, moe_permute_keys, (const uint64_t* key, const int32_t* slot_of_row, uint64_t* out, int64_t rows,         \
+                             int64_t k))                                                                               \
+  /* MoeRouterLossOp */                                                                                                \
+  X(int64_t, moe_routing_stats, (const float* probs, const int32_t* topk_idx, const uint8_t* token_mask, int64_t T, \
+                                 int64_t E, int64_t k, double* prob_sum, int64_t* counts))                             \
+  X(void, moe_aux_loss_backward, (const int64_t* counts, const uint8_t* token_mask, int64_t T, int64_t E,           \
+                                  double coeff_scale, float* dprobs))                                                  \
+  X(double, moe_z_loss_forward, (const float* logits, const uint8_t* token_mask, int64_t T, int64_t E, float* lse)) \
+  X(void, moe_z_loss_backward, (const float* probs, const float* lse, const uint8_t* token_mask, int64_t T,         \
+                                int64_t E, double scale, float* dlogits))                                              \
+  /* AttentionBlockOp */                                                                                               \
+  X(void, attention_block_forward, (const float* q, const int32_t* q_seg, const int32_t* q_pos, int64_t Tq,         \
+                                    const float* k, const float* v, const int32_t* k_seg, const int32_t* k_pos,        \
+                                    int64_t Tk, float* out, float* lse, int64_t Hq, int64_t Hkv, int64_t D,            \
+                                    float scale, int64_t window))                                                      \
+  X(void, attention_block_backward, (const float* q, const int32_t* q_seg, const int32_t* q_pos, int64_t Tq,        \
+                                     const float* k, const float* v, const int32_t* k_seg, const int32_t* k_pos,       \
+                                     int64_t Tk, const float* lse, const float* delta, const float* dout, float* dq,   \
+                                     float* dk, float* dv, int64_t Hq, int64_t Hkv, int64_t D, float scale,            \
+                                     int64_t window))                                                                  \
+  X(void, attention_lse_merge, (float* out, float* lse, const float* out_b, const float* lse_b, int64_t T,          \
+                                int64_t H, int64_t D))                                                                 \
+  X(void, attention_softmax_delta, (const float* out, const float* dout, float* delta, int64_t T, int64_t H,        \
+                                    int64_t D))
 // clang-format on

@@ -5,11 +5,13 @@
 // and is registered under (device, implementation name) in twinkle/kernels/registry.h; the model and
 // optimizer call ops only through a KernelTable resolved from that registry.
 //
-// Pointers are host pointers, f32 row-major unless stated; signatures are those of the CPU kernels in
-// twinkle/kernels/cpu/*.h, whose headers give the full semantics and sources (HF transformers Qwen3,
-// Megatron-core, PyTorch). Fused ops name their unfused equivalent below; an implementation must agree
-// with the float64 PyTorch reference of tests/reference/conformance_ref.py (tests/unit/kernels/
-// kernel_conformance.cpp checks every registered implementation).
+// Pointers point into the memory of the table's device (host memory for "cpu", device memory for
+// "cuda"), f32 row-major unless stated; an argument documented as host memory (the grouped GEMM's
+// counts, the MoE ops' statistics, the RopeTable) is host memory on every device. Signatures are those of
+// the CPU kernels in twinkle/kernels/cpu/*.h, whose headers give the full semantics and sources (HF
+// transformers Qwen3, Megatron-core, PyTorch). Fused ops name their unfused equivalent below; an
+// implementation must agree with the float64 PyTorch references of tests/reference/kernels_ref.py
+// (tests/unit/kernels/kernel_conformance.cpp checks every registered implementation).
 #pragma once
 #include <cstdint>
 
@@ -224,5 +226,108 @@ struct LoraOp {
                    bool accumulate_dx, float* dA, float* dB, int64_t T, int64_t in, int64_t out, int64_t r,
                    float scaling);
 };
+
+/// The Qwen3-MoE top-k softmax router (twinkle/kernels/cpu/moe_router.h: transformers'
+/// Qwen3MoeSparseMoeBlock routing, Megatron-core's topk_softmax_with_capacity; ties to the lower expert
+/// index). logits / probs [T, E], topk_idx / topk_w [T, k]; fp32 (i32 indices). Throws twinkle::Error
+/// unless T >= 0, E >= 1 and 1 <= k <= E.
+struct MoeRouterOp {
+  static constexpr const char* kName = "moe_router";
+  /// probs = softmax(logits) over all E (sums in double); topk_idx the k largest, descending, ties to the
+  /// lower index; topk_w their probabilities, renormalised to sum 1 when norm_topk_prob.
+  void (*forward)(const float* logits, float* probs, int32_t* topk_idx, float* topk_w, int64_t T, int64_t E,
+                  int64_t k, bool norm_topk_prob);
+  /// dlogits [T, E] OVERWRITTEN (may alias dprobs or dlogits_extra): the gradient of dtopk_w [T, k] through the
+  /// renormalisation and the full softmax, plus dprobs [T, E] (the aux loss, on the probabilities) through the
+  /// softmax, plus dlogits_extra [T, E] (the z-loss) as is; each of the three may be null (= 0).
+  void (*backward)(const float* probs, const int32_t* topk_idx, const float* topk_w, const float* dtopk_w,
+                   const float* dprobs, const float* dlogits_extra, float* dlogits, int64_t T, int64_t E, int64_t k,
+                   bool norm_topk_prob);
+};
+
+/// Dropless MoE token permutation in Megatron-core's order (twinkle/kernels/cpu/moe_permute.h: rows sorted
+/// by expert, tokens ascending inside an expert; moe_utils.py permute / unpermute) and transformers'
+/// probability-weighted combine. Slot s = t*k + j is token t's j-th routed copy; R = T*k rows.
+struct MoePermuteOp {
+  static constexpr const char* kName = "moe_permute";
+  /// The routing plan of topk_idx [T, k] (entries in [0, E), distinct per token, else twinkle::Error naming
+  /// the token): row_of_slot [R], slot_of_row [R] (i32, the model's device) and counts [E] (i64 rows per
+  /// expert, in HOST memory on every device: the grouped GEMM's counts are host values; a device
+  /// implementation copies them back and so synchronizes, as Megatron's tokens_per_expert does).
+  void (*sort_by_expert)(const int32_t* topk_idx, int64_t T, int64_t k, int64_t E, int64_t* counts,
+                         int32_t* row_of_slot, int32_t* slot_of_row);
+  /// out [rows, H] = x [slot_of_row[r] / k] (rows = T*k).
+  void (*permute_forward)(const float* x, const int32_t* slot_of_row, float* out, int64_t rows, int64_t k, int64_t H);
+  /// dx [T, H] = sum_j dout[row_of_slot[t*k + j]] in j order (OVERWRITTEN, or added to when accumulate).
+  void (*permute_backward)(const float* dout, const int32_t* row_of_slot, float* dx, int64_t T, int64_t k, int64_t H,
+                           bool accumulate);
+  /// out [T, H] = sum_j topk_w[t, j] * y[row_of_slot[t*k + j]] (j in order, float sums; OVERWRITTEN).
+  void (*unpermute_forward)(const float* y, const int32_t* row_of_slot, const float* topk_w, float* out, int64_t T,
+                            int64_t k, int64_t H);
+  /// dy[row_of_slot[s]] = topk_w[s] * dout[t] ([R, H] OVERWRITTEN); dtopk_w[s] = <dout[t], y[row_of_slot[s]]>
+  /// ([T, k] OVERWRITTEN, dot products in double).
+  void (*unpermute_backward)(const float* y, const int32_t* row_of_slot, const float* topk_w, const float* dout,
+                             float* dy, float* dtopk_w, int64_t T, int64_t k, int64_t H);
+  /// out [rows] = key[slot_of_row[r] / k] (u64: the LoRA dropout token keys of the permuted rows).
+  void (*permute_keys)(const uint64_t* key, const int32_t* slot_of_row, uint64_t* out, int64_t rows, int64_t k);
+};
+
+/// The router losses and load statistics (twinkle/kernels/cpu/moe_aux_loss.h: Switch / GShard load
+/// balancing in transformers' and Megatron-core's forms, ST-MoE's z-loss). token_mask [T] (u8, 1 = real
+/// token) lives on the model's device and may be null (every token real); probs / logits [T, E] as the
+/// router's. Statistics the host reduces (prob_sum, counts) are HOST arrays on every device.
+struct MoeRouterLossOp {
+  static constexpr const char* kName = "moe_router_loss";
+  /// Over the real tokens: counts[e] += slots routed to e, prob_sum[e] += sum_t probs[t, e] (tokens in
+  /// order, in double; both host, NOT cleared). Returns the number of real tokens.
+  int64_t (*routing_stats)(const float* probs, const int32_t* topk_idx, const uint8_t* token_mask, int64_t T,
+                           int64_t E, int64_t k, double* prob_sum, int64_t* counts);
+  /// dprobs[t, e] += float(coeff_scale * counts[e]) for the real tokens; counts [E] host i64.
+  void (*aux_loss_backward)(const int64_t* counts, const uint8_t* token_mask, int64_t T, int64_t E,
+                            double coeff_scale, float* dprobs);
+  /// lse [T] = logsumexp_e logits[t, e] (every token); returns sum over the real tokens of lse^2, summed in
+  /// double (the summation order is the implementation's).
+  double (*z_loss_forward)(const float* logits, const uint8_t* token_mask, int64_t T, int64_t E, float* lse);
+  /// dlogits[t, e] += float(2 * scale * lse[t] * probs[t, e]) for the real tokens.
+  void (*z_loss_backward)(const float* probs, const float* lse, const uint8_t* token_mask, int64_t T, int64_t E,
+                          double scale, float* dlogits);
+};
+
+/// Context parallelism's ring attention pieces (twinkle/kernels/cpu/attention_block.h: FlashAttention-2 on
+/// one query block against one key block with explicit global positions and segment ids; Liu et al. 2023's
+/// log-sum-exp merge; Megatron-core / TransformerEngine context_parallel.py AttnFuncWithCPAndKVP2P). Query i
+/// sees key j iff q_seg[i] == k_seg[j], k_pos[j] <= q_pos[i] and (window 0 or q_pos[i] - k_pos[j] < window).
+/// q / out [Tq, Hq, D], k / v [Tk, Hkv, D], lse / delta [Tq, Hq] f32; seg / pos i32; all on the model's device.
+/// Throws twinkle::Error if Hq % Hkv != 0, a size is negative, a head size <= 0 or window < 0.
+struct AttentionBlockOp {
+  static constexpr const char* kName = "attention_block";
+  /// out, lse OVERWRITTEN; a query that sees no key of the block gets out = 0, lse = -inf.
+  void (*forward)(const float* q, const int32_t* q_seg, const int32_t* q_pos, int64_t Tq, const float* k,
+                  const float* v, const int32_t* k_seg, const int32_t* k_pos, int64_t Tk, float* out, float* lse,
+                  int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window);
+  /// Given the FINAL lse and delta of the queries: dq, dk, dv ACCUMULATED (dk / dv summed over a group's heads).
+  void (*backward)(const float* q, const int32_t* q_seg, const int32_t* q_pos, int64_t Tq, const float* k,
+                   const float* v, const int32_t* k_seg, const int32_t* k_pos, int64_t Tk, const float* lse,
+                   const float* delta, const float* dout, float* dq, float* dk, float* dv, int64_t Hq, int64_t Hkv,
+                   int64_t D, float scale, int64_t window);
+  /// lse' = log(exp(lse) + exp(lse_b)), out' = out exp(lse - lse') + out_b exp(lse_b - lse'), in place on
+  /// out [T, H, D] / lse [T, H]; an lse of -inf is an empty partial.
+  void (*lse_merge)(float* out, float* lse, const float* out_b, const float* lse_b, int64_t T, int64_t H, int64_t D);
+  /// delta [T, H] = sum_d dout * out (FlashAttention-2's D_i), OVERWRITTEN.
+  void (*softmax_delta)(const float* out, const float* dout, float* delta, int64_t T, int64_t H, int64_t D);
+};
+
+/// Every op above, once: X(op struct, KernelTable field). The registry's OpImpl variant, op_names(), the
+/// KernelTable fields and KernelTable::set are generated from this list (twinkle/kernels/registry.h), so a
+/// new op is its struct above, one entry here and its implementations (each kernel set's register list).
+// clang-format off
+#define TWINKLE_KERNEL_OPS(X)                                                                                    \
+  X(EmbeddingOp, embedding) X(RmsNormOp, rms_norm) X(AddRmsNormOp, add_rms_norm) X(QkNormRopeOp, qk_norm_rope)  \
+  X(RopeOp, rope) X(SwigluOp, swiglu) X(GateUpSwigluOp, gate_up_swiglu) X(AttentionOp, attention)               \
+  X(LinearOp, linear) X(GroupedLinearOp, grouped_linear) X(CrossEntropyOp, cross_entropy)                       \
+  X(LinearCrossEntropyOp, linear_cross_entropy) X(AdamwOp, adamw) X(NormsOp, norms) X(AddOp, add)              \
+  X(LoraOp, lora) X(MoeRouterOp, moe_router) X(MoePermuteOp, moe_permute) X(MoeRouterLossOp, moe_router_loss)   \
+  X(AttentionBlockOp, attention_block)
+// clang-format on
 
 }  // namespace twinkle::kernels

@@ -26,10 +26,17 @@
 
 namespace twinkle::kernels {
 
-/// Any one op's implementation.
-using OpImpl = std::variant<EmbeddingOp, RmsNormOp, AddRmsNormOp, QkNormRopeOp, RopeOp, SwigluOp, GateUpSwigluOp,
-                            AttentionOp, LinearOp, GroupedLinearOp, CrossEntropyOp, LinearCrossEntropyOp, AdamwOp,
-                            NormsOp, AddOp, LoraOp>;
+namespace detail {
+template <class First, class... Ops>
+struct variant_of_ops {
+  using type = std::variant<Ops...>;
+};
+}  // namespace detail
+
+/// Any one op's implementation: a variant over the ops of TWINKLE_KERNEL_OPS (twinkle/kernels/ops.h).
+#define TWINKLE_OP_COMMA_TYPE(type, field) , type
+using OpImpl = detail::variant_of_ops<void TWINKLE_KERNEL_OPS(TWINKLE_OP_COMMA_TYPE)>::type;
+#undef TWINKLE_OP_COMMA_TYPE
 
 /// Registry name of the op an implementation belongs to ("rms_norm", ...).
 const char* op_name(const OpImpl& impl);
@@ -42,22 +49,10 @@ using KernelMapping = std::map<std::string, std::map<std::string, std::string>>;
 /// One resolved implementation per op, for one device: what a model calls.
 struct KernelTable {
   std::string device = "cpu";
-  EmbeddingOp embedding{};
-  RmsNormOp rms_norm{};
-  AddRmsNormOp add_rms_norm{};
-  QkNormRopeOp qk_norm_rope{};
-  RopeOp rope{};
-  SwigluOp swiglu{};
-  GateUpSwigluOp gate_up_swiglu{};
-  AttentionOp attention{};
-  LinearOp linear{};
-  GroupedLinearOp grouped_linear{};
-  CrossEntropyOp cross_entropy{};
-  LinearCrossEntropyOp linear_cross_entropy{};
-  AdamwOp adamw{};
-  NormsOp norms{};
-  AddOp add{};
-  LoraOp lora{};
+  /// One field per op, named as in TWINKLE_KERNEL_OPS (embedding, rms_norm, ..., moe_router_loss).
+#define TWINKLE_OP_FIELD(type, field) type field{};
+  TWINKLE_KERNEL_OPS(TWINKLE_OP_FIELD)
+#undef TWINKLE_OP_FIELD
   /// op -> implementation name in use.
   std::map<std::string, std::string> impl_names;
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "twinkle/core/tensor.h"
+#include "twinkle/core/workspace.h"
 
 namespace twinkle {
 
@@ -48,32 +49,38 @@ struct MlpActivations {
 /// R = T * top_k routed rows, E experts, I = moe_intermediate_size. Under expert parallelism
 /// (ep > 1) the expert buffers gate/up/act/y hold the Rr rows this rank's local experts
 /// received, and the permutation lives in `dispatcher` (xp, row_of_slot, slot_of_row and
-/// counts are unused). Held in vectors that keep their capacity across steps (the row count of
-/// each expert changes with the routing).
+/// counts are unused). The buffers live on the model's device, in `buf` (grow-only, so their
+/// capacity is kept across steps while each expert's row count changes with the routing); the
+/// pointers below are valid until the next forward of this slot.
 struct MoeActivations {
   const float* x = nullptr;          ///< [T, H] block input (the layer's ln2)
-  std::vector<float> logits;         ///< [T, E] router logits
-  std::vector<float> probs;          ///< [T, E] softmax over all experts
-  std::vector<float> lse;            ///< [T] logsumexp of the logits (z-loss)
-  std::vector<float> topk_w;         ///< [T, k] combine weights
-  std::vector<int32_t> topk_idx;     ///< [T, k] selected experts
-  std::vector<int32_t> row_of_slot;  ///< [R] permuted row of slot t*k+j
-  std::vector<int32_t> slot_of_row;  ///< [R]
-  std::vector<int64_t> counts;       ///< [E] rows per expert (all tokens, padding included)
-  std::vector<float> xp;             ///< [R, H] permuted input
-  std::vector<float> gate, up, act;  ///< [R, I]
-  std::vector<float> y;              ///< [R, H] expert outputs (before the combine)
-  /// [R] the LoRA dropout token keys of the expert rows (lora_dropout.h; empty without dropout
-  /// on expert LoRA pairs), in the experts' row order (sent along by the dispatcher under ep).
-  std::vector<uint64_t> lora_keys;
+  int64_t T = 0;                     ///< token rows of the saved forward
+  float* logits = nullptr;           ///< [T, E] router logits
+  float* probs = nullptr;            ///< [T, E] softmax over all experts
+  float* lse = nullptr;              ///< [T] logsumexp of the logits (z-loss)
+  float* topk_w = nullptr;           ///< [T, k] combine weights
+  int32_t* topk_idx = nullptr;       ///< [T, k] selected experts
+  int32_t* row_of_slot = nullptr;    ///< [R] permuted row of slot t*k+j
+  int32_t* slot_of_row = nullptr;    ///< [R]
+  std::vector<int64_t> counts;       ///< [E] rows per expert (all tokens, padding included); host memory
+  float* xp = nullptr;               ///< [R, H] permuted input
+  float* gate = nullptr;             ///< [R, I]
+  float* up = nullptr;               ///< [R, I]
+  float* act = nullptr;              ///< [R, I]
+  float* y = nullptr;                ///< [R, H] expert outputs (before the combine)
+  /// [R] the LoRA dropout token keys of the expert rows (lora_dropout.h; null without dropout on
+  /// expert LoRA pairs), in the experts' row order (sent along by the dispatcher under ep).
+  uint64_t* lora_keys = nullptr;
+  /// The device memory behind the pointers above (named buffers: twinkle/core/workspace.h).
+  Workspace buf;
   /// ep > 1: the alltoall dispatcher of this (layer, micro-batch slot) — its routing plan, the
   /// experts' input rows and their outputs in slot order live until this slot's backward; its
   /// transient all-to-all rows are in the stage's scratch (parallel/moe_dispatcher.h).
   std::shared_ptr<parallel::AlltoAllDispatcher> dispatcher;
-  std::vector<int64_t> real_counts;  ///< [E] slots routed to each expert from real tokens
-  std::vector<double> real_prob_sum; ///< [E] sum of probs over real tokens
+  std::vector<int64_t> real_counts;  ///< [E] slots routed to each expert from real tokens (host)
+  std::vector<double> real_prob_sum; ///< [E] sum of probs over real tokens (host)
   /// Router-loss gradients, set by the model after the stage forward (0 / null: none):
-  /// dprobs[t, e] += aux_coeff_scale * aux_counts[e] and the z-loss with scale z_scale.
+  /// dprobs[t, e] += aux_coeff_scale * aux_counts[e] (host counts) and the z-loss with scale z_scale.
   const int64_t* aux_counts = nullptr;
   double aux_coeff_scale = 0.0;
   double z_scale = 0.0;
@@ -122,7 +129,7 @@ struct ActivationDims {
 };
 
 /// Floats StageActivations::reserve allocates for a micro-batch of T tokens (its capacity
-/// T + T/4 + 16 tokens, 64-byte aligned buffers; MoE blocks' vectors not included). For
+/// T + T/4 + 16 tokens, 64-byte aligned buffers; MoE blocks' buffers not included). For
 /// `twinkle plan` (train/plan.h).
 int64_t stage_activation_floats(const ActivationDims& d, int64_t T);
 /// Floats RecomputeBuffers::reserve allocates for T tokens (0 under Recompute::None).

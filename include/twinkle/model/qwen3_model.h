@@ -78,9 +78,8 @@ struct Qwen3ModelOptions {
   /// Kernel set the model starts with (twinkle/kernels/registry.h): "fused" (default) or "reference"
   /// (plain double-accumulating loops, for debugging). Resolved for the mesh's device_type; throws
   /// twinkle::Error for a device without kernels (npu: needs CANN; cuda: not built or no GPU) or
-  /// another name. On cuda the dense Qwen3 model (attention biases included) runs on tp/pp/dp
-  /// layouts, in fp32 or bf16, with or without LoRA; MoE and cp > 1 are refused by name (host-side code
-  /// not ported yet).
+  /// another name. On cuda the dense Qwen3 model (attention biases included) and Qwen3-MoE run on every
+  /// layout (tp/pp/dp/cp/ep/etp), in fp32 or bf16, with or without LoRA, as on the CPU.
   std::string kernels = "fused";
   /// "fp32" (default) or "bf16": Megatron's bf16 mixed precision (Float16Module + the distributed
   /// optimizer's fp32 main params) on the CPU and on cuda (the same rounding points). Every GEMM (kernels::mixed_precision_ops()) takes bf16
@@ -117,8 +116,7 @@ class Qwen3Model {
   /// intermediate size not divisible by tp; pp larger than the number of layers;
   /// a custom layer split that does not sum to num_hidden_layers) or is neither qwen3 nor
   /// qwen3_moe; for qwen3_moe also check_expert_layout / check_moe_loss_options
-  /// (parallel/expert_layout.h). On a device other than cpu: Qwen3-MoE and cp > 1
-  /// are refused by name (not implemented there yet). A MoE model with
+  /// (parallel/expert_layout.h). A MoE model with
   /// tp > 1 runs with sequence parallelism (switched on, logged); with ep > 1 each ep rank
   /// holds num_experts / ep experts of every MoE layer (qwen3_moe_block.h).
   Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelState> ps, Qwen3ModelOptions opts = {});

@@ -8,10 +8,11 @@
 //   out[t] = sum_j w[t, j] * expert_{sel[t, j]}(x[t]),  expert = SwiGLU MLP of width
 //            moe_intermediate_size (gate_proj, up_proj, down_proj, no biases).
 // Dropless, as Megatron-core's MoELayer with the alltoall dispatcher: the k copies of each
-// token are permuted into expert order (kernels/cpu/moe_permute.h), every expert runs one GEMM
-// over its contiguous rows (the `grouped_linear` op of the model's kernel table,
-// kernels/ops.h; router GEMM `linear`, `swiglu`), SwiGLU, the down projection, then the
-// probability-weighted combine back to token order.
+// token are permuted into expert order, every expert runs one GEMM over its contiguous rows,
+// SwiGLU, the down projection, then the probability-weighted combine back to token order. All of
+// it computes through the model's kernel table (kernels/ops.h: `linear` for the router GEMM,
+// `moe_router`, `moe_permute`, `grouped_linear`, `swiglu`, `moe_router_loss` for the router-loss
+// gradients), on the model's device; the saved buffers (MoeActivations) live there too.
 // The router losses (load balancing in transformers' `global` or Megatron's `per_layer` form,
 // the z-loss) are computed by the model from this block's saved activations; their gradient
 // enters backward through MoeActivations::aux_counts / aux_coeff_scale / z_scale.
@@ -102,8 +103,8 @@ class Qwen3MoeBlock {
   size_t gate_entry() const { return gate_; }
   /// This rank's token rows of `b` (the SP shard under tp > 1) and their real-token mask [Tl].
   int64_t local_rows(const StageBatch& b) const { return tp_.local_rows(b.T); }
-  const uint8_t* local_mask(const StageBatch& b) const {
-    return b.token_mask.data() + (tp_.sequence_parallel ? tp_.rank * local_rows(b) : 0);
+  const uint8_t* local_mask(const StageBatch& b) const {  // on the model's device (StageBatch::token_mask_ptr)
+    return b.token_mask_ptr() + (tp_.sequence_parallel ? tp_.rank * local_rows(b) : 0);
   }
 
  private:
@@ -121,10 +122,10 @@ class Qwen3MoeBlock {
   // y [R, N] += scaling (dropout(X_e) A_e^T) B_e^T for every local expert e with a pair in
   // projection j (X [R, K] grouped by local expert, counts [El]; keys [R]: the rows' token keys).
   void lora_forward(int j, const float* X, const int64_t* counts, int64_t N, int64_t K, float* y,
-                    const std::vector<uint64_t>& keys, Workspace& scratch) const;
+                    const uint64_t* keys, Workspace& scratch) const;
   // Its backward: accumulates dA_e, dB_e and dX [R, K] += d(X) of the LoRA path.
   void lora_backward(int j, const float* X, const int64_t* counts, int64_t N, int64_t K, const float* dy, float* dX,
-                     const std::vector<uint64_t>& keys, Workspace& scratch) const;
+                     const uint64_t* keys, Workspace& scratch) const;
   Weights weights() const;
   // The local experts on rows grouped by local expert (counts [El]): gate/up/act/y in `a`.
   void experts_forward(const float* xin, const int64_t* counts, int64_t R, const Weights& w, MoeActivations& a,

@@ -32,7 +32,7 @@ struct StageBatch {
   std::shared_ptr<parallel::ContextParallelAttention> cp_attention;
 
   /// Device "cuda" (Qwen3Model::prepare uploads once per micro-batch; null on the host): device
-  /// copies of ids, targets, positions and cu_seqlens, and the ids the embedding backward reads
+  /// copies of ids, targets, positions, cu_seqlens and token_mask, and the ids the embedding backward reads
   /// (the padding id masked to -1, so its row gets no gradient), carved from `device_ints`.
   Tensor device_ints;
   const int32_t* dev_ids = nullptr;
@@ -40,11 +40,13 @@ struct StageBatch {
   const int32_t* dev_positions = nullptr;
   const int32_t* dev_cu_seqlens = nullptr;
   const int32_t* dev_ids_nopad = nullptr;
+  const uint8_t* dev_token_mask = nullptr;  ///< [T] the device copy of token_mask
   /// The pointers the kernels read: the device copies when present, else the host vectors.
   const int32_t* ids_ptr() const { return dev_ids ? dev_ids : ids.data(); }
   const int32_t* targets_ptr() const { return dev_targets ? dev_targets : targets.data(); }
   const int32_t* positions_ptr() const { return dev_positions ? dev_positions : positions.data(); }
   const int32_t* cu_seqlens_ptr() const { return dev_cu_seqlens ? dev_cu_seqlens : cu_seqlens.data(); }
+  const uint8_t* token_mask_ptr() const { return dev_token_mask ? dev_token_mask : token_mask.data(); }
 };
 
 }  // namespace twinkle

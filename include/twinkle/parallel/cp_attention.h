@@ -25,15 +25,17 @@ class ContextParallelAttention {
   /// `cp`: the cp group; heads are the model's global counts (num_attention_heads,
   /// num_key_value_heads), `tp` the tensor-parallel size. Throws twinkle::Error (before any
   /// communication) for a2a when the heads do not divide by cp*tp, naming the numbers.
+  /// `kernels` / `device`: the model's table (its attention_block op runs the ring's blocks; nullptr:
+  /// the CPU "fused" table) and device (where the algorithms' buffers live).
   ContextParallelAttention(std::shared_ptr<dist::ProcessGroup> cp, CpCommType type, int64_t num_heads,
-                           int64_t num_kv_heads, int tp = 1);
+                           int64_t num_kv_heads, int tp = 1, const kernels::KernelTable* kernels = nullptr,
+                           Device device = Device::CPU);
   CpCommType type() const { return type_; }
   /// out [T, Hq, D] of this rank's tokens (Hq, Hkv: heads of this tp rank). lse [T, Hq] is written
   /// for p2p (the ring's merged log-sum-exp) and ignored for a2a (may be nullptr there; Ulysses keeps
   /// the head-sharded lse of `key` itself). window: the layer's sliding window (0 = none), both
   /// algorithms. attn: the layer's registry `attention` op, which a2a runs on the head-sharded
-  /// global sequence (nullptr = the CPU flash kernel); p2p runs the block kernel
-  /// (kernels/cpu/attention_block.h), which has no registry op.
+  /// global sequence (nullptr = the CPU flash kernel); p2p runs the table's attention_block op.
   void forward(const void* key, const CpLayout& lay, const float* q, const float* k, const float* v, float* out,
                float* lse, int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window = 0,
                const kernels::AttentionOp* attn = nullptr);
@@ -48,6 +50,7 @@ class ContextParallelAttention {
   std::shared_ptr<dist::ProcessGroup> cp_;
   CpCommType type_;
   int tp_;
+  Device dev_;
   RingAttention ring_;
   std::map<const void*, std::unique_ptr<UlyssesAttention>> ulysses_;  // per key
 };

@@ -25,6 +25,9 @@ struct LoraDropout {
   uint64_t seed = 0;                    ///< the model's seed mixed with the step (lora_dropout_seed)
   const uint64_t* token_key = nullptr;  ///< [T] global token identities (see above)
   int64_t T = 0;                        ///< tokens of the call (rows of x)
+  /// Where token_key lives: host memory (the micro-batch's keys), or the model's device memory
+  /// (the MoE expert rows' keys, permuted there: model/qwen3_moe_block.cpp).
+  bool token_key_on_device = false;
   /// Test hook: when non-empty, every LoRA forward writes its mask (uint8 [T, in_local], 1 =
   /// kept) to dump_dir/<dump_tag>.<module>.mask (tests/reference/check_train.py --lora-dropout
   /// feeds these to the PyTorch reference). Single process (tp = 1) only.

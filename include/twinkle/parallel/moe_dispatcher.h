@@ -7,7 +7,7 @@
 // routes its own tokens (the router runs before dispatch); then
 //   dispatch:  count slots per expert -> exchange the per-expert counts over EP (all-to-all)
 //              -> permute the local tokens' k copies by global expert (= by destination rank,
-//              then local expert; kernels/cpu/moe_permute.h) -> all-to-all-v of the rows
+//              then local expert; the kernel table's moe_permute op, kernels/ops.h) -> all-to-all-v of the rows
 //              -> regroup the received chunks [src][local expert] into [local expert][src]
 //              (Megatron's sort_chunks_by_idxs), so each local expert's rows are contiguous
 //              for the grouped GEMM;
@@ -62,6 +62,7 @@
 
 #include "twinkle/core/workspace.h"
 #include "twinkle/dist/process_group.h"
+#include "twinkle/kernels/registry.h"
 
 namespace twinkle::parallel {
 
@@ -71,8 +72,12 @@ class AlltoAllDispatcher {
   /// else twinkle::Error naming the numbers. etp: the expert-tensor-parallel group (nullptr or
   /// size 1: none); with etp > 1 expert_input() / local_counts() / expert_rows() cover the
   /// whole etp group's rows and combine expects etp-partial outputs (see above).
+  /// kernels: the table whose moe_permute op sorts, permutes and combines the rows, read at each call
+  /// (nullptr: the CPU "fused" table; required for a device other than the CPU); device: where every row buffer lives (the model's device; with "cuda" the
+  /// groups are the CUDA wrappers of twinkle/dist/nccl_process_group.h, which move device buffers).
   AlltoAllDispatcher(std::shared_ptr<dist::ProcessGroup> ep, int64_t num_experts, int64_t hidden,
-                     std::shared_ptr<dist::ProcessGroup> etp = nullptr);
+                     std::shared_ptr<dist::ProcessGroup> etp = nullptr, const kernels::KernelTable* kernels = nullptr,
+                     Device device = Device::CPU);
 
   int64_t num_experts() const { return E_; }
   int64_t num_local_experts() const { return El_; }
@@ -86,17 +91,17 @@ class AlltoAllDispatcher {
   /// local_counts() [El] rows each. scratch: the shared workspace of the transient buffers
   /// (see above; nullptr: the dispatcher's own), here and in the three calls below.
   void dispatch(const float* x, const int32_t* topk_idx, int64_t T, int64_t k, Workspace* scratch = nullptr);
-  const float* expert_input() const { return expert_in_.data(); }
+  const float* expert_input() const { return expert_in_; }
   int64_t expert_rows() const { return R_; }
   const int64_t* local_counts() const { return local_counts_.data(); }
-  /// Sends a per-token tag along the last dispatch()'s routing plan: out [expert_rows()] gets
+  /// Sends a per-token tag along the last dispatch()'s routing plan: out [expert_rows()] (the caller's) gets
   /// tag[t] of the token behind each expert_input() row, in that row order (the LoRA dropout
   /// keys of the expert rows: the token identities of parallel/lora_dropout.h, model/qwen3_moe_block.h).
-  /// tag [T] of this rank's tokens. Collective over the EP group (one all-to-all-v of 8-byte
+  /// tag [T] of this rank's tokens, host memory; out on the dispatcher's device. Collective over the EP group (one all-to-all-v of 8-byte
   /// tags). scratch: the workspace of dispatch(); the tags pass through its "moe.a2a.send" and
-  /// "moe.a2a.recv" buffers (no allocation per call; out grows only). Throws twinkle::Error with
+  /// "moe.a2a.recv" buffers (no allocation per call). Throws twinkle::Error with
   /// etp > 1 (not needed: LoRA refuses etp > 1) or before any dispatch().
-  void dispatch_tags(const uint64_t* tag, std::vector<uint64_t>& out, Workspace* scratch = nullptr);
+  void dispatch_tags(const uint64_t* tag, uint64_t* out, Workspace* scratch = nullptr);
   /// Slots routed by THIS rank's tokens to each global expert [E] (the load statistics and the
   /// aux loss counts of the local tokens).
   const int64_t* global_counts() const { return counts_.data(); }
@@ -136,9 +141,22 @@ class AlltoAllDispatcher {
   void etp_reduce_scatter(const float* all, float* own, Workspace& ws);
   // A transient buffer of n floats (at least 1) under `key` of `ws`, or of the private workspace.
   float* scratch_rows(Workspace* ws, const char* key, int64_t n);
+  // A buffer kept until the backward (saved_), n floats (at least 1).
+  float* saved_rows(const char* key, int64_t n);
+  // rows x hidden floats from src to dst on the dispatcher's device (nothing for 0 rows).
+  void copy_rows(float* dst, const float* src, int64_t rows) const;
   Workspace& scratch_of(Workspace* ws) { return ws ? *ws : own_scratch_; }
 
   std::shared_ptr<dist::ProcessGroup> ep_, etp_;
+  const kernels::KernelTable* kt_;  // the model's table (its address stays under Qwen3Model::set_kernels)
+  Device dev_ = Device::CPU;
+  // saved until the backward (grow-only, on dev_): the routing plan's slot maps, the experts' input
+  // rows and their outputs in slot order
+  Workspace saved_;
+  int32_t* row_of_slot_ = nullptr;
+  int32_t* slot_of_row_ = nullptr;
+  float* expert_in_ = nullptr;
+  float* y_perm_ = nullptr;
   int64_t E_ = 0, El_ = 0, H_ = 0, first_ = 0;
   int ep_size_ = 1, ep_rank_ = 0, etp_size_ = 1, etp_rank_ = 0;
   // routing plan of the last dispatch
@@ -151,9 +169,6 @@ class AlltoAllDispatcher {
   std::vector<int64_t> etp_counts_;      // [etp][El] every etp rank's own_counts_
   int64_t etp_block_ = 0;                // padded rows per etp rank in the "moe.a2a.etp" block
   std::vector<int64_t> send_rows_, recv_rows_;  // [ep] rows to / from each peer
-  std::vector<int32_t> row_of_slot_, slot_of_row_;
-  // saved until the backward (grow-only): the experts' input rows, their outputs in slot order
-  std::vector<float> expert_in_, y_perm_;
   Workspace own_scratch_;  // the transient buffers when the caller passes no workspace
   std::vector<int64_t> sc_, sd_, rc_, rd_;
   int64_t last_bytes_ = 0;

@@ -11,11 +11,13 @@
 // Ring (Megatron-core / TransformerEngine context_parallel.py AttnFuncWithCPAndKVP2P; MindSpeed
 // megatron_cp_algo; Liu et al. 2023 "Ring Attention"): K/V blocks travel around the cp ring
 // (send to rank r+1, receive from r-1; cp-1 steps); at step i this rank holds the K/V of rank
-// j = r-i mod cp and computes (kernels/cpu/attention_block.h):
+// j = r-i mod cp and computes (the kernel table's attention_block op, kernels/ops.h):
 //   j == r : all local q vs all local k, causal by global index (the diagonal),
 //   j <  r : all local q vs the first half of j's K/V (chunk j: entirely in the past, no mask),
 //   j >  r : the second half of the local q (chunk 2cp-1-r) vs all of j's K/V (entirely past),
-// and skips the rest (entirely in the future) — every rank does the same work. Partial results are
+// and skips the rest (entirely in the future) — every rank does the same work (the kernel table's
+// attention_block op, on the model's device; the K/V blocks travel through the cp group, which moves
+// device buffers on device cuda). Partial results are
 // merged with the log-sum-exp rule. Backward: K/V travel again together with the dK/dV accumulated
 // for them; after cp steps a last hop returns each block's dK/dV to its owner.
 // Bytes sent per rank (f32, Bkv = T*Hkv*D*4): forward (cp-1)*2*Bkv; backward (cp-1)*4*Bkv + 2*Bkv
@@ -32,7 +34,10 @@
 #include <string>
 #include <vector>
 
+#include "twinkle/core/tensor.h"
+#include "twinkle/core/workspace.h"
 #include "twinkle/dist/process_group.h"
+#include "twinkle/kernels/registry.h"
 #include "twinkle/parallel/cp_split.h"
 
 namespace twinkle::parallel {
@@ -53,13 +58,32 @@ struct CpLayout {
   std::vector<std::vector<int32_t>> seg;      ///< [cp][T] segment of rank j's local tokens
   /// Builds the layout of `sh` (the shard of this rank). Throws twinkle::Error if T is odd.
   static CpLayout from_shard(const CpShard& sh);
+
+  /// Copies of gidx, seg and global_cu_seqlens on device `d` (nothing for the host), which the
+  /// pointers below then return: the kernels read them there (Qwen3Model::prepare, device cuda).
+  void upload(Device d);
+  const int32_t* gidx_ptr(int j) const {
+    return dev_gidx.empty() ? gidx[static_cast<size_t>(j)].data() : dev_gidx[static_cast<size_t>(j)];
+  }
+  const int32_t* seg_ptr(int j) const {
+    return dev_seg.empty() ? seg[static_cast<size_t>(j)].data() : dev_seg[static_cast<size_t>(j)];
+  }
+  const int32_t* cu_seqlens_ptr() const { return dev_cu_seqlens ? dev_cu_seqlens : global_cu_seqlens.data(); }
+
+ private:
+  Tensor device_ints_;
+  std::vector<const int32_t*> dev_gidx, dev_seg;
+  const int32_t* dev_cu_seqlens = nullptr;
 };
 
 /// Ring attention (p2p). One object per attention call site; buffers are reused across calls.
 class RingAttention {
  public:
-  /// `cp` is the context-parallel group (size 1: a single diagonal block, no communication).
-  explicit RingAttention(std::shared_ptr<dist::ProcessGroup> cp);
+  /// `cp` is the context-parallel group (size 1: a single diagonal block, no communication);
+  /// `kernels` the table whose attention_block op computes the blocks (nullptr: the CPU "fused"
+  /// table), `device` where its buffers live (the model's; the layout must be uploaded there).
+  explicit RingAttention(std::shared_ptr<dist::ProcessGroup> cp, const kernels::KernelTable* kernels = nullptr,
+                         Device device = Device::CPU);
   /// out [T, Hq, D] and lse [T, Hq] (natural log) of this rank's queries; window 0 = causal, > 0 =
   /// sliding window. Throws twinkle::Error when the layout's cp/rank differ from the group's,
   /// Hq % Hkv != 0 or window < 0.
@@ -75,8 +99,11 @@ class RingAttention {
   static int64_t backward_bytes(int cp, int64_t T, int64_t Hkv, int64_t D);
 
  private:
+  float* buf(const char* key, int64_t n) { return ws_.get(key, {n > 0 ? n : 1}).f32(); }
   std::shared_ptr<dist::ProcessGroup> cp_;
-  std::vector<float> cur_, next_, part_out_, part_lse_, delta_;
+  const kernels::KernelTable* kt_;
+  Device dev_;
+  Workspace ws_;  // "cur", "next" (the travelling K/V blocks), "part_out", "part_lse", "delta"
 };
 
 }  // namespace twinkle::parallel

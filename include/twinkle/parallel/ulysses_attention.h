@@ -30,8 +30,10 @@ namespace twinkle::parallel {
 /// backward (one micro-batch in flight per object).
 class UlyssesAttention {
  public:
-  /// `tp` is the tensor-parallel size, used in error messages only (heads here are per tp rank).
-  UlyssesAttention(std::shared_ptr<dist::ProcessGroup> cp, int tp = 1);
+  /// `tp` is the tensor-parallel size, used in error messages only (heads here are per tp rank);
+  /// `device` where the head-sharded buffers live (the model's: on an accelerator `attn` must be the
+  /// device's attention op and the layout uploaded there, CpLayout::upload).
+  UlyssesAttention(std::shared_ptr<dist::ProcessGroup> cp, int tp = 1, Device device = Device::CPU);
   /// Throws twinkle::Error when Hq or Hkv (per tp rank) is not divisible by cp, naming the global
   /// head counts, cp and tp. `attn`: the attention op that runs on the head-sharded global sequence
   /// (nullptr = the CPU flash kernel, kernels/cpu/attention.h); window as its window argument.
@@ -54,9 +56,17 @@ class UlyssesAttention {
   void to_heads(const CpLayout& lay, const float* x, float* g, int64_t H, int64_t D);
   // inverse
   void to_seq(const CpLayout& lay, const float* g, float* x, int64_t H, int64_t D);
+  // rows [t, t + n) of token-major [T, w] `src` to rows of `dst` at the given row indices (dst row idx[t]),
+  // runs of consecutive indices as one copy; and the inverse gather.
+  void scatter_rows(float* dst, const float* src, const int32_t* idx, int64_t T, int64_t w) const;
+  void gather_rows(float* dst, const float* src, const int32_t* idx, int64_t T, int64_t w) const;
+  float* buf(const char* key, int64_t n) { return ws_.get(key, {n > 0 ? n : 1}).f32(); }
   std::shared_ptr<dist::ProcessGroup> cp_;
   int tp_;
-  std::vector<float> gq_, gk_, gv_, gout_, glse_, gdo_, gdq_, gdk_, gdv_, send_, recv_;
+  Device dev_;
+  // "gq", "gk", "gv", "gout", "glse" (kept for the backward), "gdo", "gdq", "gdk", "gdv", "send", "recv"
+  Workspace ws_;
+  float *gq_ = nullptr, *gk_ = nullptr, *gv_ = nullptr, *gout_ = nullptr, *glse_ = nullptr;
   struct Saved {  // the forward the buffers above hold
     bool valid = false;
     int64_t T = 0, Hq = 0, Hkv = 0, D = 0, window = 0;

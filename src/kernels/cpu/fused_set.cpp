@@ -2,6 +2,7 @@
 #include "twinkle/kernels/cpu/adamw.h"
 #include "twinkle/kernels/cpu/add_rmsnorm.h"
 #include "twinkle/kernels/cpu/attention.h"
+#include "twinkle/kernels/cpu/attention_block.h"
 #include "twinkle/kernels/cpu/cross_entropy.h"
 #include "twinkle/kernels/cpu/embedding.h"
 #include "twinkle/kernels/cpu/gate_up_swiglu.h"
@@ -9,6 +10,9 @@
 #include "twinkle/kernels/cpu/grouped_gemm.h"
 #include "twinkle/kernels/cpu/linear_cross_entropy.h"
 #include "twinkle/kernels/cpu/lora.h"
+#include "twinkle/kernels/cpu/moe_aux_loss.h"
+#include "twinkle/kernels/cpu/moe_permute.h"
+#include "twinkle/kernels/cpu/moe_router.h"
 #include "twinkle/kernels/cpu/qk_norm_rope.h"
 #include "twinkle/kernels/cpu/reduce.h"
 #include "twinkle/kernels/cpu/rmsnorm.h"
@@ -36,6 +40,12 @@ void register_fused_kernels(Registry& r) {
   r.add(dev, name, NormsOp{sum_squares, scale_inplace});
   r.add(dev, name, AddOp{add_inplace, add_out, add_bias_rows, bias_grad_rows});
   r.add(dev, name, LoraOp{lora_dropout_mask, lora_dropout_apply, lora_dropout_backward, lora_forward, lora_backward});
+  r.add(dev, name, MoeRouterOp{moe_router_forward, moe_router_backward});
+  r.add(dev, name, MoePermuteOp{moe_sort_by_expert, moe_permute_forward, moe_permute_backward, moe_unpermute_forward,
+                                moe_unpermute_backward, moe_permute_keys});
+  r.add(dev, name, MoeRouterLossOp{moe_routing_stats, moe_aux_loss_backward, moe_z_loss_forward, moe_z_loss_backward});
+  r.add(dev, name, AttentionBlockOp{attention_block_forward, attention_block_backward, attention_lse_merge,
+                                    attention_softmax_delta});
 }
 
 }  // namespace twinkle::kernels::cpu

@@ -53,6 +53,10 @@ void moe_permute_forward(const float* x, const int32_t* slot_of_row, float* out,
     std::memcpy(out + r * H, x + (slot_of_row[r] / k) * H, static_cast<size_t>(H) * sizeof(float));
 }
 
+void moe_permute_keys(const uint64_t* key, const int32_t* slot_of_row, uint64_t* out, int64_t rows, int64_t k) {
+  for (int64_t r = 0; r < rows; ++r) out[r] = key[slot_of_row[r] / k];
+}
+
 void moe_permute_backward(const float* dout, const int32_t* row_of_slot, float* dx, int64_t T, int64_t k, int64_t H,
                           bool accumulate) {
 #pragma omp parallel for schedule(static) if (T * k * H > 65536)

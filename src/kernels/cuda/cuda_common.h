@@ -29,6 +29,7 @@ struct CublasApi {
   decltype(&cublasSetMathMode) set_math_mode = nullptr;
   decltype(&cublasSgemm_v2) sgemm = nullptr;
   decltype(&cublasSgemmStridedBatched) sgemm_strided_batched = nullptr;
+  decltype(&cublasSgemmGroupedBatched) sgemm_grouped_batched = nullptr;  // cuBLAS 12.5+: the MoE experts' GEMMs
   // the bf16 GEMMs (CUDA_R_16BF inputs, fp32 C and compute); spelled out: cublas_api.h overloads cublasGemmEx
   // in C++ (a legacy form taking the compute type as a cudaDataType)
   cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,

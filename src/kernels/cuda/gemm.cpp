@@ -1,5 +1,6 @@
 // CUDA GEMM ops through cuBLAS in fp32 without TF32 (CUBLAS_DEFAULT_MATH; runtime.h): linear,
-// grouped linear (MoE experts: one GEMM per expert over its contiguous rows, counts on the host),
+// grouped linear (MoE experts: every expert's GEMM over its contiguous rows in one cublasSgemmGroupedBatched call,
+// counts on the host),
 // gate|up + SwiGLU, and lm head + cross entropy in token chunks. Semantics: twinkle/kernels/cpu/gemm.h,
 // grouped_gemm.h, gate_up_swiglu.h, linear_cross_entropy.h (torch.nn.functional.linear, HF [out, in]
 // weights).
@@ -48,29 +49,113 @@ void linear_backward(const float* X, const float* W, const float* dY, float* dX,
   if (dW) gemm_rm(true, false, N, K, M, 1.0f, dY, N, X, K, 1.0f, dW, K);
 }
 
+namespace {
+
+// Row-major problems C [M, N] = alpha op(A) op(B) + beta C (gemm_rm's arguments), one per expert with rows,
+// run as ONE cublasSgemmGroupedBatched call (each problem its own group of size 1; the matrix pointer arrays
+// uploaded to device scratch, stream-ordered). Each problem is gemm_rm's column-major swap, so the sums are
+// those of the per-expert sgemm calls.
+struct GroupedGemm {
+  std::vector<cublasOperation_t> ta, tb;
+  std::vector<int> m, n, k, lda, ldb, ldc, size;
+  std::vector<float> alpha, beta;
+  std::vector<const float*> A, B;
+  std::vector<float*> C;
+
+  void add(bool tA, bool tB, int64_t M, int64_t N, int64_t K, float al, const float* a, int64_t la, const float* b,
+           int64_t lb, float be, float* c, int64_t lc) {
+    const int64_t lim = int64_t{1} << 31;
+    check(M < lim && N < lim && K < lim && la < lim && lb < lim && lc < lim,
+          "cuda grouped GEMM: a dimension exceeds the 32-bit range of cuBLAS");
+    // column-major C^T = op(B)^T op(A)^T: cuBLAS's A is our B (gemm_rm)
+    ta.push_back(tB ? CUBLAS_OP_T : CUBLAS_OP_N);
+    tb.push_back(tA ? CUBLAS_OP_T : CUBLAS_OP_N);
+    m.push_back(static_cast<int>(N));
+    n.push_back(static_cast<int>(M));
+    k.push_back(static_cast<int>(K));
+    A.push_back(b);
+    lda.push_back(static_cast<int>(lb));
+    B.push_back(a);
+    ldb.push_back(static_cast<int>(la));
+    C.push_back(c);
+    ldc.push_back(static_cast<int>(lc));
+    alpha.push_back(al);
+    beta.push_back(be);
+    size.push_back(1);
+  }
+
+  void run(const char* what) {
+    const size_t g = size.size();
+    if (g == 0) return;
+    if (g == 1) {  // one problem: the plain GEMM (no pointer upload)
+      TWINKLE_CUBLAS_CHECK(detail::cublas().sgemm(detail::handle(), ta[0], tb[0], m[0], n[0], k[0], &alpha[0], A[0],
+                                                  lda[0], B[0], ldb[0], &beta[0], C[0], ldc[0]));
+      TWINKLE_CUDA_LAUNCHED(what);
+      return;
+    }
+    std::vector<const void*> ptrs;
+    ptrs.reserve(3 * g);
+    for (const float* p : A) ptrs.push_back(p);
+    for (const float* p : B) ptrs.push_back(p);
+    for (float* p : C) ptrs.push_back(p);
+    Scratch dev(ptrs.size() * sizeof(void*));
+    TWINKLE_CUDA_CHECK(cudaMemcpyAsync(dev.p, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice,
+                                       detail::stream()));
+    void** base = dev.as<void*>();
+    TWINKLE_CUBLAS_CHECK(detail::cublas().sgemm_grouped_batched(
+        detail::handle(), ta.data(), tb.data(), m.data(), n.data(), k.data(), alpha.data(),
+        reinterpret_cast<const float* const*>(base), lda.data(), reinterpret_cast<const float* const*>(base + g),
+        ldb.data(), beta.data(), reinterpret_cast<float* const*>(base + 2 * g), ldc.data(), static_cast<int>(g),
+        size.data()));
+    TWINKLE_CUDA_LAUNCHED(what);
+  }
+};
+
+void check_counts(const char* fn, const int64_t* counts, int64_t E) {
+  for (int64_t e = 0; e < E; ++e)
+    check(counts[e] >= 0, std::string(fn) + " (cuda): count " + std::to_string(counts[e]) + " of expert " +
+                              std::to_string(e) + " is negative");
+}
+
+}  // namespace
+
+// The experts' GEMMs as one grouped call per product (Megatron-core's GroupedMLP / TEGroupedLinear over all local
+// experts); experts without rows are left out (their dW untouched, as the CPU set).
 void grouped_linear_forward(const float* X, const float* W, int64_t w_stride, const int64_t* counts, int64_t E,
                             float* Y, int64_t N, int64_t K, bool accumulate) {
+  check_counts("grouped_linear_forward", counts, E);
+  GroupedGemm g;
   int64_t r = 0;
   for (int64_t e = 0; e < E; ++e) {
-    check(counts[e] >= 0, "grouped_linear_forward (cuda): count " + std::to_string(counts[e]) + " of expert " +
-                              std::to_string(e) + " is negative");
-    linear_forward(X + r * K, W + e * w_stride, Y + r * N, counts[e], N, K, accumulate);
+    if (counts[e] > 0 && N > 0 && K > 0)
+      g.add(false, true, counts[e], N, K, 1.0f, X + r * K, K, W + e * w_stride, K, accumulate ? 1.0f : 0.0f, Y + r * N,
+            N);
+    else if (counts[e] > 0 && N > 0)  // K = 0: Y = 0 (or unchanged)
+      linear_forward(X + r * K, W + e * w_stride, Y + r * N, counts[e], N, K, accumulate);
     r += counts[e];
   }
+  g.run("grouped_linear_forward (cublasSgemmGroupedBatched)");
 }
 
 void grouped_linear_backward(const float* X, const float* W, int64_t w_stride, const int64_t* counts, int64_t E,
                              const float* dY, float* dX, float* dW, int64_t N, int64_t K, bool accumulate_dx) {
+  check_counts("grouped_linear_backward", counts, E);
+  GroupedGemm gx, gw;
   int64_t r = 0;
   for (int64_t e = 0; e < E; ++e) {
-    check(counts[e] >= 0, "grouped_linear_backward (cuda): count " + std::to_string(counts[e]) + " of expert " +
-                              std::to_string(e) + " is negative");
     const int64_t c = counts[e];
-    if (c > 0)
+    if (c > 0 && N > 0 && K > 0) {
+      if (dX) gx.add(false, false, c, K, N, 1.0f, dY + r * N, N, W + e * w_stride, K, accumulate_dx ? 1.0f : 0.0f,
+                     dX + r * K, K);
+      if (dW) gw.add(true, false, N, K, c, 1.0f, dY + r * N, N, X + r * K, K, 1.0f, dW + e * w_stride, K);
+    } else if (c > 0) {
       linear_backward(X + r * K, W + e * w_stride, dY + r * N, dX ? dX + r * K : nullptr,
                       dW ? dW + e * w_stride : nullptr, c, N, K, accumulate_dx);
+    }
     r += c;
   }
+  gx.run("grouped_linear_backward dX (cublasSgemmGroupedBatched)");
+  gw.run("grouped_linear_backward dW (cublasSgemmGroupedBatched)");
 }
 
 void gate_up_swiglu_forward(const float* X, const float* Wgu, float* gu, float* a, int64_t T, int64_t I, int64_t H) {

@@ -11,8 +11,9 @@ using kernels::RopeTable;
 
 // Every op's entry points (twinkle/kernels/op_functions.h), defined in elementwise.cu (add,
 // norms, adamw, swiglu, embedding), norm_rope.cu (rmsnorm, add_rmsnorm, rope, qk_norm_rope),
-// cross_entropy.cu, attention.cu and gemm.cpp (cuBLAS: linear, grouped_linear, gate_up_swiglu,
-// linear_cross_entropy).
+// cross_entropy.cu, attention.cu, attention_block.cu, lora.cu, moe.cu (moe_router, moe_permute,
+// moe_router_loss) and gemm.cpp
+// (cuBLAS: linear, grouped_linear, gate_up_swiglu, linear_cross_entropy).
 #define TWINKLE_DECLARE_OP_FUNCTION(ret, name, params) ret name params;
 TWINKLE_KERNEL_OP_FUNCTIONS(TWINKLE_DECLARE_OP_FUNCTION)
 #undef TWINKLE_DECLARE_OP_FUNCTION

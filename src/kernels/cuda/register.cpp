@@ -25,6 +25,13 @@ std::vector<kernels::OpImpl> fused_kernels() {
       AddOp{ops::add_inplace, ops::add, ops::add_bias_rows, ops::bias_grad_rows},
       LoraOp{ops::lora_dropout_mask, ops::lora_dropout_apply, ops::lora_dropout_backward, ops::lora_forward,
              ops::lora_backward},
+      MoeRouterOp{ops::moe_router_forward, ops::moe_router_backward},
+      MoePermuteOp{ops::moe_sort_by_expert, ops::moe_permute_forward, ops::moe_permute_backward,
+                   ops::moe_unpermute_forward, ops::moe_unpermute_backward, ops::moe_permute_keys},
+      MoeRouterLossOp{ops::moe_routing_stats, ops::moe_aux_loss_backward, ops::moe_z_loss_forward,
+                      ops::moe_z_loss_backward},
+      AttentionBlockOp{ops::attention_block_forward, ops::attention_block_backward, ops::attention_lse_merge,
+                       ops::attention_softmax_delta},
   };
 }
 

@@ -44,8 +44,9 @@ const CublasApi& cublas() {
   static const CublasApi api = [] {
     CublasApi a;
 #ifdef TWINKLE_CUDA_SHIM
-    a = {cublasCreate_v2, cublasDestroy_v2,          cublasSetStream_v2, cublasSetMathMode,
-         cublasSgemm_v2,  cublasSgemmStridedBatched, cublasGemmEx,       cublasGetStatusString};
+    a = {cublasCreate_v2, cublasDestroy_v2,          cublasSetStream_v2,        cublasSetMathMode,
+         cublasSgemm_v2,  cublasSgemmStridedBatched, cublasSgemmGroupedBatched, cublasGemmEx,
+         cublasGetStatusString};
     return a;
 #endif
     void* lib = nullptr;
@@ -64,6 +65,7 @@ const CublasApi& cublas() {
     sym(a.set_math_mode, "cublasSetMathMode");
     sym(a.sgemm, "cublasSgemm_v2");
     sym(a.sgemm_strided_batched, "cublasSgemmStridedBatched");
+    sym(a.sgemm_grouped_batched, "cublasSgemmGroupedBatched");
     sym(a.gemm_ex, "cublasGemmEx");
     sym(a.status_string, "cublasGetStatusString");
     return a;
@@ -163,6 +165,11 @@ class CudaDeviceAllocator final : public DeviceAllocator {
     if (kind != CopyKind::DeviceToDevice)
       cuda_check::check(cudaStreamSynchronize(detail::stream()), "CUDA error", {},
                         "cudaStreamSynchronize (after a host copy)", __FILE__, __LINE__);
+  }
+  void copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height) override {
+    if (width == 0 || height == 0) return;
+    TWINKLE_CUDA_CHECK(
+        cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDeviceToDevice, detail::stream()));
   }
   void fill_zero(void* p, size_t bytes) override {
     if (bytes == 0) return;

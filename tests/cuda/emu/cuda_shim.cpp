@@ -1153,6 +1153,25 @@ cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int v, size_t width, size_t
     return cudaSuccess;
   });
 }
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t st) {
+  if (width == 0 || height == 0) return cudaSuccess;
+  if (kind != cudaMemcpyDeviceToDevice)
+    return fail(cudaErrorInvalidValue, "cudaMemcpy2DAsync: only cudaMemcpyDeviceToDevice is emulated");
+  if (width > dpitch || width > spitch)
+    return fail(cudaErrorInvalidValue, "cudaMemcpy2DAsync: width %zu B > pitch (dst %zu B, src %zu B)", width, dpitch,
+                spitch);
+  if (const std::string e = twinkle_shim::device_range_error(dst, dpitch * (height - 1) + width); !e.empty())
+    return fail(cudaErrorInvalidValue, "cudaMemcpy2DAsync destination (%zu x %zu B): %s", height, width, e.c_str());
+  if (const std::string e = twinkle_shim::device_range_error(src, spitch * (height - 1) + width); !e.empty())
+    return fail(cudaErrorInvalidValue, "cudaMemcpy2DAsync source (%zu x %zu B): %s", height, width, e.c_str());
+  return twinkle_shim::enqueue(st, [=] {
+    twinkle_shim::DeviceAccess access;
+    for (size_t r = 0; r < height; ++r)
+      std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+    return cudaSuccess;
+  });
+}
 cudaError_t cudaGetLastError() {
   const cudaError_t e = twinkle_shim::t_last;
   twinkle_shim::t_last = cudaSuccess;
@@ -1258,6 +1277,9 @@ float element(const void* base, bool bf16, int64_t i) {
 // beta * C(i, j), the sum in double (dot_double). op(A)'s rows and op(B)'s columns are first copied out
 // contiguous in p as floats, so the dot products stream. The arguments are checked now, the product is
 // queued on the handle's stream (alpha and beta read now: CUBLAS_POINTER_MODE_HOST).
+void gemm_run(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float al, const void* A, bool a16,
+              int lda, const void* B, bool b16, int ldb, float be, float* C, int ldc);
+
 cublasStatus_t gemm_column_major(cublasHandle_t h, const char* fn, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                  const float* alpha, const void* A, bool a16, int lda, const void* B, bool b16,
                                  int ldb, const float* beta, float* C, int ldc, int palpha, int pa, int pb,
@@ -1276,29 +1298,35 @@ cublasStatus_t gemm_column_major(cublasHandle_t h, const char* fn, cublasOperati
   const float al = *alpha, be = *beta;
   const cudaError_t queued = twinkle_shim::enqueue(h->stream, [=] {
     twinkle_shim::DeviceAccess access;
-    std::vector<float> ar(static_cast<size_t>(m) * k), bc(static_cast<size_t>(n) * k);
-    for (int i = 0; i < m; ++i)
-      for (int p = 0; p < k; ++p)
-        ar[static_cast<size_t>(i) * k + p] =
-            element(A, a16, ta == CUBLAS_OP_N ? i + static_cast<int64_t>(p) * lda : p + static_cast<int64_t>(i) * lda);
-    for (int j = 0; j < n; ++j)
-      for (int p = 0; p < k; ++p)
-        bc[static_cast<size_t>(j) * k + p] =
-            element(B, b16, tb == CUBLAS_OP_N ? p + static_cast<int64_t>(j) * ldb : j + static_cast<int64_t>(p) * ldb);
-    for (int i = 0; i < m; ++i) {
-      const float* a = ar.data() + static_cast<size_t>(i) * k;
-      for (int j = 0; j < n; ++j) {
-        const float* b = bc.data() + static_cast<size_t>(j) * k;
-        const double s = dot_double(a, b, k);
-        float& c = C[i + static_cast<int64_t>(j) * ldc];
-        c = static_cast<float>(al * s + (be == 0.0f ? 0.0 : static_cast<double>(be) * c));
-      }
-    }
+    gemm_run(ta, tb, m, n, k, al, A, a16, lda, B, b16, ldb, be, C, ldc);
     return cudaSuccess;
   });
   if (queued != cudaSuccess)
     return twinkle_shim::blas_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: the handle's stream is no live stream", fn);
   return CUBLAS_STATUS_SUCCESS;
+}
+
+// C = al * op(A) op(B) + be * C, column-major, accumulated in double (device memory readable: call inside queued work).
+void gemm_run(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float al, const void* A, bool a16,
+              int lda, const void* B, bool b16, int ldb, float be, float* C, int ldc) {
+  std::vector<float> ar(static_cast<size_t>(m) * k), bc(static_cast<size_t>(n) * k);
+  for (int i = 0; i < m; ++i)
+    for (int p = 0; p < k; ++p)
+      ar[static_cast<size_t>(i) * k + p] =
+          element(A, a16, ta == CUBLAS_OP_N ? i + static_cast<int64_t>(p) * lda : p + static_cast<int64_t>(i) * lda);
+  for (int j = 0; j < n; ++j)
+    for (int p = 0; p < k; ++p)
+      bc[static_cast<size_t>(j) * k + p] =
+          element(B, b16, tb == CUBLAS_OP_N ? p + static_cast<int64_t>(j) * ldb : j + static_cast<int64_t>(p) * ldb);
+  for (int i = 0; i < m; ++i) {
+    const float* a = ar.data() + static_cast<size_t>(i) * k;
+    for (int j = 0; j < n; ++j) {
+      const float* b = bc.data() + static_cast<size_t>(j) * k;
+      const double s = dot_double(a, b, k);
+      float& c = C[i + static_cast<int64_t>(j) * ldc];
+      c = static_cast<float>(al * s + (be == 0.0f ? 0.0 : static_cast<double>(be) * c));
+    }
+  }
 }
 }  // namespace
 
@@ -1332,6 +1360,70 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
         cublasSgemm_v2(h, ta, tb, m, n, k, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
   }
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSgemmGroupedBatched(cublasHandle_t h, const cublasOperation_t transa_array[],
+                                         const cublasOperation_t transb_array[], const int m_array[],
+                                         const int n_array[], const int k_array[], const float alpha_array[],
+                                         const float* const Aarray[], const int lda_array[],
+                                         const float* const Barray[], const int ldb_array[],
+                                         const float beta_array[], float* const Carray[], const int ldc_array[],
+                                         int group_count, const int group_size[]) {
+  const char* fn = "cublasSgemmGroupedBatched";
+  if (group_count < 0) return twinkle_shim::blas_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: group_count %d", fn, group_count);
+  // The problem descriptors are host arrays (read at the call); the matrix pointer arrays are read by the
+  // device, so they must be device memory and are read when the work runs.
+  struct Group {
+    cublasOperation_t ta, tb;
+    int m, n, k, lda, ldb, ldc, size;
+    float alpha, beta;
+  };
+  std::vector<Group> gs;
+  size_t total = 0;
+  for (int g = 0; g < group_count; ++g) {
+    const Group x{transa_array[g], transb_array[g], m_array[g], n_array[g], k_array[g], lda_array[g], ldb_array[g],
+                  ldc_array[g], group_size[g], alpha_array[g], beta_array[g]};
+    if (x.size < 0 || x.m < 0 || x.n < 0 || x.k < 0 || x.lda < std::max(1, x.ta == CUBLAS_OP_N ? x.m : x.k) ||
+        x.ldb < std::max(1, x.tb == CUBLAS_OP_N ? x.k : x.n) || x.ldc < std::max(1, x.m))
+      return twinkle_shim::blas_fail(CUBLAS_STATUS_INVALID_VALUE,
+                                     "%s: group %d: size %d m %d n %d k %d with lda %d ldb %d ldc %d", fn, g, x.size,
+                                     x.m, x.n, x.k, x.lda, x.ldb, x.ldc);
+    gs.push_back(x);
+    total += static_cast<size_t>(x.size);
+  }
+  if (total == 0) return CUBLAS_STATUS_SUCCESS;
+  const void* arrays[3] = {Aarray, Barray, Carray};
+  const char* names[3] = {"Aarray", "Barray", "Carray"};
+  for (int i = 0; i < 3; ++i)
+    if (const std::string e = twinkle_shim::device_range_error(arrays[i], total * sizeof(void*)); !e.empty())
+      return twinkle_shim::blas_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: %s (read by the device): %s", fn, names[i],
+                                     e.c_str());
+  const cudaError_t queued = twinkle_shim::enqueue(h->stream, [=]() -> cudaError_t {
+    twinkle_shim::DeviceAccess access;
+    size_t idx = 0;
+    for (const Group& x : gs)
+      for (int i = 0; i < x.size; ++i, ++idx) {
+        const float* A = Aarray[idx];
+        const float* B = Barray[idx];
+        float* C = Carray[idx];
+        const auto extent = [](int rows, int cols, int ld) {
+          return cols > 0 && rows > 0 ? (static_cast<size_t>(cols - 1) * ld + rows) * sizeof(float) : 0;
+        };
+        const size_t ea = extent(x.ta == CUBLAS_OP_N ? x.m : x.k, x.ta == CUBLAS_OP_N ? x.k : x.m, x.lda);
+        const size_t eb = extent(x.tb == CUBLAS_OP_N ? x.k : x.n, x.tb == CUBLAS_OP_N ? x.n : x.k, x.ldb);
+        if ((x.k > 0 && (!twinkle_shim::device_range_error(A, ea).empty() ||
+                         !twinkle_shim::device_range_error(B, eb).empty())) ||
+            !twinkle_shim::device_range_error(C, extent(x.m, x.n, x.ldc)).empty()) {
+          std::fprintf(stderr, "twinkle cuda shim: %s: problem %zu reads or writes outside live device memory\n", fn,
+                       idx);
+          return cudaErrorIllegalAddress;
+        }
+        gemm_run(x.ta, x.tb, x.m, x.n, x.k, x.alpha, A, false, x.lda, B, false, x.ldb, x.beta, C, x.ldc);
+      }
+    return cudaSuccess;
+  });
+  if (queued != cudaSuccess)
+    return twinkle_shim::blas_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: the handle's stream is no live stream", fn);
   return CUBLAS_STATUS_SUCCESS;
 }
 const char* cublasGetStatusString(cublasStatus_t s) {

@@ -189,6 +189,9 @@ cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, 
 cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t st);
 cudaError_t cudaMemset(void* p, int v, size_t n);
 cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int v, size_t width, size_t height, cudaStream_t st);
+/// Device-to-device only (what the backend uses); both ranges checked like cudaMemcpyAsync's.
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t st);
 cudaError_t cudaGetLastError();
 const char* cudaGetErrorName(cudaError_t e);
 const char* cudaGetErrorString(cudaError_t e);
@@ -225,6 +228,15 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
                                          int k, const float* alpha, const float* A, int lda, long long sa,
                                          const float* B, int ldb, long long sb, const float* beta, float* C, int ldc,
                                          long long sc, int batch);
+/// cuBLAS 12.5's grouped GEMM: host descriptor arrays, device arrays of matrix pointers (checked to be device
+/// memory at the call; every matrix checked when the work runs: cudaErrorIllegalAddress from the next sync).
+cublasStatus_t cublasSgemmGroupedBatched(cublasHandle_t h, const cublasOperation_t transa_array[],
+                                         const cublasOperation_t transb_array[], const int m_array[],
+                                         const int n_array[], const int k_array[], const float alpha_array[],
+                                         const float* const Aarray[], const int lda_array[],
+                                         const float* const Barray[], const int ldb_array[],
+                                         const float beta_array[], float* const Carray[], const int ldc_array[],
+                                         int group_count, const int group_size[]);
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                             const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
                             cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,

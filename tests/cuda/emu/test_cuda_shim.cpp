@@ -404,6 +404,34 @@ TEST(CudaShim, CopiesCheckTheirDirection) {
   EXPECT_EQ(cudaMemset2DAsync(d.p, 64, 0, 32, 4, nullptr), cudaSuccess);
 }
 
+// cudaMemcpy2DAsync (device to device): rows of `width` bytes between pitches; both ranges checked, the
+// other directions refused (the backend uses none).
+TEST(CudaShim, Copy2dMovesRowsBetweenPitchesOnTheDevice) {
+  DeviceBuf<float> d(24), d2(24);
+  std::vector<float> h(24), got(24, -1.0f);
+  for (int i = 0; i < 24; ++i) h[static_cast<size_t>(i)] = static_cast<float>(i);
+  ASSERT_EQ(cudaMemcpy(d.p, h.data(), sizeof(float) * 24, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d2.p, got.data(), sizeof(float) * 24, cudaMemcpyHostToDevice), cudaSuccess);
+  // 4 rows of 2 floats: source pitch 6 floats (columns 1..2), destination pitch 3 floats
+  ASSERT_EQ(cudaMemcpy2DAsync(d2.p, 3 * sizeof(float), d.p + 1, 6 * sizeof(float), 2 * sizeof(float), 4,
+                              cudaMemcpyDeviceToDevice, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(got.data(), d2.p, sizeof(float) * 24, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(got[static_cast<size_t>(3 * r)], static_cast<float>(6 * r + 1));
+    EXPECT_EQ(got[static_cast<size_t>(3 * r + 1)], static_cast<float>(6 * r + 2));
+    EXPECT_EQ(got[static_cast<size_t>(3 * r + 2)], -1.0f);  // between the rows: untouched
+  }
+  EXPECT_EQ(cudaMemcpy2DAsync(d2.p, 3 * sizeof(float), h.data(), 6 * sizeof(float), 8, 4, cudaMemcpyDeviceToDevice,
+                              nullptr),
+            cudaErrorInvalidValue);  // a host source
+  EXPECT_NE(last_error_text().find("source"), std::string::npos);
+  EXPECT_EQ(cudaMemcpy2DAsync(d2.p, 8 * sizeof(float), d.p, 6 * sizeof(float), 8, 4, cudaMemcpyDeviceToDevice,
+                              nullptr),
+            cudaErrorInvalidValue);  // 3 * 32 + 8 bytes > the 96-byte destination
+  EXPECT_NE(last_error_text().find("destination"), std::string::npos);
+}
+
 // cudaPointerGetAttributes (the process groups tell host from device buffers with it): a live device
 // block, anywhere inside it, is device memory; host memory, null and freed device memory are not.
 TEST(CudaShim, PointerAttributesTellLiveDeviceMemoryFromEverythingElse) {
@@ -463,6 +491,46 @@ TEST(CudaCheck, AFailedCallNamesContextCallErrorAndPlaceAndClearsTheLastError) {
   }
   EXPECT_EQ(what.rfind("CUDA error: cudaMemsetAsync(h.data(), 0, 4, nullptr) failed: cudaErrorInvalidValue: ", 0), 0u) << what;
   EXPECT_NE(what.find("(test_cuda_shim.cpp:"), std::string::npos) << what;
+}
+
+// cublasSgemmGroupedBatched: two problems of different sizes in one call equal the two sgemm calls; the
+// matrix pointer arrays are read by the device, so a host array is refused at the call, and a host matrix
+// behind a device array fails the work when it runs (the next synchronize).
+TEST(CudaShim, GroupedGemmRunsEveryProblemAndChecksItsPointerArrays) {
+  cublasHandle_t h = nullptr;
+  ASSERT_EQ(cublasCreate_v2(&h), CUBLAS_STATUS_SUCCESS);
+  DeviceBuf<float> A0(2 * 3), B0(3 * 4), C0(2 * 4), A1(1 * 2), B1(2 * 2), C1(1 * 2);
+  A0.put(std::vector<float>(6, 1.0f));
+  B0.put(std::vector<float>(12, 2.0f));
+  A1.put({1.0f, 3.0f});
+  B1.put({1.0f, 2.0f, 3.0f, 4.0f});
+  const cublasOperation_t op[2] = {CUBLAS_OP_N, CUBLAS_OP_N};
+  const int m[2] = {2, 1}, n[2] = {4, 2}, k[2] = {3, 2}, lda[2] = {2, 1}, ldb[2] = {3, 2}, ldc[2] = {2, 1};
+  const int size[2] = {1, 1};
+  const float alpha[2] = {1.0f, 1.0f}, beta[2] = {0.0f, 0.0f};
+  std::vector<void*> host_ptrs = {A0.p, A1.p, B0.p, B1.p, C0.p, C1.p};
+  DeviceBuf<void*> ptrs(6);
+  const auto in = [](void* const* p) { return reinterpret_cast<const float* const*>(p); };
+  ASSERT_EQ(cudaMemcpy(ptrs.p, host_ptrs.data(), 6 * sizeof(void*), cudaMemcpyHostToDevice), cudaSuccess);
+  auto* carr = reinterpret_cast<float* const*>(ptrs.p + 4);
+  ASSERT_EQ(cublasSgemmGroupedBatched(h, op, op, m, n, k, alpha, in(ptrs.p), lda, in(ptrs.p + 2), ldb, beta, carr, ldc, 2, size),
+            CUBLAS_STATUS_SUCCESS);
+  for (float v : C0.get()) EXPECT_EQ(v, 6.0f);
+  EXPECT_EQ(C1.get(), (std::vector<float>{1.0f + 3.0f * 2.0f, 3.0f + 3.0f * 4.0f}));
+  // pointer arrays in host memory: refused at the call
+  const cublasStatus_t s = cublasSgemmGroupedBatched(h, op, op, m, n, k, alpha, in(host_ptrs.data()), lda,
+                                                     in(host_ptrs.data() + 2), ldb, beta,
+                                                     reinterpret_cast<float* const*>(host_ptrs.data() + 4), ldc, 2, size);
+  EXPECT_EQ(s, CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_NE(std::string(cublasGetStatusString(s)).find("Aarray (read by the device)"), std::string::npos);
+  // a host matrix behind a device pointer array: the work fails when it runs
+  std::vector<float> hostB(12, 2.0f);
+  host_ptrs[2] = hostB.data();
+  ASSERT_EQ(cudaMemcpy(ptrs.p, host_ptrs.data(), 6 * sizeof(void*), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cublasSgemmGroupedBatched(h, op, op, m, n, k, alpha, in(ptrs.p), lda, in(ptrs.p + 2), ldb, beta, carr, ldc, 2, size),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
+  EXPECT_EQ(cublasDestroy_v2(h), CUBLAS_STATUS_SUCCESS);
 }
 
 TEST(CudaShim, CublasChecksItsMatrixAndScalarPointers) {

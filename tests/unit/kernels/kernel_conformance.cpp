@@ -14,9 +14,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ref_case.h"
@@ -46,7 +48,8 @@ struct Check {
   // tensor's max (sums of products of mixed sign); the exact bf16 GEMM is checked in test_gemm_bf16.cpp.
   double min_tol = 0.0;
 
-  void close(const float* got, const std::vector<double>& ref, double tol, const std::string& what) {
+  template <typename F>
+  void close(const F* got, const std::vector<double>& ref, double tol, const std::string& what) {
     tol = std::max(tol, min_tol);
     double mx = 1e-30, err = 0.0;
     size_t worst = 0;
@@ -62,12 +65,42 @@ struct Check {
                       " at element " + std::to_string(worst) + " (got " + std::to_string(got[worst]) + ", ref " +
                       std::to_string(ref[worst]) + ")");
   }
-  void close(const std::vector<float>& got, const std::vector<double>& ref, double tol, const std::string& what) {
+  template <typename F>
+  void close(const std::vector<F>& got, const std::vector<double>& ref, double tol, const std::string& what) {
     if (got.size() != ref.size()) {
       fails.push_back(ctx + " " + what + ": size " + std::to_string(got.size()) + " vs " + std::to_string(ref.size()));
       return;
     }
     close(got.data(), ref, tol, what);
+  }
+  // integer outputs (indices, counts, the routing plan): equal element by element
+  template <typename A, typename B>
+  void same(const std::vector<A>& got, const std::vector<B>& ref, const std::string& what) {
+    size_t wrong = got.size() == ref.size() ? 0 : std::max(got.size(), ref.size()), first = 0;
+    for (size_t i = 0; i < std::min(got.size(), ref.size()); ++i)
+      if (static_cast<int64_t>(got[i]) != static_cast<int64_t>(ref[i]) && wrong++ == 0) first = i;
+    std::printf("  %-52s %s\n", (ctx + " " + what).c_str(), wrong ? "DIFFERS" : "exact");
+    if (wrong)
+      fails.push_back(ctx + " " + what + ": " + std::to_string(wrong) + " of " + std::to_string(ref.size()) +
+                      " elements differ (sizes " + std::to_string(got.size()) + ", " + std::to_string(ref.size()) +
+                      "; first at " + std::to_string(first) + ")");
+  }
+  // f() throws a twinkle::Error whose message contains every one of `needles`
+  void throws(const std::function<void()>& f, const std::vector<std::string>& needles, const std::string& what) {
+    std::string msg;
+    bool threw = false;
+    try {
+      f();
+    } catch (const twinkle::Error& e) {
+      threw = true;
+      msg = e.what();
+    }
+    bool named = threw;
+    for (const auto& n : needles) named &= msg.find(n) != std::string::npos;
+    std::printf("  %-52s %s\n", (ctx + " " + what).c_str(), named ? "throws" : "DOES NOT THROW AS REQUIRED");
+    if (!named)
+      fails.push_back(ctx + " " + what + ": " +
+                      (threw ? "the message '" + msg + "' lacks a name" : "no twinkle::Error"));
   }
   void scalar(double got, double ref, double tol, const std::string& what) {
     close(std::vector<float>{static_cast<float>(got)}, {ref}, std::max(tol, 1e-7), what);
@@ -444,6 +477,187 @@ void lora(const KernelTable& k, const std::string& name, Check& ck) {
   ck.close(dx, c.d("dx_drop"), 1e-6, "dropout_backward");
 }
 
+std::vector<uint8_t> mask_u8(const std::vector<int32_t>& m) { return {m.begin(), m.end()}; }
+
+// Ring attention's pieces: the query block against key block A (rows without a visible key: out 0, lse
+// -inf), then B, merged by lse_merge into the attention over A and B together; delta from the merged output;
+// the backward of A and of B with the final lse / delta accumulating into dq (and each block's dk / dv) gives
+// autograd's gradients of the attention over both (tests/reference/kernels_ref.py attention_block_case).
+void attention_block(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t Hq = c.pi("Hq"), Hkv = c.pi("Hkv"), D = c.pi("D"), Tq = c.pi("Tq"), Ta = c.pi("Ta"), Tb = c.pi("Tb");
+  const int64_t window = c.pi("window");
+  const float scale = static_cast<float>(c.p("scale"));
+  auto q = c.f("q"), dout = c.f("dout"), ka = c.f("ka"), va = c.f("va"), kb = c.f("kb"), vb = c.f("vb");
+  auto qs = c.i("q_seg"), qp = c.i("q_pos"), as = c.i("a_seg"), ap = c.i("a_pos"), bs = c.i("b_seg"), bp = c.i("b_pos");
+  const auto empty = c.i("a_empty");
+  const AttentionBlockOp& op = k.attention_block;
+  std::vector<float> out(Tq * Hq * D, 7.0f), lse(Tq * Hq, 7.0f), ob(Tq * Hq * D, 7.0f), lb(Tq * Hq, 7.0f);
+  op.forward(q.data(), qs.data(), qp.data(), Tq, ka.data(), va.data(), as.data(), ap.data(), Ta, out.data(), lse.data(),
+             Hq, Hkv, D, scale, window);
+  // block A alone: rows with a visible key against the reference, the others exactly out 0 and lse -inf
+  const auto out_a = c.d("out_a"), lse_a = c.d("lse_a");
+  std::vector<float> got_o, got_l;
+  std::vector<double> ref_o, ref_l;
+  bool empty_ok = true;
+  for (int64_t i = 0; i < Tq; ++i)
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t r = i * Hq + h;
+      if (empty[static_cast<size_t>(i)]) {
+        empty_ok &= lse[static_cast<size_t>(r)] == -INFINITY;
+        for (int64_t d = 0; d < D; ++d) empty_ok &= out[static_cast<size_t>(r * D + d)] == 0.0f;
+        continue;
+      }
+      got_l.push_back(lse[static_cast<size_t>(r)]);
+      ref_l.push_back(lse_a[static_cast<size_t>(r)]);
+      for (int64_t d = 0; d < D; ++d) {
+        got_o.push_back(out[static_cast<size_t>(r * D + d)]);
+        ref_o.push_back(out_a[static_cast<size_t>(r * D + d)]);
+      }
+    }
+  ck.close(got_o, ref_o, 1e-5, "fwd block A out");
+  ck.close(got_l, ref_l, 1e-6, "fwd block A lse");
+  ck.expect(empty_ok, "fwd block A: a query without a visible key must get out 0 and lse -inf");
+  op.forward(q.data(), qs.data(), qp.data(), Tq, kb.data(), vb.data(), bs.data(), bp.data(), Tb, ob.data(), lb.data(),
+             Hq, Hkv, D, scale, window);
+  op.lse_merge(out.data(), lse.data(), ob.data(), lb.data(), Tq, Hq, D);
+  ck.close(out, c.d("out"), 1e-5, "merged out");
+  ck.close(lse, c.d("lse"), 1e-6, "merged lse");
+  std::vector<float> delta(Tq * Hq, 7.0f);
+  op.softmax_delta(out.data(), dout.data(), delta.data(), Tq, Hq, D);
+  ck.close(delta, c.d("delta"), 1e-5, "softmax delta");
+  std::vector<float> dq(Tq * Hq * D, 0.5f), dka(Ta * Hkv * D, 0.5f), dva(Ta * Hkv * D, 0.5f), dkb(Tb * Hkv * D, 0.5f),
+      dvb(Tb * Hkv * D, 0.5f);
+  op.backward(q.data(), qs.data(), qp.data(), Tq, ka.data(), va.data(), as.data(), ap.data(), Ta, lse.data(),
+              delta.data(), dout.data(), dq.data(), dka.data(), dva.data(), Hq, Hkv, D, scale, window);
+  op.backward(q.data(), qs.data(), qp.data(), Tq, kb.data(), vb.data(), bs.data(), bp.data(), Tb, lse.data(),
+              delta.data(), dout.data(), dq.data(), dkb.data(), dvb.data(), Hq, Hkv, D, scale, window);
+  ck.close(dq, plus(c.d("dq"), 0.5), 1e-5, "bwd dq over A and B (+=)");
+  ck.close(dka, plus(c.d("dka"), 0.5), 1e-5, "bwd dk of A (+=)");
+  ck.close(dva, plus(c.d("dva"), 0.5), 1e-5, "bwd dv of A (+=)");
+  ck.close(dkb, plus(c.d("dkb"), 0.5), 1e-5, "bwd dk of B (+=)");
+  ck.close(dvb, plus(c.d("dvb"), 0.5), 1e-5, "bwd dv of B (+=)");
+  bool threw = false;
+  try {
+    op.forward(q.data(), qs.data(), qp.data(), Tq, ka.data(), va.data(), as.data(), ap.data(), Ta, out.data(),
+               lse.data(), 3, 2, D, scale, window);
+  } catch (const twinkle::Error&) {
+    threw = true;
+  }
+  ck.expect(threw, "forward with Hq % Hkv != 0 must throw twinkle::Error");
+}
+
+void moe_router(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t T = c.pi("T"), E = c.pi("E"), K = c.pi("k");
+  const bool norm = c.pi("norm") != 0;
+  const auto logits = c.f("logits"), dw = c.f("dw"), dprobs = c.f("dprobs"), dextra = c.f("dextra");
+  std::vector<float> probs(T * E, 7.0f), w(T * K, 7.0f), dl(T * E, 7.0f);
+  std::vector<int32_t> idx(T * K, -1);
+  k.moe_router.forward(logits.data(), probs.data(), idx.data(), w.data(), T, E, K, norm);
+  ck.close(probs, c.d("probs"), 1e-6, "fwd probs");
+  ck.same(idx, c.i("sel"), "fwd topk_idx (ties to the lower expert)");
+  ck.close(w, c.d("w"), 1e-6, "fwd topk_w");
+  const auto bwd = [&](const float* g_w, const float* g_p, const float* g_x, float* out) {
+    k.moe_router.backward(probs.data(), idx.data(), w.data(), g_w, g_p, g_x, out, T, E, K, norm);
+  };
+  bwd(dw.data(), dprobs.data(), dextra.data(), dl.data());
+  ck.close(dl, c.d("dlogits"), 1e-6, "bwd dlogits (dtopk_w + dprobs + extra)");
+  bwd(dw.data(), nullptr, nullptr, dl.data());
+  ck.close(dl, c.d("dlogits_w"), 1e-6, "bwd dlogits (dtopk_w only)");
+  bwd(nullptr, dprobs.data(), nullptr, dl.data());
+  ck.close(dl, c.d("dlogits_p"), 1e-6, "bwd dlogits (dprobs only)");
+  bwd(nullptr, nullptr, nullptr, dl.data());
+  ck.close(dl, std::vector<double>(T * E, 0.0), 0.0, "bwd dlogits (no gradient: 0)");
+  std::vector<float> da = dprobs, de = dextra;  // dlogits over dprobs, then over dlogits_extra
+  bwd(dw.data(), da.data(), dextra.data(), da.data());
+  ck.close(da, c.d("dlogits"), 1e-6, "bwd dlogits over dprobs");
+  bwd(dw.data(), dprobs.data(), de.data(), de.data());
+  ck.close(de, c.d("dlogits"), 1e-6, "bwd dlogits over dlogits_extra");
+  std::vector<float> p1(E + 1), w1(E + 1);  // k > E
+  std::vector<int32_t> i1(E + 1);
+  ck.throws([&] { k.moe_router.forward(logits.data(), p1.data(), i1.data(), w1.data(), 1, E, E + 1, norm); },
+            {"k=" + std::to_string(E + 1)}, "fwd k > E");
+}
+
+void moe_permute(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t T = c.pi("T"), K = c.pi("k"), E = c.pi("E"), H = c.pi("H"), R = T * K;
+  const auto sel = c.i("sel"), ros_ref = c.i("row_of_slot"), sor_ref = c.i("slot_of_row");
+  std::vector<int64_t> counts(E, -7);
+  std::vector<int32_t> ros(R, -1), sor(R, -1);
+  k.moe_permute.sort_by_expert(sel.data(), T, K, E, counts.data(), ros.data(), sor.data());
+  ck.same(counts, c.i("counts"), "sort counts (host)");
+  ck.same(ros, ros_ref, "sort row_of_slot");
+  ck.same(sor, sor_ref, "sort slot_of_row");
+  const auto x = c.f("x"), dperm = c.f("dperm"), dx0 = c.f("dx0"), y = c.f("y"), w = c.f("w"), dun = c.f("dunperm");
+  std::vector<float> out(R * H, 7.0f), dx(T * H, 7.0f), dxa = dx0, uo(T * H, 7.0f), dy(R * H, 7.0f), dw(R, 7.0f);
+  k.moe_permute.permute_forward(x.data(), sor.data(), out.data(), R, K, H);
+  ck.close(out, c.d("perm"), 0.0, "permute fwd");
+  k.moe_permute.permute_backward(dperm.data(), ros.data(), dx.data(), T, K, H, false);
+  ck.close(dx, c.d("dx"), 1e-6, "permute bwd dx");
+  k.moe_permute.permute_backward(dperm.data(), ros.data(), dxa.data(), T, K, H, true);
+  ck.close(dxa, c.d("dx_acc"), 1e-6, "permute bwd dx (accumulate)");
+  k.moe_permute.unpermute_forward(y.data(), ros.data(), w.data(), uo.data(), T, K, H);
+  ck.close(uo, c.d("unperm"), 1e-6, "unpermute fwd");
+  k.moe_permute.unpermute_backward(y.data(), ros.data(), w.data(), dun.data(), dy.data(), dw.data(), T, K, H);
+  ck.close(dy, c.d("dy"), 1e-6, "unpermute bwd dy");
+  ck.close(dw, c.d("dw"), 1e-6, "unpermute bwd dtopk_w");
+  std::vector<uint64_t> key(T), kout(R, 0), kref(R);
+  for (int64_t t = 0; t < T; ++t) key[t] = (static_cast<uint64_t>(t) + 1) * 0x9e3779b97f4a7c15ull;
+  for (int64_t r = 0; r < R; ++r) kref[r] = key[sor_ref[r] / K];
+  k.moe_permute.permute_keys(key.data(), sor.data(), kout.data(), R, K);
+  ck.same(kout, kref, "permute_keys");
+  // bad routings: the first bad token (in token order) is named
+  const int64_t t1 = T / 3, t2 = T - 2;
+  auto bad = sel;
+  bad[t2 * K + K - 1] = K > 1 ? bad[t2 * K] : -1;  // a repeated expert (k > 1), else a negative one
+  const std::string why2 = K > 1 ? "twice" : "outside";
+  const auto sort = [&](const std::vector<int32_t>& idx) {
+    k.moe_permute.sort_by_expert(idx.data(), T, K, E, counts.data(), ros.data(), sor.data());
+  };
+  ck.throws([&] { sort(bad); }, {"token " + std::to_string(t2) + " ", why2}, "sort: bad expert of token " +
+                                                                               std::to_string(t2));
+  bad[t1 * K] = static_cast<int32_t>(E);  // out of range, and before t2
+  ck.throws([&] { sort(bad); }, {"token " + std::to_string(t1) + " ", "outside [0, " + std::to_string(E) + ")"},
+            "sort: expert E of token " + std::to_string(t1));
+}
+
+void moe_router_loss(const KernelTable& k, const std::string& name, Check& ck) {
+  Case c(name);
+  const int64_t T = c.pi("T"), E = c.pi("E"), K = c.pi("k");
+  const auto probs = c.f("probs"), logits = c.f("logits");
+  const auto sel = c.i("sel");
+  const auto mask = mask_u8(c.i("mask"));
+  const auto ps0 = c.d("prob_sum0");
+  const auto counts0 = widen(c.i("counts0"));
+  for (const bool masked : {true, false}) {
+    const std::string tag = masked ? " (mask)" : " (no mask)";
+    auto ps = ps0;
+    auto counts = counts0;
+    const int64_t n = k.moe_router_loss.routing_stats(probs.data(), sel.data(), masked ? mask.data() : nullptr, T, E,
+                                                      K, ps.data(), counts.data());
+    ck.same(std::vector<int64_t>{n}, masked ? c.i("n") : std::vector<int32_t>{static_cast<int32_t>(T)},
+            "stats real tokens" + tag);
+    ck.same(counts, c.i(masked ? "counts" : "counts_all"), "stats counts (host, +=)" + tag);
+    ck.close(ps, c.d(masked ? "prob_sum" : "prob_sum_all"), 1e-12, "stats prob_sum (host, +=)" + tag);
+  }
+  auto dprobs = c.f("dprobs0");
+  k.moe_router_loss.aux_loss_backward(widen(c.i("counts_aux")).data(), mask.data(), T, E, c.d("coeff_scale")[0],
+                                      dprobs.data());
+  ck.close(dprobs, c.d("dprobs"), 1e-6, "aux bwd dprobs (+=)");
+  std::vector<float> lse(T, 7.0f);  // the sums are doubles: compared as doubles
+  ck.close(std::vector<double>{k.moe_router_loss.z_loss_forward(logits.data(), nullptr, T, E, lse.data())},
+           c.d("z_sum_all"), 1e-12, "z fwd sum lse^2 (no mask)");
+  std::fill(lse.begin(), lse.end(), 7.0f);
+  ck.close(std::vector<double>{k.moe_router_loss.z_loss_forward(logits.data(), mask.data(), T, E, lse.data())},
+           c.d("z_sum"), 1e-12, "z fwd sum lse^2 (mask)");
+  ck.close(lse, c.d("lse"), 1e-7, "z fwd lse (every token)");
+  auto dl = c.f("dlogits0");
+  k.moe_router_loss.z_loss_backward(probs.data(), lse.data(), mask.data(), T, E, c.d("z_scale")[0], dl.data());
+  ck.close(dl, c.d("dlogits"), 1e-6, "z bwd dlogits (+=)");
+}
+
 // ---------------------------------------------------------------- the table
 
 struct Row {
@@ -480,6 +694,14 @@ const Row kRows[] = {
     {"add", "elementwise_1001", add},
     {"add", "bias_rows_37x70", bias_rows},  // F.linear's bias and its gradient
     {"lora", "lora_13x37x29_r4", lora},     // PEFT's LoRA term and lora_dropout's mask, apply and backward
+    {"moe_router", "moe_router_13x7_k3_norm", moe_router},  // ties inside the top-k and at its boundary
+    {"moe_router", "moe_router_13x7_k3_raw", moe_router},
+    {"moe_router", "moe_router_21x16_k4_norm", moe_router},
+    {"moe_permute", "moe_permute_13x3_e7_h10", moe_permute},  // expert 4 gets no row
+    {"moe_permute", "moe_permute_17x1_e5_h3", moe_permute},
+    {"moe_router_loss", "moe_router_loss_13x7_k3", moe_router_loss},  // 3 padding tokens
+    {"attention_block", "attn_block_gqa_d12", attention_block},    // queries and keys out of order, 2 segments
+    {"attention_block", "attn_block_mha_d8_win5", attention_block},  // sliding window on the global positions
 };
 
 // Runs every row of `op` on the table's implementation of it; returns the failures.
@@ -652,6 +874,192 @@ TEST(CudaBf16Set, RoundsWhereTheCpuSetRounds) {
       return Outputs{{"dq", dq}, {"dk", dk}, {"dv", dv}};
     });
   }
+}
+
+// ---------------------------------------------------------------- the CUDA MoE ops vs the CPU fused kernels
+// src/kernels/cuda/moe.cu runs the loops of the CPU kernels (src/kernels/cpu/moe_*.cpp) one token / row / slot /
+// expert per thread, with the same operations in the same order; the shapes here are below the CPU kernels'
+// OpenMP thresholds (one thread). Every output of the staged CUDA fused set is compared with the CPU fused
+// set's on the same inputs, in three classes:
+//   kExact    the same bits on a GPU too: integers (top-k indices, the routing plan, counts, keys), copies,
+//             float / double sums in a fixed order, single IEEE operations then a rounding;
+//   kEmulated the same bits in the host emulation (TWINKLE_CUDA_SHIM: the same glibc expf / exp / log); on a
+//             GPU within 1e-6 of the tensor's max (the device's transcendental functions);
+//   kHostFma  outputs of a CPU multiply-add that the host compiler may fuse into an FMA (GCC's default
+//             -ffp-contract=fast with an FMA -march, as -march=native here; the emulated kernels are built
+//             without -march and do not): within 1e-6 of the tensor's max (a few float ulps; printed as
+//             bit-identical or not), on a GPU too (nvcc contracts as well).
+enum class Bits { kExact, kEmulated, kHostFma };
+
+struct Same {
+  std::string what;
+  Bits cls;
+  bool bitwise = false;
+  double rel = 0.0;  // max |cuda - cpu| / max |cpu| (floating outputs; 1 for differing integers)
+};
+
+template <typename T>
+Same same_bits(const std::string& what, Bits cls, const std::vector<T>& cuda, const std::vector<T>& cpu) {
+  Same r{what, cls};
+  r.bitwise = cuda.size() == cpu.size() &&
+              (cpu.empty() || std::memcmp(cuda.data(), cpu.data(), cpu.size() * sizeof(T)) == 0);
+  if constexpr (std::is_floating_point_v<T>) {
+    double mx = 1e-30, err = cuda.size() == cpu.size() ? 0.0 : INFINITY;
+    for (size_t i = 0; i < cpu.size() && i < cuda.size(); ++i) {
+      mx = std::max(mx, std::fabs(static_cast<double>(cpu[i])));
+      const double e = std::fabs(static_cast<double>(cuda[i]) - cpu[i]);
+      if (!(e <= err)) err = e;
+    }
+    r.rel = err / mx;
+  } else {
+    r.rel = r.bitwise ? 0.0 : 1.0;
+  }
+  return r;
+}
+
+TEST(CudaMoe, SameResultsAsTheCpuFusedKernels) {
+  const int64_t T = 37, E = 16, K = 4, H = 301, R = T * K;
+  auto logits = randn(T * E, 21, 1.5f);
+  for (int64_t e = 0; e < E; ++e) logits[e] = 0.5f;               // token 0: all experts equal
+  for (int64_t e : {2, 9, 11, 14}) logits[E + e] = 3.0f;          // token 1: a four-way tie filling the top-k
+  logits[2 * E + 5] = 4.0f, logits[2 * E + 7] = logits[2 * E + 3] = 3.5f;  // token 2: a tie across the boundary
+  logits[2 * E + 8] = logits[2 * E + 1] = 3.5f;
+  const auto dw = randn(T * K, 22), dprobs = randn(T * E, 23, 0.3f), dextra = randn(T * E, 24, 0.2f),
+             x = randn(T * H, 25), dperm = randn(R * H, 26), dx0 = randn(T * H, 27), y = randn(R * H, 28),
+             dun = randn(T * H, 29), dprobs0 = randn(T * E, 30, 0.1f), dlogits0 = randn(T * E, 31, 0.01f);
+  std::vector<uint8_t> mask(T, 1);
+  mask[3] = mask[20] = mask[T - 1] = 0;
+  std::vector<uint64_t> key(T);
+  for (int64_t i = 0; i < T; ++i) key[i] = (static_cast<uint64_t>(i) + 7) * 0x9e3779b97f4a7c15ull;
+  const std::vector<double> ps0 = [&] {
+    std::vector<double> v(E);
+    for (int64_t e = 0; e < E; ++e) v[e] = 0.1 * static_cast<double>(e) - 0.7;  // the host sums accumulate
+    return v;
+  }();
+  // Every op after the router forward takes the CPU fused set's outputs as its inputs (probabilities, top-k,
+  // plan, lse), so that each op is compared on the same inputs (on a GPU the forward's own outputs differ).
+  const KernelTable host = resolve_kernels("cpu", "fused");
+  struct Routed {
+    std::vector<float> probs, w;
+    std::vector<int32_t> idx;
+  };
+  Routed routed[2];  // norm_topk_prob, then raw
+  for (int r = 0; r < 2; ++r) {
+    routed[r] = {std::vector<float>(T * E), std::vector<float>(T * K), std::vector<int32_t>(T * K)};
+    host.moe_router.forward(logits.data(), routed[r].probs.data(), routed[r].idx.data(), routed[r].w.data(), T, E, K,
+                            r == 0);
+  }
+  const Routed& in = routed[0];
+  std::vector<int64_t> counts_in(E);
+  std::vector<int32_t> ros(R), sor(R);
+  host.moe_permute.sort_by_expert(in.idx.data(), T, K, E, counts_in.data(), ros.data(), sor.data());
+  std::vector<float> lse_in(T);
+  host.moe_router_loss.z_loss_forward(logits.data(), mask.data(), T, E, lse_in.data());
+  struct Run {
+    std::vector<std::pair<std::string, std::vector<float>>> f;
+    std::vector<std::pair<std::string, std::vector<int64_t>>> i;
+    std::vector<std::pair<std::string, std::vector<double>>> d;
+  };
+  const auto run = [&](const KernelTable& t) {
+    Run o;
+    for (int r = 0; r < 2; ++r) {
+      const bool norm = r == 0;
+      const std::string n = norm ? " (norm)" : " (raw)";
+      const Routed& ri = routed[r];
+      std::vector<float> probs(T * E), w(T * K), dl(T * E);
+      std::vector<int32_t> idx(T * K);
+      t.moe_router.forward(logits.data(), probs.data(), idx.data(), w.data(), T, E, K, norm);
+      o.f.push_back({"router probs" + n, probs});
+      o.i.push_back({"router topk_idx" + n, widen(idx)});
+      o.f.push_back({"router topk_w" + n, w});
+      t.moe_router.backward(ri.probs.data(), ri.idx.data(), ri.w.data(), dw.data(), dprobs.data(), dextra.data(),
+                            dl.data(), T, E, K, norm);
+      o.f.push_back({"router dlogits" + n, dl});
+      t.moe_router.backward(ri.probs.data(), ri.idx.data(), ri.w.data(), dw.data(), nullptr, nullptr, dl.data(), T, E,
+                            K, norm);
+      o.f.push_back({"router dlogits (dtopk_w only)" + n, dl});
+    }
+    std::vector<int64_t> counts(E);
+    std::vector<int32_t> ros_t(R), sor_t(R);
+    t.moe_permute.sort_by_expert(in.idx.data(), T, K, E, counts.data(), ros_t.data(), sor_t.data());
+    o.i.push_back({"sort counts", counts});
+    o.i.push_back({"sort row_of_slot", widen(ros_t)});
+    o.i.push_back({"sort slot_of_row", widen(sor_t)});
+    std::vector<float> out(R * H), dx(T * H), dxa = dx0, uo(T * H), dy(R * H), dtw(R);
+    t.moe_permute.permute_forward(x.data(), sor.data(), out.data(), R, K, H);
+    o.f.push_back({"permute fwd", out});
+    t.moe_permute.permute_backward(dperm.data(), ros.data(), dx.data(), T, K, H, false);
+    o.f.push_back({"permute bwd", dx});
+    t.moe_permute.permute_backward(dperm.data(), ros.data(), dxa.data(), T, K, H, true);
+    o.f.push_back({"permute bwd (accumulate)", dxa});
+    t.moe_permute.unpermute_forward(y.data(), ros.data(), in.w.data(), uo.data(), T, K, H);
+    o.f.push_back({"unpermute fwd", uo});
+    t.moe_permute.unpermute_backward(y.data(), ros.data(), in.w.data(), dun.data(), dy.data(), dtw.data(), T, K, H);
+    o.f.push_back({"unpermute bwd dy", dy});
+    o.f.push_back({"unpermute bwd dtopk_w", dtw});
+    std::vector<uint64_t> kout(R);
+    t.moe_permute.permute_keys(key.data(), sor.data(), kout.data(), R, K);
+    o.i.push_back({"permute_keys", std::vector<int64_t>(kout.begin(), kout.end())});
+    for (const bool masked : {true, false}) {
+      const std::string m = masked ? " (mask)" : " (no mask)";
+      auto ps = ps0;
+      std::vector<int64_t> c(E, 3);
+      const int64_t nreal = t.moe_router_loss.routing_stats(in.probs.data(), in.idx.data(),
+                                                            masked ? mask.data() : nullptr, T, E, K, ps.data(),
+                                                            c.data());
+      o.i.push_back({"stats real tokens" + m, {nreal}});
+      o.i.push_back({"stats counts" + m, c});
+      o.d.push_back({"stats prob_sum" + m, ps});
+    }
+    auto dp = dprobs0;
+    t.moe_router_loss.aux_loss_backward(counts_in.data(), mask.data(), T, E, 0.0123, dp.data());
+    o.f.push_back({"aux bwd", dp});
+    std::vector<float> lse(T);
+    const double zsum = t.moe_router_loss.z_loss_forward(logits.data(), mask.data(), T, E, lse.data());
+    o.d.push_back({"z fwd sum (mask)", {zsum}});
+    o.f.push_back({"z fwd lse", lse});
+    auto dz = dlogits0;
+    t.moe_router_loss.z_loss_backward(in.probs.data(), lse_in.data(), mask.data(), T, E, 1e-3 / 34, dz.data());
+    o.f.push_back({"z bwd", dz});
+    return o;
+  };
+  const Run gpu = run(staged::staged_table(resolve_kernels("cuda", "fused")));
+  const Run cpu = run(host);
+  const auto cls = [](const std::string& w) {
+    for (const char* h : {"router dlogits", "unpermute fwd", "z fwd sum"})  // a CPU multiply-add (kHostFma)
+      if (w.rfind(h, 0) == 0) return Bits::kHostFma;
+    for (const char* e : {"router probs", "router topk_w", "z fwd lse"})  // expf / exp / log
+      if (w.rfind(e, 0) == 0) return Bits::kEmulated;
+    return Bits::kExact;
+  };
+  std::vector<Same> cmp;
+  ASSERT_EQ(gpu.f.size(), cpu.f.size());
+  ASSERT_EQ(gpu.i.size(), cpu.i.size());
+  ASSERT_EQ(gpu.d.size(), cpu.d.size());
+  for (size_t i = 0; i < cpu.f.size(); ++i)
+    cmp.push_back(same_bits(cpu.f[i].first, cls(cpu.f[i].first), gpu.f[i].second, cpu.f[i].second));
+  for (size_t i = 0; i < cpu.i.size(); ++i)
+    cmp.push_back(same_bits(cpu.i[i].first, Bits::kExact, gpu.i[i].second, cpu.i[i].second));
+  for (size_t i = 0; i < cpu.d.size(); ++i)
+    cmp.push_back(same_bits(cpu.d[i].first, cls(cpu.d[i].first), gpu.d[i].second, cpu.d[i].second));
+#ifdef TWINKLE_CUDA_SHIM
+  const bool emulated = true;
+#else
+  const bool emulated = false;
+#endif
+  int identical = 0;
+  for (const Same& c : cmp) {
+    identical += c.bitwise;
+    std::printf("  moe cuda vs cpu fused  %-36s %s (max rel %.2e)%s\n", c.what.c_str(),
+                c.bitwise ? "bit-identical" : "differs", c.rel, c.cls == Bits::kHostFma ? " [host FMA]" : "");
+    if (c.cls == Bits::kExact || (emulated && c.cls == Bits::kEmulated)) {
+      EXPECT_TRUE(c.bitwise) << c.what << ": the CUDA fused set differs from the CPU fused set (max rel " << c.rel
+                             << ")";
+    } else {
+      EXPECT_LE(c.rel, 1e-6) << c.what;
+    }
+  }
+  std::printf("  moe cuda vs cpu fused: %d of %zu outputs bit-identical\n", identical, cmp.size());
 }
 #endif
 

@@ -75,8 +75,8 @@ Result run_block(const kernels_ref::Case& c) {
   Result r;
   const float* out = blk.forward(x.data(), b, a, ws);
   r.out.assign(out, out + T * H);
-  r.w = a.topk_w;
-  r.sel = a.topk_idx;
+  r.w.assign(a.topk_w, a.topk_w + T * blk.top_k());
+  r.sel.assign(a.topk_idx, a.topk_idx + T * blk.top_k());
   const float* dx = blk.backward(dout.data(), b, a, ws);
   r.dx.assign(dx, dx + T * H);
   const float* dg = store.find("model.layers.0.mlp.gate.weight")->grad.f32();

@@ -25,6 +25,10 @@ void moe_sort_by_expert(const int32_t* topk_idx, int64_t T, int64_t k, int64_t E
 /// out[r, :] = x[slot_of_row[r] / k, :] for r < rows (rows = T*k). x [T, H], out [rows, H] f32.
 void moe_permute_forward(const float* x, const int32_t* slot_of_row, float* out, int64_t rows, int64_t k, int64_t H);
 
+/// out[r] = key[slot_of_row[r] / k] for r < rows: a per-token u64 (the LoRA dropout token keys,
+/// twinkle/parallel/lora_dropout.h) in the permuted row order.
+void moe_permute_keys(const uint64_t* key, const int32_t* slot_of_row, uint64_t* out, int64_t rows, int64_t k);
+
 /// Backward of moe_permute_forward: dx[t, :] = sum_j dout[row_of_slot[t*k+j], :] (a gather per
 /// token, no atomics). dx [T, H] OVERWRITTEN, or accumulated into when accumulate.
 void moe_permute_backward(const float* dout, const int32_t* row_of_slot, float* dx, int64_t T, int64_t k, int64_t H,

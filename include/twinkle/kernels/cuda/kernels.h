@@ -4,14 +4,17 @@
 // Contract for device "cuda" (in addition to each op's contract in ops.h, whose semantics and sources
 // are the same as the CPU kernels'): every float / int pointer argument is a DEVICE pointer
 // (Device::CUDA memory, e.g. Tensor::zeros(..., Device::CUDA).raw()), except `counts` of
-// grouped_linear (a host array: the per-expert GEMM loop runs on the host) and the RopeTable (a host
+// grouped_linear (a host array: the per-expert GEMM loop runs on the host), the RopeTable (a host
 // object: its cos/sin are copied to the device once and cached by the table's address, size and
-// first/last values). Work is queued on the backend's stream (twinkle/kernels/cuda/runtime.h); an op
-// returns once its work is queued, except the ones that return a host value or validate their input
-// (cross_entropy.forward, linear_cross_entropy, norms.sum_squares, qk_norm_rope / rope position checks),
-// which synchronize. The "fused" set is fp32 throughout; GEMMs through cuBLAS in fp32 without TF32; reductions of the
-// CPU kernels that accumulate in double (RMSNorm's sum of squares, sum_squares, cross-entropy sums)
-// accumulate in double here too.
+// first/last values) and the MoE ops' host statistics (ops.h: `counts` of moe_permute.sort_by_expert,
+// `prob_sum` / `counts` of moe_router_loss.routing_stats, `counts` of aux_loss_backward, which is uploaded).
+// Work is queued on the backend's stream (twinkle/kernels/cuda/runtime.h); an op returns once its work is
+// queued, except the ones that return a host value or validate their input (cross_entropy.forward,
+// linear_cross_entropy, norms.sum_squares, qk_norm_rope / rope position checks, moe_permute.sort_by_expert,
+// moe_router_loss.routing_stats / z_loss_forward), which synchronize. The "fused" set is fp32 throughout;
+// GEMMs through cuBLAS in fp32 without TF32; reductions of the CPU kernels that accumulate in double
+// (RMSNorm's sum of squares, sum_squares, cross-entropy sums, the MoE router's softmax sums) accumulate in
+// double here too.
 #pragma once
 #include <vector>
 

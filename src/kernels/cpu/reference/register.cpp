@@ -25,6 +25,13 @@ void register_reference_kernels(Registry& r) {
   r.add(dev, name, AddOp{R::add_inplace, R::add, R::add_bias_rows, R::bias_grad_rows});
   r.add(dev, name, LoraOp{R::lora_dropout_mask, R::lora_dropout_apply, R::lora_dropout_backward, R::lora_forward,
                           R::lora_backward});
+  r.add(dev, name, MoeRouterOp{R::moe_router_forward, R::moe_router_backward});
+  r.add(dev, name, MoePermuteOp{R::moe_sort_by_expert, R::moe_permute_forward, R::moe_permute_backward,
+                                R::moe_unpermute_forward, R::moe_unpermute_backward, R::moe_permute_keys});
+  r.add(dev, name, MoeRouterLossOp{R::moe_routing_stats, R::moe_aux_loss_backward, R::moe_z_loss_forward,
+                                   R::moe_z_loss_backward});
+  r.add(dev, name, AttentionBlockOp{R::attention_block_forward, R::attention_block_backward, R::attention_lse_merge,
+                                    R::attention_softmax_delta});
 }
 
 }  // namespace twinkle::kernels::cpu
