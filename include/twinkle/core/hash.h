@@ -9,11 +9,7 @@
 #include <string_view>
 
 // splitmix64 is also called from device code (the CUDA LoRA dropout mask, src/kernels/cuda/lora.cu).
-#if defined(__CUDACC__)
-#define TWINKLE_HOST_DEVICE __host__ __device__
-#else
-#define TWINKLE_HOST_DEVICE
-#endif
+#include "twinkle/core/host_device.h"
 
 namespace twinkle {
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "../moe_router_row.h"
 #include "twinkle/core/error.h"
 
 namespace twinkle::kernels::cpu {
@@ -23,41 +24,8 @@ void moe_router_forward(const float* logits, float* probs, int32_t* topk_idx, fl
                         int64_t k, bool norm_topk_prob) {
   check_sizes("moe_router_forward", T, E, k);
 #pragma omp parallel for schedule(static) if (T * E > 16384)
-  for (int64_t t = 0; t < T; ++t) {
-    const float* x = logits + t * E;
-    float* p = probs + t * E;
-    float mx = x[0];
-    for (int64_t e = 1; e < E; ++e) mx = x[e] > mx ? x[e] : mx;
-    double sum = 0.0;
-    for (int64_t e = 0; e < E; ++e) {
-      const float v = std::exp(x[e] - mx);
-      p[e] = v;
-      sum += v;
-    }
-    const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t e = 0; e < E; ++e) p[e] *= inv;
-    // Top-k by repeated selection: strictly greater wins, so equal values go to the lower
-    // index first (torch.topk's order). k passes over E; k and E are small (<= 8 of 128).
-    int32_t* idx = topk_idx + t * k;
-    float* w = topk_w + t * k;
-    for (int64_t j = 0; j < k; ++j) {
-      int64_t best = -1;
-      for (int64_t e = 0; e < E; ++e) {
-        bool taken = false;
-        for (int64_t i = 0; i < j; ++i) taken |= idx[i] == e;
-        if (taken) continue;
-        if (best < 0 || p[e] > p[best]) best = e;
-      }
-      idx[j] = static_cast<int32_t>(best);
-      w[j] = p[best];
-    }
-    if (norm_topk_prob) {
-      // transformers: routing_weights /= routing_weights.sum(dim=-1) in float32
-      float s = 0.0f;
-      for (int64_t j = 0; j < k; ++j) s += w[j];
-      for (int64_t j = 0; j < k; ++j) w[j] /= s;
-    }
-  }
+  for (int64_t t = 0; t < T; ++t)
+    detail::moe_route_row(logits + t * E, probs + t * E, topk_idx + t * k, topk_w + t * k, E, k, norm_topk_prob);
 }
 
 void moe_router_backward(const float* probs, const int32_t* topk_idx, const float* topk_w, const float* dtopk_w,

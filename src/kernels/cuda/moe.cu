@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "../moe_router_row.h"
 #include "cuda_common.h"
 #include "ops_cuda.h"
 #include "twinkle/core/error.h"
@@ -38,42 +39,12 @@ __device__ __forceinline__ bool real_token(const uint8_t* mask, int64_t t) { ret
 
 // ---------------------------------------------------------------- router: one thread per token
 
-// cpu::moe_router_forward's loop: the max, float exponentials summed in double, one float reciprocal, top-k
-// by repeated selection (strictly greater wins: ties go to the lower expert), float renormalisation.
+// cpu::moe_router_forward's row (src/kernels/moe_router_row.h), one thread per token.
 __global__ void k_router_fwd(const float* __restrict__ logits, float* __restrict__ probs,
                              int32_t* __restrict__ topk_idx, float* __restrict__ topk_w, int64_t T, int64_t E,
                              int64_t k, bool norm) {
   TWINKLE_GRID_STRIDE(t, T) {
-    const float* x = logits + t * E;
-    float* p = probs + t * E;
-    float mx = x[0];
-    for (int64_t e = 1; e < E; ++e) mx = x[e] > mx ? x[e] : mx;
-    double sum = 0.0;
-    for (int64_t e = 0; e < E; ++e) {
-      const float v = expf(x[e] - mx);
-      p[e] = v;
-      sum += v;
-    }
-    const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t e = 0; e < E; ++e) p[e] *= inv;
-    int32_t* idx = topk_idx + t * k;
-    float* w = topk_w + t * k;
-    for (int64_t j = 0; j < k; ++j) {
-      int64_t best = -1;
-      for (int64_t e = 0; e < E; ++e) {
-        bool taken = false;
-        for (int64_t i = 0; i < j; ++i) taken |= idx[i] == e;
-        if (taken) continue;
-        if (best < 0 || p[e] > p[best]) best = e;
-      }
-      idx[j] = static_cast<int32_t>(best);
-      w[j] = p[best];
-    }
-    if (norm) {
-      float s = 0.0f;
-      for (int64_t j = 0; j < k; ++j) s += w[j];
-      for (int64_t j = 0; j < k; ++j) w[j] /= s;
-    }
+    kernels::detail::moe_route_row(logits + t * E, probs + t * E, topk_idx + t * k, topk_w + t * k, E, k, norm);
   }
 }
 
