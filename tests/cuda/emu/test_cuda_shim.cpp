@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -530,6 +531,68 @@ TEST(CudaShim, GroupedGemmRunsEveryProblemAndChecksItsPointerArrays) {
   ASSERT_EQ(cublasSgemmGroupedBatched(h, op, op, m, n, k, alpha, in(ptrs.p), lda, in(ptrs.p + 2), ldb, beta, carr, ldc, 2, size),
             CUBLAS_STATUS_SUCCESS);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
+  EXPECT_EQ(cublasDestroy_v2(h), CUBLAS_STATUS_SUCCESS);
+}
+
+// The shim's GEMM (4 x 4 blocks of C and the edges) against a double loop written here, for every
+// transpose pair, leading dimensions larger than the rows, m, n and k not multiples of 4 or 8, beta != 0,
+// fp32 (cublasSgemm) and bf16 inputs (cublasGemmEx).
+TEST(CudaShim, GemmEqualsADoubleLoopForEveryTransposeAndEdge) {
+  cublasHandle_t h = nullptr;
+  ASSERT_EQ(cublasCreate_v2(&h), CUBLAS_STATUS_SUCCESS);
+  const auto bf16_bits = [](float x) {  // truncation is enough: the inputs below are exact in bf16
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return static_cast<uint16_t>(u >> 16);
+  };
+  for (const bool bf16 : {false, true})
+    for (const cublasOperation_t ta : {CUBLAS_OP_N, CUBLAS_OP_T})
+      for (const cublasOperation_t tb : {CUBLAS_OP_N, CUBLAS_OP_T}) {
+        const int m = 9, n = 11, k = 19;
+        const int ar = ta == CUBLAS_OP_N ? m : k, ac = ta == CUBLAS_OP_N ? k : m;
+        const int br = tb == CUBLAS_OP_N ? k : n, bc = tb == CUBLAS_OP_N ? n : k;
+        const int lda = ar + 3, ldb = br + 2, ldc = m + 1;
+        std::vector<float> a(static_cast<size_t>(lda) * ac), b(static_cast<size_t>(ldb) * bc),
+            c(static_cast<size_t>(ldc) * n);
+        for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i * 7 % 23) - 11) / 8.0f;
+        for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int>(i * 5 % 19) - 9) / 4.0f;
+        for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(i % 5);
+        const float alpha = 0.5f, beta = bf16 ? 0.0f : 2.0f;
+        std::vector<float> want = c;
+        for (int i = 0; i < m; ++i)
+          for (int j = 0; j < n; ++j) {
+            double s = 0.0;
+            for (int p = 0; p < k; ++p) {
+              const float x = ta == CUBLAS_OP_N ? a[i + static_cast<size_t>(p) * lda] : a[p + static_cast<size_t>(i) * lda];
+              const float y = tb == CUBLAS_OP_N ? b[p + static_cast<size_t>(j) * ldb] : b[j + static_cast<size_t>(p) * ldb];
+              s += static_cast<double>(x) * y;
+            }
+            float& w = want[i + static_cast<size_t>(j) * ldc];
+            w = static_cast<float>(alpha * s + beta * static_cast<double>(w));
+          }
+        DeviceBuf<float> C(c.size());
+        C.put(c);
+        if (bf16) {
+          std::vector<uint16_t> a16(a.size()), b16(b.size());
+          for (size_t i = 0; i < a.size(); ++i) a16[i] = bf16_bits(a[i]);
+          for (size_t i = 0; i < b.size(); ++i) b16[i] = bf16_bits(b[i]);
+          DeviceBuf<uint16_t> A(a16.size()), B(b16.size());
+          A.put(a16);
+          B.put(b16);
+          ASSERT_EQ(cublasGemmEx(h, ta, tb, m, n, k, &alpha, A.p, CUDA_R_16BF, lda, B.p, CUDA_R_16BF, ldb, &beta, C.p,
+                                 CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                    CUBLAS_STATUS_SUCCESS);
+        } else {
+          DeviceBuf<float> A(a.size()), B(b.size());
+          A.put(a);
+          B.put(b);
+          ASSERT_EQ(cublasSgemm_v2(h, ta, tb, m, n, k, &alpha, A.p, lda, B.p, ldb, &beta, C.p, ldc),
+                    CUBLAS_STATUS_SUCCESS);
+        }
+        const std::vector<float> got = C.get();
+        for (size_t i = 0; i < got.size(); ++i)  // the inputs are multiples of 1/32: every sum is exact
+          ASSERT_EQ(got[i], want[i]) << "bf16 " << bf16 << " op " << ta << tb << " element " << i;
+      }
   EXPECT_EQ(cublasDestroy_v2(h), CUBLAS_STATUS_SUCCESS);
 }
 
