@@ -9,7 +9,10 @@
 set(TWINKLE_PY ${TWINKLE_REF_RUN})
 set(CHECK_BF16 ${CMAKE_SOURCE_DIR}/tests/reference/check_bf16.py)
 add_test(NAME bf16_vs_fp32_vs_torch_autocast COMMAND ${TWINKLE_PY} ${CHECK_BF16} --build ${CMAKE_BINARY_DIR} --steps 30)
-foreach(spec "tp2|2|--tp 2" "dp2|2|--dp 2" "tp2_pp2_dp2_sp|8|--tp 2 --pp 2 --dp 2 --sequence-parallel")
+#  - bf16_layout_cp2_*: context parallelism, ring (attention_block's bf16 backward) and a2a (Ulysses: the flash
+#    kernel's), against one process --bf16.
+foreach(spec "tp2|2|--tp 2" "dp2|2|--dp 2" "tp2_pp2_dp2_sp|8|--tp 2 --pp 2 --dp 2 --sequence-parallel"
+        "cp2_ring|2|--cp 2" "cp2_a2a|2|--cp 2 --cp-comm-type a2a")
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)
   list(GET parts 1 np)

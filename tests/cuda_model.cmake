@@ -189,6 +189,7 @@ if(TWINKLE_WITH_CUDA_BACKEND)
     "moe_layout_cuda_cp2_ep2_aux_global_z|--aux-coef 0.1 --aux-type global --z-coef 0.01 --batch rows:4 --np 2 --layout=--cp=2=--ep=2=--device=cuda"
     "moe_layout_cuda_dp4_ep4|--experts 8 --aux-coef 0.1 --aux-type per_layer --z-coef 0.01 --batch rows:8 --np 4 --layout=--dp=4=--ep=4=--device=cuda"
     "moe_layout_cuda_dp2_ep2_bf16|--train-flags=--bf16 --bf16-rule --aux-coef 0.1 --aux-type global --batch rows:8 --np 2 --layout=--dp=2=--ep=2=--device=cuda"
+    "moe_layout_cuda_cp2_ep2_bf16|--train-flags=--bf16 --bf16-rule --aux-coef 0.1 --aux-type global --batch rows:4 --np 2 --layout=--cp=2=--ep=2=--device=cuda"
     "moe_layout_packed_vs_unpacked_cuda_cp2_ep2_aux_global_z|--aux-coef 0.1 --aux-type global --z-coef 0.01 --batch rows:8:1:29:dup --mbs 4 --packed-layout --np 2 --layout=--cp=2=--ep=2=--device=cuda"
     "moe_layout_cuda_cp2_a2a_ep2|--aux-coef 0.1 --aux-type per_layer --batch rows:4 --np 2 --layout=--cp=2=--ep=2=--cp-comm-type=a2a=--device=cuda"
     "moe_layout_cuda_dp2_expert_lora_dropout|--lora-r 4 --lora-alpha 8 --lora-targets all-linear --lora-dropout 0.1 --aux-coef 0.1 --aux-type global --batch rows:8 --np 2 --layout=--dp=2=--device=cuda")
@@ -234,6 +235,21 @@ if(TWINKLE_WITH_CUDA_BACKEND)
                        TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=2")
   add_test(NAME moe_cp_recipe_cuda_8ranks_equals_cpu_single_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_RECIPE} --steps 2
            --recipe moe_cp_recipe --recipe-bin ${CMAKE_BINARY_DIR}/tests/moe_cp_recipe_cuda_emu --device cuda)
+  # the seed's LoRA line (--lora: every attention and expert linear) on the MoE recipe, and the MoE + CP recipe
+  # in bf16 (--bf16: ring attention's block backward rounds where the one-process run's flash backward does,
+  # twinkle/kernels/cpu/attention_block.h attention_block_backward_bf16), each against one CPU process
+  add_test(NAME moe_recipe_cuda_lora_8ranks_equals_cpu_single COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN}
+           ${CHECK_RECIPE} --steps 2 --recipe moe_recipe --lora --device cuda)
+  add_test(NAME moe_cp_recipe_cuda_bf16_8ranks_equals_cpu_single COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN}
+           ${CHECK_RECIPE} --steps 2 --recipe moe_cp_recipe --bf16 --device cuda)
+  set_tests_properties(moe_recipe_cuda_lora_8ranks_equals_cpu_single moe_cp_recipe_cuda_bf16_8ranks_equals_cpu_single
+                       PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=2")
+  add_test(NAME moe_recipe_cuda_lora_8ranks_equals_cpu_single_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_RECIPE} --steps 2
+           --recipe moe_recipe --lora --recipe-bin ${CMAKE_BINARY_DIR}/tests/moe_recipe_cuda_emu --device cuda)
+  add_test(NAME moe_cp_recipe_cuda_bf16_8ranks_equals_cpu_single_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_RECIPE}
+           --steps 2 --recipe moe_cp_recipe --bf16 --recipe-bin ${CMAKE_BINARY_DIR}/tests/moe_cp_recipe_cuda_emu
+           --device cuda)
   set_tests_properties(moe_recipe_cuda_8ranks_equals_cpu_single_emu moe_cp_recipe_cuda_8ranks_equals_cpu_single_emu
+                       moe_recipe_cuda_lora_8ranks_equals_cpu_single_emu moe_cp_recipe_cuda_bf16_8ranks_equals_cpu_single_emu
                        PROPERTIES LABELS cuda_emu TIMEOUT 600 PROCESSORS 2 ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
 endif()

@@ -141,6 +141,7 @@ set(TWINKLE_MOE_LAYOUTS
   "pp2_dp2_ep2_z|4|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4|--pp 2 --dp 2 --ep 2"
   "tp2_pp2_dp2_ep2_aux_per_layer|8|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4|--tp 2 --pp 2 --dp 2 --ep 2"
   "cp2_ep2_aux_global_z|2|--aux-coef 0.1 --aux-type global --z-coef 0.01 --batch rows:4|--cp 2 --ep 2"
+  "cp2_ep2_bf16|2|--train-flags=--bf16 --bf16-rule --aux-coef 0.1 --aux-type global --batch rows:4|--cp 2 --ep 2"
   "tp2_pp2_cp2_ep2_aux_per_layer|8|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:4 --layers 4|--tp 2 --pp 2 --cp 2 --ep 2"
   "tp2_pp2_cp2_ep2_aux_off|8|--batch rows:4 --layers 4|--tp 2 --pp 2 --cp 2 --ep 2"
   "tp2_dp2_etp2_ep2_aux_per_layer_z|4|--aux-coef 0.1 --aux-type per_layer --z-coef 0.01 --batch rows:8|--tp 2 --dp 2 --ep 2 --etp 2"

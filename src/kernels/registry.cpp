@@ -162,7 +162,7 @@ KernelTable resolve_kernels(const std::string& device, const std::string& set, c
 
 const std::vector<std::string>& mixed_precision_ops() {
   static const std::vector<std::string> ops = {"linear", "gate_up_swiglu", "linear_cross_entropy", "grouped_linear",
-                                               "attention"};
+                                               "attention", "attention_block"};
   return ops;
 }
 

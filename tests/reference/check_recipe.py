@@ -12,11 +12,16 @@ examples/moe_cp_recipe.cpp, tp=2 pp=2 cp=2 ep=2 with ring attention):
    it (1e-5 relative).
 With --device cuda (and --recipe-bin, e.g. the emulated device's tp_recipe_cuda_emu) the 8-process run
 trains on that device and the one-process run on the CPU: 1. and 2. as above.
-With --lora (tp_recipe --lora: add_adapter_to_model, r 8, alpha 32, all-linear) the recipe trains
-a LoRA adapter from a base with weights (the reference's seeded init of models/qwen3-tiny): 1. as
-above; 2. the saved PEFT adapter directory, applied to that base by tests/reference/lora_ref.py
-(PEFT's key names and formulas), gives the held-out loss `twinkle eval --adapter` gives (1e-5
-relative), and differs from the base's.
+With --lora (the recipe's --lora: add_adapter_to_model, r 8, alpha 32, all-linear; for MoE the experts'
+and the router's linears too) the recipe trains a LoRA adapter from a base with weights (the reference's
+seeded init of models/qwen3-tiny or models/qwen3-moe-tiny): 1. as above; 2. the saved PEFT adapter
+directory, applied to that base by tests/reference/lora_ref.py (PEFT's key names and formulas), gives
+the held-out loss `twinkle eval --adapter` gives (1e-5 relative), and differs from the base's.
+With --bf16 both runs train in bf16 mixed precision (--bf16): the two layouts' (and devices') fp32
+summation orders differ, which flips single bf16 roundings of GEMM inputs, so 1. holds at the bf16
+layout tolerances of tests/reference/check_bf16.py (--against single): the first step's loss 1e-5 and
+grad norm 2e-4 relative, every step's loss, grad norm, expert grad norm and aux loss 2e-3; the expert
+loads exactly at the first step. 2. as above (the checkpoint holds the fp32 master weights).
 Run with .venv/bin/python (scripts/setup); needs the Qwen3 tokenizer files placed by scripts/setup.
 """
 import argparse
@@ -38,13 +43,16 @@ def main():
     ap.add_argument("--build", required=True)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--recipe", choices=["tp_recipe", "moe_recipe", "moe_cp_recipe"], default="tp_recipe")
-    ap.add_argument("--lora", action="store_true", help="tp_recipe --lora: train and check a LoRA adapter")
+    ap.add_argument("--lora", action="store_true", help="the recipe's --lora: train and check a LoRA adapter")
+    ap.add_argument("--bf16", action="store_true", help="both runs --bf16 (bf16 layout tolerances)")
     ap.add_argument("--recipe-bin", default="", help="the 8-rank run's recipe binary (default BUILD/examples/RECIPE; "
                     "the CUDA emulation's twin: BUILD/tests/tp_recipe_cuda_emu)")
     ap.add_argument("--device", default="", help="the 8-rank run's device (--device; the one-process run stays cpu)")
     args = ap.parse_args()
     moe = args.recipe != "tp_recipe"
-    tiny = os.path.join(HERE, "..", "..", "models", "qwen3-tiny")  # the recipe's default model (no weights)
+    # the recipe's default model (no weights) and its PyTorch reference
+    tiny = os.path.join(HERE, "..", "..", "models", "qwen3-moe-tiny" if moe else "qwen3-tiny")
+    ref_py = os.path.join(HERE, "qwen3_moe_ref.py" if moe else "qwen3_ref.py")
     recipe = os.path.join(args.build, "examples", args.recipe)
     launcher = os.path.join(args.build, "bin", "twinkle-run")
     twinkle = os.path.join(args.build, "bin", "twinkle")
@@ -60,9 +68,13 @@ def main():
         if args.lora:  # a base with weights (the reference's seeded init of the tiny config) both sides read
             base = os.path.join(tmp, "base")
             shutil.copytree(tiny, base)
-            run([sys.executable, os.path.join(HERE, "qwen3_ref.py"), "init", "--config",
+            run([sys.executable, ref_py, "init", "--config",
                  os.path.join(base, "config.json"), "--seed", "4", "--out", base])
-            common += ["--model", base, "--lora", "--lr", "5e-3"]
+            # (the MoE recipe's first step runs at lr 0 in its warm-up: a larger peak, so that the one step
+            # that trains moves the held-out loss well past the comparison's tolerance)
+            common += ["--model", base, "--lora", "--lr", "5e-2" if moe else "5e-3"]
+        if args.bf16:
+            common += ["--bf16"]
         on = ["--device", args.device] if args.device else []
         run([launcher, "--nproc_per_node=8", args.recipe_bin or recipe, "--output-dir", os.path.join(tmp, "r8")] + common
             + on, env=env)
@@ -74,10 +86,17 @@ def main():
         for a, b in zip(m8, m1):
             print(f"step {a['step']}: loss 8 ranks {a['loss']:.8f} 1 rank {b['loss']:.8f} | "
                   f"grad_norm {a['grad_norm']:.8f} {b['grad_norm']:.8f} | lr {a['lr']:.6e} {b['lr']:.6e}")
+            first = a["step"] == m8[0]["step"]
             for k in ("loss", "grad_norm", "lr") + (("expert_grad_norm", "aux_loss", "expert_load_max",
                                                     "expert_load_min") if moe else ()):
-                if rel(a[k], b[k]) > 1e-5 and not (a[k] == 0 and b[k] == 0):
-                    failures.append(f"step {a['step']}: {k} {a[k]} (8 ranks) vs {b[k]} (1 rank)")
+                tol = 1e-5
+                if args.bf16 and k.startswith("expert_load"):
+                    if not first:
+                        continue  # a flipped bf16 rounding may move one token to another expert later on
+                elif args.bf16 and k != "lr":
+                    tol = (1e-5 if k == "loss" else 2e-4) if first else 2e-3
+                if rel(a[k], b[k]) > tol and not (a[k] == 0 and b[k] == 0):
+                    failures.append(f"step {a['step']}: {k} {a[k]} (8 ranks) vs {b[k]} (1 rank), tolerance {tol:g}")
         ck = os.path.join(tmp, "r8")
         want = ("adapter_config.json", "adapter_model.safetensors") if args.lora else ("model.safetensors",)
         for f in want + ("config.json", "tokenizer.json", "tokenizer_config.json"):
@@ -108,12 +127,11 @@ def main():
         else:
             tw = json.loads(run([twinkle, "eval", "--model", ck, "--dataset", rows, "--batch-size", "4"], env=env)
                             .strip().splitlines()[-1])
-            ref_py = "qwen3_moe_ref.py" if moe else "qwen3_ref.py"
-            ref = json.loads(run([sys.executable, os.path.join(HERE, ref_py), "loss", "--model", ck,
+            ref = json.loads(run([sys.executable, ref_py, "loss", "--model", ck,
                                   "--batch", batch]).strip().splitlines()[-1])
         print(f"held-out loss: twinkle {tw['loss']:.8f} torch {ref['loss']:.8f}")
         if args.lora:  # the trained adapter must matter, else the check above could not fail
-            b = json.loads(run([sys.executable, os.path.join(HERE, "qwen3_ref.py"), "loss", "--model", base,
+            b = json.loads(run([sys.executable, ref_py, "loss", "--model", base,
                                 "--batch", batch]).strip().splitlines()[-1])["loss"]
             print(f"held-out loss of the base model without the adapter: {b:.8f}")
             if rel(b, ref["loss"]) < 1e-4:

@@ -9,8 +9,9 @@
 //                 element-wise) plus the fusions add_rms_norm, qk_norm_rope, gate_up_swiglu and
 //                 linear_cross_entropy. The default.
 //   "bf16"      — only the GEMM ops and attention (mixed_precision_ops()): bf16 inputs, fp32
-//                 accumulation (twinkle/kernels/cpu/bf16_ops.h; attention: fp32 forward, bf16
-//                 backward, attention_bf16.h); laid over a table by apply_mixed_precision.
+//                 accumulation (twinkle/kernels/cpu/bf16_ops.h; attention and ring attention's
+//                 block op: fp32 forward, bf16 backward, attention_bf16.h, attention_block.h); laid
+//                 over a table by apply_mixed_precision.
 // Device "cuda" (a CUDA build, twinkle/kernels/cuda/kernels.h): "fused" — the CUDA kernels, cuBLAS
 // GEMMs; resolving a table for it initializes the CUDA runtime (and throws without a GPU). Without the
 // CUDA build, and for "npu" always, resolving a table throws at once (check_device). A user registers an own kernel with Registry::global().add(...) and selects it
@@ -102,7 +103,8 @@ bool device_built(const std::string& device);
 void check_kernel_set(const std::string& set);
 
 /// Ops whose implementation the mixed precision "bf16" replaces: linear, gate_up_swiglu,
-/// linear_cross_entropy, grouped_linear (every GEMM of the step).
+/// linear_cross_entropy, grouped_linear (every GEMM of the step), and the backward of attention and
+/// attention_block (their tile products).
 const std::vector<std::string>& mixed_precision_ops();
 
 /// Throws twinkle::Error naming the option unless mp is "fp32" or "bf16".

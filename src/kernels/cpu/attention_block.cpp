@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "twinkle/core/dtype.h"
 #include "twinkle/core/error.h"
 #include "twinkle/kernels/cpu/vmath.h"
 
@@ -319,13 +320,34 @@ void attention_softmax_delta(const float* out, const float* dout, float* delta, 
   }
 }
 
-void attention_block_backward(const float* q, const int32_t* q_seg, const int32_t* q_pos, int64_t Tq, const float* k,
-                              const float* v, const int32_t* k_seg, const int32_t* k_pos, int64_t Tk, const float* lse,
-                              const float* delta, const float* dout, float* dq, float* dk, float* dv, int64_t Hq,
-                              int64_t Hkv, int64_t D, float scale, int64_t window) {
-  validate("attention_block_backward", Tq, Tk, Hq, Hkv, D);
-  check(window >= 0, "attention_block_backward: window must be >= 0, got " + std::to_string(window));
+namespace {
+
+inline float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+// dst[i] = x[i] rounded to bf16 (held in fp32) for i < n, in grow-only per-thread scratch.
+const float* rounded_copy(std::vector<float>& buf, const float* x, int64_t n) {
+  float* d = scratch(buf, static_cast<size_t>(n));
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) d[i] = round_bf16(x[i]);
+  return d;
+}
+
+// The block backward; BF: the "bf16" set's roundings (attention_block_backward_bf16).
+template <bool BF>
+void block_backward(const char* fn, const float* q, const int32_t* q_seg, const int32_t* q_pos, int64_t Tq,
+                    const float* k, const float* v, const int32_t* k_seg, const int32_t* k_pos, int64_t Tk,
+                    const float* lse, const float* delta, const float* dout, float* dq, float* dk, float* dv,
+                    int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window) {
+  validate(fn, Tq, Tk, Hq, Hkv, D);
+  check(window >= 0, std::string(fn) + ": window must be >= 0, got " + std::to_string(window));
   if (Tq == 0 || Tk == 0) return;
+  if constexpr (BF) {  // every operand of a tile product that is an input: rounded once
+    static thread_local std::vector<float> q_buf, k_buf, v_buf, do_buf;
+    q = rounded_copy(q_buf, q, Tq * Hq * D);
+    dout = rounded_copy(do_buf, dout, Tq * Hq * D);
+    k = rounded_copy(k_buf, k, Tk * Hkv * D);
+    v = rounded_copy(v_buf, v, Tk * Hkv * D);
+  }
   const int64_t g = Hq / Hkv;
   const int64_t ldk = (Tk + kBK - 1) / kBK * kBK;
   static thread_local std::vector<float> kt_buf, vt_buf;
@@ -355,6 +377,12 @@ void attention_block_backward(const float* q, const int32_t* q_seg, const int32_
       for (int64_t j = 0; j < kBK; ++j) {
         p[j] = vmath::exp(p[j] - L);  // -inf -> 0
         ds[j] = p[j] * (ds[j] - dl);
+      }
+      if constexpr (BF) {  // P and dS as operands of dV, dK, dQ (dS was formed from the fp32 P)
+        for (int64_t j = 0; j < kBK; ++j) {
+          p[j] = round_bf16(p[j]);
+          ds[j] = round_bf16(ds[j]);
+        }
       }
     }
   };
@@ -466,6 +494,25 @@ void attention_block_backward(const float* q, const int32_t* q_seg, const int32_
         }
       }
     }
+}
+
+}  // namespace
+
+void attention_block_backward(const float* q, const int32_t* q_seg, const int32_t* q_pos, int64_t Tq, const float* k,
+                              const float* v, const int32_t* k_seg, const int32_t* k_pos, int64_t Tk, const float* lse,
+                              const float* delta, const float* dout, float* dq, float* dk, float* dv, int64_t Hq,
+                              int64_t Hkv, int64_t D, float scale, int64_t window) {
+  block_backward<false>("attention_block_backward", q, q_seg, q_pos, Tq, k, v, k_seg, k_pos, Tk, lse, delta, dout, dq,
+                        dk, dv, Hq, Hkv, D, scale, window);
+}
+
+void attention_block_backward_bf16(const float* q, const int32_t* q_seg, const int32_t* q_pos, int64_t Tq,
+                                   const float* k, const float* v, const int32_t* k_seg, const int32_t* k_pos,
+                                   int64_t Tk, const float* lse, const float* delta, const float* dout, float* dq,
+                                   float* dk, float* dv, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                                   int64_t window) {
+  block_backward<true>("attention_block_backward_bf16", q, q_seg, q_pos, Tq, k, v, k_seg, k_pos, Tk, lse, delta, dout,
+                       dq, dk, dv, Hq, Hkv, D, scale, window);
 }
 
 }  // namespace twinkle::kernels::cpu

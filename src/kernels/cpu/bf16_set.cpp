@@ -8,6 +8,7 @@
 
 #include "twinkle/core/error.h"
 #include "twinkle/kernels/cpu/attention.h"
+#include "twinkle/kernels/cpu/attention_block.h"
 #include "twinkle/kernels/cpu/attention_bf16.h"
 #include "twinkle/kernels/cpu/bf16_ops.h"
 #include "twinkle/kernels/cpu/cross_entropy.h"
@@ -143,6 +144,9 @@ void register_bf16_kernels(Registry& r) {
   r.add(dev, name, LinearCrossEntropyOp{linear_cross_entropy_bf16});
   r.add(dev, name, GroupedLinearOp{grouped_linear_forward_bf16, grouped_linear_backward_bf16});
   r.add(dev, name, AttentionOp{flash_attention_forward, flash_attention_backward_bf16});
+  // ring attention's block backward rounds at the same points (context parallelism in bf16)
+  r.add(dev, name, AttentionBlockOp{attention_block_forward, attention_block_backward_bf16, attention_lse_merge,
+                                    attention_softmax_delta});
 }
 
 }  // namespace twinkle::kernels::cpu

@@ -10,10 +10,14 @@
 // streams the other operand's rows from global memory (no shared-memory tiles yet: the ring's blocks are
 // a context-parallel run's inner step, where the K/V exchange and the flash kernel's tiling — attention.cu —
 // are the next speed step). The forward runs two passes over the visible keys (the row maximum, then the
-// exponentials and P V), so the output needs no rescaling. fp32 throughout.
+// exponentials and P V), so the output needs no rescaling. fp32 throughout, except the "bf16" set's
+// backward (attention_block_backward_bf16): the operands of its products rounded to bf16 at the points of
+// twinkle/kernels/cpu/attention_block.h's attention_block_backward_bf16 (q, k, v, dO as read; P after its exp
+// and dS after its fp32 math, dS formed from the fp32 P), the products and sums fp32.
 #include <cmath>
 #include <string>
 
+#include "bf16.h"
 #include "cuda_common.h"
 #include "ops_cuda.h"
 #include "twinkle/core/error.h"
@@ -38,6 +42,19 @@ __device__ __forceinline__ bool sees(int32_t qs, int32_t qp, int32_t ks, int32_t
 __device__ __forceinline__ float dot_row(const float* a, const float* b, int64_t D) {
   float s = 0.0f;
   for (int64_t d = 0; d < D; ++d) s += a[d] * b[d];
+  return s;
+}
+
+// x, or x rounded to bf16 (BF: the "bf16" set's backward)
+template <bool BF> __device__ __forceinline__ float rnd(float x) {
+  if constexpr (BF) return bf16_round(x);
+  return x;
+}
+
+// sum_d rnd(a[d]) * rnd(b[d]) in fp32
+template <bool BF> __device__ __forceinline__ float dot_rnd(const float* a, const float* b, int64_t D) {
+  float s = 0.0f;
+  for (int64_t d = 0; d < D; ++d) s += rnd<BF>(a[d]) * rnd<BF>(b[d]);
   return s;
 }
 
@@ -76,6 +93,7 @@ __global__ void k_block_fwd(const float* __restrict__ q, const int32_t* __restri
 }
 
 // One thread per (query row i, head h): dq += scale * sum_j dS_ij k_j.
+template <bool BF>
 __global__ void k_block_dq(const float* __restrict__ q, const int32_t* __restrict__ q_seg,
                            const int32_t* __restrict__ q_pos, int64_t Tq, const float* __restrict__ k,
                            const float* __restrict__ v, const int32_t* __restrict__ k_seg,
@@ -93,14 +111,15 @@ __global__ void k_block_dq(const float* __restrict__ q, const int32_t* __restric
     for (int64_t j = 0; j < Tk; ++j) {
       if (!sees(q_seg[i], q_pos[i], k_seg[j], k_pos[j], window)) continue;
       const float* kj = k + (j * Hkv + hk) * D;
-      const float p = expf(scale * dot_row(qi, kj, D) - lse[r]);
-      const float ds = p * (dot_row(gi, v + (j * Hkv + hk) * D, D) - delta[r]);
-      for (int64_t d = 0; d < D; ++d) dqi[d] += scale * ds * kj[d];
+      const float p = expf(scale * dot_rnd<BF>(qi, kj, D) - lse[r]);
+      const float ds = rnd<BF>(p * (dot_rnd<BF>(gi, v + (j * Hkv + hk) * D, D) - delta[r]));
+      for (int64_t d = 0; d < D; ++d) dqi[d] += scale * ds * rnd<BF>(kj[d]);
     }
   }
 }
 
 // One thread per (key row j, kv head hk): dv += sum P^T dO, dk += scale * sum dS^T q over the group's heads.
+template <bool BF>
 __global__ void k_block_dkv(const float* __restrict__ q, const int32_t* __restrict__ q_seg,
                             const int32_t* __restrict__ q_pos, int64_t Tq, const float* __restrict__ k,
                             const float* __restrict__ v, const int32_t* __restrict__ k_seg,
@@ -121,11 +140,12 @@ __global__ void k_block_dkv(const float* __restrict__ q, const int32_t* __restri
         const int64_t r = i * Hq + h;
         const float* qi = q + r * D;
         const float* gi = dout + r * D;
-        const float p = expf(scale * dot_row(qi, kj, D) - lse[r]);
-        const float ds = p * (dot_row(gi, vj, D) - delta[r]);
+        const float p = expf(scale * dot_rnd<BF>(qi, kj, D) - lse[r]);
+        const float ds = rnd<BF>(p * (dot_rnd<BF>(gi, vj, D) - delta[r]));
+        const float pr = rnd<BF>(p);
         for (int64_t d = 0; d < D; ++d) {
-          dvj[d] += p * gi[d];
-          dkj[d] += scale * ds * qi[d];
+          dvj[d] += pr * rnd<BF>(gi[d]);
+          dkj[d] += scale * ds * rnd<BF>(qi[d]);
         }
       }
   }
@@ -173,18 +193,40 @@ void attention_block_forward(const float* q, const int32_t* q_seg, const int32_t
   TWINKLE_CUDA_LAUNCHED("attention block forward");
 }
 
+namespace {
+
+template <bool BF>
+void block_backward(const char* fn, const float* q, const int32_t* q_seg, const int32_t* q_pos, int64_t Tq,
+                    const float* k, const float* v, const int32_t* k_seg, const int32_t* k_pos, int64_t Tk,
+                    const float* lse, const float* delta, const float* dout, float* dq, float* dk, float* dv,
+                    int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window) {
+  check_block_args(fn, Tq, Tk, Hq, Hkv, D, window);
+  if (Tq == 0 || Tk == 0) return;
+  TWINKLE_LAUNCH(k_block_dq<BF>, grid_stride_blocks(Tq * Hq, kThreads), kThreads, 0, q, q_seg, q_pos, Tq, k, v, k_seg,
+                 k_pos, Tk, lse, delta, dout, dq, Hq, Hkv, D, scale, window);
+  TWINKLE_CUDA_LAUNCHED("attention block backward dq");
+  TWINKLE_LAUNCH(k_block_dkv<BF>, grid_stride_blocks(Tk * Hkv, kThreads), kThreads, 0, q, q_seg, q_pos, Tq, k, v,
+                 k_seg, k_pos, Tk, lse, delta, dout, dk, dv, Hq, Hkv, D, scale, window);
+  TWINKLE_CUDA_LAUNCHED("attention block backward dk dv");
+}
+
+}  // namespace
+
 void attention_block_backward(const float* q, const int32_t* q_seg, const int32_t* q_pos, int64_t Tq, const float* k,
                               const float* v, const int32_t* k_seg, const int32_t* k_pos, int64_t Tk, const float* lse,
                               const float* delta, const float* dout, float* dq, float* dk, float* dv, int64_t Hq,
                               int64_t Hkv, int64_t D, float scale, int64_t window) {
-  check_block_args("attention_block_backward", Tq, Tk, Hq, Hkv, D, window);
-  if (Tq == 0 || Tk == 0) return;
-  TWINKLE_LAUNCH(k_block_dq, grid_stride_blocks(Tq * Hq, kThreads), kThreads, 0, q, q_seg, q_pos, Tq, k, v, k_seg,
-                 k_pos, Tk, lse, delta, dout, dq, Hq, Hkv, D, scale, window);
-  TWINKLE_CUDA_LAUNCHED("attention block backward dq");
-  TWINKLE_LAUNCH(k_block_dkv, grid_stride_blocks(Tk * Hkv, kThreads), kThreads, 0, q, q_seg, q_pos, Tq, k, v, k_seg,
-                 k_pos, Tk, lse, delta, dout, dk, dv, Hq, Hkv, D, scale, window);
-  TWINKLE_CUDA_LAUNCHED("attention block backward dk dv");
+  block_backward<false>("attention_block_backward", q, q_seg, q_pos, Tq, k, v, k_seg, k_pos, Tk, lse, delta, dout, dq,
+                        dk, dv, Hq, Hkv, D, scale, window);
+}
+
+void attention_block_backward_bf16(const float* q, const int32_t* q_seg, const int32_t* q_pos, int64_t Tq,
+                                   const float* k, const float* v, const int32_t* k_seg, const int32_t* k_pos,
+                                   int64_t Tk, const float* lse, const float* delta, const float* dout, float* dq,
+                                   float* dk, float* dv, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                                   int64_t window) {
+  block_backward<true>("attention_block_backward_bf16", q, q_seg, q_pos, Tq, k, v, k_seg, k_pos, Tk, lse, delta, dout,
+                       dq, dk, dv, Hq, Hkv, D, scale, window);
 }
 
 void attention_lse_merge(float* out, float* lse, const float* out_b, const float* lse_b, int64_t T, int64_t H,

@@ -38,6 +38,11 @@ double linear_cross_entropy_bf16(const float* X, const float* W, const int32_t* 
 void attention_backward_bf16(const float* q, const float* k, const float* v, const float* out, const float* lse,
                              const float* dout, float* dq, float* dk, float* dv, const int32_t* cu_seqlens,
                              int64_t n_seqs, int64_t Hq, int64_t Hkv, int64_t D, float scale, int64_t window);
+void attention_block_backward_bf16(const float* q, const int32_t* q_seg, const int32_t* q_pos, int64_t Tq,
+                                   const float* k, const float* v, const int32_t* k_seg, const int32_t* k_pos,
+                                   int64_t Tk, const float* lse, const float* delta, const float* dout, float* dq,
+                                   float* dk, float* dv, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                                   int64_t window);
 
 // CUDA-only helpers shared between files.
 // gemm.cpp

@@ -43,6 +43,8 @@ std::vector<kernels::OpImpl> bf16_kernels() {
       GateUpSwigluOp{ops::gate_up_swiglu_forward_bf16, ops::gate_up_swiglu_backward_bf16, true},
       LinearCrossEntropyOp{ops::linear_cross_entropy_bf16},
       AttentionOp{ops::attention_forward, ops::attention_backward_bf16},  // fp32 forward, as the CPU set
+      AttentionBlockOp{ops::attention_block_forward, ops::attention_block_backward_bf16, ops::attention_lse_merge,
+                       ops::attention_softmax_delta},
   };
 }
 

@@ -873,6 +873,23 @@ TEST(CudaBf16Set, RoundsWhereTheCpuSetRounds) {
                            dv.data(), cu.data(), 2, Hq, Hkv, D, scale, 0);
       return Outputs{{"dq", dq}, {"dk", dk}, {"dv", dv}};
     });
+    // ring attention's block op: the same tokens as one query block against one key block (positions
+    // within each segment), its bf16 backward with the flash forward's lse
+    std::vector<int32_t> seg(T), pos(T);
+    for (int s = 0; s < 2; ++s)
+      for (int32_t t = cu[s]; t < cu[s + 1]; ++t) {
+        seg[t] = s;
+        pos[t] = t - cu[s];
+      }
+    std::vector<float> delta(T * Hq);
+    resolve_kernels("cpu", "fused").attention_block.softmax_delta(out.data(), dout.data(), delta.data(), T, Hq, D);
+    same_rounding("attention_block", [&](const KernelTable& t) {
+      std::vector<float> dq(T * Hq * D, 0.0f), dk(T * Hkv * D, 0.0f), dv(T * Hkv * D, 0.0f);
+      t.attention_block.backward(q.data(), seg.data(), pos.data(), T, k.data(), v.data(), seg.data(), pos.data(), T,
+                                 lse.data(), delta.data(), dout.data(), dq.data(), dk.data(), dv.data(), Hq, Hkv, D,
+                                 scale, 0);
+      return Outputs{{"dq", dq}, {"dk", dk}, {"dv", dv}};
+    });
   }
 }
 

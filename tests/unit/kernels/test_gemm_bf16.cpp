@@ -21,6 +21,7 @@
 #include "twinkle/core/error.h"
 #include "twinkle/kernels/cpu/attention.h"
 #include "twinkle/kernels/cpu/attention_bf16.h"
+#include "twinkle/kernels/cpu/attention_block.h"
 #include "twinkle/kernels/cpu/bf16_ops.h"
 #include "twinkle/kernels/cpu/gemm_bf16.h"
 #include "twinkle/kernels/cpu/linear_cross_entropy.h"
@@ -353,6 +354,53 @@ TEST(GemmBf16, Bf16AttentionBackwardDiffersFromFp32ByBf16Rounding) {
   band(dv16, dv32, "dv");
   for (int64_t i = 0; i < 3 * Hq * D; ++i) ASSERT_EQ(dq16[i], 0.0f) << "rows before cu_seqlens[0] are zero";
   for (int64_t i = 0; i < 3 * Hkv * D; ++i) ASSERT_EQ(dk16[i], 0.0f) << "rows before cu_seqlens[0] are zero";
+}
+
+// Ring attention in bf16 must round where the one-process bf16 run rounds: the bf16 block backward
+// (attention_block_backward_bf16) over one block holding every key equals the bf16 flash backward up to
+// fp32 summation order, while the fp32 block backward is a bf16 rounding away from it (so the check can
+// fail: a block backward that skips a rounding, or rounds elsewhere, lands near the fp32 one). Measured:
+// dv 3e-7, dq 2.1e-4 and dk 1.1e-4 (an fp32 difference in dP - delta flips single roundings of dS) against
+// 4.6e-3 to 7.6e-3 for the fp32 block backward; the bound 1e-3 sits between.
+TEST(GemmBf16, Bf16BlockBackwardRoundsWhereTheFlashBf16BackwardRounds) {
+  const int64_t Hq = 4, Hkv = 2, D = 40, T = 77 + 130 + 1;
+  const std::vector<int32_t> cu = {0, 77, 207, 208};
+  std::vector<int32_t> seg(T), pos(T);
+  for (int s = 0; s < 3; ++s)
+    for (int32_t t = cu[s]; t < cu[s + 1]; ++t) {
+      seg[t] = s;
+      pos[t] = t - cu[s];
+    }
+  auto q = randn(T * Hq * D, 41), k = randn(T * Hkv * D, 42), v = randn(T * Hkv * D, 43), dout = randn(T * Hq * D, 44);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  std::vector<float> o(q.size()), l(static_cast<size_t>(T * Hq)), delta(static_cast<size_t>(T * Hq));
+  flash_attention_forward(q.data(), k.data(), v.data(), o.data(), l.data(), cu.data(), 3, Hq, Hkv, D, scale);
+  attention_softmax_delta(o.data(), dout.data(), delta.data(), T, Hq, D);
+  std::vector<float> fq(q.size()), fk(k.size()), fv(v.size());
+  flash_attention_backward_bf16(q.data(), k.data(), v.data(), o.data(), l.data(), dout.data(), fq.data(), fk.data(),
+                                fv.data(), cu.data(), 3, Hq, Hkv, D, scale);
+  auto block = [&](bool bf16, std::vector<float>& dq, std::vector<float>& dk, std::vector<float>& dv) {
+    dq.assign(q.size(), 0.0f);
+    dk.assign(k.size(), 0.0f);
+    dv.assign(v.size(), 0.0f);
+    (bf16 ? attention_block_backward_bf16 : attention_block_backward)(
+        q.data(), seg.data(), pos.data(), T, k.data(), v.data(), seg.data(), pos.data(), T, l.data(), delta.data(),
+        dout.data(), dq.data(), dk.data(), dv.data(), Hq, Hkv, D, scale, 0);
+  };
+  std::vector<float> bq, bk, bv, cq, ck, cv;
+  block(true, bq, bk, bv);
+  block(false, cq, ck, cv);
+  const auto rel = [](const std::vector<float>& got, const std::vector<float>& ref) {
+    return rel_err(got, std::vector<double>(ref.begin(), ref.end()));
+  };
+  const char* names[3] = {"dq", "dk", "dv"};
+  const std::vector<float>* b16[3] = {&bq, &bk, &bv};
+  const std::vector<float>* b32[3] = {&cq, &ck, &cv};
+  const std::vector<float>* f16[3] = {&fq, &fk, &fv};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_LT(rel(*b16[i], *f16[i]), 1e-3) << names[i] << ": the bf16 block backward rounds elsewhere";
+    EXPECT_GT(rel(*b32[i], *f16[i]), 1.0 / 4096) << names[i] << ": fp32 is as close: the check cannot fail";
+  }
 }
 
 TEST(GemmBf16, MixedPrecisionTableSwapsOnlyTheGemmOps) {

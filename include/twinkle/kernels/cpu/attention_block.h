@@ -54,4 +54,15 @@ void attention_block_backward(const float* q, const int32_t* q_seg, const int32_
                               const float* delta, const float* dout, float* dq, float* dk, float* dv, int64_t Hq,
                               int64_t Hkv, int64_t D, float scale, int64_t window = 0);
 
+/// The "bf16" kernel set's block backward (mixed precision): attention_block_backward's contract with the
+/// operands of its five tile products rounded to bf16 (round to nearest even) at the points of
+/// flash_attention_backward_bf16 (twinkle/kernels/cpu/attention_bf16.h): q, k, v and dout as read, P after
+/// its fp32 exp and dS after its fp32 math (dS is formed from the fp32 P); products and sums fp32. So a
+/// context-parallel run (ring attention over blocks) rounds where a one-process bf16 run does. Same errors.
+void attention_block_backward_bf16(const float* q, const int32_t* q_seg, const int32_t* q_pos, int64_t Tq,
+                                   const float* k, const float* v, const int32_t* k_seg, const int32_t* k_pos,
+                                   int64_t Tk, const float* lse, const float* delta, const float* dout, float* dq,
+                                   float* dk, float* dv, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                                   int64_t window = 0);
+
 }  // namespace twinkle::kernels::cpu

@@ -34,7 +34,8 @@ std::vector<kernels::OpImpl> fused_kernels();
 /// gradients' accumulation stay fp32, the GEMM outputs are not rounded. attention keeps the fp32 forward
 /// and runs the backward's five tile products (q.k, dO.v, P^T dO, dS^T q, dS k) on bf16-rounded operands
 /// with fp32 sums, on the fp32 CUDA cores (the same kernels as the fp32 backward, operands rounded as
-/// they are loaded; no tensor-core attention yet). Scratch: the bf16 copies of a GEMM's operands
+/// they are loaded; no tensor-core attention yet); attention_block (ring attention's block op) likewise
+/// (twinkle/kernels/cpu/attention_block.h attention_block_backward_bf16). Scratch: the bf16 copies of a GEMM's operands
 /// (2 bytes per element) from the caching allocator, returned when the op returns.
 std::vector<kernels::OpImpl> bf16_kernels();
 
