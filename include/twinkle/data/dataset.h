@@ -11,6 +11,9 @@
 //   .json   one JSON array of objects (the line of each element's first character is used)
 //   .csv    header row then records; RFC 4180 quoting ("" escapes, quoted newlines);
 //           every value is a string; a record with a different field count is an error
+//   .parquet  row groups through Apache Arrow C++ (twinkle/data/parquet.h: the value of each Arrow
+//           type as datasets gives it; "<file>:<n>" names the 1-based row n); refused naming
+//           what to install in a build without parquet support
 // A UTF-8 BOM at the start of a file is skipped. Invalid UTF-8 is an error (with the
 // byte column), never silently replaced.
 #pragma once
@@ -149,7 +152,9 @@ class Dataset {
 /// twinkle::Error("<path>:<line>: ...") unless `skip_bad`, in which case they are
 /// counted in LoadedRows::bad (with a warning on stderr for the first few). A CSV
 /// quoted field that is never closed is always an error (the rest cannot be parsed).
-/// A .json file whose first character is '{' is read as JSON Lines.
+/// A .json file whose first character is '{' is read as JSON Lines; a .parquet file's rows are
+/// numbered 1.. in `lines` (read_parquet_rows, twinkle/data/parquet.h), and a string that is not
+/// UTF-8 is its row's error; a corrupt or truncated parquet file is always an error.
 struct LoadedRows {
   std::vector<json> rows;
   std::vector<int64_t> lines;

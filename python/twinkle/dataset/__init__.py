@@ -14,7 +14,7 @@ __all__ = ['Dataset', 'DatasetMeta']
 
 @dataclass
 class DatasetMeta:
-    """dataset_id: local .jsonl/.json/.csv file or directory, or a hub id (ms://owner/name,
+    """dataset_id: local .jsonl/.json/.csv/.parquet file or directory, or a hub id (ms://owner/name,
     hf://owner/name, owner/name; resolved offline from the local caches, see twinkle/data/hub.h).
     data_slice: any iterable of row indices (range(256)); indices past the end wrap around.
     data: in-memory rows (list of dicts) instead of an id."""
