@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -50,6 +51,14 @@ class Dataset {
   /// A dataset from in-memory rows (each must be an object); rows are named
   /// "<name>:<i+1>". Throws twinkle::Error on a non-object or an empty list.
   static Dataset from_rows(std::vector<json> rows, const std::string& name = "<memory>");
+
+  /// The rows order[k] = (part index, row index) of `parts`, in that order (repeats allowed), each
+  /// keeping its "<file>:<line>" name; bad_rows / deleted_rows summed over the parts, skip_bad_rows
+  /// of the first part; id `id`. What mix_datasets (twinkle/data/mixture.h) builds. Throws
+  /// twinkle::Error when a part is encoded (mix before encode), a pair is out of range, or the
+  /// order is empty.
+  static Dataset from_parts(const std::vector<const Dataset*>& parts,
+                            const std::vector<std::pair<int32_t, int64_t>>& order, const std::string& id);
 
   /// Number of rows (after slice/map/filter; before encoding splits/deletes rows).
   int64_t size() const { return static_cast<int64_t>(rows_.size()); }
