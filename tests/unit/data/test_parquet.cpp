@@ -22,6 +22,24 @@ using namespace twinkle;
 
 namespace {
 
+#ifndef TWINKLE_TEST_PARQUET_ON
+// A build without parquet support (TWINKLE_PARQUET=OFF or no pyarrow; tests/dataset_mix.cmake sets
+// TWINKLE_TEST_PARQUET_ON when it has it): a parquet file is refused naming the file and what to install.
+TEST(ParquetOff, RefusedNamingTheFileAndWhatToInstall) {
+  EXPECT_FALSE(parquet_supported());
+  try {
+    load_rows("/nonexistent/x.parquet");
+    ADD_FAILURE() << "a parquet file was not refused";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("/nonexistent/x.parquet: cannot read parquet: this twinkle was built without parquet support: "
+                     "install pyarrow"),
+              std::string::npos)
+        << m;
+  }
+}
+#else
+
 std::string fixture(const std::string& name) { return std::string(TWINKLE_SOURCE_DIR) + "/tests/data/datasets/" + name; }
 
 json read_json(const std::string& p) {
@@ -227,5 +245,7 @@ TEST_F(ParquetReference, TruncatedCorruptAndHostileFilesAreRefusedNamingTheFile)
         << e.what();
   }
 }
+
+#endif
 
 }  // namespace
