@@ -8,7 +8,8 @@ twinkle/data/mixture.h), shuffled with --seed, 16 rows: batches of 4, 6 steps cr
   1. the run logs "dataset: 16 rows" (B#6 honoured), and B#5 gives 15 rows and another loss curve;
   2. resume: steps 4-6 of a run resumed from checkpoint-step-3 equal the uninterrupted run's bit for
      bit (loss, grad norm, lr): the mixture is rebuilt identically and its data position restored;
-  3. layout: the same command on dp 2 (twinkle-run, 2 ranks) gives every step's loss and grad norm
+  3. --data-slice, a bad --dataset-mix and a --self-cognition no dataset can take are refused by name;
+  4. layout: the same command on dp 2 (twinkle-run, 2 ranks) gives every step's loss and grad norm
      within 1e-6 relative of one process (the same global batches on every dp size).
 The order itself is checked against hand-computed orders in tests/unit/data/test_mixture.cpp.
 usage: check_dataset_mix.py --build BUILD   (the project environment's python: pyarrow)
@@ -91,6 +92,17 @@ def main():
                 print(f"resumed step {s} {k}: {R[s][k]!r} vs {U[s][k]!r}")
                 if R[s][k] != U[s][k]:
                     failures.append(f"resumed step {s}: {k} {R[s][k]!r} != uninterrupted {U[s][k]!r}")
+
+        # refusals before any training, naming the option
+        model = os.path.join(ROOT, "models", "qwen3-tiny")
+        for extra, want in ((["--data-slice", "0:4"], "--data-slice selects rows of one dataset"),
+                            (["--dataset-mix", "zip"], "--dataset-mix 'zip': expected concat, shuffle or interleave"),
+                            (["--self-cognition", "N,A"], "--self-cognition: none of the datasets has query/response")):
+            r = run_any([twinkle, "train", "--model", model, "--dataset", rows_a, rows_b + "#6", "--max-steps", "1",
+                         "--output-dir", os.path.join(tmp, "refused")] + extra)
+            if r.returncode == 0 or want not in r.stdout:
+                failures.append(f"{' '.join(extra)}: expected a refusal with '{want}', got rc {r.returncode}: "
+                                f"{r.stdout.strip().splitlines()[-1:]}")
 
         D, _, _ = train("dp2", "#6", ["--dp", "2", "--no-save"], np_=2)
         for s in range(1, 7):

@@ -66,6 +66,7 @@ Dataset load_encoded_mixture(const CLI::App& app, const DatasetArgs& a, const st
         "--data-slice selects rows of one dataset; with several datasets or ID#N give each its own #N instead");
   std::vector<Dataset> parts;
   int pretok = -1, chat = -1;
+  bool self_cognition_used = false;
   for (size_t i = 0; i < specs.size(); ++i) {
     DatasetMeta meta(specs[i].id);
     meta.skip_bad_rows = a.skip_bad_rows;
@@ -77,6 +78,7 @@ Dataset load_encoded_mixture(const CLI::App& app, const DatasetArgs& a, const st
       if (!a.self_cognition.empty() && ds[0].contains("query") && ds[0].contains("response")) {
         const auto comma = a.self_cognition.find(',');
         ds.map(SelfCognitionProcessor(a.self_cognition.substr(0, comma), a.self_cognition.substr(comma + 1)));
+        self_cognition_used = true;
       } else if (ds[0].contains("instruction")) {
         ds.map(AlpacaPreprocessor());
       } else {
@@ -85,6 +87,8 @@ Dataset load_encoded_mixture(const CLI::App& app, const DatasetArgs& a, const st
     }
     parts.push_back(std::move(ds));
   }
+  check(a.self_cognition.empty() || self_cognition_used,
+        "--self-cognition: none of the datasets has query/response rows (self-cognition data) to apply it to");
   if (pretok >= 0 && chat >= 0)
     throw Error("--dataset: '" + specs[static_cast<size_t>(pretok)].id + "' holds pre-tokenized rows (input_ids) and '" +
                 specs[static_cast<size_t>(chat)].id +

@@ -47,7 +47,8 @@ TemplateOptions checked_template_options(const DatasetArgs& a, const std::string
 /// Several datasets, or one with #N / #R, are loaded and preprocessed one by one (each by its own
 /// columns: pre-tokenized, Alpaca, query/response with --self-cognition, else messages), mixed by
 /// --dataset-mix with `a.mix_seed` (mix_datasets, twinkle/data/mixture.h) and encoded together;
-/// --data-slice is then refused (one slice for several datasets; use #N), and so is a mixture of
+/// --data-slice is then refused (one slice for several datasets; use #N), --self-cognition when no
+/// dataset has query/response rows, and a mixture of
 /// pre-tokenized and message datasets (naming one of each). One plain dataset:
 /// pre-tokenized rows as they are (the template's options, given on `app`, are refused naming
 /// the option and the first row); else --self-cognition NAME,AUTHOR (SelfCognitionProcessor),
