@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 
 #include "permutation.h"
 #include "twinkle/core/error.h"
@@ -106,6 +107,33 @@ std::vector<std::pair<int32_t, int64_t>> mixture_order(const std::vector<int64_t
   for (size_t i = 0; i < sizes.size(); ++i)
     picked.push_back(sample_indices(sizes[i], counts[i], opts.sample_shuffle, splitmix64(opts.seed + 1 + i)));
   std::vector<std::pair<int32_t, int64_t>> order;
+  if (!opts.probabilities.empty()) {
+    check(opts.mode == MixMode::Interleave, "mixture: probabilities apply to interleave only (--dataset-mix interleave)");
+    check(opts.probabilities.size() == sizes.size(), "mixture: " + std::to_string(opts.probabilities.size()) +
+                                                         " probabilities for " + std::to_string(sizes.size()) +
+                                                         " datasets");
+    double total = 0;
+    for (double p : opts.probabilities) {
+      check(p >= 0 && std::isfinite(p), "mixture: probability " + std::to_string(p) + " is not a finite number >= 0");
+      total += p;
+    }
+    check(total > 0, "mixture: the probabilities are all 0");
+    std::vector<double> cum;
+    double acc = 0;
+    for (double p : opts.probabilities) cum.push_back(acc += p / total);
+    std::vector<size_t> next(picked.size(), 0);
+    for (const auto& p : picked)
+      if (p.empty()) return order;  // a dataset of no sampled row is exhausted from the start
+    std::mt19937_64 g(splitmix64(opts.seed + 0x1f));
+    while (true) {
+      const double u = static_cast<double>(g() >> 11) * 0x1.0p-53;
+      size_t i = 0;
+      while (i + 1 < cum.size() && !(u < cum[i])) ++i;
+      while (opts.probabilities[i] == 0) --i;  // u at a boundary rounding: never a weight-0 dataset
+      order.emplace_back(static_cast<int32_t>(i), picked[i][next[i]]);
+      if (++next[i] == picked[i].size()) return order;
+    }
+  }
   if (opts.mode == MixMode::Interleave) {
     size_t shortest = picked.front().size();
     for (const auto& p : picked) shortest = std::min(shortest, p.size());

@@ -27,6 +27,10 @@ void add_dataset_options(CLI::App& app, DatasetArgs& a) {
                  "several datasets (or ID#N): shuffle (concatenate, then a seeded shuffle: ms-swift), concat "
                  "(Twinkle mix_dataset(interleave=False)), interleave (round robin until the shortest ends)")
       ->capture_default_str();
+  app.add_option("--interleave-prob", a.interleave_prob,
+                 "with --dataset-mix interleave: one weight per dataset, rows drawn by weight until one dataset "
+                 "ends (ms-swift --interleave_prob, datasets' interleave_datasets probabilities; default: none, "
+                 "round robin)");
 }
 
 CLI::Option* add_dataset_option(CLI::App& app, DatasetArgs& a) {
@@ -47,6 +51,10 @@ TemplateOptions checked_template_options(const DatasetArgs& a, const std::string
   if (!a.data_slice.empty()) (void)DataSlice::parse(a.data_slice);
   (void)parse_mix_mode(a.dataset_mix);
   for (const auto& d : a.dataset) (void)DatasetSpec::parse(d);
+  check(a.interleave_prob.empty() || (a.dataset_mix == "interleave" && a.interleave_prob.size() == a.dataset.size()),
+        "--interleave-prob: one weight per --dataset (" + std::to_string(a.dataset.size()) +
+            "), with --dataset-mix interleave; got " + std::to_string(a.interleave_prob.size()) + " with --dataset-mix " +
+            a.dataset_mix);
   const bool mixed = a.dataset.size() > 1 || (a.dataset.size() == 1 && DatasetSpec::parse(a.dataset[0]).id != a.dataset[0]);
   check(!(mixed && !a.data_slice.empty()),
         "--data-slice selects rows of one dataset; with several datasets or ID#N give each its own #N instead");
@@ -98,6 +106,7 @@ Dataset load_encoded_mixture(const CLI::App& app, const DatasetArgs& a, const st
   MixOptions mo;
   mo.mode = parse_mix_mode(a.dataset_mix);
   mo.seed = a.mix_seed;
+  mo.probabilities = a.interleave_prob;
   Dataset mix = mix_datasets(ptrs, specs, mo);
   if (pretok >= 0) {
     refuse_template_options(

@@ -21,6 +21,7 @@ struct DatasetArgs {
   /// hub id, each optionally with #N (rows) or #R (ratio), twinkle/data/mixture.h
   std::vector<std::string> dataset;
   std::string dataset_mix = "shuffle";  ///< --dataset-mix: concat | shuffle | interleave
+  std::vector<double> interleave_prob;  ///< --interleave-prob: one weight per dataset (interleave)
   uint64_t mix_seed = 42;        ///< the command's --seed (the mixture's sampling and shuffle)
   std::string templ;             ///< --template ("" = Template = qwen3)
   int64_t max_length = 8192;     ///< --max-length
@@ -32,7 +33,7 @@ struct DatasetArgs {
 };
 
 /// Registers --template, --max-length, --truncation, --ignore-empty-think, --data-slice,
-/// --self-cognition, --skip-bad-rows and --dataset-mix on `app` (--dataset is registered by the
+/// --self-cognition, --skip-bad-rows, --dataset-mix and --interleave-prob on `app` (--dataset is registered by the
 /// command, add_dataset_option).
 void add_dataset_options(CLI::App& app, DatasetArgs& a);
 

@@ -12,7 +12,8 @@
 //    preprocessed on its own (map with its DatasetMeta), then mixed: interleave=False is
 //    datasets.concatenate_datasets (rows of the first, then of the second, ...), interleave=True is
 //    datasets.interleave_datasets with its defaults (no probabilities, stopping_strategy
-//    "first_exhausted": one row of each dataset in turn, k · min(len) rows in all).
+//    "first_exhausted": one row of each dataset in turn, k · min(len) rows in all; with probabilities,
+//    MixOptions::probabilities).
 //  * ms-swift's default dataset_shuffle: the concatenation shuffled with the seed (MixMode::Shuffle).
 // The random numbers are twinkle's (std::mt19937_64 seeded through splitmix64, Fisher-Yates; the
 // DataLoader's permutation, src/data/permutation.h), not numpy's: the same seed gives the same rows
@@ -68,12 +69,19 @@ struct MixOptions {
   /// ms-swift's dataset_shuffle for the `#N` remainder rows (and MixMode::Shuffle's permutation
   /// stays on regardless).
   bool sample_shuffle = true;
+  /// Interleave only: datasets.interleave_datasets' `probabilities` (ms-swift --interleave_prob), one
+  /// weight >= 0 per dataset, normalised by their sum: each row comes from a dataset drawn with these
+  /// weights (std::mt19937_64 seeded with splitmix64(seed + 0x1f), a 53-bit uniform against the
+  /// cumulative weights), taking that dataset's next row; "first_exhausted": the order ends right after
+  /// some dataset's last row was taken. Empty = round robin.
+  std::vector<double> probabilities;
 };
 
 /// The mixed order: (dataset index, row index) pairs for datasets of `sizes[i]` rows from which
 /// `counts[i]` rows are sampled (sample_indices with seed splitmix64(seed + 1 + i)); Shuffle
 /// permutes the concatenation with seed splitmix64(seed). Throws twinkle::Error when the lists'
-/// lengths differ or are empty, or a size is < 1.
+/// lengths differ or are empty, a size is < 1, or probabilities are given for another mode, with
+/// another count than the datasets', negative, non-finite or all zero.
 std::vector<std::pair<int32_t, int64_t>> mixture_order(const std::vector<int64_t>& sizes,
                                                        const std::vector<int64_t>& counts, const MixOptions& opts);
 

@@ -124,6 +124,46 @@ TEST(MixtureOrder, ConcatInterleaveAndShuffleByHand) {
   EXPECT_NE(s7, mixture_order({30, 40}, {30, 40}, ordered(MixMode::Concat)));
 }
 
+// interleave_datasets(probabilities=..., stopping_strategy="first_exhausted"): rows drawn by weight,
+// each dataset's in order, the order ending right after some dataset's last row.
+TEST(MixtureOrder, InterleaveWithProbabilities) {
+  MixOptions o = ordered(MixMode::Interleave);
+  o.probabilities = {1, 0};
+  EXPECT_EQ(mixture_order({3, 4}, {3, 4}, o), (Order{{0, 0}, {0, 1}, {0, 2}}));
+  o.probabilities = {0, 2};
+  EXPECT_EQ(mixture_order({3, 4}, {3, 4}, o), (Order{{1, 0}, {1, 1}, {1, 2}, {1, 3}}));
+  o.probabilities = {0.5, 0.5};
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    o.seed = seed;
+    const Order a = mixture_order({20, 20}, {20, 20}, o);
+    EXPECT_EQ(a, mixture_order({20, 20}, {20, 20}, o));
+    int64_t next[2] = {0, 0};
+    for (const auto& [d, r] : a) EXPECT_EQ(r, next[d]++) << "seed " << seed;  // each dataset in order
+    EXPECT_TRUE(next[0] == 20 || next[1] == 20) << "seed " << seed;        // ends when one is exhausted
+    EXPECT_EQ(a.back().second, 19);
+    EXPECT_GT(std::min(next[0], next[1]), 0);
+  }
+  o.seed = 1;
+  const Order s1 = mixture_order({20, 20}, {20, 20}, o);
+  o.seed = 2;
+  EXPECT_NE(s1, mixture_order({20, 20}, {20, 20}, o));
+  // a 9:1 weighting takes about 9 rows of the first per row of the second
+  o.probabilities = {9, 1};
+  const Order w = mixture_order({2000, 2000}, {2000, 2000}, o);
+  int64_t firsts = std::count_if(w.begin(), w.end(), [](const auto& p) { return p.first == 0; });
+  EXPECT_EQ(firsts, 2000);
+  EXPECT_NEAR(static_cast<double>(w.size() - firsts) / static_cast<double>(w.size()), 0.1, 0.03);
+  for (const auto& bad : {std::vector<double>{1}, std::vector<double>{1, -1}, std::vector<double>{0, 0}})
+    EXPECT_NE(error_of([&] {
+                o.probabilities = bad;
+                mixture_order({3, 4}, {3, 4}, o);
+              }),
+              "");
+  MixOptions c = ordered(MixMode::Concat);
+  c.probabilities = {1, 1};
+  EXPECT_NE(error_of([&] { mixture_order({3, 4}, {3, 4}, c); }).find("interleave only"), std::string::npos);
+}
+
 TEST(MixDatasets, RowsKeepTheirNamesAndEachPartItsPreprocessor) {
   Dataset a = Dataset::from_rows({json{{"instruction", "i0"}, {"output", "o0"}}, json{{"instruction", "i1"}, {"output", "o1"}}},
                                  "alpaca.jsonl");
