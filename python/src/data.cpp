@@ -10,6 +10,7 @@
 #include "data_rows.h"
 #include "twinkle/data/dataloader.h"
 #include "twinkle/data/dataset.h"
+#include "twinkle/data/mixture.h"
 #include "twinkle/data/preprocessor.h"
 #include "twinkle/data/template.h"
 
@@ -114,6 +115,31 @@ void bind_data(py::module_& m) {
       .def(py::init<std::string>(), py::arg("default_system"));
   py::class_<AlpacaPreprocessor, Preprocessor, std::shared_ptr<AlpacaPreprocessor>>(m, "AlpacaPreprocessor")
       .def(py::init<std::string>(), py::arg("default_system"));
+
+  // twinkle/data/mixture.h: the datasets mixed in this order (counts[i] < 0 = every row of part i)
+  m.def(
+      "mix_datasets",
+      [](const std::vector<std::shared_ptr<Dataset>>& parts, const std::string& mode, uint64_t seed,
+         const std::vector<int64_t>& counts) {
+        std::shared_ptr<Dataset> out;
+        arg_check([&] {
+          std::vector<const Dataset*> ptrs;
+          std::vector<DatasetSpec> specs;
+          for (size_t i = 0; i < parts.size(); ++i) {
+            ptrs.push_back(parts[i].get());
+            DatasetSpec sp;
+            sp.id = parts[i]->id();
+            if (i < counts.size() && counts[i] >= 0) sp.count = counts[i];
+            specs.push_back(sp);
+          }
+          MixOptions mo;
+          mo.mode = parse_mix_mode(mode, "mix_dataset");
+          mo.seed = seed;
+          out = std::make_shared<Dataset>(mix_datasets(ptrs, specs, mo));
+        });
+        return out;
+      },
+      py::arg("parts"), py::arg("mode"), py::arg("seed"), py::arg("counts"));
 
   py::class_<Dataset, std::shared_ptr<Dataset>>(m, "Dataset")
       .def(py::init([](const std::string& id, std::optional<std::vector<int64_t>> slice, const std::string& subset,

@@ -9,20 +9,10 @@
 #include "twinkle/core/hash.h"
 #include "twinkle/core/option_check.h"
 #include "twinkle/data/dataset.h"
+#include "permutation.h"
 
 namespace twinkle {
 namespace {
-
-// Unbiased integer in [0, bound) from a 64-bit engine (rejection of the short tail);
-// defined here rather than std::uniform_int_distribution so the permutation is the
-// same with every standard library.
-uint64_t uniform_below(std::mt19937_64& g, uint64_t bound) {
-  const uint64_t threshold = (0 - bound) % bound;  // 2^64 mod bound
-  uint64_t x;
-  do x = g();
-  while (x < threshold);
-  return x % bound;
-}
 
 int64_t get_int(const nlohmann::json& j, const char* key) {
   auto it = j.find(key);
@@ -126,11 +116,7 @@ std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const {
   std::vector<int64_t> order(static_cast<size_t>(num_rows()));
   std::iota(order.begin(), order.end(), int64_t{0});
   if (!opts_.shuffle) return order;
-  std::mt19937_64 g(splitmix64(opts_.seed + static_cast<uint64_t>(epoch)));
-  for (size_t i = order.size(); i > 1; --i) {
-    size_t j = static_cast<size_t>(uniform_below(g, i));
-    std::swap(order[i - 1], order[j]);
-  }
+  detail::shuffle_seeded(order, splitmix64(opts_.seed + static_cast<uint64_t>(epoch)));
   return order;
 }
 

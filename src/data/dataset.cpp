@@ -58,6 +58,36 @@ Dataset Dataset::from_rows(std::vector<json> rows, const std::string& name) {
   return d;
 }
 
+Dataset Dataset::from_parts(const std::vector<const Dataset*>& parts,
+                            const std::vector<std::pair<int32_t, int64_t>>& order, const std::string& id) {
+  check(!parts.empty(), "Dataset::from_parts('" + id + "'): no dataset");
+  check(!order.empty(), "dataset '" + id + "' has no rows (the mixture selects none)");
+  Dataset d;
+  d.id_ = id;
+  d.skip_bad_rows_ = parts.front()->skip_bad_rows_;
+  std::vector<int32_t> file_base;
+  for (const Dataset* p : parts) {
+    check(p != nullptr, "Dataset::from_parts('" + id + "'): a null part");
+    check(p->encoded_ == nullptr, "dataset '" + p->id_ + "': mix datasets before encode() (the mixture is encoded once)");
+    file_base.push_back(static_cast<int32_t>(d.files_.size()));
+    d.files_.insert(d.files_.end(), p->files_.begin(), p->files_.end());
+    d.bad_rows_ += p->bad_rows_;
+    d.deleted_rows_ += p->deleted_rows_;
+  }
+  d.rows_.reserve(order.size());
+  d.sources_.reserve(order.size());
+  for (const auto& [pi, ri] : order) {
+    check(pi >= 0 && static_cast<size_t>(pi) < parts.size() && ri >= 0 && ri < parts[static_cast<size_t>(pi)]->size(),
+          "Dataset::from_parts('" + id + "'): row (" + std::to_string(pi) + ", " + std::to_string(ri) + ") out of range");
+    const Dataset& p = *parts[static_cast<size_t>(pi)];
+    d.rows_.push_back(p.rows_[static_cast<size_t>(ri)]);
+    Source s = p.sources_[static_cast<size_t>(ri)];
+    s.file += file_base[static_cast<size_t>(pi)];
+    d.sources_.push_back(s);
+  }
+  return d;
+}
+
 const json& Dataset::operator[](int64_t i) const {
   check(i >= 0 && i < size(), "dataset '" + id_ + "': row index " + std::to_string(i) + " out of range [0, " +
                                   std::to_string(size()) + ")");

@@ -10,6 +10,7 @@
 
 #include "twinkle/core/error.h"
 #include "twinkle/data/dataset.h"
+#include "twinkle/data/parquet.h"
 
 namespace twinkle {
 namespace {
@@ -345,8 +346,13 @@ LoadedRows load_rows(const std::string& path, bool skip_bad) {
   LoadedRows out;
   Sink sink{path, skip_bad, out};
   const std::string ext = lower_ext(path);
+  if (ext == ".parquet") {
+    read_parquet_rows(
+        path, [&](json&& j, int64_t n) { sink.row(std::move(j), n); }, [&](int64_t n, const std::string& m) { sink.bad(n, m); });
+    return out;
+  }
   if (ext != ".jsonl" && ext != ".json" && ext != ".csv")
-    throw Error(path + ": unsupported dataset file type '" + ext + "' (expected .jsonl, .json or .csv)");
+    throw Error(path + ": unsupported dataset file type '" + ext + "' (expected .jsonl, .json, .csv or .parquet)");
   const std::string text = read_file(path);
   if (ext == ".csv") {
     load_csv(text, sink);

@@ -176,7 +176,7 @@ std::vector<Candidate> hub_candidates(const HubId& id, bool dataset) {
 
 bool is_data_ext(const fs::path& p) {
   auto e = p.extension().string();
-  return e == ".jsonl" || e == ".json" || e == ".csv";
+  return e == ".jsonl" || e == ".json" || e == ".csv" || e == ".parquet";
 }
 
 // Files twinkle never reads as data, on top of datasets' FILES_TO_IGNORE (data_files.h): ModelScope
@@ -190,7 +190,10 @@ bool is_metadata(const fs::path& p) {
 bool readable(const fs::path& p) { return is_data_ext(p) && !is_metadata(p); }
 
 // The reader a data file goes to (.json and .jsonl are both the json loader's).
-std::string data_format(const fs::path& p) { return p.extension() == ".csv" ? "csv" : "json"; }
+std::string data_format(const fs::path& p) {
+  const auto e = p.extension();
+  return e == ".csv" ? "csv" : e == ".parquet" ? "parquet" : "json";
+}
 
 // Data files of directory `d` for subset/split (rules in hub.h and data_files.h), or throws Error
 // with `d` named.
@@ -208,7 +211,7 @@ std::vector<std::string> dir_data_files(const fs::path& d, const std::string& su
       for (const auto& f : fl) {
         if (readable(f)) any = true;
         const std::string e = fs::path(f).extension().string();
-        if ((e == ".parquet" || e == ".arrow") && unsupported.empty()) unsupported = f;
+        if (e == ".arrow" && unsupported.empty()) unsupported = f;
       }
     if (!any) continue;
     const auto it = L.files.find(split);
@@ -230,15 +233,15 @@ std::vector<std::string> dir_data_files(const fs::path& d, const std::string& su
       if (readable(f)) sel.push_back(f);
     for (const auto& f : it->second) {  // reading the split's other files alone would drop its rows silently
       const std::string e = fs::path(f).extension().string();
-      if ((e == ".parquet" || e == ".arrow") && !sel.empty())
+      if (e == ".arrow" && !sel.empty())
         throw Error("dataset directory '" + dir.string() + "': " + what + " holds " + f +
-                    " (parquet/arrow are not supported) next to .jsonl/.json/.csv files: convert it to jsonl, or "
+                    " (arrow files are not supported) next to .jsonl/.json/.csv/.parquet files: convert it, or "
                     "pass a file as the dataset path");
     }
     if (sel.empty())
       throw Error("dataset directory '" + dir.string() + "': the files of " + what + " (" + it->second.front() +
-                  (it->second.size() > 1 ? ", ..." : "") + ") are not .jsonl/.json/.csv data files" +
-                  (unsupported.empty() ? std::string() : " (parquet/arrow are not supported; convert to jsonl)"));
+                  (it->second.size() > 1 ? ", ..." : "") + ") are not .jsonl/.json/.csv/.parquet data files" +
+                  (unsupported.empty() ? std::string() : " (arrow files are not supported; convert to parquet or jsonl)"));
     for (const auto& f : sel)
       if (data_format(f) != data_format(sel.front()))
         throw Error("dataset directory '" + dir.string() + "': " + what + " mixes file formats (" +
@@ -246,8 +249,8 @@ std::vector<std::string> dir_data_files(const fs::path& d, const std::string& su
                     "); Hugging Face datasets reads one format per split: pass a file, or keep one format");
     return sel;
   }
-  std::string msg = "dataset directory '" + d.string() + "' has no .jsonl/.json/.csv data file for " + what;
-  if (!unsupported.empty()) msg += " (found " + unsupported + ": parquet/arrow are not supported; convert to jsonl)";
+  std::string msg = "dataset directory '" + d.string() + "' has no .jsonl/.json/.csv/.parquet data file for " + what;
+  if (!unsupported.empty()) msg += " (found " + unsupported + ": arrow files are not supported; convert to parquet or jsonl)";
   throw Error(msg);
 }
 

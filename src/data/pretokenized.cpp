@@ -29,7 +29,9 @@ EncodedRow pretokenized_row(const nlohmann::json& row, const std::string& where)
   check(is_pretokenized(row), where + ": missing field 'input_ids'");
   EncodedRow e;
   e.input_ids = token_ids_from_json(row["input_ids"], "input_ids", where);
-  e.labels = row.contains("labels") ? token_ids_from_json(row["labels"], "labels", where) : e.input_ids;
+  // a null "labels" is an absent one: a parquet column holds null in the rows that lack it (datasets' rule)
+  const bool labelled = row.contains("labels") && !row["labels"].is_null();
+  e.labels = labelled ? token_ids_from_json(row["labels"], "labels", where) : e.input_ids;
   check(!e.input_ids.empty(), where + ": empty 'input_ids'");
   check(e.labels.size() == e.input_ids.size(), where + ": 'labels' and 'input_ids' differ in length");
   e.length = static_cast<int64_t>(e.input_ids.size());

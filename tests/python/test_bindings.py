@@ -292,6 +292,36 @@ class DatasetTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             ds.map(42)
 
+    def test_add_dataset_map_each_and_mix(self):
+        # Twinkle's add_dataset / map(dataset_meta=) / mix_dataset(interleave=...): datasets'
+        # interleave_datasets docstring example [0, 10, 20, 1, 11, 21, 2, 12, 22]; concatenation in order;
+        # shuffle a seeded permutation of it (twinkle/data/mixture.h)
+        metas = [DatasetMeta('d%d' % k, data=[{'v': 10 * k + i} for i in range(n)])
+                 for k, n in ((0, 3), (1, 4), (2, 3))]
+
+        def build():
+            ds = Dataset(metas[0])
+            ds.add_dataset(metas[1])
+            ds.add_dataset(metas[2])
+            return ds
+        ds = build()
+        with self.assertRaisesRegex(ValueError, 'name one with dataset_meta'):
+            ds.map(lambda r: r)
+        with self.assertRaisesRegex(ValueError, 'call mix_dataset'):
+            ds.encode()
+        with self.assertRaisesRegex(ValueError, 'added already'):
+            ds.add_dataset(metas[1])
+        ds.map(lambda r: {'w': r['v'] + 100}, dataset_meta=metas[1])
+        ds.mix_dataset()
+        self.assertEqual([r['v'] for r in ds], [0, 10, 20, 1, 11, 21, 2, 12, 22])
+        self.assertEqual([r.get('w') for r in ds][:3], [None, 110, None])
+        cat = build().mix_dataset(interleave=False)
+        self.assertEqual([r['v'] for r in cat], [0, 1, 2, 10, 11, 12, 13, 20, 21, 22])
+        sh = [r['v'] for r in build().mix_dataset(interleave=False, shuffle=True, seed=3)]
+        self.assertEqual(sorted(sh), [0, 1, 2, 10, 11, 12, 13, 20, 21, 22])
+        self.assertNotEqual(sh, [0, 1, 2, 10, 11, 12, 13, 20, 21, 22])
+        self.assertEqual(sh, [r['v'] for r in build().mix_dataset(interleave=False, shuffle=True, seed=3)])
+
 
 class DataLoaderTest(unittest.TestCase):
 

@@ -34,8 +34,7 @@ int eval_main(int argc, char** argv) {
   int64_t batch_size = 8;
   app.add_option("--model", model, "model directory or hub id")->required();
   app.add_option("--adapter", adapter, "PEFT LoRA adapter directory to apply to the model (default: none)");
-  app.add_option("--dataset", data.dataset, "JSONL/JSON/CSV file, directory (its split's files as Hugging Face datasets picks them) or hub id")
-      ->required();
+  twinkle::cli::add_dataset_option(app, data)->required();
   app.add_option("--batch-size", batch_size, "rows per forward pass");
   twinkle::cli::add_dataset_options(app, data);
   app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")

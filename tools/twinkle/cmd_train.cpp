@@ -80,7 +80,7 @@ int train_main(int argc, char** argv) {
   int64_t save_interval = 0, keep_last = 0;
   bool save_optimizer = false;
   app.add_option("--model", model, "model directory or hub id (config.json [+ safetensors])")->required();
-  app.add_option("--dataset", data.dataset, "JSONL/JSON/CSV file, directory (its split's files as Hugging Face datasets picks them) or hub id")->required();
+  twinkle::cli::add_dataset_option(app, data)->required();
   app.add_option("--batch-size", batch_size, "global batch size (rows per step, >= 1, divisible by dp)");
   app.add_option("--micro-batch-size", mbs, "rows per micro-batch (>= 0; 0 = min(2, rows of the rank))");
   app.add_option("--max-steps", max_steps, "optimizer steps (>= 0; 0 = one epoch)");
@@ -254,6 +254,7 @@ int train_main(int argc, char** argv) {
   // ---- data ----
   const std::string config_path = (std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string();
   const twinkle::ModelConfig model_cfg = twinkle::load_model_config(config_path);
+  data.mix_seed = seed;
   twinkle::Dataset ds = twinkle::cli::load_encoded_dataset(app, data, to, model_cfg, config_path);
   const int64_t n_rows = static_cast<int64_t>(ds.encoded().size());
   log.info("dataset: " + std::to_string(n_rows) + " rows" +

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "twinkle/data/dataset.h"
 #include "twinkle/data/template.h"
@@ -16,7 +17,12 @@
 namespace twinkle::cli {
 
 struct DatasetArgs {
-  std::string dataset;           ///< --dataset: file, directory or hub id
+  /// --dataset (repeatable, or several values: ms-swift's `--dataset a b#1000`): file, directory or
+  /// hub id, each optionally with #N (rows) or #R (ratio), twinkle/data/mixture.h
+  std::vector<std::string> dataset;
+  std::string dataset_mix = "shuffle";  ///< --dataset-mix: concat | shuffle | interleave
+  std::vector<double> interleave_prob;  ///< --interleave-prob: one weight per dataset (interleave)
+  uint64_t mix_seed = 42;        ///< the command's --seed (the mixture's sampling and shuffle)
   std::string templ;             ///< --template ("" = Template = qwen3)
   int64_t max_length = 8192;     ///< --max-length
   std::string truncation = "raise";
@@ -27,14 +33,24 @@ struct DatasetArgs {
 };
 
 /// Registers --template, --max-length, --truncation, --ignore-empty-think, --data-slice,
-/// --self-cognition and --skip-bad-rows on `app` (--dataset is registered by the command).
+/// --self-cognition, --skip-bad-rows, --dataset-mix and --interleave-prob on `app` (--dataset is registered by the
+/// command, add_dataset_option).
 void add_dataset_options(CLI::App& app, DatasetArgs& a);
+
+/// Registers --dataset (one or more values, repeatable) on `app`; `required` for train.
+CLI::Option* add_dataset_option(CLI::App& app, DatasetArgs& a);
 
 /// The template options of `a` for `model_id`, validated (twinkle::validate; throws
 /// twinkle::Error naming the option). --data-slice is parsed too (DataSlice::parse's error).
 TemplateOptions checked_template_options(const DatasetArgs& a, const std::string& model_id);
 
-/// Loads `a.dataset` (data slice, skip-bad-rows) and encodes it as `twinkle train` trains it:
+/// Loads `a.dataset` (data slice, skip-bad-rows) and encodes it as `twinkle train` trains it.
+/// Several datasets, or one with #N / #R, are loaded and preprocessed one by one (each by its own
+/// columns: pre-tokenized, Alpaca, query/response with --self-cognition, else messages), mixed by
+/// --dataset-mix with `a.mix_seed` (mix_datasets, twinkle/data/mixture.h) and encoded together;
+/// --data-slice is then refused (one slice for several datasets; use #N), --self-cognition when no
+/// dataset has query/response rows, and a mixture of
+/// pre-tokenized and message datasets (naming one of each). One plain dataset:
 /// pre-tokenized rows as they are (the template's options, given on `app`, are refused naming
 /// the option and the first row); else --self-cognition NAME,AUTHOR (SelfCognitionProcessor),
 /// Alpaca rows ("instruction" in the first row: AlpacaPreprocessor) or message rows

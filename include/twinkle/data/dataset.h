@@ -11,6 +11,9 @@
 //   .json   one JSON array of objects (the line of each element's first character is used)
 //   .csv    header row then records; RFC 4180 quoting ("" escapes, quoted newlines);
 //           every value is a string; a record with a different field count is an error
+//   .parquet  row groups through Apache Arrow C++ (twinkle/data/parquet.h: the value of each Arrow
+//           type as datasets gives it; "<file>:<n>" names the 1-based row n); refused naming
+//           what to install in a build without parquet support
 // A UTF-8 BOM at the start of a file is skipped. Invalid UTF-8 is an error (with the
 // byte column), never silently replaced.
 #pragma once
@@ -18,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -47,6 +51,14 @@ class Dataset {
   /// A dataset from in-memory rows (each must be an object); rows are named
   /// "<name>:<i+1>". Throws twinkle::Error on a non-object or an empty list.
   static Dataset from_rows(std::vector<json> rows, const std::string& name = "<memory>");
+
+  /// The rows order[k] = (part index, row index) of `parts`, in that order (repeats allowed), each
+  /// keeping its "<file>:<line>" name; bad_rows / deleted_rows summed over the parts, skip_bad_rows
+  /// of the first part; id `id`. What mix_datasets (twinkle/data/mixture.h) builds. Throws
+  /// twinkle::Error when a part is encoded (mix before encode), a pair is out of range, or the
+  /// order is empty.
+  static Dataset from_parts(const std::vector<const Dataset*>& parts,
+                            const std::vector<std::pair<int32_t, int64_t>>& order, const std::string& id);
 
   /// Number of rows (after slice/map/filter; before encoding splits/deletes rows).
   int64_t size() const { return static_cast<int64_t>(rows_.size()); }
@@ -149,7 +161,9 @@ class Dataset {
 /// twinkle::Error("<path>:<line>: ...") unless `skip_bad`, in which case they are
 /// counted in LoadedRows::bad (with a warning on stderr for the first few). A CSV
 /// quoted field that is never closed is always an error (the rest cannot be parsed).
-/// A .json file whose first character is '{' is read as JSON Lines.
+/// A .json file whose first character is '{' is read as JSON Lines; a .parquet file's rows are
+/// numbered 1.. in `lines` (read_parquet_rows, twinkle/data/parquet.h), and a string that is not
+/// UTF-8 is its row's error; a corrupt or truncated parquet file is always an error.
 struct LoadedRows {
   std::vector<json> rows;
   std::vector<int64_t> lines;

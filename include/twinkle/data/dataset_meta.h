@@ -43,7 +43,7 @@ class DataSlice {
 };
 
 struct DatasetMeta {
-  /// `dataset_id`: a local .jsonl/.json/.csv file or directory, or a hub id
+  /// `dataset_id`: a local .jsonl/.json/.csv/.parquet file or directory, or a hub id
   /// ("ms://owner/name", "hf://owner/name", bare "owner/name"; see twinkle/data/hub.h).
   DatasetMeta(std::string dataset_id = "", std::optional<DataSlice> data_slice = std::nullopt,
               std::string subset_name = "default", std::string split = "train")

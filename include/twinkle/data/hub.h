@@ -34,7 +34,7 @@ namespace twinkle {
 /// Throws twinkle::Error listing every place it looked and how to download.
 std::string resolve_model_dir(const std::string& id_or_path);
 
-/// Path of a dataset file (.jsonl/.json/.csv) or directory for a local path or hub id.
+/// Path of a dataset file (.jsonl/.json/.csv/.parquet) or directory for a local path or hub id.
 /// A directory (local or cached) resolves to its data file (see resolve_dataset_files);
 /// when the split has several files the directory of the first is returned (which need not hold
 /// the whole split: read a split with resolve_dataset_files).
@@ -48,14 +48,18 @@ std::string resolve_dataset_path(const std::string& id_or_path, const std::strin
 /// keywords in file names, else every file as "train"; a split's files in datasets' order: pattern
 /// by pattern, each sorted by path; hidden files and "__" directories skipped), in the directory
 /// D/<subset> when subset != "default" and it holds data files (twinkle's subset rule), else D.
-/// Of the split's files those ending .jsonl, .json or .csv are read (also ModelScope's
-/// configuration.json and state.json are skipped); rows keep "<file>:<line>" names.
+/// Of the split's files those ending .jsonl, .json, .csv or .parquet are read (also ModelScope's
+/// configuration.json and state.json are skipped); rows keep "<file>:<line>" names (for parquet the
+/// 1-based row number in the file, twinkle/data/parquet.h). The hubs' parquet layout,
+/// data/{split}-NNNNN-of-NNNNN.parquet (`push_to_hub`, the auto-converted refs/convert/parquet),
+/// is the "sharded" layout of data_files.h.
 /// Not emulated (data_files.h): a README.md `configs:` YAML block (datasets reads its data_files
 /// first; twinkle uses the file layout alone) and datasets' inspect-log / harbor layouts.
 /// Throws twinkle::Error when nothing is found, when the directory has no such split (naming its
-/// layout, its splits and their files), when the chosen files mix CSV with JSON (one format per
-/// split, as datasets' packaged builders read them), and when the split also holds parquet/arrow
-/// files (not read: its other files alone would be a part of the split).
+/// layout, its splits and their files), when the chosen files mix formats (CSV, JSON, parquet: one
+/// format per split, as datasets' packaged builders read them), and when the split also holds .arrow
+/// files (not read: its other files alone would be a part of the split). A parquet file in a build
+/// without parquet support is refused when it is read (load_rows), naming what to install.
 std::vector<std::string> resolve_dataset_files(const std::string& id_or_path, const std::string& subset = "default",
                                                const std::string& split = "train");
 

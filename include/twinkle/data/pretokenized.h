@@ -1,7 +1,7 @@
 // twinkle/data/pretokenized.h — rows that are already token ids.
 //
 // A pre-tokenized row is {"input_ids": [int...], "labels": [int...]} with labels optional
-// (then equal to input_ids) and -100 marking positions that are not trained (HF convention:
+// (absent or null: then equal to input_ids; a parquet column is null in the rows that lack it) and -100 marking positions that are not trained (HF convention:
 // labels aligned with input_ids; the model shifts).
 #pragma once
 #include <nlohmann/json.hpp>

@@ -4,6 +4,7 @@ twinkle::Dataset. Every rank builds its dataset itself, in memory.
 Encoded rows hold input_ids, labels, attention_mask, position_ids (int lists) and length, next
 to the original columns. Labels follow Hugging Face's convention (aligned with input_ids; the
 model shifts), where Twinkle's template rolls them by one: the same training signal."""
+import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
@@ -14,7 +15,7 @@ __all__ = ['Dataset', 'DatasetMeta']
 
 @dataclass
 class DatasetMeta:
-    """dataset_id: local .jsonl/.json/.csv file or directory, or a hub id (ms://owner/name,
+    """dataset_id: local .jsonl/.json/.csv/.parquet file or directory, or a hub id (ms://owner/name,
     hf://owner/name, owner/name; resolved offline from the local caches, see twinkle/data/hub.h).
     data_slice: any iterable of row indices (range(256)); indices past the end wrap around.
     data: in-memory rows (list of dicts) instead of an id."""
@@ -59,6 +60,57 @@ class Dataset:
             self._ds = _core.Dataset(dataset_meta.dataset_id, sl, dataset_meta.subset_name, dataset_meta.split,
                                      bool(skip_bad_rows))
         self.template = None
+        self._skip_bad_rows = bool(skip_bad_rows)
+        # Twinkle's self.datasets: every added dataset by DatasetMeta.get_id(), mixed by mix_dataset
+        self._parts = {self._key(dataset_meta): self._ds}
+
+    @staticmethod
+    def _key(meta):
+        """Twinkle's DatasetMeta.get_id()."""
+        return (meta.dataset_id or '<memory>').replace(os.sep, '_').replace('.', '_') + ':' + meta.subset_name + ':' + \
+            meta.split
+
+    def _load(self, meta):
+        if meta.data is not None:
+            return Dataset(meta)._ds
+        sl = None if meta.data_slice is None else [int(i) for i in meta.data_slice]
+        return _core.Dataset(meta.dataset_id, sl, meta.subset_name, meta.split, self._skip_bad_rows)
+
+    def add_dataset(self, dataset_meta: DatasetMeta, **kwargs):
+        """Twinkle's add_dataset: loads another dataset (its data_slice is its sample: indices past the
+        end wrap, so range(N) with N > len repeats rows), to be preprocessed with
+        map(..., dataset_meta=dataset_meta) and joined by mix_dataset()."""
+        if kwargs:
+            raise TypeError(f'add_dataset() got unexpected keyword arguments {sorted(kwargs)}')
+        if not isinstance(dataset_meta, DatasetMeta):
+            raise ValueError(f'add_dataset: dataset_meta must be a DatasetMeta, got {type(dataset_meta).__name__}')
+        key = self._key(dataset_meta)
+        if key in self._parts:
+            raise ValueError(f'add_dataset: {key} was added already')
+        self._parts[key] = self._load(dataset_meta)
+        return self
+
+    def mix_dataset(self, interleave=True, shuffle=False, seed=42):
+        """Twinkle's mix_dataset: interleave=True is datasets.interleave_datasets' round robin (one row
+        of each dataset in turn until the shortest ends), interleave=False concatenate_datasets; with
+        shuffle=True (and interleave=False) the concatenation is shuffled with `seed` (ms-swift's
+        dataset_shuffle). Mix before encode(). twinkle/data/mixture.h."""
+        if len(self._parts) > 1:
+            mode = 'interleave' if interleave else ('shuffle' if shuffle else 'concat')
+            parts = list(self._parts.values())
+            self._ds = _core.mix_datasets(parts, mode, int(seed), [-1] * len(parts))
+            self._parts = {self._ds.id: self._ds}
+        return self
+
+    def _target(self, dataset_meta):
+        if dataset_meta is None:
+            if len(self._parts) > 1:
+                raise ValueError('map/filter: several datasets were added; name one with dataset_meta=')
+            return self._ds
+        key = self._key(dataset_meta)
+        if key not in self._parts:
+            raise ValueError(f'map/filter: {key} is not one of the added datasets {sorted(self._parts)}')
+        return self._parts[key]
 
     def set_template(self, template_cls='Template', model_id=None, max_length=8192, truncation_strategy='raise',
                      default_system=None, enable_thinking=True, use_chat_template=True, **kwargs):
@@ -76,21 +128,23 @@ class Dataset:
                               bool(enable_thinking), default_system or '')
         self.template = template_cls
 
-    def map(self, preprocessor, **kwargs):
+    def map(self, preprocessor, dataset_meta: DatasetMeta = None, **kwargs):
         """Applies a preprocessor (twinkle.preprocessor.*) or any callable row -> dict (merged
-        into the row; None drops it) to every row. Returns self."""
+        into the row; None drops it) to every row of the dataset (of `dataset_meta`'s one after
+        add_dataset). Returns self."""
+        ds = self._target(dataset_meta)
         if isinstance(preprocessor, _core.Preprocessor):
-            self._ds.map_preprocessor(preprocessor)
+            ds.map_preprocessor(preprocessor)
         elif isinstance(preprocessor, type) and issubclass(preprocessor, _core.Preprocessor):
-            self._ds.map_preprocessor(preprocessor(**kwargs))
+            ds.map_preprocessor(preprocessor(**kwargs))
         elif callable(preprocessor):
-            self._ds.map_callable(preprocessor)
+            ds.map_callable(preprocessor)
         else:
             raise TypeError(f'map: expected a preprocessor or a callable, got {type(preprocessor).__name__}')
         return self
 
-    def filter(self, fn):
-        self._ds.filter_callable(fn)
+    def filter(self, fn, dataset_meta: DatasetMeta = None):
+        self._target(dataset_meta).filter_callable(fn)
         return self
 
     def encode(self, add_generation_prompt=False, num_threads=1, **kwargs):
@@ -99,6 +153,8 @@ class Dataset:
             raise ValueError('encode: add_generation_prompt=True is not supported (training rows only)')
         if kwargs:
             raise TypeError(f'encode() got unexpected keyword arguments {sorted(kwargs)}')
+        if len(self._parts) > 1:
+            raise ValueError(f'encode: {len(self._parts)} datasets were added; call mix_dataset() first')
         self._ds.encode(int(num_threads))
         return self
 

@@ -196,16 +196,31 @@ TEST_F(HubTest, SeveralDataFilesLoadAsOneSplitInSortedOrder) {
   touch(m / "b.csv", "a\n1\n");
   e = error_of([&] { resolve_dataset_files(m.string()); });
   EXPECT_NE(e.find("mixes file formats (a.jsonl and b.csv)"), std::string::npos) << e;
-  // A parquet file in a split next to jsonl files (sorted before or after them): refused naming it,
-  // not read as the jsonl rows alone.
+  // A parquet file in a split next to jsonl files (sorted before or after them): two formats, refused
+  // naming both; an .arrow file there: refused naming it, not read as the jsonl rows alone.
   for (const char* name : {"a.parquet", "z.parquet"}) {
     fs::path q = root_ / ("pq_" + std::string(name));
     touch(q / "train" / "m.jsonl");
     touch(q / "train" / name, "PAR1");
     e = error_of([&] { resolve_dataset_files(q.string()); });
-    EXPECT_NE(e.find((q / "train" / name).string() + " (parquet/arrow are not supported) next to"), std::string::npos)
+    const std::string pair = name[0] == 'a' ? "(a.parquet and m.jsonl)" : "(m.jsonl and z.parquet)";
+    EXPECT_NE(e.find("mixes file formats " + pair), std::string::npos) << e;
+  }
+  for (const char* name : {"a.arrow", "z.arrow"}) {
+    fs::path q = root_ / ("ar_" + std::string(name));
+    touch(q / "train" / "m.jsonl");
+    touch(q / "train" / name, "ARROW1");
+    e = error_of([&] { resolve_dataset_files(q.string()); });
+    EXPECT_NE(e.find((q / "train" / name).string() + " (arrow files are not supported) next to"), std::string::npos)
         << e;
   }
+  // Parquet shards alone: the split's files, in order.
+  fs::path ps = root_ / "pq_only";
+  touch(ps / "data" / "train-00001-of-00002.parquet", "PAR1");
+  touch(ps / "data" / "train-00000-of-00002.parquet", "PAR1");
+  const auto pf = resolve_dataset_files(ps.string());
+  ASSERT_EQ(pf.size(), 2u);
+  EXPECT_EQ(pf[0], (ps / "data" / "train-00000-of-00002.parquet").string());
 }
 
 TEST_F(HubTest, MissingListsEveryPathAndHowToDownload) {
