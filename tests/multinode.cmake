@@ -36,3 +36,17 @@ add_test(NAME multinode_tp_recipe_4x2_equals_1x8
 set_tests_properties(multinode_tp_recipe_4x2_equals_1x8 PROPERTIES FIXTURES_REQUIRED multinode4
                      SKIP_RETURN_CODE 77 TIMEOUT 600 PROCESSORS 2 RESOURCE_LOCK multinode4)
 
+# A rank SIGKILLed in step 5 (TWINKLE_FAULT_KILL) with --save-interval 2: twinkle-run
+# --max-restarts 1 starts the 2-node job again and the recipe resumes (--resume auto) from
+# checkpoint-step-4; and a restart onto one node (same world size) after the 2-node job died.
+# Both equal the uninterrupted 1-node run bit for bit (metrics, every checkpoint file).
+foreach(case restart fewer_nodes)
+  add_test(NAME multinode_killed_rank_${case}_resumes_exactly
+           COMMAND ${TWINKLE_CHECK_RUN}
+                   "check_restart ${case}: killed at step 5, resumed, 6 steps equal the uninterrupted run, 0 mismatches"
+                   ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/multinode/check_restart.py --build ${CMAKE_BINARY_DIR}
+                   --nodes ${TWINKLE_NODES_DIR}/nodes2 --case ${case})
+  set_tests_properties(multinode_killed_rank_${case}_resumes_exactly PROPERTIES FIXTURES_REQUIRED multinode2
+                       SKIP_RETURN_CODE 77 TIMEOUT 600 PROCESSORS 2 RESOURCE_LOCK multinode2)
+endforeach()
+
