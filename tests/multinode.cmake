@@ -50,3 +50,28 @@ foreach(case restart fewer_nodes)
                        SKIP_RETURN_CODE 77 TIMEOUT 600 PROCESSORS 2 RESOURCE_LOCK multinode2)
 endforeach()
 
+# Slurm on the two nodes (slurmctld on n0, a slurmd on each; auth/none, no munge): the README's
+# line `srun --mpi=pmix -N 2 --ntasks-per-node=4 tp_recipe` equals the same run under twinkle-run.
+add_test(NAME multinode_slurm2_up COMMAND ${TWINKLE_NODES} slurm-up ${TWINKLE_NODES_DIR}/nodes2)
+add_test(NAME multinode_slurm2_down COMMAND ${TWINKLE_NODES} slurm-down ${TWINKLE_NODES_DIR}/nodes2)
+set_tests_properties(multinode_slurm2_up PROPERTIES FIXTURES_SETUP multinode2_slurm FIXTURES_REQUIRED multinode2
+                     SKIP_RETURN_CODE 77 TIMEOUT 120)
+set_tests_properties(multinode_slurm2_down PROPERTIES FIXTURES_CLEANUP multinode2_slurm FIXTURES_REQUIRED multinode2
+                     TIMEOUT 60)
+add_test(NAME multinode_srun_pmix_tp_recipe_equals_twinkle_run
+         COMMAND ${TWINKLE_CHECK_RUN} "check_multinode tp_recipe: 2x4 == srun, 3 steps, 0 mismatches"
+                 ${TWINKLE_REF_PYTHON} ${TWINKLE_MULTINODE_CHECK} --build ${CMAKE_BINARY_DIR}
+                 --nodes ${TWINKLE_NODES_DIR}/nodes2 --recipe tp_recipe --steps 3 --reference srun)
+set_tests_properties(multinode_srun_pmix_tp_recipe_equals_twinkle_run PROPERTIES
+                     FIXTURES_REQUIRED "multinode2;multinode2_slurm" SKIP_RETURN_CODE 77 TIMEOUT 600 PROCESSORS 2
+                     RESOURCE_LOCK multinode2)
+
+# n1's link brought down after step 2: the job ends (non-zero) within 60 s naming the lost host or
+# the rank / group / call that waits for it, never a hang.
+add_test(NAME multinode_link_down_ends_job
+         COMMAND ${TWINKLE_CHECK_RUN}
+                 "check_link_failure: n1's link down at step 2, the job ended in [0-9]+ s \\(< 60 s\\), the unreachable host or rank named"
+                 ${TWINKLE_REF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/multinode/check_link_failure.py
+                 --build ${CMAKE_BINARY_DIR} --nodes ${TWINKLE_NODES_DIR}/nodes2)
+set_tests_properties(multinode_link_down_ends_job PROPERTIES FIXTURES_REQUIRED multinode2 SKIP_RETURN_CODE 77
+                     TIMEOUT 400 PROCESSORS 2 RESOURCE_LOCK multinode2)
