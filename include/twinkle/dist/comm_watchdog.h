@@ -12,6 +12,8 @@
 //   [rank R] comm watchdog: MPI_Recv on process group 'pp' (2 ranks) has not completed after S s ...
 // to stderr and exits with status 1; the launcher (mpirun's orte_abort_on_non_zero_status,
 // which twinkle-run sets) then ends the other ranks, which under srun time out on their own.
+// Not watched: the NCCL calls of device "cuda"'s process groups (dist/nccl_process_group.h; their
+// host-buffer calls go to the MPI group and are).
 #pragma once
 #include <string>
 
