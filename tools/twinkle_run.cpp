@@ -56,7 +56,7 @@
 // status and says so. SIGINT / SIGTERM are passed to the running mpirun and end the loop.
 // --comm-timeout=S (env TWINKLE_COMM_TIMEOUT, forwarded) sets the collective watchdog of every
 // rank (twinkle/dist/comm_watchdog.h): a collective or point-to-point call that has not completed
-// after S seconds aborts the job naming the rank, the group and the operation (default 600).
+// after S seconds aborts the job naming the rank, the group and the operation (default 600; 0 = off).
 //
 // Without twinkle-run, programs run unchanged under
 //   mpirun -np 8 --bind-to none --mca mpi_yield_when_idle 1 [--oversubscribe]
@@ -113,7 +113,7 @@ void print_help() {
                "  --max-restarts=R     start a failed job again up to R times (default 0); programs resume\n"
                "                       with --resume auto\n"
                "  --comm-timeout=S     abort when a collective has not completed after S seconds\n"
-               "                       (default 600; env TWINKLE_COMM_TIMEOUT)\n"
+               "                       (default 600, 0 = off; env TWINKLE_COMM_TIMEOUT)\n"
                "  --master_addr=A      accepted for torchrun compatibility (exported as TWINKLE_MASTER_ADDR)\n"
                "  --master_port=P      accepted for torchrun compatibility (exported as TWINKLE_MASTER_PORT)\n"
                "  --dry-run            print the mpirun command instead of running it\n"
@@ -175,7 +175,7 @@ Options parse(int argc, char** argv) {
     else if (name == "iface") o.iface = value;
     else if (name == "max_restarts") o.max_restarts = parse_int(name, value, 0);
     else if (name == "comm_timeout") {
-      parse_int(name, value, 1);
+      parse_int(name, value, 0);  // 0 = no watchdog
       o.comm_timeout = value;
     }
     else if (name == "mpi_arg") o.mpi_args.push_back(value);
