@@ -19,6 +19,7 @@ exit 0 = ended in time with the message, 1 = otherwise, 77 = the nodes are not u
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -96,6 +97,7 @@ def main():
         if job_left:
             print(f"processes of the job left on n1: {job_left}; ending them")
             subprocess.run(["kill", "-KILL"] + [p for p, _ in job_left])
+    shutil.rmtree(out_dir, ignore_errors=True)
     for f in fails:
         print("FAIL:", f)
     if fails:
