@@ -13,6 +13,7 @@
 #include <string>
 
 #include "recipe_metrics.h"
+#include "twinkle/train/checkpoint_dir.h"
 #include "twinkle/twinkle.h"
 
 using namespace twinkle;
@@ -59,7 +60,9 @@ inline int run(int argc, char** argv, const Defaults& d) {
   app.add_option("--save-interval", save_interval,
                  "every N steps save OUTPUT_DIR/checkpoint-step-<step> with the optimizer state (0 = none)");
   app.add_option("--resume", resume,
-                 "continue from this checkpoint (or OUTPUT_DIR, whose 'latest' names one; default: none)");
+                 "continue from this checkpoint (or OUTPUT_DIR, whose 'latest' names one); auto = the newest "
+                 "complete checkpoint in --output-dir, or a fresh start when there is none (twinkle-run "
+                 "--max-restarts; default: none)");
   app.add_option("--dp", dp, "data-parallel size");
   app.add_option("--tp", tp, "tensor-parallel size (sequence parallelism switched on for MoE)");
   app.add_option("--pp", pp, "pipeline-parallel size");
@@ -126,7 +129,12 @@ inline int run(int argc, char** argv, const Defaults& d) {
   // 4. train
   const bool rank0 = ps.global_rank == 0;
   int64_t step = 0;
-  if (!resume.empty()) step = model.resume_from_checkpoint(resume, false, &loader).cur_step;  // Twinkle's resume
+  // --resume auto: the newest complete checkpoint of output_dir, none = a fresh start (train/checkpoint_dir.h)
+  const std::string resume_dir = resolve_resume_option(resume, output_dir);
+  if (resume == "auto")
+    log.info(resume_dir.empty() ? "resume auto: no checkpoint in " + output_dir + ", starting fresh"
+                                : "resume auto: resuming from " + resume_dir);
+  if (!resume_dir.empty()) step = model.resume_from_checkpoint(resume_dir, false, &loader).cur_step;  // Twinkle's resume
   const int64_t start_step = step;
   // a resumed run keeps the earlier steps' lines (recipe_metrics.h)
   std::ofstream metrics;

@@ -25,6 +25,7 @@
 #include <string>
 
 #include "recipe_metrics.h"
+#include "twinkle/train/checkpoint_dir.h"
 #include "twinkle/twinkle.h"
 
 using namespace twinkle;
@@ -67,7 +68,9 @@ int recipe(int argc, char** argv) {
   app.add_option("--save-interval", save_interval,
                  "every N steps save OUTPUT_DIR/checkpoint-step-<step> with the optimizer state (0 = none)");
   app.add_option("--resume", resume,
-                 "continue from this checkpoint (or OUTPUT_DIR, whose 'latest' names one; default: none)");
+                 "continue from this checkpoint (or OUTPUT_DIR, whose 'latest' names one); auto = the newest "
+                 "complete checkpoint in --output-dir, or a fresh start when there is none (twinkle-run "
+                 "--max-restarts; default: none)");
   app.add_option("--dp", dp, "data-parallel size (the recipe: 2)");
   app.add_option("--tp", tp, "tensor-parallel size (the recipe: 2)");
   app.add_option("--pp", pp, "pipeline-parallel size (the recipe: 2)");
@@ -125,7 +128,12 @@ int recipe(int argc, char** argv) {
   // 4. train
   const bool rank0 = ps.global_rank == 0;
   int64_t step = 0;
-  if (!resume.empty()) step = model.resume_from_checkpoint(resume, false, &loader).cur_step;  // Twinkle's resume
+  // --resume auto: the newest complete checkpoint of output_dir, none = a fresh start (train/checkpoint_dir.h)
+  const std::string resume_dir = resolve_resume_option(resume, output_dir);
+  if (resume == "auto")
+    log.info(resume_dir.empty() ? "resume auto: no checkpoint in " + output_dir + ", starting fresh"
+                                : "resume auto: resuming from " + resume_dir);
+  if (!resume_dir.empty()) step = model.resume_from_checkpoint(resume_dir, false, &loader).cur_step;  // Twinkle's resume
   const int64_t start_step = step;
   // a resumed run keeps the earlier steps' lines (recipe_metrics.h)
   std::ofstream metrics;

@@ -93,6 +93,31 @@ add_test(NAME dist_twinkle_run_dry_run
   "[^ ]*mpirun -np 64 --oversubscribe (--allow-run-as-root )?--bind-to none --mca mpi_yield_when_idle 1 --mca orte_abort_on_non_zero_status 1 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=passive -x MALLOC_MMAP_MAX_=0 -x MALLOC_TRIM_THRESHOLD_=68719476736 -x LOG_LEVEL -x TWINKLE_FOO prog --flag 'a b'"
                  ${CMAKE_COMMAND} -E env --unset=OMP_NUM_THREADS --unset=OMP_WAIT_POLICY TWINKLE_FOO=bar LOG_LEVEL=DEBUG
                  ${TWINKLE_RUN} --nproc_per_node=64 --dry-run prog --flag "a b")
+# Multi-node: the hostfile and per-node mapping, the rsh agent and interfaces (here from the environment),
+# the daemons' TCP keepalives; the runs themselves are tests/multinode.cmake's.
+add_test(NAME dist_twinkle_run_multinode_dry_run
+         COMMAND ${TWINKLE_CHECK_RUN}
+  "[^ ]*mpirun -np 8 --hostfile hosts --map-by ppr:4:node (--oversubscribe )?(--allow-run-as-root )?--bind-to none --mca mpi_yield_when_idle 1 --mca orte_abort_on_non_zero_status 1 --mca plm_rsh_agent /x/agent --mca btl_tcp_if_include eth1 --mca oob_tcp_if_include eth1 --mca oob_tcp_keepalive_time 10 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3 -x OMP_NUM_THREADS=[0-9]+ -x OMP_WAIT_POLICY=passive -x MALLOC_MMAP_MAX_=0 -x MALLOC_TRIM_THRESHOLD_=68719476736 prog"
+                 ${CMAKE_COMMAND} -E env --unset=OMP_NUM_THREADS --unset=OMP_WAIT_POLICY --unset=LOG_LEVEL
+                 TWINKLE_RSH_AGENT=/x/agent TWINKLE_NET_IFACE=eth1
+                 ${TWINKLE_RUN} --nnodes=2 --nproc_per_node=4 --hostfile hosts --dry-run prog)
+# --max-restarts: a job that fails every time is started 1 + 2 times, then twinkle-run gives up with its status.
+add_test(NAME dist_twinkle_run_max_restarts_gives_up
+         COMMAND ${TWINKLE_EXPECT_FAIL} 60
+                 "failed \\(exit status [1-9][0-9]*\\) and 2 restart\\(s\\) are used up"
+                 ${TWINKLE_RUN} --max-restarts=2 --nproc_per_node=2 ${TWINKLE_DIST_TEST_DIR}/mpi_fail throw 1)
+# The collective watchdog: rank 2 never joins the all-reduce (nor fails); the others' watchdogs end
+# the job after TWINKLE_COMM_TIMEOUT (twinkle-run --comm-timeout) naming rank, group and call.
+add_test(NAME dist_comm_watchdog_ends_hung_collective
+         COMMAND ${TWINKLE_EXPECT_FAIL} 30
+                 "\\[rank [013]\\] comm watchdog: MPI_Allreduce on process group 'world' \\(4 ranks\\) has not completed after 3 s"
+                 ${TWINKLE_RUN} --comm-timeout=3 --nproc_per_node=4 ${TWINKLE_DIST_TEST_DIR}/mpi_fail hang 2)
+add_test(NAME dist_comm_watchdog_bad_timeout_refused
+         COMMAND ${CMAKE_COMMAND} -E env TWINKLE_COMM_TIMEOUT=soon
+                 ${TWINKLE_EXPECT_FAIL} 30 "TWINKLE_COMM_TIMEOUT='soon': expected a number of seconds >= 0"
+                 ${TWINKLE_RUN} --nproc_per_node=2 ${TWINKLE_DIST_TEST_DIR}/mpi_fail ok 0)
+set_tests_properties(dist_twinkle_run_max_restarts_gives_up dist_comm_watchdog_ends_hung_collective
+                     dist_comm_watchdog_bad_timeout_refused PROPERTIES TIMEOUT 90)
 add_test(NAME dist_twinkle_run_ok COMMAND ${TWINKLE_RUN} --nproc_per_node 2 ${TWINKLE_DIST_TEST_DIR}/mpi_fail ok 0)
 set_tests_properties(dist_twinkle_run_ok PROPERTIES TIMEOUT 60)
 add_test(NAME dist_twinkle_run_usage_error

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "twinkle/core/error.h"
+#include "twinkle/dist/comm_watchdog.h"
 
 namespace twinkle::dist {
 
@@ -49,6 +50,13 @@ MPI_Op mpi_op(ReduceOp op) {
   return MPI_SUM;
 }
 
+// Runs one blocking MPI call under the collective watchdog (twinkle/dist/comm_watchdog.h).
+template <class F>
+int watched(const char* op, const std::string& group, int size, F&& call) {
+  CommWatch watch(op, group, size);
+  return call();
+}
+
 int to_int(int64_t v, const std::string& group, const char* what) {
   check(v >= 0, "process group '" + group + "': negative " + what + " " + std::to_string(v));
   check(v <= kMaxChunk, "process group '" + group + "': " + what + " " + std::to_string(v) +
@@ -81,7 +89,11 @@ void MpiProcessGroup::all_reduce(void* buf, int64_t count, DType dtype, ReduceOp
   size_t es = dtype_size(dtype);
   for (int64_t off = 0; off < count; off += kMaxChunk) {
     int n = static_cast<int>(std::min(kMaxChunk, count - off));
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(buf) + off * es, n, mpi_type(dtype), mpi_op(op), comm_),
+    mpi_check(watched("MPI_Allreduce", name_, size_,
+                      [&] {
+                        return MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(buf) + off * es, n, mpi_type(dtype),
+                                             mpi_op(op), comm_);
+                      }),
               name_, "MPI_Allreduce");
   }
   bytes_sent_ += 2 * (size_ - 1) * bytes / size_;
@@ -92,7 +104,9 @@ void MpiProcessGroup::all_reduce_f64(double* buf, int64_t count, ReduceOp op) {
   check(count >= 0, "process group '" + name_ + "': all_reduce_f64 negative count");
   for (int64_t off = 0; off < count; off += kMaxChunk) {
     int n = static_cast<int>(std::min(kMaxChunk, count - off));
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf + off, n, MPI_DOUBLE, mpi_op(op), comm_), name_, "MPI_Allreduce");
+    mpi_check(watched("MPI_Allreduce", name_, size_,
+                      [&] { return MPI_Allreduce(MPI_IN_PLACE, buf + off, n, MPI_DOUBLE, mpi_op(op), comm_); }),
+              name_, "MPI_Allreduce");
   }
   bytes_sent_ += 2 * (size_ - 1) * bytes / size_;
 }
@@ -103,7 +117,9 @@ void MpiProcessGroup::all_gather(const void* send, void* recv, int64_t count, DT
   to_int(count * size_, name_, "all_gather total count");
   const void* src = send;
   if (send == static_cast<const char*>(recv) + bytes * rank_) src = MPI_IN_PLACE;
-  mpi_check(MPI_Allgather(src, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_), name_, "MPI_Allgather");
+  mpi_check(watched("MPI_Allgather", name_, size_,
+                    [&] { return MPI_Allgather(src, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_); }),
+            name_, "MPI_Allgather");
   bytes_sent_ += (size_ - 1) * bytes;
 }
 
@@ -112,7 +128,9 @@ void MpiProcessGroup::reduce_scatter(const float* send, float* recv, int64_t cou
   int n = to_int(count, name_, "reduce_scatter count");
   to_int(count * size_, name_, "reduce_scatter total count");
   const void* src = send == recv ? MPI_IN_PLACE : static_cast<const void*>(send);
-  mpi_check(MPI_Reduce_scatter_block(src, recv, n, MPI_FLOAT, MPI_SUM, comm_), name_, "MPI_Reduce_scatter_block");
+  mpi_check(watched("MPI_Reduce_scatter_block", name_, size_,
+                    [&] { return MPI_Reduce_scatter_block(src, recv, n, MPI_FLOAT, MPI_SUM, comm_); }),
+            name_, "MPI_Reduce_scatter_block");
   bytes_sent_ += (size_ - 1) * bytes;
 }
 
@@ -136,8 +154,9 @@ void MpiProcessGroup::all_to_all_v(const void* send, const std::vector<int64_t>&
     if (static_cast<int>(i) != rank_) sent += send_counts[i];
   }
   MPI_Datatype t = mpi_type(dtype);
-  mpi_check(MPI_Alltoallv(send, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, comm_), name_,
-            "MPI_Alltoallv");
+  mpi_check(watched("MPI_Alltoallv", name_, size_,
+                    [&] { return MPI_Alltoallv(send, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, comm_); }),
+            name_, "MPI_Alltoallv");
   bytes_sent_ += comm_bytes(sent, dtype);
 }
 
@@ -148,7 +167,9 @@ void MpiProcessGroup::broadcast(void* buf, int64_t count, DType dtype, int root)
   size_t es = dtype_size(dtype);
   for (int64_t off = 0; off < count; off += kMaxChunk) {
     int n = static_cast<int>(std::min(kMaxChunk, count - off));
-    mpi_check(MPI_Bcast(static_cast<char*>(buf) + off * es, n, mpi_type(dtype), root, comm_), name_, "MPI_Bcast");
+    mpi_check(watched("MPI_Bcast", name_, size_,
+                      [&] { return MPI_Bcast(static_cast<char*>(buf) + off * es, n, mpi_type(dtype), root, comm_); }),
+              name_, "MPI_Bcast");
   }
   if (rank_ == root) bytes_sent_ += bytes;
 }
@@ -169,8 +190,9 @@ void MpiProcessGroup::send(const void* buf, int64_t count, DType dtype, int peer
   int64_t off = 0;
   do {
     int n = static_cast<int>(std::min(kMaxChunk, count - off));
-    mpi_check(MPI_Send(static_cast<const char*>(buf) + off * es, n, mpi_type(dtype), peer, tag, comm_), name_,
-              "MPI_Send");
+    mpi_check(watched("MPI_Send", name_, size_,
+                      [&] { return MPI_Send(static_cast<const char*>(buf) + off * es, n, mpi_type(dtype), peer, tag, comm_); }),
+              name_, "MPI_Send");
     off += n;
   } while (off < count);
   bytes_sent_ += bytes;
@@ -186,8 +208,9 @@ void MpiProcessGroup::recv(void* buf, int64_t count, DType dtype, int peer, int 
   do {
     int n = static_cast<int>(std::min(kMaxChunk, count - off));
     MPI_Status st;
-    mpi_check(MPI_Recv(static_cast<char*>(buf) + off * es, n, mpi_type(dtype), peer, tag, comm_, &st), name_,
-              "MPI_Recv");
+    mpi_check(watched("MPI_Recv", name_, size_,
+                      [&] { return MPI_Recv(static_cast<char*>(buf) + off * es, n, mpi_type(dtype), peer, tag, comm_, &st); }),
+              name_, "MPI_Recv");
     int got = 0;
     MPI_Get_count(&st, mpi_type(dtype), &got);
     check(got == n, "process group '" + name_ + "': recv from peer " + std::to_string(peer) + " tag " +
@@ -209,8 +232,11 @@ void MpiProcessGroup::send_recv(const void* send_buf, int64_t send_count, int de
   if (!do_send && !do_recv) return;
   MPI_Status st;
   MPI_Datatype t = mpi_type(dtype);
-  mpi_check(MPI_Sendrecv(send_buf, do_send ? sc : 0, t, do_send ? dest : MPI_PROC_NULL, tag, recv_buf,
-                         do_recv ? rc : 0, t, do_recv ? src : MPI_PROC_NULL, tag, comm_, &st),
+  mpi_check(watched("MPI_Sendrecv", name_, size_,
+                    [&] {
+                      return MPI_Sendrecv(send_buf, do_send ? sc : 0, t, do_send ? dest : MPI_PROC_NULL, tag, recv_buf,
+                                          do_recv ? rc : 0, t, do_recv ? src : MPI_PROC_NULL, tag, comm_, &st);
+                    }),
             name_, "MPI_Sendrecv");
   if (do_recv) {
     int got = 0;
@@ -226,7 +252,7 @@ namespace {
 // One MPI_Request of a non-blocking collective.
 class MpiWork : public CommWork {
  public:
-  MpiWork(std::string group, const char* call) : group_(std::move(group)), call_(call) {}
+  MpiWork(std::string group, int size, const char* call) : group_(std::move(group)), call_(call), size_(size) {}
   ~MpiWork() override {
     if (req_ != MPI_REQUEST_NULL && mpi_active()) MPI_Wait(&req_, MPI_STATUS_IGNORE);
   }
@@ -239,13 +265,14 @@ class MpiWork : public CommWork {
   }
   void wait() override {
     if (req_ == MPI_REQUEST_NULL) return;
-    mpi_check(MPI_Wait(&req_, MPI_STATUS_IGNORE), group_, call_);
+    mpi_check(watched(call_, group_, size_, [&] { return MPI_Wait(&req_, MPI_STATUS_IGNORE); }), group_, call_);
   }
 
  private:
   MPI_Request req_ = MPI_REQUEST_NULL;
   std::string group_;
   const char* call_;
+  int size_;
 };
 
 }  // namespace
@@ -253,7 +280,7 @@ class MpiWork : public CommWork {
 std::unique_ptr<CommWork> MpiProcessGroup::iall_reduce(float* buf, int64_t count) {
   const int64_t bytes = comm_bytes(count, DType::F32);
   const int n = to_int(count, name_, "iall_reduce count");
-  auto w = std::make_unique<MpiWork>(name_, "MPI_Iallreduce");
+  auto w = std::make_unique<MpiWork>(name_, size_, "MPI_Iallreduce");
   mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, comm_, w->request()), name_, "MPI_Iallreduce");
   bytes_sent_ += 2 * (size_ - 1) * bytes / size_;
   return w;
@@ -263,7 +290,7 @@ std::unique_ptr<CommWork> MpiProcessGroup::ireduce_scatter(float* buf, int64_t c
   const int64_t bytes = comm_bytes(count, DType::F32);
   const int n = to_int(count, name_, "ireduce_scatter count");
   to_int(count * size_, name_, "ireduce_scatter total count");
-  auto w = std::make_unique<MpiWork>(name_, "MPI_Ireduce_scatter_block");
+  auto w = std::make_unique<MpiWork>(name_, size_, "MPI_Ireduce_scatter_block");
   mpi_check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, comm_, w->request()), name_,
             "MPI_Ireduce_scatter_block");
   bytes_sent_ += (size_ - 1) * bytes;
@@ -274,14 +301,16 @@ std::unique_ptr<CommWork> MpiProcessGroup::iall_gather(float* buf, int64_t count
   const int64_t bytes = comm_bytes(count, DType::F32);
   const int n = to_int(count, name_, "iall_gather count");
   to_int(count * size_, name_, "iall_gather total count");
-  auto w = std::make_unique<MpiWork>(name_, "MPI_Iallgather");
+  auto w = std::make_unique<MpiWork>(name_, size_, "MPI_Iallgather");
   mpi_check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, n, MPI_FLOAT, comm_, w->request()), name_,
             "MPI_Iallgather");
   bytes_sent_ += (size_ - 1) * bytes;
   return w;
 }
 
-void MpiProcessGroup::barrier() { mpi_check(MPI_Barrier(comm_), name_, "MPI_Barrier"); }
+void MpiProcessGroup::barrier() {
+  mpi_check(watched("MPI_Barrier", name_, size_, [&] { return MPI_Barrier(comm_); }), name_, "MPI_Barrier");
+}
 
 std::shared_ptr<ProcessGroup> make_mpi_group(const std::string& name, const std::vector<std::vector<int>>& groups) {
   check(mpi_active(), "make_mpi_group('" + name + "'): MPI is not initialised (call twinkle::initialize under a launcher)");

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "twinkle/core/error.h"
+#include "twinkle/dist/comm_watchdog.h"
 #include "twinkle/dist/mpi_process_group.h"
 #include "twinkle/dist/nccl_process_group.h"
 
@@ -245,7 +246,13 @@ void initialize(const InitOptions& opts) {
     int world = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     check(world == mesh.world_size(), mismatch(world));
+    const double comm_timeout = dist::comm_timeout_from_env();  // a bad TWINKLE_COMM_TIMEOUT fails here, on every rank
     g_state = dist::make_mpi_state(mesh);
+    if (world > 1) {  // the collective watchdog (dist/comm_watchdog.h)
+      int me = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &me);
+      dist::start_comm_watchdog(me, comm_timeout);
+    }
   } else {
     install_failure_handlers();
     check(mesh.world_size() == 1, mismatch(1));

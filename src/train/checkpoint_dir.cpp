@@ -137,4 +137,37 @@ std::string resolve_resume_dir(const std::string& dir) {
               (fs::exists(d) ? "" : " (the directory does not exist)"));
 }
 
+std::string find_resume_checkpoint(const std::string& output_dir) {
+  std::error_code ec;
+  const fs::path d(output_dir);
+  if (output_dir.empty() || !fs::is_directory(d, ec)) return "";
+  {
+    std::ifstream in(d / "latest");
+    std::string name;
+    if (in && std::getline(in, name) && !name.empty() && name.find('/') == std::string::npos &&
+        fs::exists(d / name / "trainer_state.json", ec))
+      return (d / name).string();
+  }
+  const std::string prefix = "checkpoint-step-";
+  int64_t best = -1;
+  fs::path best_dir;
+  for (fs::directory_iterator it(d, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    if (n.rfind(prefix, 0) != 0 || n.size() == prefix.size()) continue;
+    const std::string digits = n.substr(prefix.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) continue;
+    const int64_t step = std::stoll(digits);
+    std::error_code e2;
+    if (step > best && fs::exists(it->path() / "trainer_state.json", e2)) {
+      best = step;
+      best_dir = it->path();
+    }
+  }
+  return best < 0 ? "" : best_dir.string();
+}
+
+std::string resolve_resume_option(const std::string& resume, const std::string& output_dir) {
+  return resume == "auto" ? find_resume_checkpoint(output_dir) : resume;
+}
+
 }  // namespace twinkle

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <regex>
 #include <sstream>
@@ -311,7 +313,34 @@ double MegatronModel::flops_per_token(double S) const {
   return qwen3_flops_per_token(model_->config(), model_->num_parameters(), S);
 }
 
+namespace {
+
+// Fault injection for the restart tests (TWINKLE_FAULT_KILL="R:S", read once): world rank R
+// SIGKILLs itself in step S, after its backward and before the optimizer step (its peers are left
+// waiting in the step's collectives: a rank dying mid-step). It fires only in a job's first attempt
+// (TWINKLE_RESTART_COUNT unset or 0; twinkle-run --max-restarts sets it), so the restarted job that
+// resumes before step S runs through it.
+void fault_kill_check(int world_rank, int64_t step) {
+  static const std::pair<int64_t, int64_t> at = [] {
+    const char* e = std::getenv("TWINKLE_FAULT_KILL");
+    const char* rc = std::getenv("TWINKLE_RESTART_COUNT");
+    if (!e || (rc && *rc && std::string(rc) != "0")) return std::pair<int64_t, int64_t>{-1, -1};
+    long long r = -1, s = -1;
+    if (std::sscanf(e, "%lld:%lld", &r, &s) != 2) return std::pair<int64_t, int64_t>{-1, -1};
+    return std::pair<int64_t, int64_t>{r, s};
+  }();
+  if (at.first == world_rank && at.second == step) {
+    std::fprintf(stderr, "[rank %d] TWINKLE_FAULT_KILL: SIGKILL in step %lld\n", world_rank,
+                 static_cast<long long>(step));
+    std::fflush(nullptr);
+    std::raise(SIGKILL);
+  }
+}
+
+}  // namespace
+
 StepStats MegatronModel::clip_grad_and_step(std::optional<double> max_grad_norm) {
+  fault_kill_check(ps_->global_rank, cur_step_);
   auto t0 = Clock::now();
   DistributedOptimizer& opt = optimizer();
   const double lr = has_sched_ ? sched_.current() : optim_cfg_.lr;

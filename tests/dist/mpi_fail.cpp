@@ -1,5 +1,7 @@
 // Failure modes: one rank fails while the others wait in a collective; the job must end.
-// Usage: mpi_fail MODE RANK    MODE: throw | terminate | kill | segv | exit | mismatch | ok
+// Usage: mpi_fail MODE RANK    MODE: throw | terminate | kill | segv | exit | mismatch | hang | ok
+// (hang: RANK never joins the collective and never fails, so only the collective watchdog,
+// twinkle/dist/comm_watchdog.h, can end the job)
 #include <signal.h>
 #include <unistd.h>
 
@@ -15,6 +17,8 @@ static void fail_now(const std::string& mode, int me) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   if (mode == "throw") throw twinkle::Error("rank " + std::to_string(me) + " failed on purpose (mode throw)");
   if (mode == "kill") raise(SIGKILL);
+  if (mode == "hang")
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   if (mode == "segv") {
     volatile int* p = nullptr;
     *p = 1;

@@ -36,6 +36,7 @@
 #include "twinkle/io/safetensors.h"
 #include "twinkle/io/tensorboard.h"
 #include "twinkle/kernels/registry.h"
+#include "twinkle/train/checkpoint_dir.h"
 #include "twinkle/train/megatron_model.h"
 
 namespace {
@@ -162,7 +163,8 @@ int train_main(int argc, char** argv) {
   app.add_option("--save-init-adapter", save_init_adapter, "also save the adapter before the first step to this directory (tests; default: none)");
   app.add_option("--resume", resume,
                  "continue from this checkpoint (or an output dir whose 'latest' names one) to the same "
-                 "--max-steps total (default: none)");
+                 "--max-steps total; auto = the newest complete checkpoint in --output-dir, or a fresh start when "
+                 "there is none (twinkle-run --max-restarts; default: none)");
   app.add_option("--save-interval", save_interval,
                  "every N steps save OUTPUT_DIR/checkpoint-step-<step> (0 = none; Twinkle's interval)");
   app.add_flag("--save-optimizer", save_optimizer,
@@ -289,6 +291,12 @@ int train_main(int argc, char** argv) {
 
   const bool rank0 = ps.global_rank == 0;
   int64_t step = 0;
+  if (resume == "auto") {  // the newest complete checkpoint of the output dir, none = a fresh start
+    const std::string found = twinkle::find_resume_checkpoint(output_dir);
+    log.info(found.empty() ? "resume auto: no checkpoint in " + output_dir + ", starting fresh"
+                           : "resume auto: resuming from " + found);
+    resume = found;
+  }
   if (!resume.empty()) {
     const twinkle::ResumeState rs = m.resume_from_checkpoint(resume, false, &loader);
     step = rs.cur_step;

@@ -43,5 +43,14 @@ std::vector<std::string> prune_checkpoints(const std::string& output_dir, int64_
 /// The checkpoint directory to resume from: `dir` itself when it holds trainer_state.json, else
 /// `dir/<contents of dir/latest>`. Throws twinkle::Error naming `dir` when it is neither.
 std::string resolve_resume_dir(const std::string& dir);
+/// `--resume auto` (torchrun's elastic restart; twinkle-run --max-restarts): the newest complete
+/// checkpoint in `output_dir` — the `latest` one when it names a directory holding
+/// trainer_state.json, else the `checkpoint-step-N` with the largest N that holds one (save
+/// renames a checkpoint into place only once it is complete, so one that exists is whole) — or ""
+/// when there is none (or no `output_dir`): a fresh start. Throws nothing.
+std::string find_resume_checkpoint(const std::string& output_dir);
+/// `resume` as the recipes and `twinkle train` take it: "" (no resume) stays "", "auto" becomes
+/// find_resume_checkpoint(output_dir) (possibly ""), anything else is returned unchanged.
+std::string resolve_resume_option(const std::string& resume, const std::string& output_dir);
 
 }  // namespace twinkle

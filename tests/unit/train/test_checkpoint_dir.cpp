@@ -114,3 +114,29 @@ TEST(CheckpointDir, ResumeDirErrorsNameTheDirectory) {
   }
   fs::remove_all(d);
 }
+
+// --resume auto: `latest` when it names a complete checkpoint; else the highest complete
+// checkpoint-step-N (numerically, not by name); staging directories, incomplete ones (no
+// trainer_state.json), other names and a missing directory are never chosen ("" = fresh start).
+TEST(CheckpointDir, ResumeAutoFindsTheNewestCompleteCheckpoint) {
+  const fs::path d = scratch("auto");
+  EXPECT_EQ(find_resume_checkpoint((d / "missing").string()), "");
+  EXPECT_EQ(find_resume_checkpoint(""), "");
+  EXPECT_EQ(find_resume_checkpoint(d.string()), "");
+  EXPECT_EQ(resolve_resume_option("auto", d.string()), "");
+  EXPECT_EQ(resolve_resume_option("", d.string()), "");
+  EXPECT_EQ(resolve_resume_option("some/dir", d.string()), "some/dir");
+  make_ckpt(d / "checkpoint-step-2", "2");
+  make_ckpt(d / "checkpoint-step-10", "10");
+  make_ckpt(d / ".checkpoint-step-12.tmp.999", "staging");  // a writer that died
+  fs::create_directories(d / "checkpoint-step-14");          // no trainer_state.json: not a resumable one
+  make_ckpt(d / "checkpoint-step-x", "x");
+  make_ckpt(d / "checkpoint-final", "final");
+  EXPECT_EQ(find_resume_checkpoint(d.string()), (d / "checkpoint-step-10").string());
+  EXPECT_EQ(resolve_resume_option("auto", d.string()), (d / "checkpoint-step-10").string());
+  std::ofstream(d / "latest") << "checkpoint-step-2\n";  // latest wins when it names a complete one
+  EXPECT_EQ(find_resume_checkpoint(d.string()), (d / "checkpoint-step-2").string());
+  std::ofstream(d / "latest", std::ios::trunc) << "checkpoint-step-14\n";  // ... and only then
+  EXPECT_EQ(find_resume_checkpoint(d.string()), (d / "checkpoint-step-10").string());
+  fs::remove_all(d);
+}
