@@ -10,7 +10,7 @@ LAUNCH_LIST = env;CCACHE_BASEDIR=$(CURDIR);ccache
 LAUNCHER = $(if $(shell command -v ccache),"-DCMAKE_C_COMPILER_LAUNCHER=$(LAUNCH_LIST)" \
   "-DCMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCH_LIST)" "-DCMAKE_CUDA_COMPILER_LAUNCHER=$(LAUNCH_LIST)")
 
-.PHONY: setup build python test demo bench clean
+.PHONY: setup build python test test-extended demo bench clean
 
 setup:
 	@scripts/setup
@@ -26,7 +26,11 @@ python: setup $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS) --target twinkle_python twinkle_run tp_recipe
 
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600 -LE extended
+
+# the extended tests (label extended, tests/CMakeLists.txt): further recipes and layouts of default tests
+test-extended: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600 -L extended
 
 # make demo                 the C++ recipe (examples/tp_recipe.cpp)
 # make demo RECIPE=python   the same recipe as a Python script (examples/python/tp.py)

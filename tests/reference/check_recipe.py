@@ -21,7 +21,13 @@ With --bf16 both runs train in bf16 mixed precision (--bf16): the two layouts' (
 summation orders differ, which flips single bf16 roundings of GEMM inputs, so 1. holds at the bf16
 layout tolerances of tests/reference/check_bf16.py (--against single): the first step's loss 1e-5 and
 grad norm 2e-4 relative, every step's loss, grad norm, expert grad norm and aux loss 2e-3; the expert
-loads exactly at the first step. 2. as above (the checkpoint holds the fp32 master weights).
+loads exactly at the first step. On another device (--device) the MoE router may send a token or two
+to another expert from the first step on (the device's GEMM sums differ from oneDNN's, and a flipped
+rounding upstream moves a near-tied logit: measured on the emulated device, moe_cp_recipe, 2 of about
+1200 token slots, step-1 loss 4.8e-5 and aux loss 3.5e-4 apart), so there every step is held to 2e-3
+and the expert loads are not compared; that the device ran bf16 at all is checked by its step-1 grad
+norm lying closer to the one-process bf16 run's than that run's is to a one-process fp32 run's.
+2. as above (the checkpoint holds the fp32 master weights).
 Run with .venv/bin/python (scripts/setup); needs the Qwen3 tokenizer files placed by scripts/setup.
 """
 import argparse
@@ -81,20 +87,32 @@ def main():
         run([recipe] + single + ["--output-dir", os.path.join(tmp, "r1")] + common, env=env)
         m8 = read_metrics(os.path.join(tmp, "r8", "metrics.jsonl"))
         m1 = read_metrics(os.path.join(tmp, "r1", "metrics.jsonl"))
+        if args.bf16 and moe and args.device not in ("", "cpu") and m8 and m1:
+            # the device really ran bf16: its step-1 grad norm is nearer the bf16 run than fp32 is
+            fp32_common = [c for c in common if c != "--bf16"] + ["--fp32"]
+            fp32_common[fp32_common.index("--max-steps") + 1] = "1"
+            run([recipe] + single + ["--output-dir", os.path.join(tmp, "r1_fp32")] + fp32_common, env=env)
+            g32 = read_metrics(os.path.join(tmp, "r1_fp32", "metrics.jsonl"))[0]["grad_norm"]
+            d_dev, d_32 = rel(m8[0]["grad_norm"], m1[0]["grad_norm"]), rel(g32, m1[0]["grad_norm"])
+            print(f"step-1 grad norm vs the one-process bf16 run: device {d_dev:.2e}, one-process fp32 {d_32:.2e}")
+            if not d_dev < d_32:
+                failures.append(f"step 1: the device's grad norm is {d_dev:.2e} from the bf16 run, fp32's {d_32:.2e}: "
+                                "did the device run bf16?")
         if len(m8) != args.steps or len(m1) != args.steps:
             failures.append(f"expected {args.steps} metrics lines, got {len(m8)} (8 ranks) and {len(m1)} (1 rank)")
         for a, b in zip(m8, m1):
             print(f"step {a['step']}: loss 8 ranks {a['loss']:.8f} 1 rank {b['loss']:.8f} | "
                   f"grad_norm {a['grad_norm']:.8f} {b['grad_norm']:.8f} | lr {a['lr']:.6e} {b['lr']:.6e}")
             first = a["step"] == m8[0]["step"]
+            other_device = args.device not in ("", "cpu")
             for k in ("loss", "grad_norm", "lr") + (("expert_grad_norm", "aux_loss", "expert_load_max",
                                                     "expert_load_min") if moe else ()):
                 tol = 1e-5
                 if args.bf16 and k.startswith("expert_load"):
-                    if not first:
-                        continue  # a flipped bf16 rounding may move one token to another expert later on
+                    if not first or (moe and other_device):
+                        continue  # a flipped bf16 rounding may move a token to another expert
                 elif args.bf16 and k != "lr":
-                    tol = (1e-5 if k == "loss" else 2e-4) if first else 2e-3
+                    tol = (1e-5 if k == "loss" else 2e-4) if first and not (moe and other_device) else 2e-3
                 if rel(a[k], b[k]) > tol and not (a[k] == 0 and b[k] == 0):
                     failures.append(f"step {a['step']}: {k} {a[k]} (8 ranks) vs {b[k]} (1 rank), tolerance {tol:g}")
         ck = os.path.join(tmp, "r8")
