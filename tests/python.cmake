@@ -67,4 +67,21 @@ if(TARGET twinkle_python_cuda_emu)
                    --python-dir ${CMAKE_BINARY_DIR}/python_cuda_emu --np 2 --layout "--dp 1 --tp 2 --pp 1")
   set_tests_properties(python_tp_recipe_cuda_equals_cpp_recipe_cuda_emu PROPERTIES LABELS cuda_emu TIMEOUT 300
                        PROCESSORS 2 ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0;OMP_NUM_THREADS=1")
+  # the two MoE recipes the same way on their eight ranks (label extended too: make test-extended):
+  # tp_moe.py with the seed's LoRA line in bf16 vs moe_recipe --bf16 --lora, tp_moe_cp.py (ring attention on
+  # the device) in fp32 vs moe_cp_recipe --fp32; measured identical losses, grad norms and checkpoint bytes
+  add_test(NAME python_tp_moe_cuda_lora_bf16_equals_cpp_moe_recipe_cuda_emu
+           COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_recipe.py
+                   --build ${CMAKE_BINARY_DIR} --recipe moe --rows 8 --batch-size 2 --steps 2 --precision bf16 --lora
+                   --device cuda --recipe-bin ${CMAKE_BINARY_DIR}/tests/moe_recipe_cuda_emu
+                   --python-dir ${CMAKE_BINARY_DIR}/python_cuda_emu)
+  add_test(NAME python_tp_moe_cp_cuda_fp32_equals_cpp_moe_cp_recipe_cuda_emu
+           COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_recipe.py
+                   --build ${CMAKE_BINARY_DIR} --recipe moe_cp --rows 8 --batch-size 2 --steps 2 --precision fp32
+                   --device cuda --recipe-bin ${CMAKE_BINARY_DIR}/tests/moe_cp_recipe_cuda_emu
+                   --python-dir ${CMAKE_BINARY_DIR}/python_cuda_emu)
+  set_tests_properties(python_tp_moe_cuda_lora_bf16_equals_cpp_moe_recipe_cuda_emu
+                       python_tp_moe_cp_cuda_fp32_equals_cpp_moe_cp_recipe_cuda_emu PROPERTIES
+                       LABELS "cuda_emu;extended" TIMEOUT 600 PROCESSORS 2
+                       ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0;OMP_NUM_THREADS=1")
 endif()
