@@ -3,6 +3,7 @@
 //
 //   twinkle-run --nproc_per_node=8 build/examples/moe_recipe [--model DIR|ms://Qwen/Qwen3-30B-A3B]
 //               [--device cpu] [--max-steps N] [--output-dir output/moe_recipe] [--bf16 | --fp32]
+//               [--tensorboard-dir DIR]
 //               [--lora [--lora-r 8 --lora-alpha 32 --lora-targets all-linear]]
 //
 // The seed's run (Twinkle's cookbook/megatron/ascend/tp_moe_npu.py): mesh dp=2 x tp=2 x pp=2 x

@@ -10,10 +10,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include "recipe_metrics.h"
 #include "twinkle/train/checkpoint_dir.h"
+#include "twinkle/train/tensorboard_log.h"
 #include "twinkle/twinkle.h"
 
 using namespace twinkle;
@@ -57,6 +59,10 @@ inline int run(int argc, char** argv, const Defaults& d) {
   app.add_option("--micro-batch-size", micro_batch_size, "rows per micro-batch (0: Twinkle's min(2, rows of the dp rank))");
   app.add_option("--lr", lr, "peak learning rate");
   app.add_option("--output-dir", output_dir, "where the final checkpoint and metrics.jsonl go");
+  std::string tensorboard_dir;
+  app.add_option("--tensorboard-dir", tensorboard_dir,
+                 "write TensorBoard event files of every step's metrics here (rank 0; Megatron's --tensorboard-dir; "
+                 "default: none)");
   app.add_option("--save-interval", save_interval,
                  "every N steps save OUTPUT_DIR/checkpoint-step-<step> with the optimizer state (0 = none)");
   app.add_option("--resume", resume,
@@ -139,6 +145,13 @@ inline int run(int argc, char** argv, const Defaults& d) {
   // a resumed run keeps the earlier steps' lines (recipe_metrics.h)
   std::ofstream metrics;
   if (rank0) metrics = recipe_metrics::open_metrics(std::filesystem::path(output_dir) / "metrics.jsonl", start_step);
+  // TensorBoard (twinkle/train/tensorboard_log.h): a new event file per run; a resumed run marks its first
+  // step, so TensorBoard shows one curve through the restart
+  std::unique_ptr<TensorBoardWriter> tb;
+  if (rank0 && !tensorboard_dir.empty()) {
+    tb = std::make_unique<TensorBoardWriter>(tensorboard_dir, start_step > 0 ? start_step + 1 : -1);
+    log.info("tensorboard: " + tb->path());
+  }
   double first_loss = 0, last_loss = 0, time_sum = 0;
   while (step < steps) {
     for (auto& batch : loader) {
@@ -166,6 +179,7 @@ inline int run(int argc, char** argv, const Defaults& d) {
                             {"step_time_s", m.step_time_s}};
         metrics << j.dump() << "\n";
         metrics.flush();
+        if (tb) write_step_scalars(*tb, m, step);
         char line[320];
         std::snprintf(line, sizeof line,
                       "step %3lld/%lld  loss %.4f  grad_norm %.4f  lr %.3e  aux %.4f  expert load %.3f/%.3f  "

@@ -3,7 +3,7 @@
 //
 //   twinkle-run --nproc_per_node=8 build/examples/tp_recipe [--model DIR|ms://Qwen/Qwen3-0.6B]
 //               [--device cpu] [--max-steps N] [--output-dir output/tp_recipe]
-//               [--save-interval N] [--resume output/tp_recipe]
+//               [--save-interval N] [--resume output/tp_recipe] [--tensorboard-dir DIR]
 //               [--lora [--lora-r 8 --lora-alpha 32 --lora-targets all-linear]]
 //
 // --lora is the seed recipe's commented line switched on: before the optimizer,
@@ -22,10 +22,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include "recipe_metrics.h"
 #include "twinkle/train/checkpoint_dir.h"
+#include "twinkle/train/tensorboard_log.h"
 #include "twinkle/twinkle.h"
 
 using namespace twinkle;
@@ -65,6 +67,10 @@ int recipe(int argc, char** argv) {
   app.add_option("--batch-size", batch_size, "global batch size");
   app.add_option("--lr", lr, "peak learning rate");
   app.add_option("--output-dir", output_dir, "where the final checkpoint and metrics.jsonl go");
+  std::string tensorboard_dir;
+  app.add_option("--tensorboard-dir", tensorboard_dir,
+                 "write TensorBoard event files of every step's metrics here (rank 0; Megatron's --tensorboard-dir; "
+                 "default: none)");
   app.add_option("--save-interval", save_interval,
                  "every N steps save OUTPUT_DIR/checkpoint-step-<step> with the optimizer state (0 = none)");
   app.add_option("--resume", resume,
@@ -138,6 +144,13 @@ int recipe(int argc, char** argv) {
   // a resumed run keeps the earlier steps' lines (recipe_metrics.h)
   std::ofstream metrics;
   if (rank0) metrics = recipe_metrics::open_metrics(std::filesystem::path(output_dir) / "metrics.jsonl", start_step);
+  // TensorBoard (twinkle/train/tensorboard_log.h): a new event file per run; a resumed run marks its first
+  // step, so TensorBoard shows one curve through the restart
+  std::unique_ptr<TensorBoardWriter> tb;
+  if (rank0 && !tensorboard_dir.empty()) {
+    tb = std::make_unique<TensorBoardWriter>(tensorboard_dir, start_step > 0 ? start_step + 1 : -1);
+    log.info("tensorboard: " + tb->path());
+  }
   double first_loss = 0, last_loss = 0, tok_s_sum = 0;
   while (step < steps) {
     for (auto& batch : loader) {
@@ -156,6 +169,7 @@ int recipe(int argc, char** argv) {
                             {"step_time_s", m.step_time_s}};
         metrics << j.dump() << "\n";
         metrics.flush();
+        if (tb) write_step_scalars(*tb, m, step);
         char line[256];
         std::snprintf(line, sizeof line, "%s %3lld/%lld  loss %.4f  grad_norm %.4f  lr %.3e  tokens/s %.0f  mfu %.3f",
                       progress_bar(step, steps).c_str(), static_cast<long long>(step), static_cast<long long>(steps),

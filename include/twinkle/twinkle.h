@@ -31,3 +31,4 @@
 #include "twinkle/optim/distributed_optimizer.h"
 #include "twinkle/optim/lr_scheduler.h"
 #include "twinkle/train/megatron_model.h"
+#include "twinkle/train/tensorboard_log.h"

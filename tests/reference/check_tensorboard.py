@@ -10,6 +10,9 @@ TFRecord reader as the oracle, not twinkle's writer):
   3. resuming checkpoint-step-3 into the same directory (a new event file that starts with SessionLog
      START at step 4) shows one curve: steps 1..6 once each (the first run's 4..6 superseded), the
      values of 4..6 the resumed run's.
+  4. the recipes' --tensorboard-dir (examples/moe_recipe, one process, 2 steps) writes the MoE tags
+     ('lm loss', 'load_balancing_loss', 'expert-grad-norm', 'expert-load-max', ...) equal to its
+     metrics.jsonl.
 Prints "tensorboard check OK: ..." on success. Run with .venv/bin/python (scripts/setup).
 """
 import argparse
@@ -131,13 +134,29 @@ def main():
         if n_files != 2:
             failures.append(f"after the resume: {n_files} event files, expected 2 (a new one per run)")
         print(f"run 1: {len(recs)} records, 'lm loss' steps 1..6: {[round(v, 6) for _, v in got]}")
+        # 4. the MoE recipe's --tensorboard-dir (one process, 2 steps): the MoE tags equal its metrics.jsonl
+        out_r, tb_r = os.path.join(tmp, "out_recipe"), os.path.join(tmp, "tb_recipe")
+        run([os.path.join(args.build, "examples", "moe_recipe"), "--dp", "1", "--tp", "1", "--pp", "1", "--cp", "1",
+             "--ep", "1", "--max-steps", "2", "--data-rows", "8", "--micro-batch-size", "1", "--output-dir", out_r,
+             "--tensorboard-dir", tb_r], env=dict(os.environ, OMP_NUM_THREADS="1"))
+        mr = read_metrics(os.path.join(out_r, "metrics.jsonl"))
+        ea = EventAccumulator(tb_r, size_guidance={"scalars": 0})
+        ea.Reload()
+        for t, k in {"lm loss": "lm_loss", "load_balancing_loss": "aux_loss", "expert-grad-norm": "expert_grad_norm",
+                     "expert-load-max": "expert_load_max", "grad-norm": "grad_norm", "learning-rate": "lr"}.items():
+            got_r = [(e.step, e.value) for e in ea.Scalars(t)] if t in ea.Tags()["scalars"] else []
+            want_r = [(m["step"], struct.unpack("f", struct.pack("f", m[k]))[0]) for m in mr]
+            if [x for x, _ in got_r] != [x for x, _ in want_r] or any(rel(a, b) > 1e-7 for (_, a), (_, b) in
+                                                                     zip(got_r, want_r)):
+                failures.append(f"moe_recipe --tensorboard-dir: '{t}' {got_r} vs its metrics.jsonl {want_r}")
+        print(f"moe_recipe --tensorboard-dir: {len(ea.Tags()['scalars'])} tags at steps {[m['step'] for m in mr]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if failures:
         print("FAIL:\n  " + "\n  ".join(failures))
         return 1
     print("tensorboard check OK: 6 steps of 6 tags read back by EventAccumulator, CRCs equal tensorboard's, a flipped "
-          "byte refused, a resume supersedes steps 4..6")
+          "byte refused, a resume supersedes steps 4..6, the MoE recipe's tags")
     return 0
 
 

@@ -35,6 +35,7 @@
 #include "twinkle/dist/runtime.h"
 #include "twinkle/io/safetensors.h"
 #include "twinkle/io/tensorboard.h"
+#include "twinkle/train/tensorboard_log.h"
 #include "twinkle/kernels/registry.h"
 #include "twinkle/train/checkpoint_dir.h"
 #include "twinkle/train/megatron_model.h"
@@ -367,23 +368,7 @@ int train_main(int argc, char** argv) {
         metrics << j.dump() << "\n";
         metrics.flush();
       }
-      if (tb) {  // Megatron's tag names where it has them (megatron/training/training.py training_log)
-        if (mt.has_loss) tb->add_scalar("lm loss", mt.moe ? mt.lm_loss : mt.loss, step);
-        if (mt.moe) {
-          if (mt.has_loss) tb->add_scalar("loss", mt.loss, step);
-          tb->add_scalar("load_balancing_loss", mt.aux_loss, step);
-          tb->add_scalar("z_loss", mt.z_loss, step);
-          tb->add_scalar("expert-grad-norm", mt.expert_grad_norm, step);
-          tb->add_scalar("expert-load-max", mt.expert_load_max, step);
-          tb->add_scalar("expert-load-min", mt.expert_load_min, step);
-        }
-        tb->add_scalar("grad-norm", mt.grad_norm, step);
-        tb->add_scalar("learning-rate", mt.lr, step);
-        tb->add_scalar("tokens-per-sec", mt.tokens_per_s, step);
-        tb->add_scalar("mfu", mt.mfu, step);
-        tb->add_scalar("iteration-time", mt.step_time_s, step);
-        tb->flush();
-      }
+      if (tb) twinkle::write_step_scalars(*tb, mt, step);  // Megatron's tag names (train/tensorboard_log.h)
       char loss[64];
       if (!mt.has_loss) std::snprintf(loss, sizeof loss, "no labelled tokens");
       else if (!std::isfinite(mt.loss)) std::snprintf(loss, sizeof loss, "%s", std::isnan(mt.loss) ? "nan" : "inf");

@@ -1,0 +1,20 @@
+// twinkle/train/tensorboard_log.h — one training step's metrics as TensorBoard scalars, the same tags
+// for `twinkle train --tensorboard-dir` and the recipes' --tensorboard-dir (the event file format:
+// twinkle/io/tensorboard.h).
+#pragma once
+#include <cstdint>
+
+#include "twinkle/io/tensorboard.h"
+#include "twinkle/train/megatron_model.h"
+
+namespace twinkle {
+
+/// Writes the step's metrics (MegatronModel::last_metrics()) at `step` under Megatron's tag names where it
+/// has them (megatron/training/training.py training_log): "lm loss" (a step whose global batch has no
+/// labelled token writes none), "grad-norm", "learning-rate", "tokens-per-sec", "mfu", "iteration-time"
+/// (seconds); a Qwen3-MoE model also "loss" (lm loss + the router losses), "load_balancing_loss",
+/// "z_loss", "expert-grad-norm", "expert-load-max", "expert-load-min". Then flushes the file, so
+/// TensorBoard sees each step as it ends. Call on one rank (rank 0). Throws twinkle::Error on a write error.
+void write_step_scalars(TensorBoardWriter& tb, const MegatronModel::StepMetrics& m, int64_t step);
+
+}  // namespace twinkle
