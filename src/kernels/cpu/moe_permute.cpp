@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "../moe_routing_check.h"
 #include "twinkle/core/error.h"
 
 namespace twinkle::kernels::cpu {
@@ -16,16 +17,8 @@ void moe_sort_by_expert(const int32_t* topk_idx, int64_t T, int64_t k, int64_t E
   for (int64_t e = 0; e < E; ++e) counts[e] = 0;
   for (int64_t t = 0; t < T; ++t) {
     const int32_t* idx = topk_idx + t * k;
-    for (int64_t j = 0; j < k; ++j) {
-      if (idx[j] < 0 || idx[j] >= E)
-        throw Error("moe_sort_by_expert: token " + std::to_string(t) + " slot " + std::to_string(j) +
-                    " routes to expert " + std::to_string(idx[j]) + ", outside [0, " + std::to_string(E) + ")");
-      for (int64_t i = 0; i < j; ++i)
-        if (idx[i] == idx[j])
-          throw Error("moe_sort_by_expert: token " + std::to_string(t) + " routes to expert " +
-                      std::to_string(idx[j]) + " twice");
-      ++counts[idx[j]];
-    }
+    kernels::detail::check_token_routing(idx, t, k, E);
+    for (int64_t j = 0; j < k; ++j) ++counts[idx[j]];
   }
   // Counting sort without a scratch buffer: counts[e] becomes the next free row of expert e
   // (its exclusive prefix), is advanced while the slots are placed in ascending token order

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../moe_router_row.h"
+#include "../moe_routing_check.h"
 #include "cuda_common.h"
 #include "ops_cuda.h"
 #include "twinkle/core/error.h"
@@ -272,15 +273,7 @@ void check_router_sizes(const char* fn, int64_t T, int64_t E, int64_t k) {
 
 // The CPU kernel's message for token t's experts idx [k] (host), which the device check found bad.
 [[noreturn]] void throw_bad_routing(const int32_t* idx, int64_t t, int64_t k, int64_t E) {
-  for (int64_t j = 0; j < k; ++j) {
-    if (idx[j] < 0 || idx[j] >= E)
-      throw Error("moe_sort_by_expert: token " + std::to_string(t) + " slot " + std::to_string(j) +
-                  " routes to expert " + std::to_string(idx[j]) + ", outside [0, " + std::to_string(E) + ")");
-    for (int64_t i = 0; i < j; ++i)
-      if (idx[i] == idx[j])
-        throw Error("moe_sort_by_expert: token " + std::to_string(t) + " routes to expert " +
-                    std::to_string(idx[j]) + " twice");
-  }
+  kernels::detail::check_token_routing(idx, t, k, E);
   throw Error("moe_sort_by_expert: token " + std::to_string(t) + " has a bad routing");  // not reached
 }
 
