@@ -62,6 +62,10 @@ DeviceMesh DeviceMesh::from_sizes(const MeshSizes& s) {
   positive(s.cp, "cp");
   positive(s.ep, "ep");
   positive(s.etp, "etp");
+  positive(s.vpp, "vpp");
+  check(s.vpp == 1 || s.pp > 1, "device mesh: MeshSizes.vpp = " + std::to_string(s.vpp) +
+                                    " needs pipeline parallelism (pp > 1; pp = 1): virtual pipeline stages "
+                                    "interleave the stages of a pipeline");
   check(s.device_type == "cpu" || s.device_type == "cuda" || s.device_type == "npu",
         "device mesh: MeshSizes.device_type '" + s.device_type + "' is unknown (known: cpu, cuda, npu)");
   int64_t world = int64_t(s.dp) * s.tp * s.pp * s.cp;
@@ -168,6 +172,7 @@ std::string DeviceMesh::describe() const {
     any = true;
   };
   dim("pp", sizes_.pp);
+  if (sizes_.vpp > 1) o << " (vpp=" << sizes_.vpp << ")";
   dim("dp", sizes_.dp);
   dim("cp", sizes_.cp);
   dim("tp", sizes_.tp);

@@ -220,6 +220,50 @@ void MpiProcessGroup::recv(void* buf, int64_t count, DType dtype, int peer, int 
   } while (off < count);
 }
 
+void MpiProcessGroup::batch_send_recv(const std::vector<P2pOp>& ops, DType dtype) {
+  if (ops.empty()) return;
+  std::vector<MPI_Request> req(ops.size(), MPI_REQUEST_NULL);
+  int64_t sent = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2pOp& o = ops[i];
+    check(o.count > 0, "process group '" + name_ + "': batch_send_recv op " + std::to_string(i) + " has count " +
+                           std::to_string(o.count) + " (must be > 0)");
+    check_peer(name_, o.peer, size_, o.tag, "batch_send_recv peer");
+    check(o.peer != rank_, "process group '" + name_ + "': batch_send_recv op " + std::to_string(i) +
+                               " names this rank (" + std::to_string(rank_) + ") as its peer");
+    check(o.tag >= 0 && o.tag <= 32767, "process group '" + name_ + "': batch_send_recv tag " + std::to_string(o.tag) +
+                                            " outside [0, 32767]");
+    for (size_t j = 0; j < i; ++j)
+      check(!(ops[j].send == o.send && ops[j].peer == o.peer && ops[j].tag == o.tag),
+            "process group '" + name_ + "': batch_send_recv has two " + (o.send ? "sends to" : "receives from") +
+                " peer " + std::to_string(o.peer) + " with tag " + std::to_string(o.tag));
+  }
+  const MPI_Datatype t = mpi_type(dtype);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2pOp& o = ops[i];
+    const int n = to_int(o.count, name_, "batch_send_recv count");
+    if (o.send) {
+      mpi_check(MPI_Isend(o.buf, n, t, o.peer, o.tag, comm_, &req[i]), name_, "MPI_Isend");
+      sent += comm_bytes(o.count, dtype);
+    } else {
+      mpi_check(MPI_Irecv(o.buf, n, t, o.peer, o.tag, comm_, &req[i]), name_, "MPI_Irecv");
+    }
+  }
+  std::vector<MPI_Status> st(ops.size());
+  mpi_check(watched("MPI_Waitall", name_, size_,
+                    [&] { return MPI_Waitall(static_cast<int>(req.size()), req.data(), st.data()); }),
+            name_, "MPI_Waitall");
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].send) continue;
+    int got = 0;
+    MPI_Get_count(&st[i], t, &got);
+    check(got == ops[i].count, "process group '" + name_ + "': batch_send_recv from peer " + std::to_string(ops[i].peer) +
+                                   " tag " + std::to_string(ops[i].tag) + " expected " + std::to_string(ops[i].count) +
+                                   " elements but the message had " + std::to_string(got));
+  }
+  bytes_sent_ += sent;
+}
+
 void MpiProcessGroup::send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf,
                                 int64_t recv_count, int src, DType dtype, int tag) {
   int sc = to_int(send_count, name_, "send_recv send count");

@@ -126,4 +126,10 @@ std::shared_ptr<ProcessGroup> make_local_group(const std::string& name, int glob
   return std::make_shared<LocalProcessGroup>(name, global_rank);
 }
 
+void ProcessGroup::batch_send_recv(const std::vector<P2pOp>& ops, DType) {
+  if (ops.empty()) return;
+  throw Error("process group '" + name() + "': batched point-to-point (batch_send_recv) is not available on this group (size " +
+              std::to_string(size()) + ")");
+}
+
 }  // namespace twinkle::dist

@@ -90,17 +90,18 @@ void Qwen3Model::add_adapter(const LoraConfig& cfg, uint64_t seed) {
   lora_ = cfg;
   const std::set<std::string> targets(lora_targets_.begin(), lora_targets_.end());
   const parallel::TensorParallel tp = tp_group();
-  const int pp = ps_->pp_size(), mine = ps_->pp_rank();
+  const int pp = ps_->pp_size(), mine = ps_->pp_rank(), stages = pp * ps_->mesh.vpp_size();
   const int64_t H = cfg_.hidden_size, D = cfg_.head_dim, I = cfg_.intermediate_size;
   const int64_t q_out = cfg_.num_attention_heads * D, kv_out = cfg_.num_key_value_heads * D;
   const float scaling = static_cast<float>(cfg.scaling());
   using parallel::LoraBase;
-  for (int s = 0; s < pp; ++s) {
+  for (int vs = 0; vs < stages; ++vs) {  // virtual stages in model order, each on pipeline rank vs % pp
+    const int s = vs % pp;
     table_.set_stage(s);
-    const int64_t l0 = split_.first[static_cast<size_t>(s)], n = split_.count[static_cast<size_t>(s)];
+    const int64_t l0 = split_.first[static_cast<size_t>(vs)], n = split_.count[static_cast<size_t>(vs)];
     for (int64_t l = l0; l < l0 + n; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
-      Qwen3DecoderLayer* layer = s == mine ? &layers_[static_cast<size_t>(l - l0)] : nullptr;
+      Qwen3DecoderLayer* layer = s == mine ? local_layer(l) : nullptr;
       auto add = [&](const std::string& m, int64_t in, int64_t out, LoraBase base) -> parallel::LoraPair {
         if (!targets.count(p + m)) return {};
         return parallel::add_lora_entries(table_, tp, p + m, in, out, base, cfg.r, scaling);

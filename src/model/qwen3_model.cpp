@@ -52,15 +52,21 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
     cp_attention_ = std::make_shared<parallel::ContextParallelAttention>(
         ps_->cp, parallel::parse_cp_comm_type(opts_.cp_comm_type), cfg_.num_attention_heads,
         cfg_.num_key_value_heads, tp_, &kernels_, dev_);  // kernels_ keeps its address under set_kernels
+  // Virtual pipeline stages: chunk c of pipeline rank r is virtual stage c*p + r (Megatron-core's
+  // interleaved layout); the split runs over the p*v virtual stages.
+  const int pp = ps_->pp_size(), vpp = ps_->mesh.vpp_size(), stages = pp * vpp;
   if (opts_.layers_per_stage.empty() && parallel::is_balanced_split_mode(opts_.pipeline_split))
-    split_ = parallel::balanced_split(qwen3_stage_costs(cfg_), ps_->pp_size());
+    split_ = parallel::balanced_split(qwen3_stage_costs(cfg_), stages);
   else
-    split_ = parallel::split_layers(cfg_.num_hidden_layers, ps_->pp_size(), opts_.layers_per_stage);
+    split_ = parallel::split_layers(cfg_.num_hidden_layers, stages, opts_.layers_per_stage);
   const int stage = ps_->pp_rank();
-  layer0_ = split_.first[static_cast<size_t>(stage)];
-  nlayers_ = split_.count[static_cast<size_t>(stage)];
-  first_ = ps_->is_first_stage();
-  last_ = ps_->is_last_stage();
+  first_rank_ = ps_->is_first_stage();
+  last_rank_ = ps_->is_last_stage();
+  for (int c = 0; c < vpp; ++c) {
+    const size_t vs = static_cast<size_t>(c * pp + stage);
+    chunks_.push_back(std::make_unique<Qwen3Chunk>(*this, c, split_.first[vs], split_.count[vs],
+                                                   first_rank_ && c == 0, last_rank_ && c == vpp - 1));
+  }
   vocab_ = parallel::make_vocab_shard(cfg_.vocab_size, ps_->tp_rank(), tp_);
   rope_ = kernels::cpu::make_rope_table(cfg_.max_position_embeddings, cfg_.head_dim, cfg_.rope_theta,
                                         rope_variant(cfg_));
@@ -82,49 +88,75 @@ parallel::TensorParallel Qwen3Model::tp_group() const {
   return parallel::TensorParallel{ps_->tp.get(), tp_, ps_->tp_rank(), sp_};
 }
 
-// Declares every stage's tensors in HF order (embed, layers, norm, lm_head); keeps the layer
-// objects of this rank's stage. Layers of other stages are built only for their entries.
+// Declares every virtual stage's tensors in HF order (embed, layers, norm, lm_head), each entry on the
+// pipeline rank holding it; keeps the layer objects of this rank's chunks. Layers of other ranks are
+// built only for their entries.
 void Qwen3Model::build_table() {
   const parallel::TensorParallel tp = tp_group();
-  const int pp = ps_->pp_size(), mine = ps_->pp_rank();
+  const int pp = ps_->pp_size(), mine = ps_->pp_rank(), stages = pp * ps_->mesh.vpp_size();
   const int64_t H = cfg_.hidden_size;
   const bool tied = cfg_.tie_word_embeddings;
-  for (int s = 0; s < pp; ++s) {
+  for (int vs = 0; vs < stages; ++vs) {
+    const int s = vs % pp;
     table_.set_stage(s);
-    // The entries each unit of this stage adds (the communication hooks' parameter lists).
+    Qwen3Chunk* ch = s == mine ? chunks_[static_cast<size_t>(vs / pp)].get() : nullptr;
+    // The entries each unit of this chunk adds (the communication hooks' parameter lists).
     auto unit = [&](size_t before) {
-      if (s != mine) return;
+      if (!ch) return;
       std::vector<size_t> ids;
       for (size_t id = before; id < table_.size(); ++id) ids.push_back(id);
-      unit_entries_.push_back(std::move(ids));
+      ch->unit_entries_.push_back(std::move(ids));
     };
-    if (s == 0) {
+    if (vs == 0) {
       const size_t before = table_.size();
       parallel::VocabParallelEmbedding e(table_, tp, "model.embed_tokens.weight", vocab_, H, tied);
-      if (s == mine) embed_tokens_ = e;
+      if (ch) ch->embed_tokens_ = e;
       unit(before);
     }
-    if (s == mine) unit_layer0_ = unit_entries_.size();
-    for (int64_t l = split_.first[static_cast<size_t>(s)]; l < split_.first[static_cast<size_t>(s)] + split_.count[static_cast<size_t>(s)]; ++l) {
+    if (ch) ch->unit_layer0_ = ch->unit_entries_.size();
+    const int64_t l0 = split_.first[static_cast<size_t>(vs)];
+    for (int64_t l = l0; l < l0 + split_.count[static_cast<size_t>(vs)]; ++l) {
       const size_t before = table_.size();
       Qwen3DecoderLayer layer(table_, tp, cfg_, l, &rope_, ps_->ep, ps_->etp);
-      if (s == mine) layers_.push_back(std::move(layer));
+      if (ch) ch->layers_.push_back(std::move(layer));
       unit(before);
     }
-    if (s == pp - 1) {
+    if (vs == stages - 1) {
       const size_t before = table_.size();
       RMSNorm norm(table_, "model.norm.weight", H, cfg_.rms_norm_eps, sp_);
       using W = parallel::VocabParallelLMHead::Weight;
       const W w = !tied ? W::Own : (pp == 1 ? W::Shared : W::TiedCopy);
       parallel::VocabParallelLMHead head(table_, tp, vocab_, H, opts_.lm_head_chunk_tokens, w,
-                                         w == W::Shared ? embed_tokens_.weight_entry() : parallel::kNoParam);
-      if (s == mine) {
-        norm_ = norm;
-        lm_head_ = head;
+                                         w == W::Shared ? chunks_.front()->embed_tokens_.weight_entry() : parallel::kNoParam);
+      if (ch) {
+        ch->norm_ = norm;
+        ch->lm_head_ = head;
       }
       unit(before);
     }
   }
+}
+
+Qwen3Chunk& Qwen3Model::only_chunk(const char* what) {
+  check(chunks_.size() == 1, std::string("Qwen3Model::") + what + ": this rank holds " + std::to_string(chunks_.size()) +
+                                 " model chunks (virtual pipeline stages): call it on chunk(c)");
+  return *chunks_.front();
+}
+
+const Qwen3Chunk& Qwen3Model::only_chunk(const char* what) const {
+  return const_cast<Qwen3Model*>(this)->only_chunk(what);
+}
+
+Qwen3DecoderLayer* Qwen3Model::local_layer(int64_t l) {
+  for (auto& c : chunks_)
+    if (Qwen3DecoderLayer* x = c->layer(l)) return x;
+  return nullptr;
+}
+
+int64_t Qwen3Model::num_rank_layers() const {
+  int64_t n = 0;
+  for (const auto& c : chunks_) n += c->num_layers();
+  return n;
 }
 
 int64_t Qwen3Model::num_parameters() const {
@@ -138,43 +170,17 @@ int64_t Qwen3Model::num_parameters() const {
   return n;
 }
 
-StageActivations& Qwen3Model::slot_acts(int slot) {
-  if (static_cast<size_t>(slot) >= slots_.size()) slots_.resize(static_cast<size_t>(slot) + 1);
-  return slots_[static_cast<size_t>(slot)];
-}
-
-ActivationDims Qwen3Model::activation_dims() const {
-  ActivationDims d;
-  d.hidden = cfg_.hidden_size;
-  d.q_heads = cfg_.num_attention_heads / tp_;
-  d.kv_heads = cfg_.num_key_value_heads / tp_;
-  d.q_width = d.q_heads * cfg_.head_dim;
-  d.kv_width = d.kv_heads * cfg_.head_dim;
-  d.intermediate = cfg_.intermediate_size / tp_;
-  d.layers = nlayers_;
-  for (const auto& l : layers_) d.moe_layer.push_back(l.is_moe);
-  d.tp = tp_;
-  d.sequence_parallel = sp_;
-  d.last_stage = last_;
-  d.recompute = recompute_;
-  d.device = dev_;
-  return d;
-}
-
-float* Qwen3Model::pipeline_buffer(int which, int64_t elems) {
-  return scratch_.get(which == 0 ? "pp.recv_fwd" : "pp.recv_bwd", {elems}).f32();
+float* Qwen3Model::pipeline_buffer(int which, int64_t elems, int index) {
+  const std::string name = std::string(which == 0 ? "pp.recv_fwd" : "pp.recv_bwd") + (index ? "." + std::to_string(index) : "");
+  return scratch_.get(name, {elems}).f32();
 }
 
 size_t Qwen3Model::saved_activation_bytes() const {
   size_t b = 0;
-  for (auto& a : slots_) b += a.bytes();
+  for (const auto& c : chunks_) b += c->saved_activation_bytes();
   return b;
 }
 
-size_t Qwen3Model::workspace_bytes() const {
-  size_t b = scratch_.bytes() + work_.bytes();
-  for (auto& a : slots_) b += a.bytes();
-  return b;
-}
+size_t Qwen3Model::workspace_bytes() const { return scratch_.bytes() + work_.bytes() + saved_activation_bytes(); }
 
 }  // namespace twinkle

@@ -13,6 +13,11 @@ namespace twinkle {
 
 struct MeshSizes {
   int dp = 1, tp = 1, pp = 1, cp = 1, ep = 1, etp = 1;
+  /// Virtual pipeline stages (model chunks) per pipeline rank: Megatron-core's
+  /// virtual_pipeline_model_parallel_size, the interleaved 1F1B schedule when > 1
+  /// (parallel/pipeline_schedule.h). Not a dimension of ranks: the rank layout is the same for
+  /// every vpp. > 1 needs pp > 1.
+  int vpp = 1;
   std::string device_type = "cpu";  ///< "cpu", "cuda" or "npu"
   bool sequence_parallel = false;
 };
@@ -25,7 +30,7 @@ class DeviceMesh {
   };
 
   DeviceMesh() = default;
-  /// Validates sizes (all >= 1; etp*ep*pp divides the world; device_type known) and
+  /// Validates sizes (all >= 1; etp*ep*pp divides the world; vpp > 1 only with pp > 1; device_type known) and
   /// builds the mesh. Throws twinkle::Error naming the offending field.
   static DeviceMesh from_sizes(const MeshSizes& sizes);
 
@@ -33,6 +38,7 @@ class DeviceMesh {
   int world_size() const;
   int tp_size() const { return sizes_.tp; }
   int pp_size() const { return sizes_.pp; }
+  int vpp_size() const { return sizes_.vpp; }
   int dp_size() const { return sizes_.dp; }
   int cp_size() const { return sizes_.cp; }
   int ep_size() const { return sizes_.ep; }
@@ -62,7 +68,8 @@ class DeviceMesh {
   std::vector<int> group_of(const std::string& name, int rank) const;
 
   /// One-line description: the dense sizes > 1 in the order pp, dp, cp, tp joined by
-  /// " x " (e.g. "pp=2 x dp=2 x tp=2"; "dp=1" for one rank), then, when ep or etp > 1,
+  /// " x " (e.g. "pp=2 x dp=2 x tp=2"; "dp=1" for one rank; pp followed by " (vpp=V)" when
+  /// vpp > 1), then, when ep or etp > 1,
   /// " (experts: ep=2 x etp=1 x edp=2)".
   std::string describe() const;
   /// The known group names, in the order make_mpi_state creates them.

@@ -42,6 +42,15 @@ class CommWork {
   virtual void wait() = 0;
 };
 
+/// One message of a batched point-to-point exchange (ProcessGroup::batch_send_recv).
+struct P2pOp {
+  bool send = false;    ///< true: send buf[0 : count) to `peer`; false: receive exactly `count` elements into it
+  void* buf = nullptr;  ///< host memory (MPI groups) or device memory (the CUDA groups); untouched until the call returns
+  int64_t count = 0;    ///< elements (> 0)
+  int peer = 0;         ///< group rank, not this rank
+  int tag = 0;          ///< [0, 32767]: separates concurrent streams (activations vs gradients)
+};
+
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
@@ -105,6 +114,18 @@ class ProcessGroup {
   /// lead; implementations must override (the base version throws twinkle::Error).
   virtual void send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf, int64_t recv_count,
                          int src, DType dtype, int tag);
+
+  /// Starts every op of `ops` at once and returns when all are complete (MPI_Isend / MPI_Irecv then
+  /// MPI_Waitall; NCCL: ncclSend / ncclRecv inside one group): Megatron-core's batched isend/irecv of
+  /// the interleaved pipeline schedule (p2p_communication.py, _batched_p2p_ops), where a rank sends
+  /// to and receives from both neighbours of a ring in one exchange, which no sequence of blocking
+  /// calls does without deadlock. At most one op per (direction, peer, tag) in one call; a peer sees
+  /// the messages of one (source, tag) in the order they were sent (MPI's non-overtaking rule; the
+  /// CUDA groups issue each batch in (tag, send-before-receive) order so an untagged library pairs
+  /// them alike). Counted as the sends' bytes. Throws twinkle::Error naming the group for a peer
+  /// equal to this rank or outside the group, a bad tag or count, a received message of another size,
+  /// and, in the base implementation (groups without point-to-point: the one-rank local group), always.
+  virtual void batch_send_recv(const std::vector<P2pOp>& ops, DType dtype);
 
   /// Bytes this rank has sent through this group since creation (or reset), counted
   /// with the algorithm-independent model: all-reduce 2(n-1)/n * bytes, all-gather and

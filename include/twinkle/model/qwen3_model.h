@@ -38,6 +38,7 @@
 #include "twinkle/kernels/registry.h"
 #include "twinkle/model/lora_config.h"
 #include "twinkle/model/qwen3_activations.h"
+#include "twinkle/model/qwen3_chunk.h"
 #include "twinkle/model/qwen3_decoder_layer.h"
 #include "twinkle/model/rms_norm.h"
 #include "twinkle/model/stage_batch.h"
@@ -131,10 +132,19 @@ class Qwen3Model {
   dist::ParallelState& ps() { return *ps_; }
   /// Every tensor of the model (all stages) with its shard on this rank.
   const parallel::TensorTable& table() const { return table_; }
-  /// Decoder layers of each pipeline stage.
+  /// Decoder layers of each virtual pipeline stage (p*v entries; virtual stage c*p + r is chunk c of
+  /// pipeline rank r; p entries without interleaving).
   const parallel::LayerSplit& layer_split() const { return split_; }
-  int64_t first_layer() const { return layer0_; }
-  int64_t num_local_layers() const { return nlayers_; }
+  /// This rank's model chunks (virtual pipeline stages; one without interleaving), model order.
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  Qwen3Chunk& chunk(int c) { return *chunks_.at(static_cast<size_t>(c)); }
+  const Qwen3Chunk& chunk(int c) const { return *chunks_.at(static_cast<size_t>(c)); }
+  /// First global layer / layer count of this rank's only chunk (throws twinkle::Error with
+  /// several chunks: ask chunk(c)).
+  int64_t first_layer() const { return only_chunk("first_layer").first_layer(); }
+  int64_t num_local_layers() const { return only_chunk("num_local_layers").num_layers(); }
+  /// Decoder layers this rank holds over all its chunks.
+  int64_t num_rank_layers() const;
   const parallel::VocabShard& vocab_shard() const { return vocab_; }
   /// Parameters of the full model (HF count, no padding); the same on every rank.
   int64_t num_parameters() const;
@@ -234,24 +244,26 @@ class Qwen3Model {
   /// cuda: every buffer on the GPU, hidden states in and out of forward/backward included).
   Device device() const { return dev_; }
   /// A buffer of `elems` floats in the model's memory for a received hidden state (which = 0) or
-  /// gradient (which = 1) of the pipeline (PipelineStage::recv_buffer); valid until the next call
-  /// with the same `which`.
-  float* pipeline_buffer(int which, int64_t elems);
+  /// gradient (which = 1) of the pipeline (PipelineStage::recv_buffer); `index` tells apart the
+  /// receives the interleaved schedule holds at once. Valid until the next call with the same
+  /// `which` and `index`.
+  float* pipeline_buffer(int which, int64_t elems, int index = 0);
   /// Rows of the hidden state exchanged between stages: T, or T/tp under SP.
   int64_t hidden_rows(const StageBatch& b) const;
 
-  /// Forward of this stage for micro-batch slot `slot`. `in_hidden` [hidden_rows, H] is the
-  /// previous stage's output (ignored on the first stage). On the last stage computes the
-  /// token cross entropy and returns its SUM over targets; when grad_scale != 0 it also
-  /// runs the fused lm-head/CE backward with d(loss_sum)*grad_scale (so the caller passes
-  /// 1/global_token_count for the per-token mean). Returns 0 on other stages.
-  double forward(int slot, const StageBatch& b, const float* in_hidden, float grad_scale, bool training);
-  /// This stage's output hidden [hidden_rows, H] of slot `slot` (non-last stages).
-  const float* output_hidden(int slot);
-  /// Backward of slot `slot`. `d_out` [hidden_rows, H] is the gradient of this stage's
-  /// output (ignored on the last stage). Returns d(input hidden) (nullptr on the first stage);
-  /// valid until the next backward call.
-  const float* backward(int slot, const StageBatch& b, const float* d_out);
+  /// The forward / output / backward of this rank's only chunk (Qwen3Chunk; throws twinkle::Error
+  /// when the rank holds several chunks: call chunk(c) instead). On the last stage forward returns
+  /// the token cross entropy SUM over targets and, when grad_scale != 0, also runs the fused
+  /// lm-head/CE backward with d(loss_sum)*grad_scale (the caller passes 1/global_token_count for
+  /// the per-token mean); 0 on other stages. backward returns d(input hidden) (nullptr on the first
+  /// stage), valid until the next backward call.
+  double forward(int slot, const StageBatch& b, const float* in_hidden, float grad_scale, bool training) {
+    return only_chunk("forward").forward(slot, b, in_hidden, grad_scale, training);
+  }
+  const float* output_hidden(int slot) { return only_chunk("output_hidden").output_hidden(slot); }
+  const float* backward(int slot, const StageBatch& b, const float* d_out) {
+    return only_chunk("backward").backward(slot, b, d_out);
+  }
   /// After all micro-batches: sums tp-partial gradients (q_norm/k_norm; norms and row-parallel
   /// biases under SP) over tp, and tied-embedding gradients over the embedding group
   /// (Megatron finalize_model_grads: _allreduce_layernorm_grads, _allreduce_word_embedding_grads).
@@ -260,9 +272,8 @@ class Qwen3Model {
   void finalize_grads();
   /// Installs (or, with all members empty, removes) the communication hooks.
   void set_comm_hooks(CommHooks hooks);
-  /// Marks the next backward() as this step's last on this stage: its gradients become final
-  /// layer by layer and are reported to CommHooks::grad_ready. Reset by finalize_grads.
-  void set_final_backward(bool final_backward) { final_backward_ = final_backward; }
+  /// Marks the next backward() of the only chunk as this step's last (Qwen3Chunk::set_final_backward).
+  void set_final_backward(bool final_backward) { only_chunk("set_final_backward").set_final_backward(final_backward); }
   /// Logits [vocab] of the last token of `b` after forward(slot, b, ..., training=false).
   /// Single-stage, tp = 1 models only (generation); throws twinkle::Error otherwise.
   std::vector<float> last_token_logits(int slot, const StageBatch& b);
@@ -272,16 +283,16 @@ class Qwen3Model {
   /// Micro-batches of the global batch of this step (all dp ranks): the router losses are
   /// averaged over them (Megatron's loss scale 1 / num_microbatches). Set before forward.
   void set_global_micro_batches(int64_t n) { global_mbs_ = n > 0 ? n : 1; }
-  /// Router statistics of slot `slot`'s last forward over this stage's MoE layers.
-  const MoeStageStats& moe_stats(int slot) const;
+  /// Router statistics of slot `slot`'s last forward over the only chunk's MoE layers.
+  const MoeStageStats& moe_stats(int slot) const { return only_chunk("moe_stats").moe_stats(slot); }
   /// The activation recompute mode (options().recompute_granularity parsed).
   Recompute recompute() const { return recompute_; }
-  /// Bytes of the saved activations of every micro-batch slot (what recompute shrinks).
+  /// Bytes of the saved activations of every micro-batch slot of every chunk (what recompute shrinks).
   size_t saved_activation_bytes() const;
-  /// The activations slot `slot` holds (its last forward; read-only, e.g. the routing a
-  /// benchmark checks its all-to-all volume against). Throws twinkle::Error for a slot
+  /// The activations slot `slot` of the only chunk holds (its last forward; read-only, e.g. the
+  /// routing a benchmark checks its all-to-all volume against). Throws twinkle::Error for a slot
   /// without a forward.
-  const StageActivations& slot_activations(int slot) const;
+  const StageActivations& slot_activations(int slot) const { return only_chunk("slot_activations").slot_activations(slot); }
   /// Bytes held by activation / scratch workspaces (saved activations, recompute buffers, scratch).
   size_t workspace_bytes() const;
 
@@ -291,7 +302,10 @@ class Qwen3Model {
   void set_kernels(const kernels::KernelTable& t);
 
  private:
+  friend class Qwen3Chunk;  // the chunks compute with the model's shared state
   void build_table();
+  Qwen3Chunk& only_chunk(const char* what);
+  const Qwen3Chunk& only_chunk(const char* what) const;
   void upload(StageBatch& b) const;  // qwen3_stage.cpp
   template <class Reader>
   void load_entry(const Reader& ck, size_t id, float* dst = nullptr);  // qwen3_weights.cpp; dst: the parameter
@@ -302,20 +316,19 @@ class Qwen3Model {
   template <class Reader>
   void check_entries(const Reader& ck, bool adapters) const;
   std::vector<std::pair<std::string, Tensor>> gather(bool grads, bool adapters, const float* flat = nullptr);
-  StageActivations& slot_acts(int slot);
   parallel::TensorParallel tp_group() const;
-  ActivationDims activation_dims() const;
+  // The decoder layer of global index `layer` when one of this rank's chunks holds it, else nullptr.
+  Qwen3DecoderLayer* local_layer(int64_t layer);
   // The LoRA dropout of a forward / backward of `b` (p = 0: none; qwen3_stage.cpp).
   parallel::LoraDropout lora_dropout_for(const StageBatch& b, bool training, int slot) const;
   // The dropout token identities (row, position) of every token of `mb` [T0] (before any split).
   std::vector<uint64_t> lora_token_keys(const MicroBatch& mb) const;
-  void moe_router_losses(const StageBatch& b, StageActivations& a, bool training);
 
   ModelConfig cfg_;
   std::shared_ptr<dist::ParallelState> ps_;
   Qwen3ModelOptions opts_;
   Device dev_ = Device::CPU;
-  parallel::LayerSplit split_;
+  parallel::LayerSplit split_;         // per virtual stage
   parallel::TensorTable table_;
   ParamStore store_;
   ParamStore adapter_store_;           // LoRA tensors (add_adapter)
@@ -324,33 +337,20 @@ class Qwen3Model {
   int64_t lora_step_ = 0;              // set_lora_dropout_step
   std::vector<std::string> lora_targets_;
   parallel::VocabShard vocab_;
-  int64_t layer0_ = 0, nlayers_ = 0;
   int tp_ = 1;
   bool sp_ = false;
   std::shared_ptr<parallel::ContextParallelAttention> cp_attention_;  // cp > 1 only
-  bool first_ = true, last_ = true;
+  bool first_rank_ = true, last_rank_ = true;          // pipeline rank 0 / p - 1 (embedding / lm head)
   kernels::cpu::RopeTable rope_;
   kernels::KernelTable kernels_;                       // every compute op goes through it
-  // This stage's layers (the table also lists every other stage's tensors).
-  parallel::VocabParallelEmbedding embed_tokens_;      // first stage
-  std::vector<Qwen3DecoderLayer> layers_;
-  RMSNorm norm_;                                       // last stage
-  parallel::VocabParallelLMHead lm_head_;              // last stage
-  std::vector<StageActivations> slots_;                // saved activations per micro-batch slot
+  std::vector<std::unique_ptr<Qwen3Chunk>> chunks_;    // this rank's model chunks, model order
   Recompute recompute_ = Recompute::None;
-  RecomputeBuffers work_;                              // where recomputed layers run (one per stage)
+  RecomputeBuffers work_;                              // where recomputed layers run (one per rank: one layer runs at a time)
   Workspace scratch_;                                  // scratch only: nothing in it outlives a call
   int64_t global_mbs_ = 1;                             // micro-batches of the step (MoE losses)
-  // Communication hooks (CommHooks): this stage's table entries per unit in forward order
-  // (embedding on the first stage, each decoder layer, final norm + lm head on the last stage).
-  std::vector<std::vector<size_t>> unit_entries_;
-  size_t unit_layer0_ = 0;                             // unit of layers_[0]
   CommHooks hooks_;
-  bool hooks_on_ = false, final_backward_ = false;
-  std::vector<char> unit_final_;                       // reported this step
+  bool hooks_on_ = false;
   bool embedding_group_param(size_t entry) const;      // summed over the embedding group in finalize_grads
-  void unit_grads_final(size_t unit);                  // tp sums + grad_ready of the unit's parameters
-  void unit_use(size_t unit);                          // param_use of the unit's parameters
   void comm_progress() { if (hooks_.progress) hooks_.progress(); }
 };
 

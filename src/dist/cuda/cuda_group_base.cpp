@@ -2,6 +2,7 @@
 // the NCCL and the host-staged groups (twinkle/dist/nccl_process_group.h).
 #include "cuda_group_base.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "twinkle/core/device_allocator.h"
@@ -243,6 +244,35 @@ void CudaGroupBase::send_recv(const void* send_buf, int64_t send_count, int dest
   }
   d_send_recv(send_buf, do_send ? send_count : 0, dest, recv_buf, do_recv ? recv_count : 0, src, dtype, tag);
   if (do_send) bytes_sent_ += sb;
+}
+
+void CudaGroupBase::batch_send_recv(const std::vector<P2pOp>& ops, DType dtype) {
+  if (ops.empty()) return;
+  int dev = 0;
+  for (const P2pOp& o : ops) dev += is_cuda_pointer(o.buf) ? 1 : 0;
+  check(dev == 0 || dev == static_cast<int>(ops.size()),
+        "process group '" + name() + "': batch_send_recv mixes host and device buffers (pass all on the GPU or all in host memory)");
+  if (dev == 0) return on_host([&](ProcessGroup& h) { h.batch_send_recv(ops, dtype); });
+  int64_t sent = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2pOp& o = ops[i];
+    const int64_t b = comm_bytes(o.count, dtype);
+    check(o.count > 0 && o.peer >= 0 && o.peer < size() && o.peer != rank() && o.tag >= 0 && o.tag <= 32767,
+          "process group '" + name() + "': batch_send_recv op " + std::to_string(i) + " (count " + std::to_string(o.count) +
+              ", peer " + std::to_string(o.peer) + ", tag " + std::to_string(o.tag) + ") needs count > 0, a peer in [0, " +
+              std::to_string(size()) + ") other than this rank and a tag in [0, 32767]");
+    for (size_t j = 0; j < i; ++j)
+      check(!(ops[j].send == o.send && ops[j].peer == o.peer && ops[j].tag == o.tag),
+            "process group '" + name() + "': batch_send_recv has two " + (o.send ? "sends to" : "receives from") +
+                " peer " + std::to_string(o.peer) + " with tag " + std::to_string(o.tag));
+    if (o.send) sent += b;
+  }
+  std::vector<P2pOp> ordered = ops;  // an untagged library pairs each peer's messages in issue order
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](const P2pOp& a, const P2pOp& b) { return a.tag != b.tag ? a.tag < b.tag : (a.send && !b.send); });
+  sync_device();
+  d_batch_send_recv(ordered, dtype);
+  bytes_sent_ += sent;
 }
 
 }  // namespace cuda_detail

@@ -38,6 +38,9 @@ class CudaGroupBase : public ProcessGroup {
   void broadcast(void* buf, int64_t count, DType dtype, int root) override;
   void send(const void* buf, int64_t count, DType dtype, int peer, int tag) override;
   void recv(void* buf, int64_t count, DType dtype, int peer, int tag) override;
+  /// Host buffers: the host group's. Device buffers: every op checked, the device synchronized,
+  /// then d_batch_send_recv with the ops in (tag, sends first) order (ProcessGroup's contract).
+  void batch_send_recv(const std::vector<P2pOp>& ops, DType dtype) override;
   void send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf, int64_t recv_count, int src,
                  DType dtype, int tag) override;
   void barrier() override { host_->barrier(); }
@@ -67,6 +70,8 @@ class CudaGroupBase : public ProcessGroup {
   /// Either half may be absent (count 0 or peer -1, already normalised to count 0); peers != rank().
   virtual void d_send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf, int64_t recv_count,
                            int src, DType dtype, int tag) = 0;
+  /// Batched point-to-point on device buffers (ops validated, non-empty, in (tag, sends first) order).
+  virtual void d_batch_send_recv(const std::vector<P2pOp>& ops, DType dtype) = 0;
   /// Non-blocking device versions (size() > 1, count > 0, buf on the device; semantics as iall_reduce
   /// above). Defaults: the blocking d_* after a device synchronize, and a completed work.
   virtual std::unique_ptr<CommWork> d_iall_reduce(float* buf, int64_t count);

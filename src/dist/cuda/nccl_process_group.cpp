@@ -260,6 +260,19 @@ class NcclProcessGroup final : public CudaGroupBase {
     return finish(std::move(w));
   }
 
+  void d_batch_send_recv(const std::vector<P2pOp>& ops, DType dtype) override {
+    ncclComm_t c = comm();
+    TWINKLE_NCCL(nccl().GroupStart());
+    for (const P2pOp& o : ops) {
+      if (o.send)
+        TWINKLE_NCCL(nccl().Send(o.buf, static_cast<size_t>(o.count), nccl_type(dtype), o.peer, c, stream_));
+      else
+        TWINKLE_NCCL(nccl().Recv(o.buf, static_cast<size_t>(o.count), nccl_type(dtype), o.peer, c, stream_));
+    }
+    TWINKLE_NCCL(nccl().GroupEnd());
+    wait();
+  }
+
   void d_send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf, int64_t recv_count, int src,
                    DType dtype, int) override {
     ncclComm_t c = comm();

@@ -148,6 +148,20 @@ class StagedProcessGroup final : public CudaGroupBase {
     return std::make_unique<StagedWork>(name(), std::move(h), std::move(mpi), buf, 0, b * size(), compute_stream());
   }
 
+  // Every send staged to host memory, the host group's batch, every receive copied up.
+  void d_batch_send_recv(const std::vector<P2pOp>& ops, DType dtype) override {
+    std::vector<std::vector<char>> h(ops.size());
+    std::vector<P2pOp> host = ops;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      h[i].resize(static_cast<size_t>(comm_bytes(ops[i].count, dtype)));
+      host[i].buf = h[i].data();
+      if (ops[i].send) down(h[i].data(), ops[i].buf, static_cast<int64_t>(h[i].size()));
+    }
+    host_->batch_send_recv(host, dtype);
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (!ops[i].send) up(ops[i].buf, h[i].data(), static_cast<int64_t>(h[i].size()));
+  }
+
   void d_send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf, int64_t recv_count, int src,
                    DType dtype, int tag) override {
     const int64_t sb = comm_bytes(send_count, dtype), rb = comm_bytes(recv_count, dtype);
