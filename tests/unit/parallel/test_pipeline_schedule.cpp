@@ -19,67 +19,13 @@
 
 #include "twinkle/core/error.h"
 #include "twinkle/parallel/pipeline_schedule.h"
+#include "thread_group.h"
 
 using namespace twinkle;
+using twinkle::testing::Mailbox;
+using twinkle::testing::ThreadGroup;
 
 namespace {
-
-// Point-to-point messages between threads; sends are buffered (never block), receives wait.
-struct Mailbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<std::tuple<int, int, int>, std::deque<std::vector<char>>> q;  // (src, dst, tag)
-};
-
-class ThreadGroup : public dist::ProcessGroup {
- public:
-  ThreadGroup(Mailbox& mb, int rank, int size) : mb_(mb), rank_(rank), size_(size) {
-    for (int i = 0; i < size; ++i) ranks_.push_back(i);
-  }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  const std::vector<int>& global_ranks() const override { return ranks_; }
-  const std::string& name() const override { return name_; }
-  void all_reduce(void*, int64_t, DType, dist::ReduceOp) override { unused(); }
-  void all_reduce_f64(double*, int64_t, dist::ReduceOp) override { unused(); }
-  void all_gather(const void*, void*, int64_t, DType) override { unused(); }
-  void reduce_scatter(const float*, float*, int64_t) override { unused(); }
-  void all_to_all_v(const void*, const std::vector<int64_t>&, const std::vector<int64_t>&, void*,
-                    const std::vector<int64_t>&, const std::vector<int64_t>&, DType) override {
-    unused();
-  }
-  void broadcast(void*, int64_t, DType, int) override { unused(); }
-  void barrier() override { unused(); }
-  void send(const void* buf, int64_t count, DType dt, int peer, int tag) override {
-    check(peer >= 0 && peer < size_ && peer != rank_, "ThreadGroup: bad peer");
-    std::vector<char> m(static_cast<size_t>(dist::comm_bytes(count, dt)));
-    std::memcpy(m.data(), buf, m.size());
-    std::lock_guard<std::mutex> l(mb_.mu);
-    mb_.q[{rank_, peer, tag}].push_back(std::move(m));
-    mb_.cv.notify_all();
-  }
-  void recv(void* buf, int64_t count, DType dt, int peer, int tag) override {
-    std::unique_lock<std::mutex> l(mb_.mu);
-    auto& dq = mb_.q[{peer, rank_, tag}];
-    mb_.cv.wait(l, [&] { return !dq.empty(); });
-    std::vector<char> m = std::move(dq.front());
-    dq.pop_front();
-    check(static_cast<int64_t>(m.size()) == dist::comm_bytes(count, dt), "ThreadGroup: message size mismatch");
-    std::memcpy(buf, m.data(), m.size());
-  }
-  void send_recv(const void* sbuf, int64_t scount, int dest, void* rbuf, int64_t rcount, int src, DType dt,
-                 int tag) override {
-    if (dest >= 0 && scount > 0) send(sbuf, scount, dt, dest, tag);
-    if (src >= 0 && rcount > 0) recv(rbuf, rcount, dt, src, tag);
-  }
-
- private:
-  [[noreturn]] static void unused() { throw Error("ThreadGroup: collective not used by run_1f1b"); }
-  Mailbox& mb_;
-  int rank_, size_;
-  std::vector<int> ranks_;
-  std::string name_ = "pp";
-};
 
 // Hidden state of micro-batch mb leaving stage s: hidden_elems(mb) copies of 1000*mb + s;
 // gradient leaving stage s backwards: -(1000*mb + s) - 1.
