@@ -55,6 +55,14 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, std::shared_ptr<dist::ParallelSta
   // Virtual pipeline stages: chunk c of pipeline rank r is virtual stage c*p + r (Megatron-core's
   // interleaved layout); the split runs over the p*v virtual stages.
   const int pp = ps_->pp_size(), vpp = ps_->mesh.vpp_size(), stages = pp * vpp;
+  if (vpp > 1 && stages > cfg_.num_hidden_layers)
+    fail("pp " + std::to_string(pp) + " x vpp " + std::to_string(vpp) + " = " + std::to_string(stages) +
+         " virtual pipeline stages is more than num_hidden_layers " + std::to_string(cfg_.num_hidden_layers) +
+         " (each virtual stage holds at least one layer)");
+  if (vpp > 1 && !opts_.layers_per_stage.empty() && static_cast<int>(opts_.layers_per_stage.size()) != stages)
+    fail("layers_per_stage lists " + std::to_string(opts_.layers_per_stage.size()) + " counts; with vpp " +
+         std::to_string(vpp) + " it needs one per virtual pipeline stage (pp x vpp = " + std::to_string(stages) +
+         "), in virtual-stage order: chunk c of pipeline rank r is entry c*pp + r");
   if (opts_.layers_per_stage.empty() && parallel::is_balanced_split_mode(opts_.pipeline_split))
     split_ = parallel::balanced_split(qwen3_stage_costs(cfg_), stages);
   else

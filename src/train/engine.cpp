@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <exception>
+#include <map>
+#include <utility>
 
 #include "twinkle/dist/agreed_error.h"
 #include "twinkle/kernels/cpu/moe_aux_loss.h"
@@ -71,6 +73,14 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training, con
       src = &padded;
     }
   }
+  // The interleaved schedule runs micro-batch groups of pp (a multiple of pp per step,
+  // parallel/pipeline_interleaved.h): a replica's step is padded with fillers to the next multiple.
+  const int vchunks = model_.num_chunks(), p = ps.pp_size();
+  if (vchunks > 1 && !src->empty() && src->size() % static_cast<size_t>(p)) {
+    if (src != &padded) padded = *src;
+    while (padded.size() % static_cast<size_t>(p)) padded.push_back(filler_micro_batch());
+    src = &padded;
+  }
   const std::vector<MicroBatch>& mbs = *src;
   std::vector<StageBatch> sb;
   sb.reserve(mbs.size());
@@ -127,45 +137,88 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training, con
   res.sequences = counts[2];
   res.sequence_tokens = counts[3];
   const float grad_scale = counts[0] > 0 ? 1.0f / static_cast<float>(counts[0]) : 0.0f;
-  const int p = ps.pp_size(), s = ps.pp_rank();
+  const int s = ps.pp_rank();
   double loss_sum = 0;
-  parallel::PipelineStage st;
-  st.forward = [&](int mb, const float* in) {
-    const int slot = parallel::pipeline_slot(mb, s, p);
-    loss_sum += model_.forward(slot, sb[static_cast<size_t>(mb)], in, grad_scale, training);
-    if (moe) {
-      const MoeStageStats& m = model_.moe_stats(slot);
-      double* o = mstats.data() + W * static_cast<size_t>(mb);
-      for (int64_t e = 0; e < E; ++e) {
-        o[e] = m.prob_sum[static_cast<size_t>(e)];
-        o[E + e] = static_cast<double>(m.counts[static_cast<size_t>(e)]);
+  // This stage's router statistics of micro-batch mb from chunk c's forward, summed over the chunks.
+  auto add_moe_stats = [&](const Qwen3Chunk& c, int slot, int mb) {
+    if (!moe) return;
+    const MoeStageStats& m = c.moe_stats(slot);
+    double* o = mstats.data() + W * static_cast<size_t>(mb);
+    for (int64_t e = 0; e < E; ++e) {
+      o[e] += m.prob_sum[static_cast<size_t>(e)];
+      o[E + e] += static_cast<double>(m.counts[static_cast<size_t>(e)]);
+    }
+    o[2 * E] += static_cast<double>(m.n);
+    o[2 * E + 1] += m.aux_per_layer;
+    o[2 * E + 2] += m.z;
+  };
+  // The model's hooks cover its base parameters; an adapter store's all-gathers finish first.
+  if (opt_ && &opt_->store() != &model_.store()) opt_->finish_param_sync();
+  const int last_mb = static_cast<int>(mbs.size()) - 1;
+  const bool final_hooks = opt_ && training;  // the schedules run each chunk's backwards in micro-batch order
+  if (vchunks == 1) {
+    Qwen3Chunk& chunk = model_.chunk(0);
+    parallel::PipelineStage st;
+    st.forward = [&](int mb, const float* in) {
+      const int slot = parallel::pipeline_slot(mb, s, p);
+      loss_sum += chunk.forward(slot, sb[static_cast<size_t>(mb)], in, grad_scale, training);
+      add_moe_stats(chunk, slot, mb);
+    };
+    st.output = [&](int mb) { return chunk.output_hidden(parallel::pipeline_slot(mb, s, p)); };
+    st.backward = [&](int mb, const float* dout) {
+      if (final_hooks) chunk.set_final_backward(mb == last_mb);
+      return chunk.backward(parallel::pipeline_slot(mb, s, p), sb[static_cast<size_t>(mb)], dout);
+    };
+    st.hidden_elems = [&](int mb) {
+      return model_.hidden_rows(sb[static_cast<size_t>(mb)]) * model_.config().hidden_size;
+    };
+    if (model_.device() != Device::CPU)  // received hidden states / gradients land in device memory
+      st.recv_buffer = [&](int which, int64_t elems) { return model_.pipeline_buffer(which, elems); };
+    res.times = parallel::run_1f1b(*ps.pp, static_cast<int>(mbs.size()), st, !training);
+  } else if (!mbs.empty()) {
+    // Activation slots per chunk: taken by a forward, given back by its backward (training); a
+    // forward-only pass reuses slot 0, its output sent before the chunk's next forward.
+    std::vector<std::vector<int>> free_slots(static_cast<size_t>(vchunks));
+    std::vector<int> slots_made(static_cast<size_t>(vchunks), 0);
+    std::map<std::pair<int, int>, int> slot_of;
+    auto take_slot = [&](int c, int mb) {
+      if (!training) return 0;
+      auto& f = free_slots[static_cast<size_t>(c)];
+      int slot;
+      if (f.empty()) {
+        slot = slots_made[static_cast<size_t>(c)]++;
+      } else {
+        slot = f.back();
+        f.pop_back();
       }
-      o[2 * E] = static_cast<double>(m.n);
-      o[2 * E + 1] = m.aux_per_layer;
-      o[2 * E + 2] = m.z;
-    }
-  };
-  st.output = [&](int mb) { return model_.output_hidden(parallel::pipeline_slot(mb, s, p)); };
-  st.backward = [&](int mb, const float* dout) {
-    return model_.backward(parallel::pipeline_slot(mb, s, p), sb[static_cast<size_t>(mb)], dout);
-  };
-  st.hidden_elems = [&](int mb) {
-    return model_.hidden_rows(sb[static_cast<size_t>(mb)]) * model_.config().hidden_size;
-  };
-  if (model_.device() != Device::CPU)  // received hidden states / gradients land in device memory
-    st.recv_buffer = [&](int which, int64_t elems) { return model_.pipeline_buffer(which, elems); };
-  if (opt_) {
-    // The model's hooks cover its base parameters; an adapter store's all-gathers finish first.
-    if (&opt_->store() != &model_.store()) opt_->finish_param_sync();
-    if (training) {
-      const int last_mb = static_cast<int>(mbs.size()) - 1;
-      st.backward = [&, last_mb](int mb, const float* dout) {
-        model_.set_final_backward(mb == last_mb);  // 1F1B runs the backwards in micro-batch order
-        return model_.backward(parallel::pipeline_slot(mb, s, p), sb[static_cast<size_t>(mb)], dout);
-      };
-    }
+      slot_of[{c, mb}] = slot;
+      return slot;
+    };
+    auto held_slot = [&](int c, int mb) { return training ? slot_of.at({c, mb}) : 0; };
+    parallel::ChunkedPipelineStage st;
+    st.forward = [&](int c, int mb, const float* in) {
+      Qwen3Chunk& chunk = model_.chunk(c);
+      const int slot = take_slot(c, mb);
+      loss_sum += chunk.forward(slot, sb[static_cast<size_t>(mb)], in, grad_scale, training);
+      add_moe_stats(chunk, slot, mb);
+    };
+    st.output = [&](int c, int mb) { return model_.chunk(c).output_hidden(held_slot(c, mb)); };
+    st.backward = [&](int c, int mb, const float* dout) {
+      Qwen3Chunk& chunk = model_.chunk(c);
+      const int slot = held_slot(c, mb);
+      if (final_hooks) chunk.set_final_backward(mb == last_mb);
+      const float* din = chunk.backward(slot, sb[static_cast<size_t>(mb)], dout);
+      free_slots[static_cast<size_t>(c)].push_back(slot);
+      slot_of.erase({c, mb});
+      return din;
+    };
+    st.hidden_elems = [&](int mb) {
+      return model_.hidden_rows(sb[static_cast<size_t>(mb)]) * model_.config().hidden_size;
+    };
+    if (model_.device() != Device::CPU)
+      st.recv_buffer = [&](int which, int64_t elems, int index) { return model_.pipeline_buffer(which, elems, index); };
+    res.times = parallel::run_interleaved_1f1b(*ps.pp, static_cast<int>(mbs.size()), vchunks, st, !training);
   }
-  res.times = parallel::run_1f1b(*ps.pp, static_cast<int>(mbs.size()), st, !training);
   if (training) model_.finalize_grads();
   if (opt_) opt_->finish_param_sync();  // a stage without a micro-batch read no parameter
   // loss: sum over dp-cp on the last stage, then broadcast from the last stage over pp

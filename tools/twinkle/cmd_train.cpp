@@ -68,6 +68,8 @@ int train_main(int argc, char** argv) {
   bool bf16 = false, fp32 = false;
   std::string save_dtype;
   std::vector<int64_t> layers_per_stage;
+  int vpp = 1;
+  int64_t layers_per_vstage = 0;
   bool sp = false, dist_opt = true, shuffle = false, packing = false, no_save = false,
        report_memory = false;
   bool drop_last = false;
@@ -107,6 +109,11 @@ int train_main(int argc, char** argv) {
   app.add_option("--metrics-file", metrics_file, "JSONL file that gets one line of metrics per step (default: none); rewritten by a new run, kept up to the checkpoint's step by --resume");
   app.add_option("--tp", tp, "tensor-parallel size");
   app.add_option("--pp", pp, "pipeline-parallel size");
+  app.add_option("--virtual-pipeline-model-parallel-size,--virtual-pipeline-stages", vpp,
+                 "model chunks per pipeline rank (Megatron's interleaved 1F1B; needs --pp > 1; micro-batches of a "
+                 "step padded with empty ones to a multiple of pp; default 1)");
+  app.add_option("--num-layers-per-virtual-pipeline-stage", layers_per_vstage,
+                 "Megatron's other spelling: vpp = num_hidden_layers / (pp * this); must divide");
   app.add_option("--dp", dp, "data-parallel size (0 = world / (tp*pp*cp))");
   app.add_option("--pipeline-split", pipeline_split,
                  "balanced (stages of equal matmul FLOPs, lm head on the last; default) | even (Megatron's default)");
@@ -239,6 +246,16 @@ int train_main(int argc, char** argv) {
   ms.dp = dp;
   ms.tp = tp;
   ms.pp = pp;
+  if (layers_per_vstage > 0) {
+    // Megatron's arguments.py: vpp = (num_layers // pp) // num_layers_per_virtual_pipeline_stage
+    const twinkle::ModelConfig c =
+        twinkle::load_model_config((std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string());
+    twinkle::check(c.num_hidden_layers % (static_cast<int64_t>(pp) * layers_per_vstage) == 0,
+                   "--num-layers-per-virtual-pipeline-stage " + std::to_string(layers_per_vstage) + " x --pp " +
+                       std::to_string(pp) + " does not divide num_hidden_layers " + std::to_string(c.num_hidden_layers));
+    vpp = static_cast<int>(c.num_hidden_layers / (pp * layers_per_vstage));
+  }
+  ms.vpp = vpp;
   ms.ep = ep;
   ms.etp = etp;
   ms.cp = cp;

@@ -15,6 +15,7 @@
 #include "twinkle/data/batch.h"
 #include "twinkle/model/qwen3_model.h"
 #include "twinkle/optim/distributed_optimizer.h"
+#include "twinkle/parallel/pipeline_interleaved.h"
 #include "twinkle/parallel/pipeline_schedule.h"
 
 namespace twinkle {
