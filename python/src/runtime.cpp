@@ -12,16 +12,17 @@ void bind_runtime(py::module_& m) {
   py::class_<DeviceMesh>(m, "DeviceMesh")
       .def_static(
           "from_sizes",
-          [](int dp, int tp, int pp, int cp, int ep, int etp, const std::string& device_type, bool sp) {
+          [](int dp, int tp, int pp, int cp, int ep, int etp, const std::string& device_type, bool sp, int vpp) {
             DeviceMesh mesh;
             arg_check([&] {
               mesh = DeviceMesh::from_sizes({.dp = dp, .tp = tp, .pp = pp, .cp = cp, .ep = ep, .etp = etp,
-                                             .device_type = device_type, .sequence_parallel = sp});
+                                             .vpp = vpp, .device_type = device_type, .sequence_parallel = sp});
             });
             return mesh;
           },
           py::arg("dp"), py::arg("tp"), py::arg("pp"), py::arg("cp"), py::arg("ep"), py::arg("etp"),
-          py::arg("device_type"), py::arg("sequence_parallel"))
+          py::arg("device_type"), py::arg("sequence_parallel"), py::arg("vpp") = 1)
+      .def_property_readonly("vpp_size", &DeviceMesh::vpp_size)
       .def_property_readonly("world_size", &DeviceMesh::world_size)
       .def_property_readonly("dp_size", &DeviceMesh::dp_size)
       .def_property_readonly("tp_size", &DeviceMesh::tp_size)

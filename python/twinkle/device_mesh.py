@@ -5,7 +5,7 @@ arange(world).reshape(pp, dp, cp, tp) gives the same coordinates. EP / ETP are n
 dimensions (the expert grid re-splits the same ranks)."""
 from . import _core
 
-_UNSUPPORTED = ('fsdp_size', 'ulysses_size', 'ep_fsdp_size', 'vpp_size')
+_UNSUPPORTED = ('fsdp_size', 'ulysses_size', 'ep_fsdp_size')
 
 
 class DeviceMesh:
@@ -24,19 +24,20 @@ class DeviceMesh:
         """Keyword-only, Twinkle's names and defaults. dp is always a dimension; tp, pp, cp only
         when given (so cp_world_size is 0 when cp_size is None, as in Twinkle).
         device_type None -> 'cpu' (this build's platform). world_size other than 1 must equal
-        the product of the sizes. fsdp_size, ulysses_size, ep_fsdp_size, vpp_size > 1 are not
-        supported by twinkle's Megatron backend. Raises ValueError (the C++ check's text for
+        the product of the sizes. vpp_size > 1: that many model chunks per pipeline rank
+        (Megatron's virtual pipeline stages, the interleaved 1F1B schedule; needs pp_size > 1).
+        fsdp_size, ulysses_size, ep_fsdp_size > 1 are not supported by twinkle's Megatron backend.
+        Raises ValueError (the C++ check's text for
         sizes < 1, an unknown device_type, or etp*ep*pp not dividing the world)."""
         if dp_size is None:
             raise ValueError('DeviceMesh.from_sizes: dp_size must be an int >= 1, got None')
-        for name, v in (('fsdp_size', fsdp_size), ('ulysses_size', ulysses_size), ('ep_fsdp_size', ep_fsdp_size),
-                        ('vpp_size', vpp_size)):
+        for name, v in (('fsdp_size', fsdp_size), ('ulysses_size', ulysses_size), ('ep_fsdp_size', ep_fsdp_size)):
             if v is not None and v != 1:
                 raise ValueError(f'DeviceMesh.from_sizes: {name}={v} is not supported by twinkle (Megatron backend '
-                                 'without FSDP / Ulysses / virtual pipeline stages)')
+                                 'without FSDP / Ulysses)')
         sizes = {}
         for name, v in (('dp_size', dp_size), ('tp_size', tp_size), ('pp_size', pp_size), ('cp_size', cp_size),
-                        ('ep_size', ep_size), ('etp_size', etp_size), ('world_size', world_size)):
+                        ('ep_size', ep_size), ('etp_size', etp_size), ('vpp_size', vpp_size), ('world_size', world_size)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
                 raise ValueError(f'DeviceMesh.from_sizes: {name} must be an int, got {v!r}')
             sizes[name] = v
@@ -49,7 +50,8 @@ class DeviceMesh:
         mesh = _core.DeviceMesh.from_sizes(dp_size, 1 if tp_size is None else tp_size, 1 if pp_size is None else pp_size,
                                            1 if cp_size is None else cp_size, 1 if ep_size is None else ep_size,
                                            1 if etp_size is None else etp_size,
-                                           'cpu' if device_type is None else str(device_type), bool(sequence_parallel))
+                                           'cpu' if device_type is None else str(device_type), bool(sequence_parallel),
+                                           1 if vpp_size is None else vpp_size)
         if world_size != 1 and world_size != mesh.world_size:
             raise ValueError(f'DeviceMesh.from_sizes: world_size {world_size} does not match the product of the sizes '
                              f'({mesh.describe()}: {mesh.world_size} ranks)')
@@ -88,6 +90,11 @@ class DeviceMesh:
     @property
     def pp_world_size(self):
         return self._ws('pp', self._mesh.pp_size)
+
+    @property
+    def vpp_size(self):
+        """Model chunks per pipeline rank (virtual pipeline stages; 1 without interleaving)."""
+        return self._mesh.vpp_size
 
     @property
     def cp_world_size(self):

@@ -109,8 +109,10 @@ class DeviceMeshTest(unittest.TestCase):
             DeviceMesh.from_sizes(world_size=6, dp_size=2, tp_size=2)
         with self.assertRaisesRegex(ValueError, 'fsdp_size'):
             DeviceMesh.from_sizes(fsdp_size=2)
-        with self.assertRaisesRegex(ValueError, 'vpp_size'):
-            DeviceMesh.from_sizes(pp_size=2, vpp_size=2)
+        with self.assertRaisesRegex(ValueError, 'vpp = 2 needs pipeline parallelism'):
+            DeviceMesh.from_sizes(vpp_size=2)  # pp = 1
+        self.assertEqual(DeviceMesh.from_sizes(pp_size=2, vpp_size=2).vpp_size, 2)
+        self.assertEqual(DeviceMesh.from_sizes(pp_size=2).vpp_size, 1)
         with self.assertRaisesRegex(ValueError, 'tpu'):
             DeviceMesh.from_sizes(device_type='tpu')
         with self.assertRaisesRegex(ValueError, 'tp_size must be an int'):
