@@ -42,3 +42,10 @@ set_tests_properties(vpp_moe_layout_pp2_dp2_ep2_vpp2_first_chunk_dense PROPERTIE
 add_test(NAME vpp_bf16_layout_pp2_vpp2 COMMAND ${TWINKLE_PY} ${CHECK_BF16_VPP} --build ${CMAKE_BINARY_DIR} --against single
          --steps 8 --layers 4 --np 2 --layout "--pp 2 --virtual-pipeline-stages 2")
 set_tests_properties(vpp_bf16_layout_pp2_vpp2 PROPERTIES TIMEOUT 300 PROCESSORS 2)
+# Resume across virtual pipeline layouts (check_resume.py; the checkpoint holds full HF tensors):
+# saved on pp2 x vpp2 and resumed bit-identically on it, then on one process and on plain pp2
+# within the resharding rule; and back, saved on pp2 and resumed on pp2 x vpp2.
+twinkle_resume_test(exact_pp2_vpp2_dense_reshard 2 --np 2 --layout "--pp 2 --virtual-pipeline-stages 2"
+                    --reshard "1:,2:--pp 2")
+twinkle_resume_test(exact_pp2_dense_reshard_to_vpp2 2 --np 2 --layout "--pp 2"
+                    --reshard "2:--pp 2 --virtual-pipeline-stages 2")

@@ -40,6 +40,23 @@ InterleavedCounts interleaved_counts(int p, int r, int m, int v, int group, bool
   return n;
 }
 
+std::vector<int> interleaved_peak_slots(int p, int r, int m, int v) {
+  const auto table = interleaved_schedule_table(m, v, p);
+  const InterleavedCounts n = interleaved_counts(p, r, m, v, p, false);
+  std::vector<int> held(static_cast<size_t>(v), 0), peak(static_cast<size_t>(v), 0);
+  auto fwd = [&](int k) {
+    const size_t c = static_cast<size_t>(table[static_cast<size_t>(k)].second);
+    peak[c] = std::max(peak[c], ++held[c]);
+  };
+  auto bwd = [&](int k) { --held[static_cast<size_t>(v - 1 - table[static_cast<size_t>(k)].second)]; };
+  for (int k = 0; k < n.warmup; ++k) fwd(k);
+  for (int k = 0; k < n.remaining; ++k) {
+    fwd(k + n.warmup);
+    bwd(k);
+  }
+  return peak;
+}
+
 void check_interleaved_micro_batches(int m, int p, int v) {
   check(m >= p && m % p == 0,
         "the interleaved pipeline schedule (vpp " + std::to_string(v) + ") needs a number of micro-batches that is a positive "

@@ -15,6 +15,7 @@
 #include "twinkle/model/qwen3_activations.h"
 #include "twinkle/model/qwen3_flops.h"
 #include "twinkle/parallel/expert_layout.h"
+#include "twinkle/parallel/pipeline_interleaved.h"
 #include "twinkle/parallel/pipeline_split.h"
 
 namespace twinkle {
@@ -131,7 +132,11 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
   need(t >= 1 && p >= 1 && d >= 1 && cp >= 1 && ep >= 1 && etp >= 1, "--tp, --pp, --dp, --cp, --ep, --etp must be >= 1");
   // The expert grid with training's own checks (and messages): the mesh, the model's experts,
   // the etp split of every expert, LoRA under etp.
-  const DeviceMesh mesh = DeviceMesh::from_sizes({.dp = d, .tp = t, .pp = p, .cp = cp, .ep = ep, .etp = etp});
+  const int v = o.vpp;
+  const DeviceMesh mesh = DeviceMesh::from_sizes({.dp = d, .tp = t, .pp = p, .cp = cp, .ep = ep, .etp = etp, .vpp = v});
+  need(p * v <= c.num_hidden_layers, "pp " + std::to_string(p) + " x vpp " + std::to_string(v) +
+                                         " virtual pipeline stages is more than num_hidden_layers " +
+                                         std::to_string(c.num_hidden_layers));
   parallel::check_expert_layout(mesh, c.is_moe(), c.num_experts, c.source.empty() ? "the model" : c.source);
   if (c.is_moe()) parallel::check_expert_tensor_split(c.moe_intermediate_size, etp);
   if (c.is_moe() && o.lora_rank > 0) parallel::check_lora_expert_tensor_parallel(etp);
@@ -150,15 +155,16 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
   const int64_t gbs = o.global_batch_size > 0 ? o.global_batch_size : o.micro_batch_size * d;
   need(gbs % (o.micro_batch_size * d) == 0, "the global batch " + std::to_string(gbs) +
                                                 " is not divisible by micro-batch size x dp");
-  const int64_t m = gbs / (o.micro_batch_size * d);
+  int64_t m = gbs / (o.micro_batch_size * d);
+  if (v > 1 && m % p) m += p - m % p;  // the engine pads a step with empty micro-batches to a multiple of pp
   const Recompute rc = parse_recompute(o.recompute_granularity);
   need(o.mixed_precision == "fp32" || o.mixed_precision == "bf16",
        "mixed_precision must be fp32 or bf16, got '" + o.mixed_precision + "'");
   const bool bf16 = o.mixed_precision == "bf16";
   const parallel::LayerSplit split =
       !o.layers_per_stage.empty() || !parallel::is_balanced_split_mode(o.pipeline_split)
-          ? parallel::split_layers(c.num_hidden_layers, p, o.layers_per_stage)
-          : parallel::balanced_split(qwen3_stage_costs(c), p);
+          ? parallel::split_layers(c.num_hidden_layers, p * v, o.layers_per_stage)
+          : parallel::balanced_split(qwen3_stage_costs(c), p * v);
 
   const int64_t H = c.hidden_size, D = c.head_dim;
   const int64_t nq = c.num_attention_heads / t * D, nkv = c.num_key_value_heads / t * D, I = c.intermediate_size / t;
@@ -178,7 +184,17 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
   for (int s = 0; s < p; ++s) {
     StagePlan st;
     st.stage = s;
-    const int64_t l0 = split.first[static_cast<size_t>(s)], nl = split.count[static_cast<size_t>(s)];
+    // this rank's layers: chunk k holds virtual stage k*p + s
+    std::vector<std::vector<int64_t>> chunk_layers(static_cast<size_t>(v));
+    std::vector<int64_t> layers;
+    for (int k = 0; k < v; ++k) {
+      const size_t vs = static_cast<size_t>(k * p + s);
+      for (int64_t l = split.first[vs]; l < split.first[vs] + split.count[vs]; ++l) {
+        chunk_layers[static_cast<size_t>(k)].push_back(l);
+        layers.push_back(l);
+      }
+    }
+    const int64_t nl = static_cast<int64_t>(layers.size());
     st.layers = nl;
     const bool first = s == 0, last = s == p - 1;
     // parameters: the flat buffer, tensor by tensor in table order
@@ -192,7 +208,7 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     };
     if (first) add(Vl * H);
     bool any_moe = false;
-    for (int64_t l = l0; l < l0 + nl; ++l) {
+    for (int64_t l : layers) {
       add(H);  // input_layernorm
       add(nq * H), add(nkv * H), add(nkv * H);
       if (c.attention_bias) add(nq), add(nkv), add(nkv);
@@ -239,42 +255,55 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
                      (o.use_distributed_optimizer ? trained_experts / edp : trained_experts);
     st.optimizer = 2.0 * 4.0 * static_cast<double>(st.state_numel) +
                    (shards > 1 && o.use_distributed_optimizer ? 4.0 * static_cast<double>(be / shards) : 0.0);
-    // activations of the micro-batches in flight
-    ActivationDims dims;
-    dims.hidden = H;
-    dims.q_heads = hq;
-    dims.kv_heads = c.num_key_value_heads / t;
-    dims.q_width = nq;
-    dims.kv_width = nkv;
-    dims.intermediate = I;
-    dims.layers = nl;
-    for (int64_t l = l0; l < l0 + nl; ++l) dims.moe_layer.push_back(c.is_moe() && c.is_moe_layer(l));
-    dims.tp = t;
-    dims.sequence_parallel = sp;
-    dims.last_stage = last;
-    dims.recompute = rc;
-    st.slots = std::min<int64_t>(p - s, m);
-    double act = 4.0 * static_cast<double>(stage_activation_floats(dims, T));
     // MoE layers route their own tokens: the sequence-parallel shard when tp > 1.
     const int64_t Tm = sp ? Tl : T;
     const int64_t R = Tm * K;    // this rank's routed slots; its experts' rows over ep when balanced
     const int64_t Rg = R * etp;  // the etp group's rows its expert slices run (all-gathered over etp)
     const bool dispatched = ep > 1 || etp > 1;
-    if (any_moe) {  // MoeActivations buffers per MoE layer, and the dispatcher of each (layer, slot)
-      for (int64_t l = l0; l < l0 + nl; ++l) {
-        if (!(c.is_moe() && c.is_moe_layer(l))) continue;
-        // router: logits, probs, lse, combine weights and indices; gate, up, act; expert outputs y
-        double f = static_cast<double>(3 * Tm * E + Tm + 2 * Tm * K + 3 * Rg * Iml + Rg * H);
-        if (!dispatched)
-          f += static_cast<double>(2 * R + R * H);  // row_of_slot, slot_of_row, the permuted input xp
-        else  // parallel/moe_dispatcher.h, saved for the backward: slot maps, y_perm, the expert input
-          f += static_cast<double>(2 * R + R * H + Rg * H);
-        act += 4.0 * f + 8.0 * static_cast<double>(3 * E);
+    // activations of the micro-batches in flight, chunk by chunk
+    const std::vector<int> peak_slots =
+        v > 1 ? parallel::interleaved_peak_slots(p, s, static_cast<int>(m), v)
+              : std::vector<int>{static_cast<int>(std::min<int64_t>(p - s, m))};
+    st.activations = 0;
+    st.slots = 0;
+    ActivationDims dims;  // the last chunk's (recompute buffers: the same for every chunk)
+    for (int k = 0; k < v; ++k) {
+      const std::vector<int64_t>& cl = chunk_layers[static_cast<size_t>(k)];
+      bool chunk_moe = false;
+      for (int64_t l : cl) chunk_moe = chunk_moe || (c.is_moe() && c.is_moe_layer(l));
+      dims = ActivationDims();
+      dims.hidden = H;
+      dims.q_heads = hq;
+      dims.kv_heads = c.num_key_value_heads / t;
+      dims.q_width = nq;
+      dims.kv_width = nkv;
+      dims.intermediate = I;
+      dims.layers = static_cast<int64_t>(cl.size());
+      for (int64_t l : cl) dims.moe_layer.push_back(c.is_moe() && c.is_moe_layer(l));
+      dims.tp = t;
+      dims.sequence_parallel = sp;
+      dims.last_stage = last && k == v - 1;
+      dims.recompute = rc;
+      double act = 4.0 * static_cast<double>(stage_activation_floats(dims, T));
+      if (chunk_moe) {  // MoeActivations buffers per MoE layer, and the dispatcher of each (layer, slot)
+        for (int64_t l : cl) {
+          if (!(c.is_moe() && c.is_moe_layer(l))) continue;
+          // router: logits, probs, lse, combine weights and indices; gate, up, act; expert outputs y
+          double f = static_cast<double>(3 * Tm * E + Tm + 2 * Tm * K + 3 * Rg * Iml + Rg * H);
+          if (!dispatched)
+            f += static_cast<double>(2 * R + R * H);  // row_of_slot, slot_of_row, the permuted input xp
+          else  // parallel/moe_dispatcher.h, saved for the backward: slot maps, y_perm, the expert input
+            f += static_cast<double>(2 * R + R * H + Rg * H);
+          act += 4.0 * f + 8.0 * static_cast<double>(3 * E);
+        }
       }
+      st.activations += act * static_cast<double>(peak_slots[static_cast<size_t>(k)]);
+      st.slots += peak_slots[static_cast<size_t>(k)];
     }
-    st.activations = act * static_cast<double>(st.slots) + 4.0 * static_cast<double>(recompute_buffer_floats(dims, T));
-    if (!first) st.activations += ws(Tl * H) / 1.25;  // pipeline receive buffers (exact size)
-    if (!last) st.activations += ws(Tl * H) / 1.25;
+    st.activations += 4.0 * static_cast<double>(recompute_buffer_floats(dims, T));
+    // pipeline receive buffers (exact size); under vpp an estimate of one per chunk and direction
+    if (!first || v > 1) st.activations += static_cast<double>(v) * ws(Tl * H) / 1.25;
+    if (!last || v > 1) st.activations += static_cast<double>(v) * ws(Tl * H) / 1.25;
     // workspace: one layer's backward scratch + the stage's own buffers
     double w = 2 * ws(Tl * H) + ws(T * H);  // stage.dA, stage.dB; tp.dx_full (layers' and the head's)
     if (nl > 0) {
@@ -293,7 +322,7 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
       w += 2 * ws(R * H) + (etp > 1 ? ws(R * H) + ws(etp * R * H) : 0.0);  // etp: moe.a2a.own, etp
     if (first && t > 1) w += ws(T * H);                // tp.emb_full
     std::vector<Gemm> gemms;  // the stage's linears, for the bf16 scratch
-    for (int64_t l = l0; l < l0 + nl; ++l) {
+    for (int64_t l : layers) {
       gemms.push_back({T, nq, H}), gemms.push_back({T, nkv, H}), gemms.push_back({T, H, nq});
       if (c.is_moe() && c.is_moe_layer(l))
         gemms.push_back({T, E, H}), gemms.push_back({T * etp, Iml, H}), gemms.push_back({T * etp, H, Iml});
@@ -333,7 +362,7 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     // FLOPs: this stage's share of the replica's tokens, split over tp and cp
     double per_token = 0, recompute_fwd = 0;
     const double attn = qwen3_attention_flops(c, static_cast<double>(o.seq_length));
-    for (int64_t l = l0; l < l0 + nl; ++l) {
+    for (int64_t l : layers) {
       const double layer = static_cast<double>(qwen3_layer_matmul_flops(c, l)) + attn;
       per_token += 3.0 * layer;
       if (rc == Recompute::Full && !(c.is_moe() && c.is_moe_layer(l))) recompute_fwd += layer;

@@ -41,6 +41,8 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--model", model, "model directory or hub id (config.json)")->required();
   app.add_option("--tp", o.tp, "tensor-parallel size");
   app.add_option("--pp", o.pp, "pipeline-parallel size");
+  app.add_option("--virtual-pipeline-model-parallel-size,--virtual-pipeline-stages", o.vpp,
+                 "model chunks per pipeline rank (the interleaved schedule; default 1)");
   app.add_option("--dp", o.dp, "data-parallel size");
   app.add_option("--cp", o.cp, "context-parallel size");
   app.add_option("--ep", o.ep, "expert-parallel size (Qwen3-MoE)");
@@ -87,9 +89,10 @@ int cmd_plan(int argc, char** argv) {
                              {"executed_flops", s.executed_flops}, {"biggest", s.biggest()}});
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s: tp %d pp %d dp %d cp %d ep %d etp %d%s%s, %s, recompute %s, micro-batch %lld x %lld tokens, %lld micro-batches "
+    std::printf("%s: tp %d pp %d%s dp %d cp %d ep %d etp %d%s%s, %s, recompute %s, micro-batch %lld x %lld tokens, %lld micro-batches "
                 "per replica; %d ranks\n",
-                dir.c_str(), o.tp, o.pp, o.dp, o.cp, o.ep, o.etp, o.sequence_parallel ? " sp" : "",
+                dir.c_str(), o.tp, o.pp, o.vpp > 1 ? (" vpp " + std::to_string(o.vpp)).c_str() : "", o.dp, o.cp, o.ep,
+                o.etp, o.sequence_parallel ? " sp" : "",
                 o.lora_rank > 0 ? (", LoRA r " + std::to_string(o.lora_rank)).c_str() : "",
                 o.mixed_precision.c_str(), o.recompute_granularity.c_str(), static_cast<long long>(o.micro_batch_size),
                 static_cast<long long>(o.seq_length), static_cast<long long>(plan.micro_batches),

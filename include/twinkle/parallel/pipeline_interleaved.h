@@ -41,6 +41,11 @@ struct InterleavedCounts {
 };
 InterleavedCounts interleaved_counts(int p, int rank, int num_microbatches, int num_chunks, int group, bool forward_only);
 
+/// The activation slots each chunk of pipeline rank `rank` holds at most at once in a training step
+/// of run_interleaved_1f1b (forwards not yet backwarded, per chunk; the engine gives a slot back at
+/// the backward and reuses it): what `twinkle plan` counts per chunk.
+std::vector<int> interleaved_peak_slots(int p, int rank, int num_microbatches, int num_chunks);
+
 /// Throws twinkle::Error unless `num_microbatches` fits Megatron's rule for micro-batch groups of p
 /// (a positive multiple of p), naming the count, p and v.
 void check_interleaved_micro_batches(int num_microbatches, int p, int num_chunks);

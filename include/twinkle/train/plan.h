@@ -43,6 +43,10 @@ namespace twinkle {
 struct PlanOptions {
   int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1;
   int etp = 1;  ///< expert tensor parallel (Megatron's expert_tensor_parallel_size; Twinkle's default 1)
+  /// Virtual pipeline stages per pipeline rank (MeshSizes::vpp): each rank's layers are its chunks',
+  /// the activations those of the (chunk, micro-batch) pairs the interleaved schedule holds at once
+  /// (parallel::interleaved_peak_slots), the micro-batches padded to a multiple of pp as the engine does.
+  int vpp = 1;
   bool sequence_parallel = false;
   std::string recompute_granularity = "full";  ///< as MegatronModelOptions
   std::string pipeline_split = "balanced";
@@ -75,7 +79,7 @@ struct StagePlan {
   int64_t expert_numel = 0; ///< elements of its expert region (padded to 64·edp; 0 for a dense stage)
   int64_t adapter_numel = 0;  ///< elements of this rank's LoRA adapter buffer (0 without one)
   int64_t state_numel = 0;  ///< AdamW state elements this rank holds (exp_avg and exp_avg_sq each)
-  int64_t slots = 0;        ///< micro-batches whose activations are held at once
+  int64_t slots = 0;        ///< micro-batches whose activations are held at once (under vpp: (chunk, micro-batch) pairs)
   double params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0, runtime = 0;  ///< bytes
   double peak = 0;                                                                            ///< bytes
   double model_flops = 0;     ///< per rank per step (forward + backward)

@@ -177,3 +177,10 @@ TEST(PipelineInterleaved, DataReachesEveryVirtualStageOnAGrid) {
         }
       }
 }
+
+// The slots `twinkle plan` counts, read off the hand-written orders above (pp2 vpp2 m4): rank 0
+// holds 4 forwards of chunk 0 before its first backward of chunk 0 and 2 of chunk 1; rank 1 3 and 1.
+TEST(PipelineInterleaved, PeakSlotsPerChunk) {
+  EXPECT_EQ(parallel::interleaved_peak_slots(2, 0, 4, 2), (std::vector<int>{4, 2}));
+  EXPECT_EQ(parallel::interleaved_peak_slots(2, 1, 4, 2), (std::vector<int>{3, 1}));
+}
