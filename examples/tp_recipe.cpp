@@ -6,7 +6,7 @@
 //               [--save-interval N] [--resume output/tp_recipe] [--tensorboard-dir DIR]
 //               [--lora [--lora-r 8 --lora-alpha 32 --lora-targets all-linear]]
 //
-// --lora is the seed recipe's commented line switched on: before the optimizer,
+// --lora is the cookbook recipe's commented line switched on: before the optimizer,
 //   model.add_adapter_to_model("default", LoraConfig{.r = 8, .lora_alpha = 32, .target_modules = "all-linear"})
 // (Twinkle: model.add_adapter_to_model('default', LoraConfig(r=8, lora_alpha=32, target_modules='all-linear'))),
 // so only the adapter trains and the save writes a PEFT adapter directory.
