@@ -83,7 +83,7 @@ inline int run(int argc, char** argv, const Defaults& d) {
   app.add_option("--lora-r", lora.r, "LoRA rank (with --lora)");
   app.add_option("--lora-alpha", lora.lora_alpha, "LoRA alpha: scaling alpha / r (with --lora)");
   app.add_option("--lora-targets", lora.target_modules, "all-linear or comma-separated module names (with --lora)");
-  auto* bf16_flag = app.add_flag("--bf16", bf16, "bf16 mixed precision (fp32 master weights; CPU only)");
+  auto* bf16_flag = app.add_flag("--bf16", bf16, "bf16 mixed precision (fp32 master weights; cpu and cuda)");
   app.add_flag("--fp32", fp32, "fp32 everywhere (the default)")->excludes(bf16_flag);
   bool overlap_grad = false, overlap_param = false;
   app.add_flag("--overlap-grad-reduce", overlap_grad, "overlap the gradient dp reduce-scatter with the backward");

@@ -89,7 +89,7 @@ int recipe(int argc, char** argv) {
   app.add_flag("--overlap-param-gather", overlap_param, "overlap the parameter all-gather with the next forward");
   app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
       ->check(CLI::IsMember({"fused", "reference"}));
-  auto* bf16_flag = app.add_flag("--bf16", bf16, "bf16 mixed precision (fp32 master weights; CPU only)");
+  auto* bf16_flag = app.add_flag("--bf16", bf16, "bf16 mixed precision (fp32 master weights; cpu and cuda)");
   app.add_flag("--fp32", fp32, "fp32 everywhere (the default)")->excludes(bf16_flag);
   try {
     app.parse(argc, argv);
