@@ -24,10 +24,14 @@ constexpr uint64_t fnv1a64(std::string_view s) {
   return h;
 }
 
+/// splitmix64's golden gamma, 2^64 / phi rounded to odd (Vigna's splitmix64.c); the LoRA dropout mask
+/// also steps by it from one feature to the next (src/kernels/lora_mask_row.h).
+inline constexpr uint64_t kSplitmix64Gamma = 0x9e3779b97f4a7c15ull;
+
 /// The splitmix64 generator's output function applied to x + golden gamma (Steele, Lea, Flood,
 /// "Fast splittable pseudorandom number generators", OOPSLA 2014; Vigna's splitmix64.c).
 TWINKLE_HOST_DEVICE constexpr uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
+  x += kSplitmix64Gamma;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);

@@ -40,9 +40,12 @@ uint64_t lora_dropout_seed(uint64_t seed, int64_t step);
 uint64_t lora_token_key(int64_t global_row, int64_t position);
 /// A LoRA module's key: FNV-1a of its HF module name ("model.layers.0.self_attn.q_proj").
 uint64_t lora_module_key(const std::string& module);
+/// The mask's threshold for dropout probability p: round(p * 2^24) (kernels' LoraOp::dropout_mask).
+uint64_t lora_dropout_threshold(float p);
 
 /// Writes m[t * in_l + i] = 1 (kept) or 0 for tokens t < d.T and local features i < in_l
-/// (global feature feature0 + i) of module `module_key`.
+/// (global feature feature0 + i) of module `module_key`, on the host: the CPU kernel of
+/// LoraOp::dropout_mask (twinkle/kernels/cpu/lora.h) with d's seed, keys and threshold.
 void lora_dropout_mask(const LoraDropout& d, uint64_t module_key, int64_t feature0, int64_t in_l, uint8_t* m);
 
 /// The dropout of the call in progress on this thread (nullptr: none — evaluation, generation,
