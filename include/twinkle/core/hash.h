@@ -1,9 +1,12 @@
 // twinkle/core/hash.h — the two 64-bit hashes every seeded draw is built from.
 //
 // The seeded random init (Qwen3Model::init_random: a generator per tensor name), LoRA's init
-// (qwen3_lora.cpp), LoRA dropout masks (parallel/lora_dropout.h) and the dataloader's epoch
-// shuffle (data/dataloader.cpp) derive their streams from these, so every layout draws the same
-// numbers; the reference checks (tests/reference/lora_ref.py, qwen3_ref.py) reimplement them.
+// (qwen3_lora.cpp), LoRA dropout masks (parallel/lora_dropout.h, src/kernels/lora_mask_row.h), the
+// dataloader's epoch shuffle (data/dataloader.cpp) and the dataset mixture's sampling and shuffle
+// (data/mixture.cpp) derive their streams from these, so every layout draws the same numbers. The
+// PyTorch references take twinkle's draws as inputs (the adapter twinkle saved at init, the masks of
+// the dropout test hook) or start from a checkpoint of their own; tests/reference/kernels_ref.py
+// reimplements splitmix64 and the mask rule from the paper.
 #pragma once
 #include <cstdint>
 #include <string_view>
