@@ -13,6 +13,8 @@
 // token's identity in the global batch, the same on every rank that holds it — and feature is
 // the GLOBAL input-feature index (a row-parallel rank's shard starts at feature0). Keep
 // probability 1 - round(p 2^24) / 2^24 (|error| <= 2^-25); the scale is exactly 1 / (1 - p).
+// The kernels draw it (LoraOp::dropout_mask in twinkle/kernels/ops.h); the CPU and CUDA ones share
+// the rule's code, src/kernels/lora_mask_row.h.
 #pragma once
 #include <cstdint>
 #include <string>
