@@ -39,7 +39,7 @@ Configs (--config):
   m: Qwen3-MoE (tests/reference/qwen3_moe_ref.py, transformers' loop over experts): config a's
      attention, every layer sparse with 32 experts top-4 (renormalised), moe_intermediate 96,
      vocab 32000, tied, seq 512, batch 4; the FLOPs count the router and the top-k experts
-Best environment on the dev machine, see bench/README.torch.md:
+Best environment on the dev machine (bench/README.md, "Training step: twinkle vs PyTorch eager"):
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE MALLOC_MMAP_MAX_=0 \
       MALLOC_TRIM_THRESHOLD_=68719476736 OMP_WAIT_POLICY=passive \
       .venv/bin/python bench/torch_peer.py --config a --threads 2

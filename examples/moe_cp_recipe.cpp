@@ -1,10 +1,10 @@
 // examples/moe_cp_recipe.cpp — Qwen3-MoE with TP + PP + CP + EP: the C++ twin of Twinkle's
-// cookbook/megatron/ascend/tp_moe_cp_npu.py (the seed's third recipe).
+// cookbook/megatron/ascend/tp_moe_cp_npu.py (the cookbook's MoE + CP recipe).
 //
 //   twinkle-run --nproc_per_node=8 build/examples/moe_cp_recipe [--model DIR] [--cp-comm-type p2p|a2a]
 //               [--max-steps N] [--output-dir output/moe_cp_recipe] [--bf16 | --fp32] [--lora ...]
 //
-// The seed's run (Twinkle's cookbook/megatron/ascend/tp_moe_cp_npu.py): mesh dp=1 x tp=2 x pp=2
+// The cookbook's run (Twinkle's cookbook/megatron/ascend/tp_moe_cp_npu.py): mesh dp=1 x tp=2 x pp=2
 // x cp=2 with ep=2 — the ep groups are the tp groups and the expert-data-parallel groups the cp groups
 // (Megatron-core's expert RankGenerator, megatron/core/parallel_state.py: dense dp is 1 but the
 // experts are data-parallel over cp); every sequence is split

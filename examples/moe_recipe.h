@@ -1,5 +1,5 @@
 // examples/moe_recipe.h — the body of the Qwen3-MoE recipes (examples/moe_recipe.cpp, the
-// seed's tp_moe_npu; examples/moe_cp_recipe.cpp, tp_moe_cp_npu), which differ only in their mesh
+// the cookbook's tp_moe_npu; examples/moe_cp_recipe.cpp, tp_moe_cp_npu), which differ only in their mesh
 // and output directory (moe_recipe::Defaults). Not a library header: each recipe includes it once.
 #pragma once
 #include <CLI/CLI.hpp>
@@ -27,7 +27,7 @@ namespace moe_recipe {
 struct Defaults {
   const char* title;       ///< CLI description
   const char* name;        ///< program name
-  int dp, tp, pp, cp, ep;  ///< the seed's mesh
+  int dp, tp, pp, cp, ep;  ///< the cookbook's mesh
   const char* output_dir;  ///< output/<recipe>
 };
 
@@ -47,14 +47,14 @@ inline int run(int argc, char** argv, const Defaults& d) {
   double lr = 1e-4, aux_coeff = 0.0;
   int dp = d.dp, tp = d.tp, pp = d.pp, cp = d.cp, ep = d.ep;
   bool use_lora = false, bf16 = false, fp32 = false;
-  LoraConfig lora{.r = 8, .lora_alpha = 32, .target_modules = "all-linear"};  // the seed's LoraConfig
+  LoraConfig lora{.r = 8, .lora_alpha = 32, .target_modules = "all-linear"};  // the cookbook's LoraConfig
   CLI::App app{d.title, d.name};
   app.option_defaults()->always_capture_default();  // --help shows every default
   app.add_option("--model", model_id, "model directory or hub id (default: models/qwen3-moe-tiny)");
   app.add_option("--device", device, "cpu | cuda | npu (TWINKLE_DEVICE)");
   app.add_option("--dataset", dataset_id, "dataset id or file");
   app.add_option("--data-rows", data_rows, "data_slice = range(N) (indices past the end wrap around)");
-  app.add_option("--max-steps", max_steps, "optimizer steps (>= 0; 0 = one epoch; the seed runs 10 of 64)");
+  app.add_option("--max-steps", max_steps, "optimizer steps (>= 0; 0 = one epoch; the cookbook recipe runs 10 of 64)");
   app.add_option("--batch-size", batch_size, "global batch size");
   app.add_option("--micro-batch-size", micro_batch_size, "rows per micro-batch (0: Twinkle's min(2, rows of the dp rank))");
   app.add_option("--lr", lr, "peak learning rate");
@@ -78,12 +78,12 @@ inline int run(int argc, char** argv, const Defaults& d) {
   app.add_option("--moe-aux-loss-coeff", aux_coeff, "load-balancing loss coefficient (Twinkle's Megatron path: 0)");
   app.add_option("--moe-aux-loss-type", aux_type, "global (transformers, pp = 1) | per_layer (Megatron)");
   app.add_flag("--lora", use_lora,
-               "train a LoRA adapter (the seed's add_adapter_to_model line; all-linear includes every expert's "
+               "train a LoRA adapter (the cookbook's add_adapter_to_model line; all-linear includes every expert's "
                "gate/up/down, PEFT's per-expert keys) instead of the full model");
   app.add_option("--lora-r", lora.r, "LoRA rank (with --lora)");
   app.add_option("--lora-alpha", lora.lora_alpha, "LoRA alpha: scaling alpha / r (with --lora)");
   app.add_option("--lora-targets", lora.target_modules, "all-linear or comma-separated module names (with --lora)");
-  auto* bf16_flag = app.add_flag("--bf16", bf16, "bf16 mixed precision (fp32 master weights; CPU only)");
+  auto* bf16_flag = app.add_flag("--bf16", bf16, "bf16 mixed precision (fp32 master weights; cpu and cuda)");
   app.add_flag("--fp32", fp32, "fp32 everywhere (the default)")->excludes(bf16_flag);
   bool overlap_grad = false, overlap_param = false;
   app.add_flag("--overlap-grad-reduce", overlap_grad, "overlap the gradient dp reduce-scatter with the backward");

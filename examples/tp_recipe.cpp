@@ -6,7 +6,7 @@
 //               [--save-interval N] [--resume output/tp_recipe] [--tensorboard-dir DIR]
 //               [--lora [--lora-r 8 --lora-alpha 32 --lora-targets all-linear]]
 //
-// --lora is the seed recipe's commented line switched on: before the optimizer,
+// --lora is the cookbook recipe's commented line switched on: before the optimizer,
 //   model.add_adapter_to_model("default", LoraConfig{.r = 8, .lora_alpha = 32, .target_modules = "all-linear"})
 // (Twinkle: model.add_adapter_to_model('default', LoraConfig(r=8, lora_alpha=32, target_modules='all-linear'))),
 // so only the adapter trains and the save writes a PEFT adapter directory.
@@ -89,7 +89,7 @@ int recipe(int argc, char** argv) {
   app.add_flag("--overlap-param-gather", overlap_param, "overlap the parameter all-gather with the next forward");
   app.add_option("--kernels", kernels, "kernel set: fused | reference (plain loops, for debugging; default: fused)")
       ->check(CLI::IsMember({"fused", "reference"}));
-  auto* bf16_flag = app.add_flag("--bf16", bf16, "bf16 mixed precision (fp32 master weights; CPU only)");
+  auto* bf16_flag = app.add_flag("--bf16", bf16, "bf16 mixed precision (fp32 master weights; cpu and cuda)");
   app.add_flag("--fp32", fp32, "fp32 everywhere (the default)")->excludes(bf16_flag);
   try {
     app.parse(argc, argv);

@@ -108,10 +108,10 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   file(GLOB _twinkle_tool_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tools/twinkle/*.cpp)
   twinkle_emu_program(twinkle_cuda_emu ${_twinkle_tool_srcs})
   target_compile_definitions(twinkle_cuda_emu PRIVATE TWINKLE_CUDA_BUILT TWINKLE_CUDA_ARCHS="emulated")
-  # the seed's dense recipe (examples/tp_recipe.cpp) on the emulated device
+  # the cookbook's dense recipe (examples/tp_recipe.cpp) on the emulated device
   twinkle_emu_program(tp_recipe_cuda_emu ${CMAKE_SOURCE_DIR}/examples/tp_recipe.cpp)
   target_compile_definitions(tp_recipe_cuda_emu PRIVATE TWINKLE_CUDA_BUILT)
-  # the seed's MoE recipe (examples/moe_recipe.cpp: tp2 pp2 dp2 ep2) on the emulated device
+  # the cookbook's MoE recipe (examples/moe_recipe.cpp: tp2 pp2 dp2 ep2) on the emulated device
   twinkle_emu_program(moe_recipe_cuda_emu ${CMAKE_SOURCE_DIR}/examples/moe_recipe.cpp)
   target_compile_definitions(moe_recipe_cuda_emu PRIVATE TWINKLE_CUDA_BUILT)
   # and the third (examples/moe_cp_recipe.cpp: tp2 pp2 cp2 ep2)

@@ -25,7 +25,7 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   add_test(NAME train_cuda_vs_torch COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN}
            ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR} --variant a --steps 3
            --layout "--device cuda")
-  # name|ranks|flags (the seed's dense layout tp2 x pp2 x dp2: eight ranks sharing the one device)
+  # name|ranks|flags (the cookbook's dense layout tp2 x pp2 x dp2: eight ranks sharing the one device)
   # and context parallelism: the ring (p2p: the attention_block op, K/V blocks through the cp group) and Ulysses
   # (a2a: heads through the cp group's all-to-all, the device's flash kernel on the global sequence)
   set(TWINKLE_CUDA_LAYOUTS "tp2|2|--tp 2" "pp2|2|--pp 2" "dp2|2|--dp 2" "tp2_pp2_dp2|8|--tp 2 --pp 2 --dp 2"
@@ -73,7 +73,7 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   add_test(NAME bf16_cuda_vs_fp32_vs_torch_autocast COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_BF16}
            --build ${CMAKE_BINARY_DIR} --steps 30 --device cuda)
   # LoRA on the device (the kernel table's lora op): PyTorch float64 with PEFT's formulas, lora_dropout's masks
-  # (the test hook downloads them from the device) and rslora; the seed's layout against one CPU process
+  # (the test hook downloads them from the device) and rslora; the cookbook's layout against one CPU process
   set(CHECK_TRAIN_CUDA ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py --build ${CMAKE_BINARY_DIR})
   add_test(NAME lora_cuda_vs_torch_dropout COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_TRAIN_CUDA}
            --variant b --steps 3 --lora-r 4 --lora-alpha 8 --lora-dropout 0.1 --layout "--device cuda")
@@ -82,7 +82,7 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   add_test(NAME lora_layout_cuda_tp2_pp2_dp2 COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_TRAIN_CUDA}
            --variant b --layers 4 --batch rows:8 --mbs 1 --steps 3 --against single --np 8
            --layout "--tp 2 --pp 2 --dp 2 --sequence-parallel --device cuda" --lora-r 4 --lora-alpha 8 --lora-dropout 0.1)
-  # the seed's dense recipe (tp_recipe: dp2 tp2 pp2) on the device, 8 ranks sharing it, against one CPU process
+  # the cookbook's dense recipe (tp_recipe: dp2 tp2 pp2) on the device, 8 ranks sharing it, against one CPU process
   # (tests/reference/check_recipe.py: loss / grad norm every step, the checkpoint in PyTorch), fp32 and --lora
   set(CHECK_RECIPE ${CMAKE_SOURCE_DIR}/tests/reference/check_recipe.py --build ${CMAKE_BINARY_DIR})
   add_test(NAME recipe_cuda_8ranks_equals_cpu_single COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_RECIPE}
@@ -164,7 +164,7 @@ endif()
 # step, step-0 gradients, parameters after AdamW), experts without a row (the rigged router), expert LoRA
 # with dropout (the masks drawn on the device fed to the reference), and layouts sharing the one device
 # against one CPU process: tp / pp / dp with ep = 1, expert parallelism (the alltoall dispatcher's rows in
-# device memory, exchanged by the CUDA groups), the seed's MoE grid tp2 pp2 dp2 ep2, etp2, cp2 x ep2,
+# device memory, exchanged by the CUDA groups), the cookbook's MoE grid tp2 pp2 dp2 ep2, etp2, cp2 x ep2,
 # expert LoRA with dropout keys sent along with the rows; bf16 under check_bf16.py's layout rule
 # (check_train_moe.py --bf16-rule; measured on the emulated device: step 1 loss 6.46877277 vs the CPU bf16
 # 6.46876121, while an fp32 run gives 6.46894458, outside the rule's 1e-5). (Idle experts on a layout are checked on the CPU,
@@ -218,7 +218,7 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   set_tests_properties(${_moe_gpu} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2")
   set_tests_properties(${_moe_emu} PROPERTIES LABELS cuda_emu TIMEOUT 300 PROCESSORS 2
                        ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
-  # the seed's MoE recipe (examples/moe_recipe.cpp, tp2 pp2 dp2 ep2) with its eight ranks on the device
+  # the cookbook's MoE recipe (examples/moe_recipe.cpp, tp2 pp2 dp2 ep2) with its eight ranks on the device
   # against one CPU process (tests/reference/check_recipe.py: loss / grad norm every step, the checkpoint in
   # PyTorch)
   add_test(NAME moe_recipe_cuda_8ranks_equals_cpu_single COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN}
@@ -235,7 +235,7 @@ if(TWINKLE_WITH_CUDA_BACKEND)
                        TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=2")
   add_test(NAME moe_cp_recipe_cuda_8ranks_equals_cpu_single_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_RECIPE} --steps 2
            --recipe moe_cp_recipe --recipe-bin ${CMAKE_BINARY_DIR}/tests/moe_cp_recipe_cuda_emu --device cuda)
-  # the seed's LoRA line (--lora: every attention and expert linear) on the MoE recipe, and the MoE + CP recipe
+  # the cookbook's LoRA line (--lora: every attention and expert linear) on the MoE recipe, and the MoE + CP recipe
   # in bf16 (--bf16: ring attention's block backward rounds where the one-process run's flash backward does,
   # twinkle/kernels/cpu/attention_block.h attention_block_backward_bf16), each against one CPU process
   add_test(NAME moe_recipe_cuda_lora_8ranks_equals_cpu_single COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN}

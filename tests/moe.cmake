@@ -112,19 +112,19 @@ endfunction()
 # (each tp rank routes its token shard; rows:5 in one micro-batch pads the token count to a
 # multiple of tp; experts reduced over expert-dp = the tp group); expert parallelism with
 # Megatron's alltoall dispatcher per (layer, slot): ep2 over dp (edp 1), ep2 over tp, ep2 with
-# edp 2 (dp4: ZeRO shards experts over edp), ep4 over tp x dp, ep2 with pp, and the seed's
+# edp 2 (dp4: ZeRO shards experts over edp), ep4 over tp x dp, ep2 with pp, and the cookbook's
 # recipe-2 grid tp2 pp2 dp2 ep2 on 8 ranks; a short last batch (5 rows, batch 4) whose second
 # step leaves dp rank 1 without a row: it runs a filler micro-batch so every ep dispatch meets.
-# With context parallelism (the seed's third recipe): cp2 x ep2 (the ep group is the cp group; each
+# With context parallelism (the cookbook's MoE + CP recipe): cp2 x ep2 (the ep group is the cp group; each
 # cp rank routes its load-balanced half of every sequence; router statistics summed over cp) and
-# the seed's recipe-3 grid tp2 pp2 cp2 ep2 on 8 ranks (ep = the tp groups, edp = the cp groups),
+# the MoE + CP recipe's grid tp2 pp2 cp2 ep2 on 8 ranks (ep = the tp groups, edp = the cp groups),
 # aux per_layer on and off.
 # Expert tensor parallelism (etp 2: each expert's gate/up split by rows, down by columns over the
 # etp group; the dispatcher all-gathers the etp group's rows and reduce-scatters the outputs):
 # etp2 x ep2 on tp2 dp2 (edp 1), etp2 alone on dp2 (ep 1), etp2 with edp 2 (ZeRO over edp on
 # the etp slices) and with pp2 (the saved experts gathered from both etp ranks of each stage);
 # a short last batch under etp alone (ep 1): the etp collectives need the filler micro-batch too;
-# and the seed's recipe-2 grid with etp2 on 8 ranks: tp2 pp2 dp2 ep2 etp2 (per stage the etp
+# and the MoE recipe's grid with etp2 on 8 ranks: tp2 pp2 dp2 ep2 etp2 (per stage the etp
 # groups are the tp groups, the ep groups the dp groups, edp 1) and tp2 pp2 dp2 etp2 (ep 1, the
 # experts ZeRO-sharded over edp 2).
 # name | ranks | flags of the check | layout flags
@@ -203,7 +203,7 @@ set_tests_properties(moe_layout_pp2_split_1_3_dense_layers_0_2 moe_layout_pp2_sp
 # LoRA pair, yet every collective it joins must have the count the config and the mesh give (the
 # grad norm's world all-reduce once sent 1 double from the dense stage and 2 from the MoE one:
 # MPI_ERR_TRUNCATE at the first step). The dense stage first and last, on pp2, pp2 x dp2,
-# pp2 x dp2 x ep2 and the seed's tp2 pp2 dp2 ep2; with LoRA all-linear, without the distributed
+# pp2 x dp2 x ep2 and the cookbook's tp2 pp2 dp2 ep2; with LoRA all-linear, without the distributed
 # optimizer and with overlapped gradient reduction. Adapter stores that are empty on some ranks:
 # LoRA on layer 0 only (stage 1 holds no pair) and on expert 0 only (ep rank 1 holds no pair;
 # the dense region of the store was 0 long where expert 0 lives and one block long elsewhere,

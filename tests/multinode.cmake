@@ -15,7 +15,7 @@ foreach(n 2 4)
   set_tests_properties(multinode_nodes${n}_down PROPERTIES FIXTURES_CLEANUP multinode${n} TIMEOUT 60)
 endforeach()
 
-# The seed's three recipes on 2 nodes x 4 ranks == on 1 node x 8 ranks: every step's loss and
+# The three cookbook recipes on 2 nodes x 4 ranks == on 1 node x 8 ranks: every step's loss and
 # grad norm (MoE: expert grad norm, aux loss, expert loads) bit for bit, the final checkpoint's
 # files byte-identical. pp crosses the nodes in all three (Megatron's rank order tp-cp-ep-dp-pp).
 foreach(spec "tp_recipe;3" "moe_recipe;2" "moe_cp_recipe;2")

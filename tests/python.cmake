@@ -5,9 +5,9 @@ if(TARGET twinkle_python)
   add_test(NAME python_bindings
            COMMAND ${Python_EXECUTABLE} -m unittest discover -s ${CMAKE_SOURCE_DIR}/tests/python -p "test_*.py" -v)
   set_tests_properties(python_bindings PROPERTIES ENVIRONMENT "${TWINKLE_PY_ENV}" TIMEOUT 300)
-  # The three seed recipes vs their C++ twins (loss / grad norm / lr 1e-6 per step, checkpoint bytes), each
+  # The three cookbook recipes vs their C++ twins (loss / grad norm / lr 1e-6 per step, checkpoint bytes), each
   # on a different setting so no 8-rank run is added: tp.py with MegatronModel's default mixed_precision
-  # (Twinkle's 'bf16') vs tp_recipe --bf16; tp_moe.py with the seed's adapter line on (TWINKLE_LORA=1,
+  # (Twinkle's 'bf16') vs tp_recipe --bf16; tp_moe.py with the cookbook's adapter line on (TWINKLE_LORA=1,
   # expert LoRA) in bf16 vs moe_recipe --bf16 --lora; tp_moe_cp.py with mixed_precision='no' vs
   # moe_cp_recipe --fp32 (the fp32 comparison).
   add_test(NAME python_tp_recipe_equals_cpp_recipe
@@ -18,7 +18,7 @@ if(TARGET twinkle_python)
            COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_recipe.py
                    --build ${CMAKE_BINARY_DIR} --recipe moe --rows 16 --steps 3 --precision bf16 --lora)
   set_tests_properties(python_tp_moe_lora_equals_cpp_moe_recipe_lora PROPERTIES TIMEOUT 600 PROCESSORS 2)
-  # the seed's third recipe: examples/python/tp_moe_cp.py (tp2 pp2 cp2 ep2) vs examples/moe_cp_recipe
+  # the cookbook's MoE + CP recipe (tp_moe_cp_npu.py): examples/python/tp_moe_cp.py (tp2 pp2 cp2 ep2) vs examples/moe_cp_recipe
   add_test(NAME python_tp_moe_cp_fp32_equals_cpp_moe_cp_recipe
            COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_recipe.py
                    --build ${CMAKE_BINARY_DIR} --recipe moe_cp --rows 16 --steps 3 --precision fp32)
@@ -47,7 +47,7 @@ if(TARGET twinkle_python)
                    ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_install.py
                    --build ${CMAKE_BINARY_DIR} --cmake ${CMAKE_COMMAND})
   set_tests_properties(python_install_component PROPERTIES TIMEOUT 120)
-  # `pip install .` into a fresh venv (scikit-build-core from the package index) and the seed's recipe from
+  # `pip install .` into a fresh venv (scikit-build-core from the package index) and the cookbook's recipe from
   # that install == from the build tree (tests/reference/check_pip_install.py)
   add_test(NAME python_pip_install_runs_recipe
            COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "pip install check OK: .*"
@@ -68,7 +68,7 @@ if(TARGET twinkle_python_cuda_emu)
   set_tests_properties(python_tp_recipe_cuda_equals_cpp_recipe_cuda_emu PROPERTIES LABELS cuda_emu TIMEOUT 300
                        PROCESSORS 2 ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0;OMP_NUM_THREADS=1")
   # the two MoE recipes the same way on their eight ranks (label extended too: make test-extended):
-  # tp_moe.py with the seed's LoRA line in bf16 vs moe_recipe --bf16 --lora, tp_moe_cp.py (ring attention on
+  # tp_moe.py with the cookbook's LoRA line in bf16 vs moe_recipe --bf16 --lora, tp_moe_cp.py (ring attention on
   # the device) in fp32 vs moe_cp_recipe --fp32; measured identical losses, grad norms and checkpoint bytes
   add_test(NAME python_tp_moe_cuda_lora_bf16_equals_cpp_moe_recipe_cuda_emu
            COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_recipe.py

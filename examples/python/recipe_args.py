@@ -5,7 +5,7 @@
 # --kernels, ...: the C++ recipes' extras) is refused by name (exit 2), never ignored.
 # Each option's default comes from its TWINKLE_* environment variable (the scripts' older interface),
 # else the script's own default; the command line wins over the environment. train_and_save is the
-# recipes' training loop (the seed's loop, with --max-steps and metrics.jsonl as the C++ recipes have them).
+# recipes' training loop (the cookbook's loop, with --max-steps and metrics.jsonl as the C++ recipes have them).
 import argparse
 import json
 import os
@@ -51,9 +51,9 @@ def parse_recipe_args(prog, *, model, data_rows, max_steps, batch_size, output_d
                         help=f'{key} of the DeviceMesh (default: %(default)s)')
     lora_env = os.environ.get('TWINKLE_LORA', '0')
     if lora_env not in ('0', '1'):
-        raise SystemExit(f"TWINKLE_LORA={lora_env!r}: 1 (the seed's add_adapter_to_model line) or 0 (full training)")
+        raise SystemExit(f"TWINKLE_LORA={lora_env!r}: 1 (the cookbook's add_adapter_to_model line) or 0 (full training)")
     ap.add_argument('--lora', action='store_true', default=lora_env == '1',
-                    help="the seed's add_adapter_to_model line: train a LoRA adapter (TWINKLE_LORA=1)")
+                    help="the cookbook's add_adapter_to_model line: train a LoRA adapter (TWINKLE_LORA=1)")
     ap.add_argument('--lora-r', type=int, default=8, help='LoRA rank (with --lora; default: %(default)s)')
     ap.add_argument('--lora-alpha', type=float, default=32, help='LoRA alpha (with --lora; default: %(default)s)')
     ap.add_argument('--lora-targets', default='all-linear',
@@ -78,7 +78,7 @@ def parse_recipe_args(prog, *, model, data_rows, max_steps, batch_size, output_d
 
 
 def train_and_save(model, dataloader, steps, output_dir, metric_keys, logger, rank):
-    """The seed's loop: forward_backward, clip_grad_and_step and the metric log per batch, for `steps`
+    """The cookbook's loop: forward_backward, clip_grad_and_step and the metric log per batch, for `steps`
     optimizer steps (past one epoch the next begins, as in the C++ recipes); rank 0 writes the
     metric_keys of model.last_metrics() to output_dir/metrics.jsonl, one line per step. Ends with the
     checkpoint 'last-checkpoint' saved under output_dir."""

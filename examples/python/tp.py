@@ -1,8 +1,8 @@
-# examples/python/tp.py — the seed's dense recipe (Twinkle cookbook/megatron/ascend/tp_npu.py and
+# examples/python/tp.py — the cookbook's dense recipe (Twinkle cookbook/megatron/ascend/tp_npu.py and
 # its GPU twin cookbook/megatron/tp.py)
-# as a Python script on twinkle's C++ core. Differences from the seed: device_type from --device (default 'cpu'), the
-# default model is the embedded models/qwen3-tiny (--model overrides it), the seed's LoRA
-# adapter line runs only with --lora (default: full-parameter training, as the seed's
+# as a Python script on twinkle's C++ core. Differences from the cookbook script: device_type from --device (default 'cpu'), the
+# default model is the embedded models/qwen3-tiny (--model overrides it), the cookbook's LoRA
+# adapter line runs only with --lora (default: full-parameter training, as the cookbook's
 # comment "Comment this to use full-parameter training" allows, like examples/tp_recipe.cpp), the
 # options below, and rank 0 writes metrics.jsonl next to the final checkpoint. mixed_precision keeps
 # Twinkle's default 'bf16' (--fp32 for mixed_precision='no'). Checked against the C++ recipe:
@@ -13,7 +13,7 @@
 # Options (examples/python/recipe_args.py, the names and meanings of examples/tp_recipe's; --help
 # lists them): --model, --dataset, --data-rows (data_slice = range(N), default 256), --max-steps
 # (0 = one epoch, the default), --batch-size (8), --lr, --output-dir (default output/python_tp),
-# --dp/--tp/--pp (2/2/2), --lora [--lora-r --lora-alpha --lora-targets] (the seed's
+# --dp/--tp/--pp (2/2/2), --lora [--lora-r --lora-alpha --lora-targets] (the cookbook's
 # add_adapter_to_model line: only the adapter trains and the save is PEFT's adapter directory),
 # --bf16 (MegatronModel's default mixed_precision, Twinkle's) / --fp32 (mixed_precision='no'), --device
 # (cpu | cuda | npu: the DeviceMesh's device_type).
@@ -54,7 +54,7 @@ def train():
 
     model = MegatronModel(model_id=MODEL_ID, mixed_precision=ARGS.mixed_precision)
     lora_config = LoraConfig(r=ARGS.lora_r, lora_alpha=ARGS.lora_alpha, target_modules=ARGS.target_modules)
-    # the seed's adapter line ("Comment this to use full-parameter training"): on with --lora
+    # the cookbook's adapter line ("Comment this to use full-parameter training"): on with --lora
     if ARGS.lora:
         model.add_adapter_to_model('default', lora_config)
     model.set_optimizer(optimizer_cls='default', lr=ARGS.lr)

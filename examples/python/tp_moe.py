@@ -1,14 +1,14 @@
-# examples/python/tp_moe.py — the seed's MoE recipe (Twinkle cookbook/megatron/ascend/tp_moe_npu.py;
+# examples/python/tp_moe.py — the cookbook's MoE recipe (Twinkle cookbook/megatron/ascend/tp_moe_npu.py;
 # the call sequence of tp_npu.py with
 # Qwen3-30B-A3B, data_slice range(128), global batch 2, mesh dp 2 x tp 2 x pp 2 x cp 1 x ep 2 on
 # 8 ranks, the first 10 steps) as a Python script on twinkle's C++ core; the Python twin of
 # examples/moe_recipe.cpp (checked against it: tests/reference/check_python_recipe.py --recipe moe).
-# Differences from the seed:
+# Differences from the cookbook script:
 #  - device_type from --device (default 'cpu'), and the default model is the embedded models/qwen3-moe-tiny (Qwen3-MoE's
 #    architecture at a size that trains on two cores; TWINKLE_MODEL overrides it);
-#  - the seed's LoRA adapter line runs only with TWINKLE_LORA=1 ('all-linear': attention and every
+#  - the cookbook's LoRA adapter line runs only with TWINKLE_LORA=1 ('all-linear': attention and every
 #    expert's gate/up/down, PEFT's per-expert keys; the C++ recipe's --lora); by default all
-#    parameters train (as the seed's comment "Comment this to use full-parameter training" allows,
+#    parameters train (as the cookbook's comment "Comment this to use full-parameter training" allows,
 #    and as the C++ recipe without --lora);
 #  - mixed_precision keeps Twinkle's default 'bf16' (the C++ recipe's --bf16; TWINKLE_MIXED_PRECISION=no
 #    for fp32);
@@ -18,10 +18,10 @@
 #   build/bin/twinkle-run --nproc_per_node=8 examples/python/tp_moe.py
 #
 # Options (examples/python/recipe_args.py, the names and meanings of examples/moe_recipe's; --help
-# lists them): --model, --dataset, --data-rows (default 128), --max-steps (default 10, the seed's;
+# lists them): --model, --dataset, --data-rows (default 128), --max-steps (default 10, the cookbook's;
 # 0 = one epoch), --batch-size (default 2), --lr, --output-dir (default output/python_tp_moe),
 # --dp/--tp/--pp/--cp/--ep (TWINKLE_MOE_MESH's sizes), --lora [--lora-r --lora-alpha --lora-targets]
-# (the seed's adapter line), --bf16 (Twinkle's default mixed_precision) / --fp32. TWINKLE_MODEL, TWINKLE_DATA_ROWS, TWINKLE_MAX_STEPS, TWINKLE_OUTPUT_DIR,
+# (the cookbook's adapter line), --bf16 (Twinkle's default mixed_precision) / --fp32. TWINKLE_MODEL, TWINKLE_DATA_ROWS, TWINKLE_MAX_STEPS, TWINKLE_OUTPUT_DIR,
 # TWINKLE_MIXED_PRECISION and TWINKLE_LORA give their defaults. Other options are refused by name.
 import os
 
@@ -35,7 +35,7 @@ from twinkle.preprocessor import SelfCognitionProcessor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MESHES = {
-    'seed': dict(dp_size=2, tp_size=2, pp_size=2, cp_size=1, ep_size=2),  # the seed's
+    'seed': dict(dp_size=2, tp_size=2, pp_size=2, cp_size=1, ep_size=2),  # the cookbook's mesh
     'dp4pp2': dict(dp_size=4, pp_size=2),                                 # 8 ranks, no tp / ep
     'dp2pp2': dict(dp_size=2, pp_size=2),                                 # 4 ranks
 }
@@ -60,13 +60,13 @@ def train():
     dataset.set_template('Template', model_id=MODEL_ID, max_length=512)
     dataset.map(SelfCognitionProcessor('twinkle大模型', 'ModelScope社区'))
     dataset.encode()
-    # global batch 2 as the seed (the dp 4 mesh needs a batch divisible by 4)
+    # global batch 2 as the cookbook recipe (the dp 4 mesh needs a batch divisible by 4)
     dataloader = DataLoader(dataset=dataset, batch_size=ARGS.batch_size or max(2, device_mesh.data_world_size),
                             num_workers=0)
 
     model = MegatronModel(model_id=MODEL_ID, mixed_precision=ARGS.mixed_precision)
     lora_config = LoraConfig(r=ARGS.lora_r, lora_alpha=ARGS.lora_alpha, target_modules=ARGS.target_modules)
-    # the seed's adapter line ("Comment this to use full-parameter training"): on with --lora
+    # the cookbook's adapter line ("Comment this to use full-parameter training"): on with --lora
     if ARGS.lora:
         model.add_adapter_to_model('default', lora_config)
     model.set_optimizer(optimizer_cls='default', lr=ARGS.lr)

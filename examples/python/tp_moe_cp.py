@@ -1,4 +1,4 @@
-# examples/python/tp_moe_cp.py — the seed's third recipe (Twinkle cookbook/megatron/ascend/
+# examples/python/tp_moe_cp.py — the cookbook's MoE + CP recipe (Twinkle cookbook/megatron/ascend/
 # tp_moe_cp_npu.py: the call sequence of
 # tp_npu.py with Qwen3-30B-A3B, data_slice range(128), global batch 2, mesh dp 1 x tp 2 x pp 2 x
 # cp 2 x ep 2 on 8 ranks, ring context parallelism, the first 10 steps) as a Python script on
@@ -8,12 +8,12 @@
 # RankGenerator, megatron/core/parallel_state.py); every
 # sequence is split over the two cp ranks (load-balanced chunks r and 2cp-1-r) and attention runs
 # as Megatron's ring (cp_comm_type p2p); sequence parallelism is on for MoE with tp > 1.
-# Differences from the seed:
+# Differences from the cookbook script:
 #  - device_type from --device (default 'cpu'), and the default model is the embedded models/qwen3-moe-tiny (Qwen3-MoE's
 #    architecture at a size that trains on two cores; TWINKLE_MODEL overrides it);
-#  - the seed's LoRA adapter line runs only with TWINKLE_LORA=1 ('all-linear': attention and every
+#  - the cookbook's LoRA adapter line runs only with TWINKLE_LORA=1 ('all-linear': attention and every
 #    expert's gate/up/down, PEFT's per-expert keys; the C++ recipe's --lora); by default all
-#    parameters train (as the seed's comment "Comment this to use full-parameter training" allows,
+#    parameters train (as the cookbook's comment "Comment this to use full-parameter training" allows,
 #    and as the C++ recipe without --lora);
 #  - mixed_precision keeps Twinkle's default 'bf16' (the C++ recipe's --bf16; TWINKLE_MIXED_PRECISION=no
 #    for fp32);
@@ -22,9 +22,9 @@
 #   build/bin/twinkle-run --nproc_per_node=8 examples/python/tp_moe_cp.py
 #
 # Options (examples/python/recipe_args.py, the names and meanings of examples/moe_recipe's; --help
-# lists them): --model, --dataset, --data-rows (default 128), --max-steps (default 10, the seed's;
+# lists them): --model, --dataset, --data-rows (default 128), --max-steps (default 10, the cookbook's;
 # 0 = one epoch), --batch-size (default 2), --lr, --output-dir (default output/python_tp_moe_cp),
-# --dp/--tp/--pp/--cp/--ep (1/2/2/2/2), --lora [--lora-r --lora-alpha --lora-targets] (the seed's adapter line), --bf16 (Twinkle's default
+# --dp/--tp/--pp/--cp/--ep (1/2/2/2/2), --lora [--lora-r --lora-alpha --lora-targets] (the cookbook's adapter line), --bf16 (Twinkle's default
 # mixed_precision) / --fp32. TWINKLE_MODEL, TWINKLE_DATA_ROWS, TWINKLE_MAX_STEPS, TWINKLE_OUTPUT_DIR,
 # TWINKLE_MIXED_PRECISION and TWINKLE_LORA give their defaults. Other options are refused by name.
 import os
@@ -62,7 +62,7 @@ def train():
 
     model = MegatronModel(model_id=MODEL_ID, mixed_precision=ARGS.mixed_precision)
     lora_config = LoraConfig(r=ARGS.lora_r, lora_alpha=ARGS.lora_alpha, target_modules=ARGS.target_modules)
-    # the seed's adapter line ("Comment this to use full-parameter training"): on with --lora
+    # the cookbook's adapter line ("Comment this to use full-parameter training"): on with --lora
     if ARGS.lora:
         model.add_adapter_to_model('default', lora_config)
     model.set_optimizer(optimizer_cls='default', lr=ARGS.lr)

@@ -1,6 +1,6 @@
 """twinkle — ModelScope Twinkle's Megatron-backend API over twinkle's C++ core.
 
-The seed's recipes (cookbook/megatron/tp.py, ascend/tp_npu.py) run unchanged except for the
+The cookbook's recipes (cookbook/megatron/tp.py, ascend/tp_npu.py) run unchanged except for the
 device type and the model id:
 
     import twinkle

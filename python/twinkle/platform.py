@@ -1,4 +1,4 @@
-"""twinkle.Platform: the rank / device queries the seed's recipes use (Twinkle's
+"""twinkle.Platform: the rank / device queries the cookbook's recipes use (Twinkle's
 src/twinkle/utils/platforms/base.py). This build has the CPU backend only."""
 from . import _core
 

@@ -46,8 +46,7 @@ struct LoraCall {
       upload_bytes(dev, k, d->token_key, static_cast<size_t>(T) * sizeof(uint64_t));
       keys = k;
     }
-    const uint64_t thr = static_cast<uint64_t>(std::llround(static_cast<double>(d->p) * 16777216.0));
-    op.dropout_mask(keys, T, d->seed, p.key, p.feature0, in_l, thr, mask);
+    op.dropout_mask(keys, T, d->seed, p.key, p.feature0, in_l, lora_dropout_threshold(d->p), mask);
     float* xd = buf("lora.xd", n);
     op.dropout_apply(x, mask, keep_scale(), xd, n);
     if (forward && !d->dump_dir.empty()) {

@@ -9,7 +9,7 @@ interface selection:
 
   A  twinkle-run --nnodes NN --nproc_per_node NP --hostfile H --rsh-agent AGENT --iface eth0 RECIPE ...
      run inside n0 (ranks 0..NP-1 on n0, the next NP on n1, ...: Megatron's rank order puts tp
-     and dp inside a node and pp across the nodes for the seed's meshes);
+     and dp inside a node and pp across the nodes for the cookbook's meshes);
   B  twinkle-run --nproc_per_node NN*NP RECIPE ... on this machine (one node, the independent run).
 
 Checks: the same steps in both metrics.jsonl, each with the same loss and grad norm (and for
@@ -93,7 +93,7 @@ def srun_cmd(d, nnodes, nproc, recipe_args):
 def recipe_args(build, recipe, steps, out, extra=()):
     a = [os.path.join(build, "examples", recipe), "--max-steps", str(steps), "--data-rows", "64",
          "--output-dir", out]
-    if recipe != "tp_recipe":  # the aux loss is per micro-batch: the seed's checks use micro-batch size 1
+    if recipe != "tp_recipe":  # the aux loss is per micro-batch: the cookbook's checks use micro-batch size 1
         a += ["--micro-batch-size", "1"]
     return a + list(extra)
 

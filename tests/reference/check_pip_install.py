@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`pip install .` in a fresh virtual environment builds and installs the Python package, and the
-seed's recipe runs from that install.
+the cookbook's recipe runs from that install.
 
   1. A new venv from Debian's /usr/bin/python3 (no site packages of the project environment).
   2. `VENV/bin/pip install SOURCE` with pip's build isolation: pip fetches scikit-build-core and
@@ -12,7 +12,7 @@ seed's recipe runs from that install.
      compiled the same objects and this one takes a few minutes instead of a full build).
   3. From a directory outside the source tree, without PYTHONPATH: `import twinkle` and its
      extension come from VENV's site-packages.
-  4. examples/python/tp.py (the seed's dense recipe) on 2 ranks (dp 2), 2 steps, fp32, run with
+  4. examples/python/tp.py (the cookbook's dense recipe) on 2 ranks (dp 2), 2 steps, fp32, run with
      VENV's python, equals the same script run from the build tree's package (PYTHONPATH=build/python,
      the project environment's python): the loss and grad norm of each step bit for bit. An install
      that misses a module, the extension, or links other code than the build fails here.

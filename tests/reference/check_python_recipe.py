@@ -8,7 +8,7 @@ examples/moe_cp_recipe (Qwen3-MoE, tp2 pp2 cp2 ep2 with ring attention, global b
 Both programs get the same command line (--data-rows, --max-steps, --bf16 / --fp32, --lora: what
 scripts/demo and `make demo RECIPE=python ARGS=...` pass on): --precision bf16 (default) is
 MegatronModel's default mixed_precision (Twinkle's 'bf16') and the C++ recipe's --bf16; --precision
-fp32 is mixed_precision='no' and --fp32. --lora switches on the seed's adapter line and compares PEFT's
+fp32 is mixed_precision='no' and --fp32. --lora switches on the cookbook's adapter line and compares PEFT's
 adapter directory instead of the full checkpoint. Checks:
 
 0. every option of the script's --help is one of the C++ recipe's, and an option the script lacks
@@ -61,7 +61,7 @@ def main():
                     help="bf16: the script's default mixed_precision ('bf16', Twinkle's) vs the C++ recipe --bf16; "
                          "fp32: TWINKLE_MIXED_PRECISION=no vs the C++ recipe --fp32")
     ap.add_argument('--lora', action='store_true',
-                    help="the seed's add_adapter_to_model line (TWINKLE_LORA=1) vs the C++ recipe --lora")
+                    help="the cookbook's add_adapter_to_model line (TWINKLE_LORA=1) vs the C++ recipe --lora")
     ap.add_argument('--device', choices=('cpu', 'cuda'), default=None,
                     help='passed to both programs as --device (default: theirs, cpu)')
     ap.add_argument('--recipe-bin', default=None, help='the C++ program (default: build/examples/<recipe>)')
@@ -70,7 +70,7 @@ def main():
                          'through twinkle-run)')
     ap.add_argument('--batch-size', type=int, default=None,
                     help='tp: the global batch of both programs (default: theirs, 8)')
-    ap.add_argument('--np', type=int, default=8, help='ranks of both runs (default 8: the seed mesh)')
+    ap.add_argument('--np', type=int, default=8, help='ranks of both runs (default 8: the cookbook recipe mesh)')
     ap.add_argument('--layout', default='', help="mesh options for both programs, e.g. '--dp 1 --tp 2 --pp 2'")
     args = ap.parse_args()
     launcher = os.path.join(args.build, 'bin', 'twinkle-run')

@@ -416,8 +416,8 @@ def compare_adapter_f64(p_tw, ref64, ref32, args):
     element whose gradient is small next to its tensor's largest one moves by up to the whole
     step (the cap: two updates of at most ~1.1 lr each) while the others move by ~lr eps G/|g|.
     PyTorch's own float32 run (ref32) must meet the same bound (else the derivation is wrong), and
-    the measured eps of both runs is printed: the Acceptance's "at least as close to float64 as
-    PyTorch float32" compared on equal terms. Why not e_tw <= e_32 per tensor (measured
+    the measured eps of both runs is printed, so that the rule "twinkle is at least as close to
+    float64 as PyTorch float32" is compared on equal terms. Why not e_tw <= e_32 per tensor (measured
     2026-11-30, lora_vs_torch_untied_bias): PyTorch float32 is the reference's own algorithm (naive
     attention, one micro-batch, the float64 run's op order) rounded to float32, twinkle the same
     function with other float32 algorithms (flash attention's online softmax, the chunked lm head +

@@ -149,7 +149,7 @@ int train_main(int argc, char** argv) {
       ->check(CLI::IsMember({"fused", "reference"}));
   auto* bf16_flag = app.add_flag("--bf16", bf16,
                                  "bf16 mixed precision: bf16 GEMM inputs, fp32 accumulation, fp32 master weights, grads "
-                                 "and Adam state (Megatron's; Twinkle's MegatronModel default). CPU only");
+                                 "and Adam state (Megatron's; Twinkle's MegatronModel default); cpu and cuda");
   app.add_flag("--fp32", fp32, "fp32 everywhere (the default)")->excludes(bf16_flag);
   app.add_option("--save-dtype", save_dtype,
                  "dtype of the saved HF weights and config.json torch_dtype: float32 | bfloat16 | float16 (default: "

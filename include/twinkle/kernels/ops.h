@@ -1,7 +1,7 @@
 // twinkle/kernels/ops.h — the compute ops of a training step, as typed function-pointer tables.
 //
 // Every op is a struct of function pointers with a registry name (kName). An implementation of an op
-// (the `reference` or `fused` CPU set, a user's own kernel, one day a CUDA or NPU one) fills the struct
+// (the `reference` or `fused` CPU set, the CUDA set of src/kernels/cuda, a user's own kernel) fills the struct
 // and is registered under (device, implementation name) in twinkle/kernels/registry.h; the model and
 // optimizer call ops only through a KernelTable resolved from that registry.
 //

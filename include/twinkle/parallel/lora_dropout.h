@@ -13,6 +13,8 @@
 // token's identity in the global batch, the same on every rank that holds it — and feature is
 // the GLOBAL input-feature index (a row-parallel rank's shard starts at feature0). Keep
 // probability 1 - round(p 2^24) / 2^24 (|error| <= 2^-25); the scale is exactly 1 / (1 - p).
+// The kernels draw it (LoraOp::dropout_mask in twinkle/kernels/ops.h); the CPU and CUDA ones share
+// the rule's code, src/kernels/lora_mask_row.h.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -40,9 +42,12 @@ uint64_t lora_dropout_seed(uint64_t seed, int64_t step);
 uint64_t lora_token_key(int64_t global_row, int64_t position);
 /// A LoRA module's key: FNV-1a of its HF module name ("model.layers.0.self_attn.q_proj").
 uint64_t lora_module_key(const std::string& module);
+/// The mask's threshold for dropout probability p: round(p * 2^24) (kernels' LoraOp::dropout_mask).
+uint64_t lora_dropout_threshold(float p);
 
 /// Writes m[t * in_l + i] = 1 (kept) or 0 for tokens t < d.T and local features i < in_l
-/// (global feature feature0 + i) of module `module_key`.
+/// (global feature feature0 + i) of module `module_key`, on the host: the CPU kernel of
+/// LoraOp::dropout_mask (twinkle/kernels/cpu/lora.h) with d's seed, keys and threshold.
 void lora_dropout_mask(const LoraDropout& d, uint64_t module_key, int64_t feature0, int64_t in_l, uint8_t* m);
 
 /// The dropout of the call in progress on this thread (nullptr: none — evaluation, generation,

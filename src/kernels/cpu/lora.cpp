@@ -1,20 +1,19 @@
 // The CPU "fused" LoraOp (twinkle/kernels/cpu/lora.h).
 #include "twinkle/kernels/cpu/lora.h"
 
-#include "twinkle/core/hash.h"
+#include "../lora_mask_row.h"
 #include "twinkle/kernels/cpu/gemm.h"
 
 namespace twinkle::kernels::cpu {
 
 void lora_dropout_mask(const uint64_t* token_key, int64_t T, uint64_t seed, uint64_t module_key, int64_t feature0,
                        int64_t in_l, uint64_t threshold, uint8_t* m) {
-  const uint64_t base = splitmix64(seed ^ module_key);
+  const uint64_t base = detail::lora_mask_base(seed, module_key);
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
-    const uint64_t h = splitmix64(base ^ splitmix64(token_key[t]));
+    const uint64_t h = detail::lora_mask_token(base, token_key[t]);
     uint8_t* row = m + t * in_l;
-    for (int64_t i = 0; i < in_l; ++i)
-      row[i] = (splitmix64(h + static_cast<uint64_t>(feature0 + i) * 0x9e3779b97f4a7c15ull) >> 40) >= threshold ? 1 : 0;
+    for (int64_t i = 0; i < in_l; ++i) row[i] = detail::lora_mask_keep(h, feature0 + i, threshold);
   }
 }
 

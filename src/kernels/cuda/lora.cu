@@ -1,11 +1,12 @@
 // The CUDA LoraOp (twinkle/kernels/ops.h): PEFT's LoRA term through cuBLAS fp32 GEMMs (gemm.cpp's gemm_rm,
 // the scaling as alpha, the CPU set's call sequence) and lora_dropout as element-wise kernels; the mask
-// rule of twinkle/parallel/lora_dropout.h with core/hash.h's splitmix64 on the device (bit-identical masks).
+// rule of twinkle/parallel/lora_dropout.h as src/kernels/lora_mask_row.h defines it for the CPU kernel too
+// (core/hash.h's splitmix64 on the device: bit-identical masks).
 #include <algorithm>
 
+#include "../lora_mask_row.h"
 #include "cuda_common.h"
 #include "ops_cuda.h"
-#include "twinkle/core/hash.h"
 
 namespace twinkle::cuda::ops {
 
@@ -21,8 +22,8 @@ __global__ void k_lora_mask(const uint64_t* __restrict__ token_key, int64_t T, u
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < T * in_l;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = e / in_l, i = e - t * in_l;
-    const uint64_t h = splitmix64(base ^ splitmix64(token_key[t]));
-    m[e] = (splitmix64(h + static_cast<uint64_t>(feature0 + i) * 0x9e3779b97f4a7c15ull) >> 40) >= threshold ? 1 : 0;
+    m[e] = ::twinkle::kernels::detail::lora_mask_keep(::twinkle::kernels::detail::lora_mask_token(base, token_key[t]),
+                                                      feature0 + i, threshold);
   }
 }
 
@@ -45,8 +46,8 @@ __global__ void k_lora_dropout_bwd(const float* __restrict__ g, const uint8_t* _
 void lora_dropout_mask(const uint64_t* token_key, int64_t T, uint64_t seed, uint64_t module_key, int64_t feature0,
                        int64_t in_l, uint64_t threshold, uint8_t* m) {
   if (T <= 0 || in_l <= 0) return;
-  TWINKLE_LAUNCH(k_lora_mask, blocks_for(T * in_l), kThreads, 0, token_key, T, splitmix64(seed ^ module_key),
-                 feature0, in_l, threshold, m);
+  TWINKLE_LAUNCH(k_lora_mask, blocks_for(T * in_l), kThreads, 0, token_key, T,
+                 ::twinkle::kernels::detail::lora_mask_base(seed, module_key), feature0, in_l, threshold, m);
   TWINKLE_CUDA_LAUNCHED("lora dropout mask");
 }
 

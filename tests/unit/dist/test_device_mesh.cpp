@@ -1,6 +1,7 @@
 // DeviceMesh layout against Megatron-core's documented examples
 // (megatron/core/parallel_state.py, initialize_model_parallel docstring) and the MoE
-// recipes of the brief; LocalProcessGroup and make_single_process_state.
+// recipes' meshes (examples/moe_recipe.cpp dp2 tp2 pp2 ep2, examples/moe_cp_recipe.cpp tp2 pp2 cp2 ep2);
+// LocalProcessGroup and make_single_process_state.
 #include <gtest/gtest.h>
 
 #include <set>

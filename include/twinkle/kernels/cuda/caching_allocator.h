@@ -4,7 +4,7 @@
 // cudaMalloc after the first step; a cudaMalloc is ~ms and synchronizes the device).
 //
 // Pure C++ (no CUDA dependency): the raw allocate/free functions are injected, so the caching rules
-// are unit-tested on the host (tests/unit/kernels/test_cuda_allocator.cpp). The CUDA runtime
+// are unit-tested on the host (tests/cuda/test_cuda_runtime.cpp, CudaCachingAllocator.*). The CUDA runtime
 // (twinkle/kernels/cuda/runtime.h) instantiates it over cudaMalloc/cudaFree.
 //
 // Size classes: a request is rounded up to 512 bytes below 1 MiB, above that to the next of four
