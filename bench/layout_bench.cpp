@@ -62,7 +62,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 struct Opts {
-  int tp = 1, pp = 1, dp = 1, ep = 1, etp = 1;
+  int tp = 1, pp = 1, dp = 1, ep = 1, etp = 1, vpp = 1;
   bool sp = false, distopt = true, check = false, baseline = true;
   bool overlap_grad = false, overlap_param = false;  // DistributedOptimizer overlap switches
   int64_t bucket_bytes = 4 << 20;
@@ -179,9 +179,13 @@ Volume analytic(Qwen3Model& model, const std::vector<MicroBatch>& mbs, const dis
   const bool moe = c.is_moe();
   const bool sp = (ps.sequence_parallel() || moe) && t > 1;  // switched on for MoE
   const bool first = ps.is_first_stage(), last = ps.is_last_stage();
-  const int64_t H = c.hidden_size, L = model.num_local_layers();
+  const int64_t H = c.hidden_size, L = model.num_rank_layers();  // over this rank's chunks (vpp)
+  const int v_chunks = model.num_chunks();
   int64_t Lmoe = 0;
-  for (int64_t l = model.first_layer(); l < model.first_layer() + L; ++l) Lmoe += moe && c.is_moe_layer(l) ? 1 : 0;
+  for (int k = 0; k < v_chunks; ++k) {
+    const Qwen3Chunk& ch = model.chunk(k);
+    for (int64_t l = ch.first_layer(); l < ch.first_layer() + ch.num_layers(); ++l) Lmoe += moe && c.is_moe_layer(l) ? 1 : 0;
+  }
   const int64_t E = c.num_experts;
   int64_t tpv = 0, ppv = 0;
   for (const auto& mb : mbs) {
@@ -199,8 +203,8 @@ Volume analytic(Qwen3Model& model, const std::vector<MicroBatch>& mbs, const dis
       for (int64_t c0 = 0; c0 < T; c0 += chunk) tpv += 3 * ar(std::min(chunk, T - c0), 4, t);
       tpv += sp ? rs(Tl * H, t) : ar(T * H, 4, t);
     }
-    if (!last) ppv += Tl * H * 4;
-    if (!first) ppv += Tl * H * 4;
+    // every chunk boundary: sent forward by all chunks but the model's last, backward by all but its first
+    ppv += (v_chunks - (last ? 1 : 0) + v_chunks - (first ? 1 : 0)) * Tl * H * 4;
   }
   for (const auto& prm : model.store().params())
     if (prm.tp_grad_allreduce) tpv += ar(prm.grad.numel(), 4, t);
@@ -284,6 +288,7 @@ int bench(int argc, char** argv) {
     };
     if (a == "--tp") o.tp = static_cast<int>(num());
     else if (a == "--pp") o.pp = static_cast<int>(num());
+    else if (a == "--vpp") o.vpp = static_cast<int>(num());
     else if (a == "--dp") o.dp = static_cast<int>(num());
     else if (a == "--ep") o.ep = static_cast<int>(num());
     else if (a == "--etp") o.etp = static_cast<int>(num());
@@ -308,6 +313,7 @@ int bench(int argc, char** argv) {
   MeshSizes ms;
   ms.tp = o.tp;
   ms.pp = o.pp;
+  ms.vpp = o.vpp;
   ms.dp = o.dp;
   ms.ep = o.ep;
   ms.etp = o.etp;

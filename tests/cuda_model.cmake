@@ -28,8 +28,9 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   # name|ranks|flags (the cookbook's dense layout tp2 x pp2 x dp2: eight ranks sharing the one device)
   # and context parallelism: the ring (p2p: the attention_block op, K/V blocks through the cp group) and Ulysses
   # (a2a: heads through the cp group's all-to-all, the device's flash kernel on the global sequence)
+  # and the interleaved pipeline (vpp2: the batched exchange with both ring neighbours on device buffers)
   set(TWINKLE_CUDA_LAYOUTS "tp2|2|--tp 2" "pp2|2|--pp 2" "dp2|2|--dp 2" "tp2_pp2_dp2|8|--tp 2 --pp 2 --dp 2"
-      "cp2_p2p|2|--cp 2" "cp2_a2a|2|--cp 2 --cp-comm-type a2a")
+      "cp2_p2p|2|--cp 2" "cp2_a2a|2|--cp 2 --cp-comm-type a2a" "pp2_vpp2|2|--pp 2 --virtual-pipeline-stages 2")
   set(TWINKLE_CUDA_LAYOUT_TESTS train_cuda_vs_torch)
   foreach(spec ${TWINKLE_CUDA_LAYOUTS})
     string(REPLACE "|" ";" parts "${spec}")

@@ -15,7 +15,9 @@ set(TWINKLE_VOLUME_LAYOUTS
   "tp2_pp2_balanced|4|--tp 2 --pp 2"
   "dp2_distopt|2|--dp 2"
   "dp2_allreduce|2|--dp 2 --no-distopt"
-  "tp2_pp2_dp2_sp|8|--tp 2 --pp 2 --dp 2 --sp")
+  "tp2_pp2_dp2_sp|8|--tp 2 --pp 2 --dp 2 --sp"
+  "pp2_vpp2|2|--pp 2 --vpp 2"
+  "tp2_pp2_vpp2_sp|4|--tp 2 --pp 2 --vpp 2 --sp --split even")
 foreach(spec ${TWINKLE_VOLUME_LAYOUTS})
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)

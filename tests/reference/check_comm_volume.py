@@ -119,12 +119,14 @@ def stage_layers(p, split):
     return best[1]
 
 
-def expected(t, d, p, sp, distopt, split="balanced"):
-    """{rank: {(rank set, MPI call): bytes}} for one step, from Megatron's formulas."""
+def expected(t, d, p, sp, distopt, split="balanced", v=1):
+    """{rank: {(rank set, MPI call): bytes}} for one step, from Megatron's formulas. v > 1: Megatron's
+    interleaved layout, chunk k of pipeline rank r holding virtual stage k * p + r."""
     c = CFG
     h, D, I = c["hidden"], c["head_dim"], c["inter"]
     q, kv = c["heads"] * D, c["kv_heads"] * D
-    layers = stage_layers(p, split)
+    vlayers = stage_layers(p * v, split)  # per virtual stage
+    layers = [sum(vlayers[k * p + s] for k in range(v)) for s in range(p)]
     Vp = math.ceil(c["vocab"] / (VOCAB_DIVISIBLE_BY * t)) * VOCAB_DIVISIBLE_BY * t
     Vl = Vp // t
     lengths = row_lengths(ROWS)
@@ -176,13 +178,14 @@ def expected(t, d, p, sp, distopt, split="balanced"):
                     add("tp", "Allreduce", 3 * T * F32)
             if p > 1:
                 # Megatron 1F1B: each micro-batch's activation goes to the next stage and its
-                # gradient back ([s/t, b, h] with SP: scatter-gather of the pipeline tensors).
-                if not last:
-                    add("pp", "Send", Tl * h * F32)
-                    add("pp", "Recv", Tl * h * F32)
-                if not first:
-                    add("pp", "Recv", Tl * h * F32)
-                    add("pp", "Send", Tl * h * F32)
+                # gradient back ([s/t, b, h] with SP: scatter-gather of the pipeline tensors);
+                # interleaved: once per chunk boundary, rank p-1's chunk k sending to rank 0's
+                # chunk k+1 (every chunk but the model's last sends forward and receives backward,
+                # every chunk but the model's first receives forward and sends backward)
+                fwd_out = v - (1 if last else 0)
+                fwd_in = v - (1 if first else 0)
+                add("pp", "Send", (fwd_out + fwd_in) * Tl * h * F32)
+                add("pp", "Recv", (fwd_out + fwd_in) * Tl * h * F32)
         # parameters this rank holds (Megatron sharding; vocab padded to 128 * tp)
         layer = [h * q // t, h * kv // t, h * kv // t, q * h // t, h * I // t, h * I // t, I * h // t, h, h, D, D]
         if c["bias"]:
@@ -252,6 +255,7 @@ def main():
     ap.add_argument("--sp", action="store_true")
     ap.add_argument("--no-distopt", action="store_true")
     ap.add_argument("--split", default="balanced", choices=["balanced", "even"])
+    ap.add_argument("--vpp", type=int, default=1, help="virtual pipeline stages (layout_bench --vpp)")
     a = ap.parse_args()
     assert a.np == a.tp * a.pp * a.dp
     lib = os.path.abspath(os.path.join(a.build, "tests", "libtwinkle_mpi_count.so"))
@@ -262,6 +266,8 @@ def main():
                  "--steps", "1", "--config", "tiny", "--no-baseline", "--split", a.split]
         if a.sp:
             flags.append("--sp")
+        if a.vpp > 1:
+            flags += ["--vpp", str(a.vpp)]
         if a.no_distopt:
             flags.append("--no-distopt")
         cmd = [a.mpirun, "-np", str(a.np), "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "--mca",
@@ -277,7 +283,7 @@ def main():
         if len(files) != a.np:
             print(f"FAILED: {len(files)} count files for {a.np} ranks (is the PMPI library preloaded?)")
             return 1
-        want = expected(a.tp, a.dp, a.pp, a.sp, not a.no_distopt, a.split)
+        want = expected(a.tp, a.dp, a.pp, a.sp, not a.no_distopt, a.split, a.vpp)
         _, g = groups(a.tp, a.dp, a.pp)
         names = {}
         for name, per in g.items():
