@@ -63,6 +63,7 @@ namespace {
 
 struct Opts {
   int tp = 1, pp = 1, dp = 1, ep = 1, etp = 1, vpp = 1;
+  int64_t layers = 0;  // --layers: num_hidden_layers of the config (0: the config's own)
   bool sp = false, distopt = true, check = false, baseline = true;
   bool overlap_grad = false, overlap_param = false;  // DistributedOptimizer overlap switches
   int64_t bucket_bytes = 4 << 20;
@@ -289,6 +290,7 @@ int bench(int argc, char** argv) {
     if (a == "--tp") o.tp = static_cast<int>(num());
     else if (a == "--pp") o.pp = static_cast<int>(num());
     else if (a == "--vpp") o.vpp = static_cast<int>(num());
+    else if (a == "--layers") o.layers = num();
     else if (a == "--dp") o.dp = static_cast<int>(num());
     else if (a == "--ep") o.ep = static_cast<int>(num());
     else if (a == "--etp") o.etp = static_cast<int>(num());
@@ -321,7 +323,8 @@ int bench(int argc, char** argv) {
   initialize({.global_device_mesh = DeviceMesh::from_sizes(ms)});
   auto& state = parallel_state();
   auto ps = std::shared_ptr<dist::ParallelState>(&state, [](dist::ParallelState*) {});
-  const ModelConfig cfg = make_config(o.config);
+  ModelConfig cfg = make_config(o.config);
+  if (o.layers > 0) cfg.num_hidden_layers = o.layers;
   const auto all_rows = make_rows(o.rows, cfg.vocab_size, o.seq);
   OptimizerConfig oc;
   oc.use_distributed_optimizer = o.distopt;
@@ -471,11 +474,11 @@ int bench(int argc, char** argv) {
     const double m = static_cast<double>(mbs.size());
     std::string counts;
     for (auto n : model.layer_split().count) counts += (counts.empty() ? "" : ",") + std::to_string(n);
-    std::printf("layout tp=%d pp=%d dp=%d ep=%d etp=%d%s config %s, %lld rows, micro-batch %lld, %s split [%s]: step %.4f s "
-                "vs single process %.4f s at %d thread(s) (%.2fx); 1F1B bubble theory (p-1)/m = %.3f\n",
-                o.tp, o.pp, o.dp, o.ep, o.etp, o.sp ? " sp" : "", o.config.c_str(), static_cast<long long>(o.rows),
+    std::printf("layout tp=%d pp=%d vpp=%d dp=%d ep=%d etp=%d%s config %s, %lld rows, micro-batch %lld, %s split [%s]: step %.4f s "
+                "vs single process %.4f s at %d thread(s) (%.2fx); bubble theory (p-1)/(v*m) = %.3f\n",
+                o.tp, o.pp, o.vpp, o.dp, o.ep, o.etp, o.sp ? " sp" : "", o.config.c_str(), static_cast<long long>(o.rows),
                 static_cast<long long>(o.mbs), o.split.c_str(), counts.c_str(), mx, single_s,
-                single_threads, single_s > 0 ? mx / single_s : 0, (p - 1) / m);
+                single_threads, single_s > 0 ? mx / single_s : 0, (p - 1) / (static_cast<double>(o.vpp) * m));
     std::printf("dp communication %s: blocked %.2f ms/step mean over ranks, %.2f ms max (overlap_grad_reduce %s, "
                 "overlap_param_gather %s, bucket %lld bytes)\n",
                 o.overlap_grad || o.overlap_param ? "overlapped" : "synchronous", 1e3 * wait[0], 1e3 * wait[1],
