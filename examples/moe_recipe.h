@@ -45,7 +45,7 @@ inline int run(int argc, char** argv, const Defaults& d) {
   int64_t max_steps = 10, data_rows = 128, batch_size = 2, max_length = 512, micro_batch_size = 0, save_interval = 0;
   std::string resume;
   double lr = 1e-4, aux_coeff = 0.0;
-  int dp = d.dp, tp = d.tp, pp = d.pp, cp = d.cp, ep = d.ep;
+  int dp = d.dp, tp = d.tp, pp = d.pp, cp = d.cp, ep = d.ep, vpp = 1;
   bool use_lora = false, bf16 = false, fp32 = false;
   LoraConfig lora{.r = 8, .lora_alpha = 32, .target_modules = "all-linear"};  // the cookbook's LoraConfig
   CLI::App app{d.title, d.name};
@@ -72,6 +72,8 @@ inline int run(int argc, char** argv, const Defaults& d) {
   app.add_option("--dp", dp, "data-parallel size");
   app.add_option("--tp", tp, "tensor-parallel size (sequence parallelism switched on for MoE)");
   app.add_option("--pp", pp, "pipeline-parallel size");
+  app.add_option("--vpp,--virtual-pipeline-stages", vpp,
+                 "model chunks per pipeline rank (interleaved 1F1B; needs --pp > 1; default 1)");
   app.add_option("--cp", cp, "context-parallel size (every sequence split over cp ranks, load-balanced)");
   app.add_option("--cp-comm-type", cp_comm_type, "p2p (ring attention) | a2a (Ulysses)");
   app.add_option("--ep", ep, "expert-parallel size");
@@ -104,7 +106,7 @@ inline int run(int argc, char** argv, const Defaults& d) {
   if (use_lora) validate(lora);
 
   // 1. mesh and runtime (experts: etp=1, ep, edp = world / (ep*pp))
-  DeviceMesh mesh = DeviceMesh::from_sizes({.dp = dp, .tp = tp, .pp = pp, .cp = cp, .ep = ep, .device_type = device});
+  DeviceMesh mesh = DeviceMesh::from_sizes({.dp = dp, .tp = tp, .pp = pp, .cp = cp, .ep = ep, .vpp = vpp, .device_type = device});
   twinkle::initialize({.mode = "local", .global_device_mesh = mesh});
   auto& log = get_logger();
   auto& ps = parallel_state();

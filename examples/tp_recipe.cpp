@@ -54,7 +54,7 @@ int recipe(int argc, char** argv) {
   int64_t max_steps = 0, data_rows = 256, batch_size = 8, max_length = 512, save_interval = 0;
   std::string resume;
   double lr = 1e-4;
-  int dp = 2, tp = 2, pp = 2;
+  int dp = 2, tp = 2, pp = 2, vpp = 1;
   bool use_lora = false, bf16 = false, fp32 = false;
   LoraConfig lora{.r = 8, .lora_alpha = 32, .target_modules = "all-linear"};
   CLI::App app{"Dense Qwen3 recipe: dp=2, tp=2, pp=2 (8 processes)", "tp_recipe"};
@@ -80,6 +80,8 @@ int recipe(int argc, char** argv) {
   app.add_option("--dp", dp, "data-parallel size (the recipe: 2)");
   app.add_option("--tp", tp, "tensor-parallel size (the recipe: 2)");
   app.add_option("--pp", pp, "pipeline-parallel size (the recipe: 2)");
+  app.add_option("--vpp,--virtual-pipeline-stages", vpp,
+                 "model chunks per pipeline rank (interleaved 1F1B; needs --pp > 1; default 1)");
   app.add_flag("--lora", use_lora, "train a LoRA adapter (add_adapter_to_model) instead of the full model");
   app.add_option("--lora-r", lora.r, "LoRA rank (with --lora)");
   app.add_option("--lora-alpha", lora.lora_alpha, "LoRA alpha: scaling alpha / r (with --lora)");
@@ -107,7 +109,7 @@ int recipe(int argc, char** argv) {
   if (use_lora) validate(lora);
 
   // 1. mesh and runtime
-  DeviceMesh mesh = DeviceMesh::from_sizes({.dp = dp, .tp = tp, .pp = pp, .device_type = device});
+  DeviceMesh mesh = DeviceMesh::from_sizes({.dp = dp, .tp = tp, .pp = pp, .vpp = vpp, .device_type = device});
   twinkle::initialize({.mode = "local", .global_device_mesh = mesh});
   auto& log = get_logger();
   auto& ps = parallel_state();

@@ -49,3 +49,11 @@ twinkle_resume_test(exact_pp2_vpp2_dense_reshard 2 --np 2 --layout "--pp 2 --vir
                     --reshard "1:,2:--pp 2")
 twinkle_resume_test(exact_pp2_dense_reshard_to_vpp2 2 --np 2 --layout "--pp 2"
                     --reshard "2:--pp 2 --virtual-pipeline-stages 2")
+# The Python recipe on an interleaved pipeline: examples/python/tp.py with DeviceMesh vpp_size=2 (its --vpp)
+# vs examples/tp_recipe --vpp 2 on pp2 (loss / grad norm / lr per step, checkpoint bytes).
+if(TARGET twinkle_python)
+  add_test(NAME python_tp_pp2_vpp2_equals_cpp_recipe
+           COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_recipe.py
+                   --build ${CMAKE_BINARY_DIR} --rows 16 --precision fp32 --np 2 --layout "--dp 1 --tp 1 --pp 2 --vpp 2")
+  set_tests_properties(python_tp_pp2_vpp2_equals_cpp_recipe PROPERTIES TIMEOUT 600 PROCESSORS 2)
+endif()

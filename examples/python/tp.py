@@ -31,7 +31,7 @@ from twinkle.preprocessor import SelfCognitionProcessor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ARGS = parse_recipe_args('tp.py', model=os.path.join(ROOT, 'models', 'qwen3-tiny'), data_rows=256, max_steps=0,
-                         batch_size=8, output_dir='output/python_tp', mesh=dict(dp_size=2, tp_size=2, pp_size=2))
+                         batch_size=8, output_dir='output/python_tp', mesh=dict(dp_size=2, tp_size=2, pp_size=2, vpp_size=1))
 MODEL_ID = ARGS.model
 OUTPUT_DIR = ARGS.output_dir
 
