@@ -53,6 +53,7 @@
 
 #include "twinkle/dist/runtime.h"
 #include "twinkle/optim/distributed_optimizer.h"
+#include "twinkle/model/qwen3_model.h"
 #include "twinkle/train/engine.h"
 #include "peak_rss.h"
 

@@ -30,6 +30,7 @@
 #include "twinkle/dist/runtime.h"
 #include "twinkle/kernels/registry.h"
 #include "twinkle/optim/distributed_optimizer.h"
+#include "twinkle/model/qwen3_model.h"
 #include "twinkle/train/engine.h"
 #include "peak_rss.h"
 #ifdef TWINKLE_CUDA_BUILT

@@ -10,7 +10,7 @@
 
 namespace twinkle {
 
-Engine::Engine(Qwen3Model& model) : model_(model) {}
+Engine::Engine(CausalLM& model) : model_(model) {}
 
 StepResult Engine::forward_backward(const std::vector<MicroBatch>& mbs, const std::string& input_error) {
   return run(mbs, true, input_error);
@@ -140,7 +140,7 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training, con
   const int s = ps.pp_rank();
   double loss_sum = 0;
   // This stage's router statistics of micro-batch mb from chunk c's forward, summed over the chunks.
-  auto add_moe_stats = [&](const Qwen3Chunk& c, int slot, int mb) {
+  auto add_moe_stats = [&](const PipelineChunk& c, int slot, int mb) {
     if (!moe) return;
     const MoeStageStats& m = c.moe_stats(slot);
     double* o = mstats.data() + W * static_cast<size_t>(mb);
@@ -157,7 +157,7 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training, con
   const int last_mb = static_cast<int>(mbs.size()) - 1;
   const bool final_hooks = opt_ && training;  // the schedules run each chunk's backwards in micro-batch order
   if (vchunks == 1) {
-    Qwen3Chunk& chunk = model_.chunk(0);
+    PipelineChunk& chunk = model_.pipeline_chunk(0);
     parallel::PipelineStage st;
     st.forward = [&](int mb, const float* in) {
       const int slot = parallel::pipeline_slot(mb, s, p);
@@ -173,7 +173,7 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training, con
       return model_.hidden_rows(sb[static_cast<size_t>(mb)]) * model_.config().hidden_size;
     };
     if (model_.device() != Device::CPU)  // received hidden states / gradients land in device memory
-      st.recv_buffer = [&](int which, int64_t elems) { return model_.pipeline_buffer(which, elems); };
+      st.recv_buffer = [&](int which, int64_t elems) { return model_.pipeline_buffer(which, elems, 0); };
     res.times = parallel::run_1f1b(*ps.pp, static_cast<int>(mbs.size()), st, !training);
   } else if (!mbs.empty()) {
     // Activation slots per chunk: taken by a forward, given back by its backward (training); a
@@ -197,14 +197,14 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training, con
     auto held_slot = [&](int c, int mb) { return training ? slot_of.at({c, mb}) : 0; };
     parallel::ChunkedPipelineStage st;
     st.forward = [&](int c, int mb, const float* in) {
-      Qwen3Chunk& chunk = model_.chunk(c);
+      PipelineChunk& chunk = model_.pipeline_chunk(c);
       const int slot = take_slot(c, mb);
       loss_sum += chunk.forward(slot, sb[static_cast<size_t>(mb)], in, grad_scale, training);
       add_moe_stats(chunk, slot, mb);
     };
-    st.output = [&](int c, int mb) { return model_.chunk(c).output_hidden(held_slot(c, mb)); };
+    st.output = [&](int c, int mb) { return model_.pipeline_chunk(c).output_hidden(held_slot(c, mb)); };
     st.backward = [&](int c, int mb, const float* dout) {
-      Qwen3Chunk& chunk = model_.chunk(c);
+      PipelineChunk& chunk = model_.pipeline_chunk(c);
       const int slot = held_slot(c, mb);
       if (final_hooks) chunk.set_final_backward(mb == last_mb);
       const float* din = chunk.backward(slot, sb[static_cast<size_t>(mb)], dout);
@@ -231,7 +231,8 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training, con
     // Each stage holds its MoE layers' part of every micro-batch: sum the parts over pp, then
     // evaluate each micro-batch's value and sum the values and the expert counts over dp.
     if (p > 1 && !mstats.empty()) ps.pp->all_reduce_f64(mstats.data(), static_cast<int64_t>(mstats.size()), dist::ReduceOp::Sum);
-    const bool global = model_.options().moe_aux_loss_type == "global";
+    const MoeLossSettings mls = model_.moe_loss_settings();
+    const bool global = mls.aux_type == "global";
     std::vector<double> tot(static_cast<size_t>(E + 3), 0.0);  // counts[E], aux sum, z sum, micro-batches
     std::vector<int64_t> cnt(static_cast<size_t>(E));
     for (size_t mb = 0; mb < real_mbs; ++mb) {  // filler micro-batches hold no statistics
@@ -255,8 +256,7 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training, con
     res.z_loss = tot[static_cast<size_t>(E + 1)] / nmb;
     res.expert_load_max = load.max_share;
     res.expert_load_min = load.min_share;
-    res.loss = res.lm_loss + model_.options().moe_aux_loss_coeff * res.aux_loss +
-               model_.options().moe_z_loss_coeff * res.z_loss;
+    res.loss = res.lm_loss + mls.aux_coeff * res.aux_loss + mls.z_coeff * res.z_loss;
   }
   return res;
 }

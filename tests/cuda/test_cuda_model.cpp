@@ -28,6 +28,7 @@
 #include "twinkle/kernels/registry.h"
 #include "twinkle/model/kernelize.h"
 #include "twinkle/optim/distributed_optimizer.h"
+#include "twinkle/model/qwen3_model.h"
 #include "twinkle/train/engine.h"
 #include "twinkle/train/mfu.h"
 

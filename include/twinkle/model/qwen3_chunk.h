@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "twinkle/model/causal_lm.h"
 #include "twinkle/model/qwen3_activations.h"
 #include "twinkle/model/qwen3_decoder_layer.h"
 #include "twinkle/model/rms_norm.h"
@@ -28,7 +29,7 @@ namespace twinkle {
 
 class Qwen3Model;
 
-class Qwen3Chunk {
+class Qwen3Chunk : public PipelineChunk {
  public:
   /// Chunk `index` of its rank (0-based, model order), holding global decoder layers
   /// [layer0, layer0 + num_layers); `first` / `last`: it holds the embedding / the final norm and
@@ -51,18 +52,18 @@ class Qwen3Chunk {
   /// stage's output (ignored on the first chunk of the model). On the last chunk computes the
   /// token cross entropy and returns its SUM over targets; when grad_scale != 0 it also runs the
   /// fused lm-head/CE backward with d(loss_sum)*grad_scale. Returns 0 on other chunks.
-  double forward(int slot, const StageBatch& b, const float* in_hidden, float grad_scale, bool training);
+  double forward(int slot, const StageBatch& b, const float* in_hidden, float grad_scale, bool training) override;
   /// This chunk's output hidden [hidden_rows, H] of slot `slot` (non-last chunks).
-  const float* output_hidden(int slot);
+  const float* output_hidden(int slot) override;
   /// Backward of slot `slot`. `d_out` [hidden_rows, H] is the gradient of this chunk's output
   /// (ignored on the last chunk). Returns d(input hidden) (nullptr on the first chunk); valid until
   /// the next backward call of any chunk of the model.
-  const float* backward(int slot, const StageBatch& b, const float* d_out);
+  const float* backward(int slot, const StageBatch& b, const float* d_out) override;
   /// Marks the next backward() as this step's last of this chunk: its gradients become final
   /// layer by layer and are reported to CommHooks::grad_ready. Reset by Qwen3Model::finalize_grads.
-  void set_final_backward(bool final_backward) { final_backward_ = final_backward; }
+  void set_final_backward(bool final_backward) override { final_backward_ = final_backward; }
   /// Router statistics of slot `slot`'s last forward over this chunk's MoE layers.
-  const MoeStageStats& moe_stats(int slot) const;
+  const MoeStageStats& moe_stats(int slot) const override;
   /// The activations slot `slot` holds (its last forward). Throws twinkle::Error for a slot
   /// without a forward.
   const StageActivations& slot_activations(int slot) const;

@@ -36,6 +36,7 @@
 #include "twinkle/io/safetensors.h"
 #include "twinkle/kernels/cpu/rope.h"
 #include "twinkle/kernels/registry.h"
+#include "twinkle/model/causal_lm.h"
 #include "twinkle/model/lora_config.h"
 #include "twinkle/model/qwen3_activations.h"
 #include "twinkle/model/qwen3_chunk.h"
@@ -93,24 +94,7 @@ struct Qwen3ModelOptions {
   std::string mixed_precision = "fp32";
 };
 
-/// Observers of a stage's passes through which the data-parallel communication overlaps them
-/// (Megatron-core DDP's backward hooks and forward pre-hooks, distributed_data_parallel.py;
-/// train/engine.h wires them to the DistributedOptimizer). Any may be empty.
-struct CommHooks {
-  /// `p`'s gradient is final for this step: called in the backward marked by
-  /// set_final_backward, per parameter, right after its layer's backward (tp-partial gradients
-  /// already summed over tp), and from finalize_grads for the rest (the tied embedding after its
-  /// embedding-group sum, adapter parameters, a stage that ran no micro-batch). Every stage
-  /// reports in the same order on every dp rank: backward order (lm head and final norm, layers
-  /// last to first, embedding), then the adapter store in declaration order, then the tied pair.
-  std::function<void(const Param&)> grad_ready;
-  /// A forward is about to read `p` (called per parameter before each layer's forward).
-  std::function<void(const Param&)> param_use;
-  /// Between two layers of every forward and backward (lets non-blocking collectives progress).
-  std::function<void()> progress;
-};
-
-class Qwen3Model {
+class Qwen3Model : public CausalLM {
  public:
   /// Builds this rank's stage: its layers, its tensor-parallel shards. Throws
   /// twinkle::Error when the config does not fit the mesh (heads, kv heads or
@@ -125,19 +109,20 @@ class Qwen3Model {
   Qwen3Model(const Qwen3Model&) = delete;
   Qwen3Model& operator=(const Qwen3Model&) = delete;
 
-  const ModelConfig& config() const { return cfg_; }
-  ParamStore& store() { return store_; }
+  const ModelConfig& config() const override { return cfg_; }
+  ParamStore& store() override { return store_; }
   /// The parameters the optimizer trains: the adapter store after add_adapter, else store().
   ParamStore& trainable_store() { return has_adapter() ? adapter_store_ : store_; }
-  dist::ParallelState& ps() { return *ps_; }
+  dist::ParallelState& ps() override { return *ps_; }
   /// Every tensor of the model (all stages) with its shard on this rank.
   const parallel::TensorTable& table() const { return table_; }
   /// Decoder layers of each virtual pipeline stage (p*v entries; virtual stage c*p + r is chunk c of
   /// pipeline rank r; p entries without interleaving).
   const parallel::LayerSplit& layer_split() const { return split_; }
   /// This rank's model chunks (virtual pipeline stages; one without interleaving), model order.
-  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  int num_chunks() const override { return static_cast<int>(chunks_.size()); }
   Qwen3Chunk& chunk(int c) { return *chunks_.at(static_cast<size_t>(c)); }
+  PipelineChunk& pipeline_chunk(int c) override { return chunk(c); }
   const Qwen3Chunk& chunk(int c) const { return *chunks_.at(static_cast<size_t>(c)); }
   /// First global layer / layer count of this rank's only chunk (throws twinkle::Error with
   /// several chunks: ask chunk(c)).
@@ -239,17 +224,17 @@ class Qwen3Model {
 
   /// Prepares a micro-batch for this stage (shift targets, SP padding). Validates ids. On device
   /// "cuda" also uploads its token metadata once (StageBatch's device pointers).
-  StageBatch prepare(const MicroBatch& mb) const;
+  StageBatch prepare(const MicroBatch& mb) const override;
   /// Where parameters, gradients, activations and scratch live: the mesh's device_type (cpu, or
   /// cuda: every buffer on the GPU, hidden states in and out of forward/backward included).
-  Device device() const { return dev_; }
+  Device device() const override { return dev_; }
   /// A buffer of `elems` floats in the model's memory for a received hidden state (which = 0) or
   /// gradient (which = 1) of the pipeline (PipelineStage::recv_buffer); `index` tells apart the
   /// receives the interleaved schedule holds at once. Valid until the next call with the same
   /// `which` and `index`.
-  float* pipeline_buffer(int which, int64_t elems, int index = 0);
+  float* pipeline_buffer(int which, int64_t elems, int index = 0) override;
   /// Rows of the hidden state exchanged between stages: T, or T/tp under SP.
-  int64_t hidden_rows(const StageBatch& b) const;
+  int64_t hidden_rows(const StageBatch& b) const override;
 
   /// The forward / output / backward of this rank's only chunk (Qwen3Chunk; throws twinkle::Error
   /// when the rank holds several chunks: call chunk(c) instead). On the last stage forward returns
@@ -269,20 +254,23 @@ class Qwen3Model {
   /// (Megatron finalize_model_grads: _allreduce_layernorm_grads, _allreduce_word_embedding_grads).
   /// With comm hooks set, the tp sums of a layer already ran when its final backward reported it,
   /// and finalize_grads reports every parameter not reported yet (CommHooks::grad_ready).
-  void finalize_grads();
+  void finalize_grads() override;
   /// Installs (or, with all members empty, removes) the communication hooks.
-  void set_comm_hooks(CommHooks hooks);
+  void set_comm_hooks(CommHooks hooks) override;
   /// Marks the next backward() of the only chunk as this step's last (Qwen3Chunk::set_final_backward).
   void set_final_backward(bool final_backward) { only_chunk("set_final_backward").set_final_backward(final_backward); }
   /// Logits [vocab] of the last token of `b` after forward(slot, b, ..., training=false).
   /// Single-stage, tp = 1 models only (generation); throws twinkle::Error otherwise.
   std::vector<float> last_token_logits(int slot, const StageBatch& b);
   /// A Qwen3-MoE model (model_type qwen3_moe).
-  bool is_moe() const { return cfg_.is_moe(); }
+  bool is_moe() const override { return cfg_.is_moe(); }
+  MoeLossSettings moe_loss_settings() const override {
+    return {opts_.moe_aux_loss_type, opts_.moe_aux_loss_coeff, opts_.moe_z_loss_coeff};
+  }
   const Qwen3ModelOptions& options() const { return opts_; }
   /// Micro-batches of the global batch of this step (all dp ranks): the router losses are
   /// averaged over them (Megatron's loss scale 1 / num_microbatches). Set before forward.
-  void set_global_micro_batches(int64_t n) { global_mbs_ = n > 0 ? n : 1; }
+  void set_global_micro_batches(int64_t n) override { global_mbs_ = n > 0 ? n : 1; }
   /// Router statistics of slot `slot`'s last forward over the only chunk's MoE layers.
   const MoeStageStats& moe_stats(int slot) const { return only_chunk("moe_stats").moe_stats(slot); }
   /// The activation recompute mode (options().recompute_granularity parsed).

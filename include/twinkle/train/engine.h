@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "twinkle/data/batch.h"
-#include "twinkle/model/qwen3_model.h"
+#include "twinkle/model/causal_lm.h"
 #include "twinkle/optim/distributed_optimizer.h"
 #include "twinkle/parallel/pipeline_interleaved.h"
 #include "twinkle/parallel/pipeline_schedule.h"
@@ -40,7 +40,8 @@ struct StepResult {
 
 class Engine {
  public:
-  explicit Engine(Qwen3Model& model);
+  /// Runs steps of `model` (any CausalLM: Qwen3 / Qwen3-MoE today), which must outlive the engine.
+  explicit Engine(CausalLM& model);
   /// Forward and backward of this rank's micro-batches (gradients accumulate into the
   /// model's ParamStore, then tp / embedding-group reductions run). All micro-batches of
   /// one call must be given to every rank of the same dp-cp coordinate. The list may be empty
@@ -51,7 +52,7 @@ class Engine {
   /// Refusals (twinkle::Error) are raised on every rank alike, so a caller that catches one
   /// leaves no rank waiting in a collective: a second call before the optimizer step under
   /// overlap_grad_reduce, or after reduce_gradients (DistributedOptimizer::check_backward_allowed,
-  /// before any communication); a micro-batch that Qwen3Model::prepare refuses on some ranks
+  /// before any communication); a micro-batch that CausalLM::prepare (Qwen3Model::prepare) refuses on some ranks
   /// (a token id, label or position id out of range, inconsistent lengths) is agreed in the
   /// token-count reduction over dp-cp plus one int64 sum over the world when it is larger, and
   /// every rank throws the lowest refusing rank's message prefixed "world rank R: forward_backward: "
@@ -73,7 +74,7 @@ class Engine {
 
  private:
   StepResult run(const std::vector<MicroBatch>& mbs, bool training, const std::string& input_error);
-  Qwen3Model& model_;
+  CausalLM& model_;
   DistributedOptimizer* opt_ = nullptr;
 };
 

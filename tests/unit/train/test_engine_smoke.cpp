@@ -9,6 +9,7 @@
 
 #include "twinkle/dist/parallel_state.h"
 #include "twinkle/optim/distributed_optimizer.h"
+#include "twinkle/model/qwen3_model.h"
 #include "twinkle/train/engine.h"
 
 using namespace twinkle;

@@ -18,6 +18,7 @@
 #include "twinkle/model/lora_files.h"
 #include "twinkle/optim/distributed_optimizer.h"
 #include "twinkle/io/safetensors.h"
+#include "twinkle/model/qwen3_model.h"
 #include "twinkle/train/engine.h"
 
 #include <functional>

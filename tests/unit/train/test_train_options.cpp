@@ -23,6 +23,7 @@
 #include "twinkle/dist/parallel_state.h"
 #include "twinkle/io/model_config.h"
 #include "twinkle/optim/distributed_optimizer.h"
+#include "twinkle/model/qwen3_model.h"
 #include "twinkle/train/engine.h"
 #include "twinkle/train/megatron_model.h"
 
