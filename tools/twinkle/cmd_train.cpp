@@ -38,6 +38,7 @@
 #include "twinkle/train/tensorboard_log.h"
 #include "twinkle/kernels/registry.h"
 #include "twinkle/train/checkpoint_dir.h"
+#include "twinkle/parallel/pipeline_layout.h"
 #include "twinkle/train/megatron_model.h"
 
 namespace {
@@ -70,6 +71,7 @@ int train_main(int argc, char** argv) {
   std::vector<int64_t> layers_per_stage;
   int vpp = 1;
   int64_t layers_per_vstage = 0;
+  std::string pipeline_layout;
   bool sp = false, dist_opt = true, shuffle = false, packing = false, no_save = false,
        report_memory = false;
   bool drop_last = false;
@@ -112,6 +114,9 @@ int train_main(int argc, char** argv) {
   app.add_option("--virtual-pipeline-model-parallel-size,--virtual-pipeline-stages", vpp,
                  "model chunks per pipeline rank (Megatron's interleaved 1F1B; needs --pp > 1; micro-batches of a "
                  "step padded with empty ones to a multiple of pp; default 1)");
+  app.add_option("--pipeline-model-parallel-layout", pipeline_layout,
+                 "Megatron's explicit layout, one stage per '|' in virtual-stage order (E embedding, t layer, L loss; "
+                 "t*N, (...)*N), e.g. \"Et*3|(tt|)*2tL\"; sets the layers of each (virtual) stage");
   app.add_option("--num-layers-per-virtual-pipeline-stage", layers_per_vstage,
                  "Megatron's other spelling: vpp = num_hidden_layers / (pp * this); must divide");
   app.add_option("--dp", dp, "data-parallel size (0 = world / (tp*pp*cp))");
@@ -226,6 +231,15 @@ int train_main(int argc, char** argv) {
   // refused before the runtime touches a device (Qwen3Model refuses it too, for the API)
   twinkle::kernels::check_mixed_precision_on(device, mo.mixed_precision);
   mo.layers_per_stage = layers_per_stage;
+  if (!pipeline_layout.empty()) {
+    twinkle::check(layers_per_stage.empty(), "--pipeline-model-parallel-layout and --layers-per-stage both set the split");
+    mo.layers_per_stage = twinkle::parallel::parse_pipeline_layout(pipeline_layout);
+    // Megatron: the layout's stage count gives vpp = stages / pp (unless vpp is set another way)
+    const int stages = static_cast<int>(mo.layers_per_stage.size());
+    twinkle::check(stages % pp == 0, "--pipeline-model-parallel-layout has " + std::to_string(stages) +
+                                         " stages, not a multiple of --pp " + std::to_string(pp));
+    if (vpp == 1 && layers_per_vstage == 0) vpp = stages / pp;
+  }
   mo.overlap_grad_reduce = overlap_grad;
   mo.overlap_param_gather = overlap_param;
   mo.bucket_size = bucket_size;
