@@ -42,7 +42,7 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--model", model, "model directory or hub id (config.json)")->required();
   app.add_option("--tp", o.tp, "tensor-parallel size");
   app.add_option("--pp", o.pp, "pipeline-parallel size");
-  app.add_option("--virtual-pipeline-model-parallel-size,--virtual-pipeline-stages", o.vpp,
+  app.add_option("--virtual-pipeline-model-parallel-size,--virtual-pipeline-stages,--vpp", o.vpp,
                  "model chunks per pipeline rank (the interleaved schedule; default 1)");
   app.add_option("--dp", o.dp, "data-parallel size");
   app.add_option("--cp", o.cp, "context-parallel size");
