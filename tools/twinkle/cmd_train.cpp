@@ -14,8 +14,10 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -81,6 +83,7 @@ int train_main(int argc, char** argv) {
   std::string resume;
   int64_t save_interval = 0, keep_last = 0;
   bool save_optimizer = false;
+  std::string save_format = "sharded";
   app.add_option("--model", model, "model directory or hub id (config.json [+ safetensors])")->required();
   twinkle::cli::add_dataset_option(app, data)->required();
   app.add_option("--batch-size", batch_size, "global batch size (rows per step, >= 1, divisible by dp)");
@@ -171,6 +174,10 @@ int train_main(int argc, char** argv) {
   app.add_flag("--save-optimizer", save_optimizer,
                "the interval checkpoints also hold the optimizer, scheduler, step and data position (for --resume)");
   app.add_option("--keep-last", keep_last, "keep only the newest K interval checkpoints (0 = all)");
+  app.add_option("--save-format", save_format,
+                 "how --save-optimizer checkpoints hold the training state: sharded (default: each rank writes its "
+                 "own slices plus an index, no Hugging Face weights; `twinkle export --from-checkpoint` writes them) "
+                 "| gathered (gathered to rank 0: HF weights and full state tensors)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -200,6 +207,8 @@ int train_main(int argc, char** argv) {
   twinkle::check_option(keep_last >= 0, "train", "keep_last", ">= 0 (0 = keep all)", keep_last);
   twinkle::check_option(!save_optimizer || save_interval > 0, "train", "save_optimizer",
                         "with --save-interval N (the checkpoints that hold the optimizer)", "set");
+  twinkle::check_option(save_format == "sharded" || save_format == "gathered", "train", "save_format",
+                        "sharded or gathered", save_format);
   twinkle::check_option(keep_last == 0 || save_optimizer, "train", "keep_last",
                         "with --save-interval N --save-optimizer (the checkpoints it prunes)", keep_last);
   const twinkle::TemplateOptions to = twinkle::cli::checked_template_options(data, model);
@@ -388,7 +397,22 @@ int train_main(int argc, char** argv) {
       cs.merge_lora = merge_lora;
       cs.dtype = save_dtype;
       cs.dataloader = &loader;
+      cs.save_format = save_format;
+      // TWINKLE_SAVE_STATS=1 (bench/ckpt_save_bench.py): each rank reports the save's wall time and
+      // its peak RSS during the save (the kernel's high-water mark reset just before, proc(5) clear_refs 5).
+      const bool stats = std::getenv("TWINKLE_SAVE_STATS") && step % save_interval == 0;
+      if (stats) std::ofstream("/proc/self/clear_refs") << "5";
+      const auto t0 = std::chrono::steady_clock::now();
       const std::string dir = m.save(std::nullopt, cs);  // "" when step % interval != 0
+      if (stats) {
+        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::ifstream st("/proc/self/status");
+        std::string line, hwm = "?";
+        while (std::getline(st, line))
+          if (line.rfind("VmHWM:", 0) == 0) hwm = line.substr(6);
+        std::fprintf(stderr, "save stats: rank %d format %s wall %.3f s peak RSS during save %s\n",
+                     twinkle::parallel_state().global_rank, save_format.c_str(), wall, hwm.c_str());
+      }
       if (!dir.empty()) log.info("saved checkpoint " + dir + (save_optimizer ? " (with the optimizer state)" : ""));
     }
   }

@@ -124,6 +124,20 @@ struct SaveOptions {
   /// The training state of save_optimizer stays fp32. Ignored for a PEFT adapter (fp32). Another value
   /// throws twinkle::Error naming the option.
   std::string dtype;
+  /// With save_optimizer: how the training state is written (`--save-format`).
+  ///  "sharded" (default): every rank writes only the slices it owns — its tp / pp / ep / etp
+  ///    parameter shards and its ZeRO-1 shard of the fp32 master weights and AdamW moments, each
+  ///    element by exactly one rank (a tensor replicated over tp by tp rank 0, a state replicated
+  ///    over dp by the group's rank 0) — into iter_<step>/shard-RRRRR-of-WWWWW.safetensors, and
+  ///    global rank 0 writes the index iter_<step>/sharded_index.json last
+  ///    (io/sharded_checkpoint.h; PyTorch DCP's layout). Nothing is gathered: a rank holds its own
+  ///    shards plus one 16 MiB write buffer. No Hugging Face weights are written beside it (the
+  ///    directory holds config.json, the tokenizer files and, with an adapter, adapter_config.json):
+  ///    `twinkle export --from-checkpoint DIR -o OUT` writes them from the shards.
+  ///  "gathered": the earlier form — the HF (or PEFT) weights and full HF-named state tensors
+  ///    gathered to rank 0 and written by it (master_weights / exp_avg / exp_avg_sq.safetensors).
+  /// Both resume on any layout. Another value throws twinkle::Error naming the option.
+  std::string save_format = "sharded";
 };
 
 /// What resume_from_checkpoint restored (Twinkle returns {cur_step, consumed_train_samples,
@@ -256,6 +270,8 @@ class MegatronModel {
   ///                        shards gathered), state.json (AdamW step count, scheduler steps and
   ///                        config, optimizer config, seeds, DataLoader position, model config,
   ///                        adapter config, the saving layout) written last.
+  /// That is opts.save_format "gathered"; the default "sharded" writes the same state as each rank's
+  /// own slices plus an index instead, and no HF weights (see SaveOptions::save_format).
   /// The directory is staged under a hidden name, fsync'ed and renamed into place; then
   /// output_dir/latest names it and older checkpoint-step-N directories beyond opts.keep_last
   /// are removed (train/checkpoint_dir.h). A failure (disk full, an I/O error) throws
@@ -316,6 +332,18 @@ class MegatronModel {
   };
   TrainingStateTensors gather_training_state(std::vector<std::pair<std::string, Tensor>> master);
   void write_training_state(const std::string& dir, const TrainingStateTensors& t, const SaveOptions& opts) const;
+  // The metadata files of a training state (state.json, latest_checkpointed_iteration.txt,
+  // trainer_state.json) for either format; `files` is state.json's "files" object.
+  void write_state_json(const std::string& dir, const SaveOptions& opts, const std::string& format,
+                        const std::string& files_json) const;
+  // The sharded format (megatron_resume.cpp): collective over the world; `final_dir` appears
+  // complete (renamed from its staging directory) or not at all.
+  void save_sharded(const std::string& name, const std::string& final_dir, const SaveOptions& opts,
+                    const ModelConfig& cfg);
+  // Rank 0's files of every HF-style save (config.json with cfg's dtype, the tokenizer files
+  // copied from the model directory) and, with an adapter, PEFT's adapter_config.json.
+  void write_model_files(const std::string& dir, const ModelConfig& cfg) const;
+  void write_peft_adapter_config(const std::string& dir) const;
   std::shared_ptr<dist::ParallelState> ps_;
   std::string model_dir_;
   std::string adapter_name_;
