@@ -20,6 +20,7 @@
 #include "twinkle/dist/runtime.h"
 #include "twinkle/model/kernelize.h"
 #include "twinkle/io/safetensors.h"
+#include "twinkle/io/sharded_checkpoint.h"
 #include "twinkle/io/tied_head.h"
 #include "twinkle/model/lora_files.h"
 #include "twinkle/core/option_check.h"
@@ -55,6 +56,13 @@ void refuse_unread_weights(const std::string& dir) {
                 " --adapter " + dir + "` (Python: MegatronModel(base), then add_adapter_to_model('default', '" + dir +
                 "')); `twinkle export --model BASE --adapter DIR --merge -o OUT` writes a merged model");
   }
+  // A training checkpoint of the sharded format holds its weights only as the ranks' slices.
+  if (fs::is_regular_file(fs::path(dir) / "trainer_state.json", ec))
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().filename().string().rfind("iter_", 0) == 0 && fs::exists(e.path() / kShardedIndexName, ec))
+        throw Error("model " + dir + " is a sharded training checkpoint (" + (e.path() / kShardedIndexName).string() +
+                    ", no Hugging Face weights): continue it with --resume " + dir +
+                    ", or write its weights with `twinkle export --from-checkpoint " + dir + " -o OUT`");
   std::vector<std::string> found, interrupted;
   // What an interrupted save leaves (io's write_file_atomic writes `<file>.tmp.<pid>` and renames
   // it into place when complete; a sharded save writes model.safetensors.index.json last): the
