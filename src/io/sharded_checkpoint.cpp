@@ -1,9 +1,12 @@
 // Sharded (distributed) checkpoints: the index and the slice reader (twinkle/io/sharded_checkpoint.h).
 #include "twinkle/io/sharded_checkpoint.h"
 
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -33,6 +36,15 @@ std::string box_str(const std::vector<int64_t>& off, const std::vector<int64_t>&
   for (size_t i = 0; i < off.size(); ++i)
     s += (i ? ", " : "") + std::to_string(off[i]) + ":" + std::to_string(off[i] + len[i]);
   return s + "]";
+}
+
+// madvise(MADV_DONTNEED) of the whole pages inside [p, p + n) of a read-only file mapping: later
+// reads fault them in again from the file (madvise(2)).
+void release_pages(const void* p, size_t n) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (b > a) (void)::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
 }
 
 bool overlap(const ShardedChunk& a, const ShardedChunk& b) {
@@ -279,6 +291,9 @@ void ShardedCheckpointReader::read_f32(const std::string& name, const std::vecto
       }
       if (d < 0) break;
     }
+    // The chunk's pages were only read once: hand them back (they stay in the page cache), so a
+    // reader's resident set stays its own slices and not every mapped byte it touched.
+    release_pages(src, static_cast<size_t>(c.numel()) * es);
   }
   // The index was validated (disjoint chunks covering the tensor), so this holds unless a file changed under us.
   if (got != want)

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -80,28 +79,43 @@ ExportResult export_sharded_checkpoint(const std::string& checkpoint_dir, const 
   }
   if (adapter) io_detail::write_file_atomic((out / "adapter_config.json").string(), read_all(ck / "adapter_config.json"));
 
-  // One tensor in memory at a time: the first fill of a tensor reads it from its slices and converts it.
-  struct Current {
-    std::string name;
-    Tensor t;
-  };
-  auto cur = std::make_shared<Current>();
+  // Streamed: each fill of the writer's buffer reads only the rows of the tensor that hold its bytes
+  // from the slices and converts them, so the export holds one buffer (16 MiB) plus a row or two.
   ExportResult res;
   res.out_dir = out.string();
   res.adapter = adapter;
   std::vector<TensorSource> sources;
+  const size_t es = dtype_size(dtype);
   for (const auto& n : master.names()) {
     const TensorInfo& info = master.info(n);
     res.largest_bytes = std::max<int64_t>(res.largest_bytes, info.numel() * 4);
     sources.push_back({adapter ? peft_key(n) : n, dtype, info.shape, nullptr,
-                       [cur, n, dtype, &master](void* dst, size_t off, size_t len) {
-                         if (cur->name != n) {
-                           cur->t = Tensor();  // free the previous tensor first
-                           Tensor f = master.load_f32(n);
-                           cur->t = dtype == DType::F32 ? f : f.to_dtype(dtype);
-                           cur->name = n;
+                       [n, dtype, es, &master, shape = info.shape](void* dst, size_t off, size_t len) {
+                         // rows [r0, r1) of the tensor viewed as [rows, cols] cover elements [e0, e1)
+                         const int64_t cols = shape.size() >= 2 ? [&] {
+                           int64_t c = 1;
+                           for (size_t d = 1; d < shape.size(); ++d) c *= shape[d];
+                           return c;
+                         }() : 1;
+                         const int64_t e0 = static_cast<int64_t>(off / es), e1 = static_cast<int64_t>((off + len) / es);
+                         Tensor part;
+                         int64_t first = 0;  // element index of part's first element
+                         if (shape.empty()) {
+                           part = master.load_f32(n);
+                         } else {
+                           const int64_t r0 = e0 / cols, r1 = (e1 + cols - 1) / cols;
+                           std::vector<int64_t> o(shape.size(), 0), l(shape.begin(), shape.end());
+                           o[0] = r0;
+                           l[0] = r1 - r0;
+                           part = Tensor::empty(Shape(l.begin(), l.end()), DType::F32);
+                           master.read_f32(n, o, l, part.f32());
+                           first = r0 * cols;
                          }
-                         std::memcpy(dst, static_cast<const char*>(cur->t.raw()) + off, len);
+                         Tensor want = Tensor::empty({e1 - e0}, DType::F32);
+                         std::memcpy(want.f32(), part.f32() + (e0 - first), static_cast<size_t>(e1 - e0) * 4);
+                         part = Tensor();
+                         if (dtype != DType::F32) want = want.to_dtype(dtype);
+                         std::memcpy(dst, want.raw(), len);
                        }});
   }
   res.tensors = static_cast<int64_t>(sources.size());

@@ -401,17 +401,22 @@ int train_main(int argc, char** argv) {
       // TWINKLE_SAVE_STATS=1 (bench/ckpt_save_bench.py): each rank reports the save's wall time and
       // its peak RSS during the save (the kernel's high-water mark reset just before, proc(5) clear_refs 5).
       const bool stats = std::getenv("TWINKLE_SAVE_STATS") && step % save_interval == 0;
+      auto status_field = [](const char* key) {
+        std::ifstream st("/proc/self/status");
+        std::string line, v = "?";
+        while (std::getline(st, line))
+          if (line.rfind(key, 0) == 0) v = line.substr(std::string(key).size());
+        return v;
+      };
+      const std::string rss_before = stats ? status_field("VmRSS:") : "";
       if (stats) std::ofstream("/proc/self/clear_refs") << "5";
       const auto t0 = std::chrono::steady_clock::now();
       const std::string dir = m.save(std::nullopt, cs);  // "" when step % interval != 0
       if (stats) {
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::ifstream st("/proc/self/status");
-        std::string line, hwm = "?";
-        while (std::getline(st, line))
-          if (line.rfind("VmHWM:", 0) == 0) hwm = line.substr(6);
-        std::fprintf(stderr, "save stats: rank %d format %s wall %.3f s peak RSS during save %s\n",
-                     twinkle::parallel_state().global_rank, save_format.c_str(), wall, hwm.c_str());
+        std::fprintf(stderr, "save stats: rank %d format %s wall %.3f s RSS before %s peak RSS during save %s\n",
+                     twinkle::parallel_state().global_rank, save_format.c_str(), wall, rss_before.c_str(),
+                     status_field("VmHWM:").c_str());
       }
       if (!dir.empty()) log.info("saved checkpoint " + dir + (save_optimizer ? " (with the optimizer state)" : ""));
     }

@@ -2,10 +2,11 @@
 // Face (or PEFT) directory, one tensor at a time (`twinkle export --from-checkpoint`).
 //
 // A checkpoint saved with SaveOptions::save_format "sharded" (train/megatron_model.h) holds the
-// fp32 master weights only as every rank's slices (io/sharded_checkpoint.h). The export reads
-// each global tensor from the slices that hold it, converts it to the output dtype and streams
-// it into the safetensors file (io/safetensors.h save_checkpoint_dir_streamed), so its peak memory
-// is about the largest tensor, not the model. The files are those MegatronModel::save writes
+// fp32 master weights only as every rank's slices (io/sharded_checkpoint.h). The export streams
+// each global tensor into the safetensors file (io/safetensors.h save_checkpoint_dir_streamed):
+// every 16 MiB of output is read from the slices that hold those rows and converted to the output
+// dtype, so its memory is one buffer plus a row or two, neither a tensor nor the model (the
+// chunk files' pages are released after each read). The files are those MegatronModel::save writes
 // for the same weights: full training — config.json (torch_dtype as the checkpoint's, or
 // `dtype`), the tokenizer files, model.safetensors (or shards + index); LoRA — PEFT's adapter
 // directory (adapter_config.json, adapter_model.safetensors in f32 under PEFT's key names), plus
@@ -29,7 +30,7 @@ struct ExportResult {
   std::string out_dir;
   bool adapter = false;       ///< a PEFT adapter directory (the checkpoint was of a LoRA run)
   int64_t tensors = 0;        ///< tensors written
-  int64_t largest_bytes = 0;  ///< the largest tensor (f32 bytes): about the export's peak memory
+  int64_t largest_bytes = 0;  ///< the largest tensor's f32 bytes (what a whole-tensor export would hold)
 };
 
 /// Writes the Hugging Face / PEFT directory `out_dir` (created; its weights replaced as
