@@ -30,6 +30,10 @@ twinkle_sharded_resume_test(exact_dp4_ep2_moe_lora_reshard 4 --model moe --lora-
 twinkle_sharded_resume_test(exact_tp2_dp2_ep2_etp2_moe_reshard 4 --model moe --np 4 --layout "--tp 2 --dp 2 --ep 2 --etp 2"
                             --reshard "1:,4:--dp 4 --etp 2")
 twinkle_sharded_resume_test(crash_kill_and_full_disk_tp2_dp2 4 --mode crash --np 4 --layout "--tp 2 --dp 2")
+# --async-save: the slices copied at the save, written by a background thread while steps 6..9 run,
+# committed when every rank is done; bit-identical all the same, and a killed writer loses nothing
+twinkle_sharded_resume_test(exact_tp2_pp2_dp2_dense_async 8 --np 8 --layout "--tp 2 --pp 2 --dp 2 --async-save"
+                            --reshard "1:")
 
 set(CHECK_SHARDED ${CMAKE_SOURCE_DIR}/tests/reference/check_sharded_ckpt.py)
 function(twinkle_sharded_ckpt_test name np)
@@ -46,3 +50,14 @@ twinkle_sharded_ckpt_test(coverage_tp2_pp2_dp2_ep2_moe_lora 8 --model moe --lora
 twinkle_sharded_ckpt_test(coverage_tp2_dp2_ep2_etp2_moe 4 --model moe --np 4 --layout "--tp 2 --dp 2 --ep 2 --etp 2 --bucket-size 1000")
 twinkle_sharded_ckpt_test(crash_kill_points_tp2_dp2 4 --mode crash --np 4 --layout "--tp 2 --dp 2")
 twinkle_sharded_ckpt_test(bad_checkpoints_tp2 2 --mode bad --np 2 --layout "--tp 2")
+twinkle_sharded_ckpt_test(crash_kill_points_tp2_dp2_async 4 --mode crash --np 4 --layout "--tp 2 --dp 2 --async-save")
+# On device "cuda" (the emulated device, label cuda_emu): the master weights and the ZeRO-1 moments come
+# down from the device through the write buffer and go back up on resume
+if(TWINKLE_WITH_CUDA_BACKEND)
+  add_test(NAME resume_sharded_exact_dp2_dense_cuda_emu
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "resume check OK .*, sharded\\)"
+                   ${TWINKLE_REF_RUN} ${CHECK_RESUME} --build ${CMAKE_BINARY_DIR} --save-format sharded
+                   --twinkle ${CMAKE_BINARY_DIR}/tests/twinkle_cuda_emu --np 2 --layout "--dp 2 --device cuda")
+  set_tests_properties(resume_sharded_exact_dp2_dense_cuda_emu PROPERTIES LABELS cuda_emu TIMEOUT 300 PROCESSORS 2
+                       ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0;OMP_NUM_THREADS=1")
+endif()

@@ -416,6 +416,8 @@ StepStats MegatronModel::clip_grad_and_step(std::optional<double> max_grad_norm)
   last_.mfu = (peak_flops_ > 0 && fb_time_s_ > 0) ? fl / fb_time_s_ / peak_flops_ : 0;
   fb_time_s_ = 0;
   ++steps_since_metric_;
+  // an asynchronous save in flight is committed once every rank's writer is done (SaveOptions::async_save)
+  if (pending_save_) finish_pending_save(false);
   return st;
 }
 
@@ -539,7 +541,10 @@ std::string MegatronModel::save(const std::optional<std::string>& name_opt, cons
           "dtype the model was loaded in), got \"" + opts.dtype + "\"");
     save_dtype = dtype_from_torch_name(opts.dtype);
   }
+  check(!opts.async_save || (opts.save_optimizer && opts.save_format == "sharded"),
+        "save: async_save (--async-save) needs save_optimizer with save_format \"sharded\"");
   if (cur_step_ % opts.interval != 0) return "";  // Twinkle: save only every `interval` steps
+  wait_for_save();  // the previous asynchronous save is committed first
   finish_param_sync();
   const std::string name = name_opt ? *name_opt : checkpoint_step_name(cur_step_);
   check(!(opts.save_optimizer && name.empty()),

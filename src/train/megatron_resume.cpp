@@ -1,16 +1,20 @@
 // MegatronModel: the training state of a checkpoint — saved with save(..., save_optimizer) and
 // restored by resume_from_checkpoint (Twinkle's save_optimizer / resume_from_checkpoint,
-// src/twinkle/model/megatron/megatron.py). Layout-independent: the fp32 trainable weights and
-// AdamW's moments are written as full Hugging Face-named tensors (the tp/pp shards and the
-// ZeRO-1 dp-cp shards gathered), so any layout can slice them back (Megatron's dp_reshardable
-// optimizer form does the same for the dp shards).
+// src/twinkle/model/megatron/megatron.py). Layout-independent in both forms: "gathered" writes the
+// fp32 trainable weights and AdamW's moments as full Hugging Face-named tensors (the tp/pp shards
+// and the ZeRO-1 dp-cp shards gathered; Megatron's dp_reshardable optimizer form does the same for
+// the dp shards); "sharded" (save_sharded) has every rank write the boxes of those tensors it owns
+// plus an index (io/sharded_checkpoint.h; Megatron's torch_dist / PyTorch DCP), and any layout reads
+// back the boxes its slices intersect.
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <atomic>
 #include <map>
+#include <thread>
 #include <fstream>
 #include <sstream>
 
@@ -103,6 +107,14 @@ void MegatronModel::write_state_json(const std::string& dir, const SaveOptions& 
                                      const std::string& files_json) const {
   const fs::path d(dir);
   const fs::path it = d / iter_dir_name(cur_step_);
+  const std::vector<std::string> t = state_json_texts(opts, format, files_json);
+  io_detail::write_file_atomic((it / kState).string(), t[0]);
+  io_detail::write_file_atomic((d / "latest_checkpointed_iteration.txt").string(), t[1]);
+  io_detail::write_file_atomic((d / "trainer_state.json").string(), t[2]);
+}
+
+std::vector<std::string> MegatronModel::state_json_texts(const SaveOptions& opts, const std::string& format,
+                                                         const std::string& files_json) const {
   const int64_t consumed = opts.consumed_train_samples >= 0
                                ? opts.consumed_train_samples
                                : (opts.dataloader ? opts.dataloader->consumed_samples() : 0);
@@ -164,9 +176,7 @@ void MegatronModel::write_state_json(const std::string& dir, const SaveOptions& 
                         {"cp", mesh.cp_size()}, {"ep", mesh.ep_size()}, {"etp", mesh.etp_size()}};
   if (!format.empty()) st["save_format"] = format;  // absent: the gathered form (as before the field existed)
   st["files"] = json::parse(files_json);
-  io_detail::write_file_atomic((it / kState).string(), st.dump(2) + "\n");
-  io_detail::write_file_atomic((d / "latest_checkpointed_iteration.txt").string(), std::to_string(cur_step_) + "\n");
-  io_detail::write_file_atomic((d / "trainer_state.json").string(), ts.dump(2) + "\n");
+  return {st.dump(2) + "\n", std::to_string(cur_step_) + "\n", ts.dump(2) + "\n"};
 }
 
 namespace {
@@ -229,21 +239,131 @@ void boxes_of_range(const ShardSpec& sp, const Shape& local, int64_t flat0, int6
 
 const char* const kKinds[] = {"master", "exp_avg", "exp_avg_sq"};
 
+// Fills, in `flat` (the trainable store's flat layout, zeroed by the caller), only the elements of
+// this rank's ZeRO-1 ranges — all DistributedOptimizer::load_state keeps — box by box from the
+// sharded checkpoint `ck` (a moment's prefix), so a dp-sharded rank reads its share of the moments
+// and not its whole tp / pp shard. Throws twinkle::Error naming the index and tensor that is
+// missing or has another shape.
+void load_owned_state(const ShardedCheckpointReader& ck, const parallel::TensorTable& table, bool adapters,
+                      const std::vector<DistributedOptimizer::OwnedRange>& owned, float* flat) {
+  for (size_t id = 0; id < table.size(); ++id) {
+    const parallel::TensorEntry& e = table[id];
+    if (e.adapter != adapters || e.param == parallel::kNoParam) continue;
+    const std::string* name = nullptr;
+    for (const auto& n : e.load_names)
+      if (ck.contains(n)) {
+        name = &n;
+        break;
+      }
+    if (!name && ck.contains(e.name)) name = &e.name;
+    check(name != nullptr, "resume: " + ck.dir() + "/" + kShardedIndexName + " has no tensor '" + e.name + "'");
+    check(ck.info(*name).shape == e.full, "resume: " + ck.dir() + "/" + kShardedIndexName + ": tensor '" + *name +
+                                              "' has shape " + shape_str(ck.info(*name).shape) + ", expected " +
+                                              shape_str(e.full) + " from config.json");
+    const Param& p = table.param(id);
+    const int64_t p0 = p.flat_offset, p1 = p.flat_offset + p.data.numel();
+    std::vector<OwnedBox> boxes;
+    for (const auto& r : owned) {
+      const int64_t a = std::max(p0, r.start), b = std::min(p1, r.start + r.len);
+      if (a < b) boxes_of_range(e.shard, p.shape, p0, a - p0, b - p0, boxes);
+    }
+    for (const OwnedBox& bx : boxes) ck.read_f32(*name, bx.offsets, bx.lengths, flat + bx.flat);
+  }
+}
+
 }  // namespace
+
+// A sharded save from its start to its commit: this rank's shard file (written by a background
+// thread under async_save, from `staging`) and rank 0's index, state texts and commit.
+struct MegatronModel::PendingSave {
+  std::thread th;
+  std::atomic<bool> done{false};
+  std::string error;           // this rank's write failure ("" = none)
+  std::vector<float> staging;  // async: a copy of this rank's slices
+  std::vector<TensorSource> sources;
+  std::string file;            // this rank's shard file
+  fs::path dir, it, final_dir;
+  std::string name, output_dir, not_written;
+  int64_t keep_last = 0;
+  ShardedIndex index;               // rank 0
+  std::vector<std::string> texts;   // rank 0: state.json, latest_checkpointed_iteration.txt, trainer_state.json
+  void write() {
+    try {
+      save_safetensors_streamed(file, sources, {{"format", "twinkle-sharded"}});
+    } catch (const std::exception& e) {
+      error = not_written + e.what();
+    }
+    done = true;
+  }
+  ~PendingSave() {
+    if (th.joinable()) th.join();
+  }
+};
+
+void MegatronModel::PendingSaveDelete::operator()(PendingSave* p) const { delete p; }
+
+void MegatronModel::wait_for_save() {
+  if (pending_save_) finish_pending_save(true);
+}
+
+void MegatronModel::finish_pending_save(bool blocking) {
+  auto& world = *ps_->world;
+  if (!blocking) {  // commit only when every rank's writer is done (the same answer on every rank)
+    int64_t done = pending_save_->done ? 1 : 0;
+    if (world.size() > 1) world.all_reduce(&done, 1, DType::I64, dist::ReduceOp::Min);
+    if (!done) return;
+  }
+  std::unique_ptr<PendingSave, PendingSaveDelete> p = std::move(pending_save_);
+  if (p->th.joinable()) p->th.join();
+  auto cleanup = [&] {
+    if (world.rank() != 0) return;
+    std::error_code ec;
+    fs::remove_all(p->dir, ec);  // the staging dir; earlier checkpoints were never touched
+  };
+  {
+    int64_t failed = p->error.empty() ? 0 : 1;
+    if (world.size() > 1) world.all_reduce(&failed, 1, DType::I64, dist::ReduceOp::Sum);
+    if (failed) cleanup();
+    dist::throw_agreed_error(world, failed, p->error);
+  }
+  run_on_rank0_agreed(
+      world,
+      [&] {
+        io_detail::write_file_atomic((p->it / kState).string(), p->texts[0]);
+        io_detail::write_file_atomic((p->dir / "latest_checkpointed_iteration.txt").string(), p->texts[1]);
+        io_detail::write_file_atomic((p->dir / "trainer_state.json").string(), p->texts[2]);
+        io_detail::write_file_atomic((p->it / kShardedIndexName).string(), p->index.to_json());  // last
+        fsync_tree(p->dir.string());
+        commit_dir(p->dir.string(), p->final_dir.string());  // the checkpoint appears complete, or not at all
+        write_latest(p->output_dir, p->name);                // `latest` last
+        for (const auto& old : prune_checkpoints(p->output_dir, p->keep_last, p->final_dir.string()))
+          get_logger().info("save: removed " + old + " (keep_last " + std::to_string(p->keep_last) + ")");
+      },
+      [&](const std::string& what) {
+        cleanup();
+        return p->not_written + what;
+      },
+      "save: writing " + p->final_dir.string() + " failed on rank 0");
+}
 
 void MegatronModel::save_sharded(const std::string& name, const std::string& final_dir_s, const SaveOptions& opts,
                                  const ModelConfig& cfg) {
   auto& world = *ps_->world;
   DistributedOptimizer& opt = optimizer();
-  const fs::path final_dir(final_dir_s);
   const int rank = world.rank(), nranks = world.size();
+  std::unique_ptr<PendingSave, PendingSaveDelete> pending(new PendingSave);
+  PendingSave& ps = *pending;
+  ps.final_dir = fs::path(final_dir_s);
+  ps.name = name;
+  ps.output_dir = opts.output_dir;
+  ps.keep_last = opts.keep_last;
   // Every rank writes into the staging directory named by global rank 0's pid.
   int64_t pid = static_cast<int64_t>(::getpid());
   if (nranks > 1) world.broadcast(&pid, 1, DType::I64, 0);
-  const fs::path dir(staging_dir_for(final_dir.string(), pid));
-  const fs::path it = dir / iter_dir_name(cur_step_);
-  const std::string not_written = "save: checkpoint " + final_dir.string() +
-                                  " was not written (earlier checkpoints are untouched): ";
+  ps.dir = fs::path(staging_dir_for(ps.final_dir.string(), pid));
+  ps.it = ps.dir / iter_dir_name(cur_step_);
+  ps.not_written = "save: checkpoint " + ps.final_dir.string() + " was not written (earlier checkpoints are untouched): ";
+  const fs::path& dir = ps.dir;
   auto cleanup = [&] {
     if (rank != 0) return;
     std::error_code ec;
@@ -253,19 +373,20 @@ void MegatronModel::save_sharded(const std::string& name, const std::string& fin
   run_on_rank0_agreed(
       world,
       [&] {
-        remove_stale_staging(final_dir.string());  // of a process that died mid-write
-        fs::create_directories(it);
+        remove_stale_staging(ps.final_dir.string());  // of a process that died mid-write
+        fs::create_directories(ps.it);
         write_model_files(dir.string(), cfg);
         if (model_->has_adapter()) write_peft_adapter_config(dir.string());
       },
       [&](const std::string& what) {
         cleanup();
-        return not_written + what;
+        return ps.not_written + what;
       },
-      "save: writing " + final_dir.string() + " failed on rank 0");
+      "save: writing " + ps.final_dir.string() + " failed on rank 0");
 
-  // 2. Every rank writes its own slices: for each trainable tensor of its stage, the boxes of the
-  //    flat ranges whose optimizer state it owns (ZeRO-1), once over the replicas.
+  // 2. This rank's slices: for each trainable tensor of its stage, the boxes of the flat ranges
+  //    whose optimizer state it owns (ZeRO-1), once over the replicas; streamed from the live
+  //    buffers, or (async) copied into the staging buffer now.
   const bool adapters = model_->has_adapter();
   ParamStore& store = model_->trainable_store();
   const float* flat_params = store.flat_params().f32();
@@ -273,11 +394,11 @@ void MegatronModel::save_sharded(const std::string& name, const std::string& fin
   const auto owned = opt.owned_ranges();
   const auto& table = model_->table();
   const auto& coord = ps_->coord;
-  const std::string file = sharded_file_name(rank, nranks);
+  ps.file = (ps.it / sharded_file_name(rank, nranks)).string();
   json my_chunks = json::array();  // {name, key, offsets, lengths}, sent to rank 0
   std::string local_error;
   try {
-    std::vector<TensorSource> sources;
+    std::vector<TensorSource>& sources = ps.sources;
     for (size_t id = 0; id < table.size(); ++id) {
       const parallel::TensorEntry& e = table[id];
       if (!e.saved || e.adapter != adapters || e.param == parallel::kNoParam) continue;
@@ -329,11 +450,21 @@ void MegatronModel::save_sharded(const std::string& name, const std::string& fin
                                {"lengths", bx.lengths}});
       }
     }
-    save_safetensors_streamed((it / file).string(), sources, {{"format", "twinkle-sharded"}});
+    if (opts.async_save) {  // the staging copy: one copy of this rank's slices, then no live buffer is read
+      size_t total = 0;
+      for (const auto& t : sources) total += t.nbytes() / 4;
+      ps.staging.resize(total);
+      size_t at = 0;
+      for (auto& t : sources) {
+        t.fill(ps.staging.data() + at, 0, t.nbytes());
+        t.data = ps.staging.data() + at;
+        t.fill = {};
+        at += t.nbytes() / 4;
+      }
+    }
   } catch (const std::exception& e) {
-    local_error = not_written + e.what();
+    local_error = ps.not_written + e.what();
   }
-  // Agree on the shard writes (rank 0 removes the staging directory once every rank has stopped).
   {
     int64_t failed = local_error.empty() ? 0 : 1;
     if (nranks > 1) world.all_reduce(&failed, 1, DType::I64, dist::ReduceOp::Sum);
@@ -364,11 +495,11 @@ void MegatronModel::save_sharded(const std::string& name, const std::string& fin
   }
 
   // 4. Rank 0: the index (every global tensor in table order, each kind), checked to cover every
-  //    element exactly once, written after every shard and the state files; then the commit.
+  //    element exactly once, and the state texts of this step (written at the commit).
   run_on_rank0_agreed(
       world,
       [&] {
-        ShardedIndex ix;
+        ShardedIndex& ix = ps.index;
         ix.world_size = nranks;
         std::map<std::string, size_t> at;
         for (const char* kind : kKinds)
@@ -388,21 +519,25 @@ void MegatronModel::save_sharded(const std::string& name, const std::string& fin
                                                 c["offsets"].get<std::vector<int64_t>>(),
                                                 c["lengths"].get<std::vector<int64_t>>()});
           }
-        ix.validate("save: the index of " + final_dir.string());
+        ix.validate("save: the index of " + ps.final_dir.string());
         const json files = {{"sharded_index", std::string(kShardedIndexName)}};
-        write_state_json(dir.string(), opts, "sharded", files.dump());
-        io_detail::write_file_atomic((it / kShardedIndexName).string(), ix.to_json());  // last
-        fsync_tree(dir.string());
-        commit_dir(dir.string(), final_dir.string());  // the checkpoint appears complete, or not at all
-        write_latest(opts.output_dir, name);           // `latest` last
-        for (const auto& old : prune_checkpoints(opts.output_dir, opts.keep_last, final_dir.string()))
-          get_logger().info("save: removed " + old + " (keep_last " + std::to_string(opts.keep_last) + ")");
+        ps.texts = state_json_texts(opts, "sharded", files.dump());
       },
       [&](const std::string& what) {
         cleanup();
-        return not_written + what;
+        return ps.not_written + what;
       },
-      "save: writing " + final_dir.string() + " failed on rank 0");
+      "save: writing " + ps.final_dir.string() + " failed on rank 0");
+
+  // 5. The shard file: now, or in the background (committed by finish_pending_save).
+  pending_save_ = std::move(pending);
+  if (opts.async_save) {
+    PendingSave* p = pending_save_.get();
+    p->th = std::thread([p] { p->write(); });
+    return;
+  }
+  pending_save_->write();
+  finish_pending_save(true);
 }
 
 ResumeState MegatronModel::resume_from_checkpoint(const std::string& dir, bool resume_only_model, DataLoader* loader) {
@@ -533,6 +668,13 @@ ResumeState MegatronModel::resume_from_checkpoint(const std::string& dir, bool r
     if (resume_only_model) return;
     m.assign(static_cast<size_t>(store.numel()), 0.0f);
     v.assign(static_cast<size_t>(store.numel()), 0.0f);
+    if (sharded) {  // only the moments this rank's ZeRO-1 ranges keep
+      const auto owned = opt.owned_ranges();
+      load_owned_state(ShardedCheckpointReader::open(it.string(), "exp_avg/"), model_->table(), adapters, owned, m.data());
+      load_owned_state(ShardedCheckpointReader::open(it.string(), "exp_avg_sq/"), model_->table(), adapters, owned,
+                       v.data());
+      return;
+    }
     load_into("exp_avg", it / kExpAvg, "AdamW exp_avg", m.data());
     load_into("exp_avg_sq", it / kExpAvgSq, "AdamW exp_avg_sq", v.data());
   });
