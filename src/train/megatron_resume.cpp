@@ -279,7 +279,7 @@ struct MegatronModel::PendingSave {
   std::thread th;
   std::atomic<bool> done{false};
   std::string error;           // this rank's write failure ("" = none)
-  std::vector<float> staging;  // async: a copy of this rank's slices
+  std::unique_ptr<float[]> staging;  // async: a copy of this rank's slices (not zero-filled first)
   std::vector<TensorSource> sources;
   std::string file;            // this rank's shard file
   fs::path dir, it, final_dir;
@@ -453,11 +453,11 @@ void MegatronModel::save_sharded(const std::string& name, const std::string& fin
     if (opts.async_save) {  // the staging copy: one copy of this rank's slices, then no live buffer is read
       size_t total = 0;
       for (const auto& t : sources) total += t.nbytes() / 4;
-      ps.staging.resize(total);
+      ps.staging.reset(new float[total]);
       size_t at = 0;
       for (auto& t : sources) {
-        t.fill(ps.staging.data() + at, 0, t.nbytes());
-        t.data = ps.staging.data() + at;
+        t.fill(ps.staging.get() + at, 0, t.nbytes());
+        t.data = ps.staging.get() + at;
         t.fill = {};
         at += t.nbytes() / 4;
       }
