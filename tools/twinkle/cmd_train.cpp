@@ -14,8 +14,10 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -85,6 +87,8 @@ int train_main(int argc, char** argv) {
   std::string resume;
   int64_t save_interval = 0, keep_last = 0;
   bool save_optimizer = false;
+  std::string save_format = "sharded";
+  bool async_save = false;
   app.add_option("--model", model, "model directory or hub id (config.json [+ safetensors])")->required();
   twinkle::cli::add_dataset_option(app, data)->required();
   app.add_option("--batch-size", batch_size, "global batch size (rows per step, >= 1, divisible by dp)");
@@ -183,6 +187,14 @@ int train_main(int argc, char** argv) {
   app.add_flag("--save-optimizer", save_optimizer,
                "the interval checkpoints also hold the optimizer, scheduler, step and data position (for --resume)");
   app.add_option("--keep-last", keep_last, "keep only the newest K interval checkpoints (0 = all)");
+  app.add_option("--save-format", save_format,
+                 "how --save-optimizer checkpoints hold the training state: sharded (default: each rank writes its "
+                 "own slices plus an index, no Hugging Face weights; `twinkle export --from-checkpoint` writes them) "
+                 "| gathered (gathered to rank 0: HF weights and full state tensors)");
+  app.add_flag("--async-save", async_save,
+               "write the sharded --save-optimizer checkpoints in a background thread from a copy of each rank's "
+               "slices while training goes on (committed when every rank is done; the next save and the end of the "
+               "run wait for it)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -212,6 +224,10 @@ int train_main(int argc, char** argv) {
   twinkle::check_option(keep_last >= 0, "train", "keep_last", ">= 0 (0 = keep all)", keep_last);
   twinkle::check_option(!save_optimizer || save_interval > 0, "train", "save_optimizer",
                         "with --save-interval N (the checkpoints that hold the optimizer)", "set");
+  twinkle::check_option(save_format == "sharded" || save_format == "gathered", "train", "save_format",
+                        "sharded or gathered", save_format);
+  twinkle::check_option(!async_save || (save_optimizer && save_format == "sharded"), "train", "async_save",
+                        "with --save-interval N --save-optimizer and --save-format sharded", "set");
   twinkle::check_option(keep_last == 0 || save_optimizer, "train", "keep_last",
                         "with --save-interval N --save-optimizer (the checkpoints it prunes)", keep_last);
   const twinkle::TemplateOptions to = twinkle::cli::checked_template_options(data, model);
@@ -419,9 +435,41 @@ int train_main(int argc, char** argv) {
       cs.merge_lora = merge_lora;
       cs.dtype = save_dtype;
       cs.dataloader = &loader;
+      cs.save_format = save_format;
+      cs.async_save = async_save;
+      // TWINKLE_SAVE_STATS=1 (bench/ckpt_save_bench.py): each rank reports the save's wall time and
+      // its peak RSS during the save (the kernel's high-water mark reset just before, proc(5) clear_refs 5).
+      const bool stats = std::getenv("TWINKLE_SAVE_STATS") && step % save_interval == 0;
+      auto status_field = [](const char* key) {
+        std::ifstream st("/proc/self/status");
+        std::string line, v = "?";
+        while (std::getline(st, line))
+          if (line.rfind(key, 0) == 0) v = line.substr(std::string(key).size());
+        return v;
+      };
+      const std::string rss_before = stats ? status_field("VmRSS:") : "";
+      if (stats) std::ofstream("/proc/self/clear_refs") << "5";
+      const auto t0 = std::chrono::steady_clock::now();
       const std::string dir = m.save(std::nullopt, cs);  // "" when step % interval != 0
-      if (!dir.empty()) log.info("saved checkpoint " + dir + (save_optimizer ? " (with the optimizer state)" : ""));
+      if (stats) {
+        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr, "save stats: rank %d format %s wall %.3f s RSS before %s peak RSS during save %s\n",
+                     twinkle::parallel_state().global_rank, save_format.c_str(), wall, rss_before.c_str(),
+                     status_field("VmHWM:").c_str());
+      }
+      if (!dir.empty())
+        log.info((async_save ? "saving checkpoint " : "saved checkpoint ") + dir +
+                 (save_optimizer ? " (with the optimizer state)" : "") +
+                 (async_save ? " in the background (committed once every rank has written it)" : ""));
     }
+  }
+  if (m.save_pending()) {  // the last asynchronous save is committed before the run ends
+    const auto t0 = std::chrono::steady_clock::now();
+    m.wait_for_save();
+    if (std::getenv("TWINKLE_SAVE_STATS"))
+      std::fprintf(stderr, "save stats: rank %d waited %.3f s at the end for the asynchronous save\n",
+                   twinkle::parallel_state().global_rank,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   if (report_memory) {  // every rank, one whole line each (before saving: the checkpoint gathers)
     std::printf("memory: rank %d (tp %d pp %d dp %d cp %d ep %d): step peak RSS %.1f MiB over %lld steps "
