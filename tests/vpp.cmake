@@ -64,3 +64,9 @@ if(TARGET twinkle_python)
                    --build ${CMAKE_BINARY_DIR} --rows 16 --precision fp32 --np 2 --layout "--dp 1 --tp 1 --pp 2 --vpp 2")
   set_tests_properties(python_tp_pp2_vpp2_equals_cpp_recipe PROPERTIES TIMEOUT 600 PROCESSORS 2)
 endif()
+# A sharded checkpoint (io/sharded_checkpoint.h: each rank's own slices) saved on pp2 x dp2 x vpp2 with
+# ZeRO cuts inside rows (1000-byte buckets): resumed bit-identically on it, and on one process, plain
+# pp2 and dp4 within the resharding rule.
+twinkle_sharded_resume_test(exact_pp2_dp2_vpp2_dense_reshard 4 --np 4
+                            --layout "--pp 2 --dp 2 --virtual-pipeline-stages 2 --bucket-size 1000"
+                            --reshard "1:,2:--pp 2,4:--dp 4")
