@@ -54,7 +54,7 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--pipeline-split", o.pipeline_split, "balanced (default) | even");
   std::string pipeline_layout;
   app.add_option("--pipeline-model-parallel-layout", pipeline_layout,
-                 "Megatron's layout string (twinkle train's option; vpp from its stage count)");
+                 "Megatron's layout string (twinkle train's option; vpp from its stage count; default: none)");
   app.add_option("--layers-per-stage", o.layers_per_stage, "decoder layers per stage (overrides --pipeline-split)")
       ->delimiter(',');
   app.add_option("--micro-batch-size", o.micro_batch_size, "rows per micro-batch")->required();

@@ -120,7 +120,7 @@ int train_main(int argc, char** argv) {
                  "step padded with empty ones to a multiple of pp; default 1)");
   app.add_option("--pipeline-model-parallel-layout", pipeline_layout,
                  "Megatron's explicit layout, one stage per '|' in virtual-stage order (E embedding, t layer, L loss; "
-                 "t*N, (...)*N), e.g. \"Et*3|(tt|)*2tL\"; sets the layers of each (virtual) stage");
+                 "t*N, (...)*N), e.g. \"Et*3|(tt|)*2tL\"; sets the layers of each (virtual) stage; default: none)");
   app.add_option("--num-layers-per-virtual-pipeline-stage", layers_per_vstage,
                  "Megatron's other spelling: vpp = num_hidden_layers / (pp * this); must divide");
   app.add_option("--dp", dp, "data-parallel size (0 = world / (tp*pp*cp))");
