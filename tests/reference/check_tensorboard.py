@@ -18,7 +18,7 @@ TFRecord reader as the oracle, not twinkle's writer):
      4 steps saved at step 2 with the optimizer state, then a new process that load()s step 2 and takes
      steps 3..4: the directory holds two event files, 'lm loss' / 'grad-norm' / 'learning-rate' at steps
      1..4 once each, equal to the processes' last_metrics() (3..4 the resumed one's), the same tags as
-     `twinkle train`.
+     `twinkle train`; the second file starts with SessionLog START at step 3, the first has none.
 Prints "tensorboard check OK: ..." on success. Run with .venv/bin/python (scripts/setup).
 """
 import argparse
@@ -78,6 +78,23 @@ def records(path):
     return out
 
 
+def tiny_model_and_rows(tmp, rows_spec, seed, init_weights):
+    """The tiny test model (make_tiny_model.py variant a) in tmp/tiny_a, with seeded weights written by the
+    reference (init_weights) or none (twinkle's own seeded init), and a jsonl of random token rows
+    (check_train.make_batch's rows_spec); returns (model dir, rows path)."""
+    run([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"])
+    model = os.path.join(tmp, "tiny_a")
+    if init_weights:
+        run([sys.executable, os.path.join(HERE, "qwen3_ref.py"), "init", "--config", os.path.join(model, "config.json"),
+             "--seed", "0", "--out", model])
+    with open(os.path.join(model, "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+    ids, labels = ct.make_batch(rows_spec, vocab, seed)
+    rows = os.path.join(tmp, "rows.jsonl")
+    write_rows(rows, ids, labels)
+    return model, rows
+
+
 def check_python_keyword(build, model, rows, tmp, EventAccumulator):
     """Section 5; returns the failures."""
     failures = []
@@ -104,9 +121,20 @@ def check_python_keyword(build, model, rows, tmp, EventAccumulator):
         want = [(s, struct.unpack("f", struct.pack("f", logged[s][k]))[0]) for s in sorted(logged)]
         if [s for s, _ in got] != [1, 2, 3, 4] or any(rel(a, b) > 1e-7 for (_, a), (_, b) in zip(got, want)):
             failures.append(f"python tensorboard_dir: '{t}' {got} vs last_metrics() {want} (steps 1..4 once each)")
-    n_files = len(glob.glob(os.path.join(tb, "events.out.tfevents.*")))
-    if n_files != 2:
-        failures.append(f"python tensorboard_dir: {n_files} event files, expected 2 (a new one per process)")
+    files = sorted(glob.glob(os.path.join(tb, "events.out.tfevents.*")))
+    if len(files) != 2:
+        failures.append(f"python tensorboard_dir: {len(files)} event files, expected 2 (a new one per process)")
+    else:
+        # the resumed process's file: file_version, then SessionLog START at the first new step (3), then step 3's
+        # scalars (tensorboard's Event proto decodes each record); the first process's file has no START
+        from tensorboard.compat.proto import event_pb2
+        first, second = ([event_pb2.Event.FromString(r[2]) for r in records(f)] for f in files)
+        start = [(e.step, e.session_log.status) for e in second if e.HasField("session_log")]
+        if start != [(3, event_pb2.SessionLog.START)] or not second[1].HasField("session_log"):
+            failures.append(f"python tensorboard_dir: the resumed file's SessionLog events {start}, expected START at "
+                            "step 3 right after file_version")
+        if any(e.HasField("session_log") for e in first):
+            failures.append("python tensorboard_dir: the first process's file holds a SessionLog event")
     print(f"python MegatronModel(tensorboard_dir=...): {len(tags)} tags, 'lm loss' steps "
           f"{[e.step for e in ea.Scalars('lm loss')] if 'lm loss' in tags else []} over 2 processes")
     return failures
@@ -124,15 +152,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="twinkle-tb-")
     failures = []
     try:
-        run([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"])
-        model = os.path.join(tmp, "tiny_a")
-        run([sys.executable, os.path.join(HERE, "qwen3_ref.py"), "init", "--config", os.path.join(model, "config.json"),
-             "--seed", "0", "--out", model])
-        with open(os.path.join(model, "config.json")) as f:
-            vocab = json.load(f)["vocab_size"]
-        ids, labels = ct.make_batch("rows:20", vocab, 1234)
-        rows = os.path.join(tmp, "rows.jsonl")
-        write_rows(rows, ids, labels)
+        model, rows = tiny_model_and_rows(tmp, "rows:20", 1234, init_weights=True)
         tb = os.path.join(tmp, "tb")
         common = ["--model", model, "--dataset", rows, "--batch-size", "8", "--lr", "1e-3", "--lr-warmup-steps", "2",
                   "--lr-decay-steps", "6", "--lr-decay-style", "cosine", "--shuffle", "--seed", "7",

@@ -10,7 +10,6 @@ installs both: the apt package chromium, the npm package playwright-core of pack
 "tensorboard browser check OK: ..." on success. Run with .venv/bin/python (it has tensorboard).
 """
 import argparse
-import json
 import os
 import re
 import shutil
@@ -22,8 +21,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-import check_train as ct  # noqa: E402
-from harness import read_metrics, run, write_rows  # noqa: E402
+from check_tensorboard import tiny_model_and_rows  # noqa: E402
+from harness import read_metrics, run  # noqa: E402
 
 STEPS = 4
 
@@ -71,16 +70,10 @@ def main():
     tb_proc = None
     try:
         t0 = time.time()
-        run([sys.executable, os.path.join(HERE, "make_tiny_model.py"), "--out", tmp, "--variant", "a"])
-        model = os.path.join(tmp, "tiny_a")
-        with open(os.path.join(model, "config.json")) as f:
-            vocab = json.load(f)["vocab_size"]
-        ids, labels = ct.make_batch("rows:16", vocab, 99)
-        rows = os.path.join(tmp, "rows.jsonl")
-        write_rows(rows, ids, labels)
+        # no weights: twinkle's seeded init (no torch needed here)
+        model, rows = tiny_model_and_rows(tmp, "rows:16", 99, init_weights=False)
         logdir = os.path.join(tmp, "tb")
         metrics = os.path.join(tmp, "metrics.jsonl")
-        # the embedded tiny model has no weights: twinkle's seeded init (no torch needed here)
         run([twinkle, "train", "--model", model, "--dataset", rows, "--batch-size", "4", "--lr", "1e-3",
              "--max-steps", str(STEPS), "--no-save", "--output-dir", os.path.join(tmp, "out"), "--metrics-file",
              metrics, "--tensorboard-dir", os.path.join(logdir, "twinkle_run")],
