@@ -19,3 +19,15 @@ add_test(NAME tensorboard_scalars_page_in_chromium
                  --build ${CMAKE_BINARY_DIR} --out ${TWINKLE_TB_BROWSER_DIR}
          WORKING_DIRECTORY ${TWINKLE_TB_BROWSER_DIR})
 set_tests_properties(tensorboard_scalars_page_in_chromium PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
+
+# The peak memory on a device: twinkle built against the emulated CUDA device (tests/cuda.cmake) writes the
+# caching allocator's peak of device bytes as 'mem-max-allocated-bytes' (DeviceAllocator::peak_bytes_in_use),
+# not the process's resident set (check_tensorboard.py --device-twinkle).
+if(TARGET twinkle_cuda_emu)
+  add_test(NAME tensorboard_cuda_peak_memory_emu
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "tensorboard check OK: .*"
+                   ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/check_tensorboard.py --build ${CMAKE_BINARY_DIR}
+                   --device-twinkle ${CMAKE_BINARY_DIR}/tests/twinkle_cuda_emu)
+  set_tests_properties(tensorboard_cuda_peak_memory_emu PROPERTIES LABELS cuda_emu TIMEOUT 120
+                       ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+endif()

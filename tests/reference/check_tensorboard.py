@@ -19,6 +19,11 @@ TFRecord reader as the oracle, not twinkle's writer):
      steps 3..4: the directory holds two event files, 'lm loss' / 'grad-norm' / 'learning-rate' at steps
      1..4 once each, equal to the processes' last_metrics() (3..4 the resumed one's), the same tags as
      `twinkle train`; the second file starts with SessionLog START at step 3, the first has none.
+With --device-twinkle BIN (the twinkle built against the emulated CUDA device, tests/twinkle_cuda_emu) it
+checks only the device's peak memory instead: `BIN train --device cuda --report-memory --tensorboard-dir`
+writes 'mem-max-allocated-bytes' equal to metrics.jsonl's peak_memory_bytes, the caching allocator's peak of
+device bytes in use (DeviceAllocator::peak_bytes_in_use), which is below the resident set the process had
+before its first step (the host figure it would be if the device's were not used).
 Prints "tensorboard check OK: ..." on success. Run with .venv/bin/python (scripts/setup).
 """
 import argparse
@@ -140,11 +145,51 @@ def check_python_keyword(build, model, rows, tmp, EventAccumulator):
     return failures
 
 
+def check_device_peak_memory(device_twinkle, tmp, EventAccumulator):
+    """--device-twinkle: the CUDA caching allocator's peak as 'mem-max-allocated-bytes'; returns the failures."""
+    import re
+    model, rows = tiny_model_and_rows(tmp, "rows:8", 5, init_weights=False)
+    tb, metrics = os.path.join(tmp, "tb_cuda"), os.path.join(tmp, "cuda.jsonl")
+    out = run([device_twinkle, "train", "--device", "cuda", "--model", model, "--dataset", rows, "--batch-size", "4",
+               "--max-steps", "2", "--no-save", "--report-memory", "--output-dir", os.path.join(tmp, "out_cuda"),
+               "--metrics-file", metrics, "--tensorboard-dir", tb],
+              env=dict(os.environ, OMP_NUM_THREADS="1", ASAN_OPTIONS="detect_leaks=0"))
+    m = re.search(r"resident before the first step: ([0-9.]+) MiB", out)
+    ea = EventAccumulator(tb, size_guidance={"scalars": 0})
+    ea.Reload()
+    got = [(e.step, e.value) for e in ea.Scalars("mem-max-allocated-bytes")] \
+        if "mem-max-allocated-bytes" in ea.Tags()["scalars"] else []
+    want = [(x["step"], struct.unpack("f", struct.pack("f", x["peak_memory_bytes"]))[0]) for x in read_metrics(metrics)]
+    failures = []
+    if not m:
+        return [f"cuda: no --report-memory line in {out[-500:]}"]
+    resident = float(m.group(1)) * 1048576
+    if got != want or not got or not 0 < got[-1][1] < resident:
+        failures.append(f"cuda: 'mem-max-allocated-bytes' {got} vs metrics.jsonl {want}: expected equal, above 0 and "
+                        f"below the {resident:.0f} resident bytes before the first step (the device allocator's peak)")
+    print(f"cuda (emulated): 'mem-max-allocated-bytes' {got}, the process's resident set before step 1 {resident:.0f} B")
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     ap.add_argument("--twinkle", default=None, help="the twinkle binary (default BUILD/bin/twinkle)")
+    ap.add_argument("--device-twinkle", default=None,
+                    help="only the CUDA peak-memory check, with this twinkle (tests/twinkle_cuda_emu)")
     args = ap.parse_args()
+    if args.device_twinkle:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        tmp = tempfile.mkdtemp(prefix="twinkle-tb-cuda-")
+        try:
+            failures = check_device_peak_memory(args.device_twinkle, tmp, EventAccumulator)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if failures:
+            print("FAIL:\n  " + "\n  ".join(failures))
+            return 1
+        print("tensorboard check OK: the device's peak memory is the caching allocator's")
+        return 0
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.compat.tensorflow_stub import errors, pywrap_tensorflow
 
