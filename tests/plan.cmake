@@ -1,13 +1,14 @@
 # `twinkle plan`: the planned per-rank peak within 15 % of the measured peak RSS of the
 # bench configs (train_bench a, b; b with full recompute; a and b-full also with --bf16, whose
 # planned saving over fp32 on a must match the measured one within 30 %), of a 4-rank pp2 dp2
-# layout and of a 4-rank Qwen3-MoE dp4 etp2 layout (experts split over etp, ZeRO over
+# layout (and the same with vpp 2: chunk activations as the interleaved schedule holds them) and of a
+# 4-rank Qwen3-MoE dp4 etp2 layout (experts split over etp, ZeRO over
 # edp 2), and on both layouts every rank's parameter and AdamW-state elements exactly
 # (tests/reference/check_plan.py); train_bench w (wide attention on 2048-token rows, fp32 and bf16) where
 # the attention kernels' packed operands are ~25 % of the peak; a layout above --memory-per-rank fails naming its biggest item.
 # One test per case group (check_plan.py --only), so CTest spreads them over the cores: a, b and w
 # run one single-threaded process each, the two layouts 4 ranks.
-foreach(spec "a|3|1" "b|3|1" "w|2|1" "layout|8|2" "moe|8|2")
+foreach(spec "a|3|1" "b|3|1" "w|2|1" "layout|8|2" "moe|8|2" "layout_vpp|8|2")
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 only)
   list(GET parts 1 ncases)

@@ -1,7 +1,10 @@
 # Activation recompute: "selective" and "full" are bit-identical to "none" (losses,
 # grad norms, gradients, parameters over 3 steps) and save fewer activation bytes, on one process
 # and on parallel layouts (tests/dist/recompute_check.cpp); with a LoRA adapter whose dropout masks
-# the recomputed forwards must draw again (_lora), and with the bf16 kernel set (_bf16).
+# the recomputed forwards must draw again (_lora), with the bf16 kernel set (_bf16), and with two model
+# chunks per pipeline rank sharing the rank's recompute buffers (_vpp2; forward_only's loss = the first
+# step's). (A MoE vpp2 rank of only MoE layers saves the same under full as under none: full recomputes
+# dense layers only, so the bytes rule does not apply there; the MoE vpp layout test covers its numbers.)
 add_executable(recompute_check ${CMAKE_SOURCE_DIR}/tests/dist/recompute_check.cpp)
 set_target_properties(recompute_check PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 target_compile_options(recompute_check PRIVATE ${TWINKLE_WARN} ${TWINKLE_ARCH_FLAGS})
@@ -15,7 +18,9 @@ set(TWINKLE_RECOMPUTE_LAYOUTS
   "np1_lora|1|--lora"
   "np1_moe_lora_bf16|1|--moe --lora --bf16"
   "tp2_pp2_sp_lora_bf16|4|--tp 2 --pp 2 --sp --lora --bf16"
-  "cp2_lora|2|--cp 2 --lora")
+  "cp2_lora|2|--cp 2 --lora"
+  "pp2_vpp2|2|--pp 2 --vpp 2"
+  "tp2_pp2_vpp2_sp_lora_bf16|4|--tp 2 --pp 2 --vpp 2 --sp --lora --bf16")
 foreach(spec ${TWINKLE_RECOMPUTE_LAYOUTS})
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)

@@ -2,7 +2,8 @@
 # 5 + save (--save-optimizer) + a new process resuming for 5: losses, grad norms, lrs and the
 # final fp32 weights / AdamW state bit-identical; the 8-rank checkpoint resumed on other layouts
 # within 1e-6 relative; a rank killed mid-write and a full filesystem lose nothing; bad
-# checkpoints fail naming the file and tensor.
+# checkpoints fail naming the file and tensor. These run the gathered form (--save-format gathered,
+# check_resume.py's default), the format before the sharded one; the sharded form: tests/sharded_ckpt.cmake.
 set(CHECK_RESUME ${CMAKE_SOURCE_DIR}/tests/reference/check_resume.py)
 function(twinkle_resume_test name np)
   add_test(NAME resume_${name}

@@ -5,7 +5,8 @@
 # pp2 x vpp3 on 6 layers, pp4 x vpp2 on 8 layers, with tp + sequence parallelism, dp, cp, LoRA with
 # dropout, overlapped dp communication, selective recompute, a step whose micro-batches are padded
 # with empty ones to a multiple of pp (6 on pp4), Megatron's --num-layers-per-virtual-pipeline-stage
-# spelling, a MoE layout whose first chunk holds no experts, and bf16 against its own one-process run.
+# spelling, Megatron's explicit --pipeline-model-parallel-layout (uneven virtual stages, vpp from its
+# stage count), a MoE layout whose first chunk holds no experts, and bf16 against its own one-process run.
 set(CHECK_TRAIN_VPP ${CMAKE_SOURCE_DIR}/tests/reference/check_train.py)
 set(CHECK_TRAIN_MOE_VPP ${CMAKE_SOURCE_DIR}/tests/reference/check_train_moe.py)
 set(CHECK_BF16_VPP ${CMAKE_SOURCE_DIR}/tests/reference/check_bf16.py)
@@ -32,6 +33,12 @@ foreach(spec ${TWINKLE_VPP_LAYOUTS})
            --steps 3 --against single --np ${np} --layout "${layout}")
   set_tests_properties(vpp_layout_${name} PROPERTIES TIMEOUT 300 PROCESSORS 2)
 endforeach()
+# Megatron's layout string (its '|' is this file's list separator, so a test of its own): 6 layers as
+# [E t t | t | t t | t L] over pp2, vpp 2 read off the four stages.
+add_test(NAME vpp_layout_pp2_megatron_layout_uneven_6_layers
+         COMMAND ${TWINKLE_PY} ${CHECK_TRAIN_VPP} --build ${CMAKE_BINARY_DIR} --variant b --layers 6 --batch rows:8 --mbs 1
+                 --steps 3 --against single --np 2 --layout "--pp 2 --pipeline-model-parallel-layout Et*2|t|tt|tL")
+set_tests_properties(vpp_layout_pp2_megatron_layout_uneven_6_layers PROPERTIES TIMEOUT 300 PROCESSORS 2)
 # Qwen3-MoE pp2 x ep2 x vpp2 (dp2): layer 0 dense, so rank 0's first chunk holds no expert; the
 # per-layer aux loss and z-loss summed over both chunks of each rank.
 add_test(NAME vpp_moe_layout_pp2_dp2_ep2_vpp2_first_chunk_dense
@@ -57,3 +64,9 @@ if(TARGET twinkle_python)
                    --build ${CMAKE_BINARY_DIR} --rows 16 --precision fp32 --np 2 --layout "--dp 1 --tp 1 --pp 2 --vpp 2")
   set_tests_properties(python_tp_pp2_vpp2_equals_cpp_recipe PROPERTIES TIMEOUT 600 PROCESSORS 2)
 endif()
+# A sharded checkpoint (io/sharded_checkpoint.h: each rank's own slices) saved on pp2 x dp2 x vpp2 with
+# ZeRO cuts inside rows (1000-byte buckets): resumed bit-identically on it, and on one process, plain
+# pp2 and dp4 within the resharding rule.
+twinkle_sharded_resume_test(exact_pp2_dp2_vpp2_dense_reshard 4 --np 4
+                            --layout "--pp 2 --dp 2 --virtual-pipeline-stages 2 --bucket-size 1000"
+                            --reshard "1:,2:--pp 2,4:--dp 4")

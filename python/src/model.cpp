@@ -284,7 +284,7 @@ void bind_model(py::module_& m) {
       .def("get_train_configs", &MegatronModel::get_train_configs)
       .def("save",
            [](MegatronModel& self, const std::string& name, const std::string& output_dir, bool merge_lora,
-              bool save_optimizer, int64_t consumed_train_samples) {
+              bool save_optimizer, int64_t consumed_train_samples, const std::string& save_format) {
              std::string dir;
              {
                HeavyCall h("save");
@@ -293,13 +293,14 @@ void bind_model(py::module_& m) {
                o.merge_lora = merge_lora;
                o.save_optimizer = save_optimizer;
                o.consumed_train_samples = consumed_train_samples;
+               o.save_format = save_format;
                dir = self.save(name, o);
              }
              check_signals();
              return dir;
            },
            py::arg("name"), py::arg("output_dir"), py::arg("merge_lora") = false, py::arg("save_optimizer") = false,
-           py::arg("consumed_train_samples") = -1)
+           py::arg("consumed_train_samples") = -1, py::arg("save_format") = "sharded")
       .def("resume_from_checkpoint",
            [](MegatronModel& self, const std::string& dir, bool resume_only_model) {
              twinkle::ResumeState r;

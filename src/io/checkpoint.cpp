@@ -232,26 +232,24 @@ void remove_stale_shards(const std::string& dir, const std::set<std::string>& ke
 
 }  // namespace
 
-void save_checkpoint_dir(const std::string& dir, const std::vector<std::pair<std::string, Tensor>>& tensors,
-                         int64_t max_shard_bytes) {
+void save_checkpoint_dir_streamed(const std::string& dir, const std::vector<TensorSource>& tensors,
+                                  int64_t max_shard_bytes, size_t buffer_bytes) {
   if (max_shard_bytes <= 0)
     throw Error(dir + ": save_checkpoint_dir: max_shard_bytes must be > 0, got " + std::to_string(max_shard_bytes));
   // Validate everything before touching the directory, so bad input never destroys an old checkpoint.
   std::set<std::string> seen;
-  for (const auto& [name, t] : tensors) {
-    if (name.empty()) throw Error(dir + ": cannot save a tensor with an empty name");
-    if (name == "__metadata__") throw Error(dir + ": '__metadata__' is reserved and cannot name a tensor");
-    if (!seen.insert(name).second) throw Error(dir + ": duplicate tensor name " + quote(name));
-    if (!t.defined()) throw Error(dir + ": tensor " + quote(name) + " is undefined");
-    if (t.device() != Device::CPU)
-      throw Error(dir + ": tensor " + quote(name) + " is on " + device_name(t.device()) + "; copy it to cpu first");
+  for (const auto& t : tensors) {
+    if (t.name.empty()) throw Error(dir + ": cannot save a tensor with an empty name");
+    if (t.name == "__metadata__") throw Error(dir + ": '__metadata__' is reserved and cannot name a tensor");
+    if (!seen.insert(t.name).second) throw Error(dir + ": duplicate tensor name " + quote(t.name));
+    if (!t.data && !t.fill && t.nbytes() > 0) throw Error(dir + ": tensor " + quote(t.name) + " has no data source");
   }
   // Greedy sharding in the given order.
   std::vector<std::vector<size_t>> shards;
   uint64_t total = 0, cur = 0;
   const uint64_t cap = static_cast<uint64_t>(max_shard_bytes);
   for (size_t i = 0; i < tensors.size(); ++i) {
-    uint64_t nb = tensors[i].second.nbytes();
+    uint64_t nb = tensors[i].nbytes();
     total += nb;
     if (shards.empty() || (cur > 0 && cur + nb > cap)) {
       shards.emplace_back();
@@ -265,7 +263,7 @@ void save_checkpoint_dir(const std::string& dir, const std::vector<std::pair<std
   mkdirs(dir);
   const std::map<std::string, std::string> meta{{"format", "pt"}};
   auto subset = [&](const std::vector<size_t>& idx) {
-    std::vector<std::pair<std::string, Tensor>> v;
+    std::vector<TensorSource> v;
     v.reserve(idx.size());
     for (size_t i : idx) v.push_back(tensors[i]);
     return v;
@@ -273,7 +271,7 @@ void save_checkpoint_dir(const std::string& dir, const std::vector<std::pair<std
   if (shards.size() == 1) {
     remove_if_exists(join(dir, kIndex));
     io_detail::fsync_dir(dir);
-    save_safetensors(join(dir, kSingle), subset(shards[0]), meta);
+    save_safetensors_streamed(join(dir, kSingle), subset(shards[0]), meta, buffer_bytes);
     remove_stale_shards(dir, {});
     return;
   }
@@ -286,12 +284,30 @@ void save_checkpoint_dir(const std::string& dir, const std::vector<std::pair<std
   for (size_t s = 0; s < shards.size(); ++s) {
     std::string fname = shard_name(s + 1, shards.size());
     keep.insert(fname);
-    save_safetensors(join(dir, fname), subset(shards[s]), meta);
-    for (size_t i : shards[s]) weight_map[tensors[i].first] = fname;
+    save_safetensors_streamed(join(dir, fname), subset(shards[s]), meta, buffer_bytes);
+    for (size_t i : shards[s]) weight_map[tensors[i].name] = fname;
   }
   json index = {{"metadata", {{"total_size", total}}}, {"weight_map", std::move(weight_map)}};
   io_detail::write_file_atomic(join(dir, kIndex), index.dump(2) + "\n");
   remove_stale_shards(dir, keep);
+}
+
+void save_checkpoint_dir(const std::string& dir, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                         int64_t max_shard_bytes) {
+  if (max_shard_bytes <= 0)
+    throw Error(dir + ": save_checkpoint_dir: max_shard_bytes must be > 0, got " + std::to_string(max_shard_bytes));
+  std::vector<Tensor> contiguous;
+  contiguous.reserve(tensors.size());
+  std::vector<TensorSource> src;
+  src.reserve(tensors.size());
+  for (const auto& [name, t] : tensors) {
+    if (!t.defined()) throw Error(dir + ": tensor " + quote(name) + " is undefined");
+    if (t.device() != Device::CPU)
+      throw Error(dir + ": tensor " + quote(name) + " is on " + device_name(t.device()) + "; copy it to cpu first");
+    contiguous.push_back(t.is_contiguous() ? t : t.clone());
+    src.push_back({name, t.dtype(), t.shape(), contiguous.back().raw(), {}});
+  }
+  save_checkpoint_dir_streamed(dir, src, max_shard_bytes);
 }
 
 }  // namespace twinkle

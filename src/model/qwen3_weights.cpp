@@ -5,6 +5,7 @@
 
 #include "twinkle/core/hash.h"
 #include "twinkle/io/moe_checkpoint.h"
+#include "twinkle/io/sharded_checkpoint.h"
 #include "twinkle/model/qwen3_model.h"
 
 namespace twinkle {
@@ -13,6 +14,7 @@ namespace {
 
 const std::string& where(const CheckpointReader& r) { return r.dir(); }
 const std::string& where(const SafetensorsFile& f) { return f.path(); }
+const std::string& where(const ShardedCheckpointReader& r) { return r.dir(); }
 
 // Runs fill(host_view) on the parameter's bytes: in place on the host; on a device through a host
 // tensor that is then uploaded (init and checkpoint loading are the only host writers of weights).
@@ -175,5 +177,9 @@ void Qwen3Model::load_adapter(const SafetensorsFile& ck) {
 }
 
 void Qwen3Model::load_flat(const SafetensorsFile& ck, bool adapters, float* flat) { load_entries(ck, adapters, flat); }
+
+void Qwen3Model::load_flat(const ShardedCheckpointReader& ck, bool adapters, float* flat) {
+  load_entries(ck, adapters, flat);
+}
 
 }  // namespace twinkle

@@ -394,6 +394,32 @@ void DistributedOptimizer::gather_state(std::vector<float>& m, std::vector<float
   }
 }
 
+std::vector<DistributedOptimizer::OwnedRange> DistributedOptimizer::owned_ranges() const {
+  std::vector<OwnedRange> out;
+  out.reserve(segments_.size());
+  for (const auto& seg : segments_) {
+    const Region* rg = nullptr;
+    for (const Region& r : regions_)
+      if (seg.start >= r.start && seg.start < r.start + r.len) rg = &r;
+    const bool sharded = rg && cfg_.use_distributed_optimizer && rg->group->size() > 1;
+    out.push_back({seg.start, seg.len, seg.state_off, seg.expert, sharded || !rg || rg->group->rank() == 0});
+  }
+  return out;
+}
+
+void DistributedOptimizer::read_state(bool second_moment, int64_t state_off, int64_t n, float* dst) const {
+  check(state_off >= 0 && n >= 0 && state_off <= state_n_ - n,
+        "DistributedOptimizer::read_state: range [" + std::to_string(state_off) + ", " + std::to_string(state_off + n) +
+            ") outside this rank's " + std::to_string(state_n_) + " state elements");
+  if (n == 0) return;
+  if (dm_.defined()) {
+    const Tensor& t = second_moment ? dv_ : dm_;
+    download_bytes(store_.device(), dst, t.f32() + state_off, static_cast<size_t>(n) * 4);
+  } else {
+    std::memcpy(dst, (second_moment ? v_ : m_).data() + state_off, static_cast<size_t>(n) * 4);
+  }
+}
+
 void DistributedOptimizer::load_state(const float* m, const float* v, int64_t steps) {
   check(steps >= 0, "DistributedOptimizer::load_state: negative step count " + std::to_string(steps));
   finish_param_sync();

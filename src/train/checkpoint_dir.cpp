@@ -42,11 +42,28 @@ std::string iter_dir_name(int64_t step) {
   return buf;
 }
 
-std::string staging_dir_for(const std::string& final_dir) {
+std::string staging_dir_for(const std::string& final_dir) { return staging_dir_for(final_dir, ::getpid()); }
+
+std::string staging_dir_for(const std::string& final_dir, int64_t pid) {
   const fs::path f = fs::path(final_dir).lexically_normal();
   const fs::path name = f.filename().empty() ? f.parent_path().filename() : f.filename();
   const fs::path parent = f.filename().empty() ? f.parent_path().parent_path() : f.parent_path();
-  return (parent / ("." + name.string() + ".tmp." + std::to_string(::getpid()))).string();
+  return (parent / ("." + name.string() + ".tmp." + std::to_string(pid))).string();
+}
+
+void run_on_rank0_agreed(dist::ProcessGroup& world, const std::function<void()>& write,
+                         const std::function<std::string(const std::string&)>& on_failure,
+                         const std::string& elsewhere) {
+  std::string failure;
+  if (world.rank() == 0) try {
+      write();
+    } catch (const std::exception& e) {
+      failure = on_failure(e.what());
+      if (failure.empty()) failure = "unknown error";
+    }
+  int64_t failed = failure.empty() ? 0 : 1;
+  if (world.size() > 1) world.all_reduce(&failed, 1, DType::I64, dist::ReduceOp::Max);
+  if (failed) throw Error(world.rank() == 0 ? failure : elsewhere);
 }
 
 void remove_stale_staging(const std::string& final_dir) {

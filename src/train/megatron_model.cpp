@@ -20,6 +20,7 @@
 #include "twinkle/dist/runtime.h"
 #include "twinkle/model/kernelize.h"
 #include "twinkle/io/safetensors.h"
+#include "twinkle/io/sharded_checkpoint.h"
 #include "twinkle/io/tied_head.h"
 #include "twinkle/model/lora_files.h"
 #include "twinkle/core/device_allocator.h"
@@ -58,6 +59,13 @@ void refuse_unread_weights(const std::string& dir) {
                 " --adapter " + dir + "` (Python: MegatronModel(base), then add_adapter_to_model('default', '" + dir +
                 "')); `twinkle export --model BASE --adapter DIR --merge -o OUT` writes a merged model");
   }
+  // A training checkpoint of the sharded format holds its weights only as the ranks' slices.
+  if (fs::is_regular_file(fs::path(dir) / "trainer_state.json", ec))
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().filename().string().rfind("iter_", 0) == 0 && fs::exists(e.path() / kShardedIndexName, ec))
+        throw Error("model " + dir + " is a sharded training checkpoint (" + (e.path() / kShardedIndexName).string() +
+                    ", no Hugging Face weights): continue it with --resume " + dir +
+                    ", or write its weights with `twinkle export --from-checkpoint " + dir + " -o OUT`");
   std::vector<std::string> found, interrupted;
   // What an interrupted save leaves (io's write_file_atomic writes `<file>.tmp.<pid>` and renames
   // it into place when complete; a sharded save writes model.safetensors.index.json last): the
@@ -432,6 +440,8 @@ StepStats MegatronModel::clip_grad_and_step(std::optional<double> max_grad_norm)
     }
     write_step_scalars(*tb_, last_, cur_step_);
   }
+  // an asynchronous save in flight is committed once every rank's writer is done (SaveOptions::async_save)
+  if (pending_save_) finish_pending_save(false);
   return st;
 }
 
@@ -511,9 +521,43 @@ std::string MegatronModel::get_train_configs() const {
   return o.str();
 }
 
+void MegatronModel::write_model_files(const std::string& dir_s, const ModelConfig& cfg) const {
+  const fs::path dir(dir_s);
+  fs::create_directories(dir);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
+                        "special_tokens_map.json", "generation_config.json"}) {
+    fs::path src = fs::path(model_dir_) / f;
+    if (!fs::exists(src) || fs::equivalent(src.parent_path(), dir)) continue;
+    std::ifstream in(src, std::ios::binary);
+    io_detail::write_file_atomic((dir / f).string(),
+                                 std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+  }
+  save_model_config(cfg, (dir / "config.json").string());
+}
+
+void MegatronModel::write_peft_adapter_config(const std::string& dir) const {
+  // PEFT expands only the string "all-linear", to every nn.Linear but the output layer — on
+  // Qwen3-MoE the router "mlp.gate" too, which twinkle's all-linear leaves out (Twinkle's
+  // rule). On a MoE model, or inside a list, it is spelled out as the suffixes it stands
+  // for, so PEFT attaches exactly the saved pairs.
+  LoraConfig saved = model_->adapter_config();
+  const std::vector<std::string> tl = lora_target_list(saved);
+  if (std::find(tl.begin(), tl.end(), "all-linear") != tl.end() && (model_->config().is_moe() || tl.size() > 1)) {
+    std::vector<std::string> out = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    for (const auto& t : tl)
+      if (t != "all-linear" && std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+    saved.target_modules.clear();
+    for (const auto& t : out) saved.target_modules += (saved.target_modules.empty() ? "" : ",") + t;
+  }
+  io_detail::write_file_atomic((fs::path(dir) / "adapter_config.json").string(),
+                               peft_adapter_config_json(saved, model_dir_));
+}
+
 std::string MegatronModel::save(const std::optional<std::string>& name_opt, const SaveOptions& opts) {
   check_option(opts.interval >= 1, "save", "interval", ">= 1", opts.interval);
   check_option(opts.keep_last >= 0, "save", "keep_last", ">= 0 (0 = keep all)", opts.keep_last);
+  check(opts.save_format == "sharded" || opts.save_format == "gathered",
+        "save: option save_format (--save-format) must be \"sharded\" or \"gathered\", got \"" + opts.save_format + "\"");
   DType save_dtype = model_->config().torch_dtype;
   if (!opts.dtype.empty()) {
     check(opts.dtype == "float32" || opts.dtype == "bfloat16" || opts.dtype == "float16",
@@ -521,11 +565,21 @@ std::string MegatronModel::save(const std::optional<std::string>& name_opt, cons
           "dtype the model was loaded in), got \"" + opts.dtype + "\"");
     save_dtype = dtype_from_torch_name(opts.dtype);
   }
+  check(!opts.async_save || (opts.save_optimizer && opts.save_format == "sharded"),
+        "save: async_save (--async-save) needs save_optimizer with save_format \"sharded\"");
   if (cur_step_ % opts.interval != 0) return "";  // Twinkle: save only every `interval` steps
+  wait_for_save();  // the previous asynchronous save is committed first
   finish_param_sync();
   const std::string name = name_opt ? *name_opt : checkpoint_step_name(cur_step_);
   check(!(opts.save_optimizer && name.empty()),
         "save: save_optimizer needs a checkpoint name (the directory is replaced as a whole), not output_dir itself");
+  const fs::path final_dir = name.empty() ? fs::path(opts.output_dir) : fs::path(opts.output_dir) / name;
+  ModelConfig cfg = model_->config();
+  if (!opts.dtype.empty()) cfg.torch_dtype = save_dtype;  // config.json names the dtype written
+  if (opts.save_optimizer && opts.save_format == "sharded") {
+    save_sharded(name, final_dir.string(), opts, cfg);
+    return final_dir.string();
+  }
   const bool adapter = model_->has_adapter();
   const bool peft = adapter && !opts.merge_lora;
   auto tensors = peft ? std::vector<std::pair<std::string, Tensor>>{} : model_->gather_state_dict();
@@ -538,82 +592,52 @@ std::string MegatronModel::save(const std::optional<std::string>& name_opt, cons
   // dtype conversion or LoRA merge).
   TrainingStateTensors train_state;
   if (opts.save_optimizer) train_state = gather_training_state(adapter ? lora : tensors);
-  const fs::path final_dir = name.empty() ? fs::path(opts.output_dir) : fs::path(opts.output_dir) / name;
   // With save_optimizer the whole directory is staged and renamed into place (checkpoint_dir.h).
   const fs::path dir = opts.save_optimizer ? fs::path(staging_dir_for(final_dir.string())) : final_dir;
-  // Rank 0 writes; every rank learns whether it failed before anyone throws, so an API caller
-  // that catches twinkle::Error never leaves the other ranks waiting in a collective.
-  std::string failure;
-  if (world.rank() == 0) try {
-    if (opts.save_optimizer) remove_stale_staging(final_dir.string());  // of a process that died mid-write
-    if (adapter && opts.merge_lora) merge_lora_into(tensors, lora, model_->adapter_config().scaling());
-    // Never write non-finite weights: refuse before any file is touched.
-    for (auto& [n, t] : tensors) {
-      const float* p = t.f32();
-      for (int64_t i = 0, e = t.numel(); i < e; ++i)
-        if (!std::isfinite(p[i]))
-          throw Error("save: parameter " + n + " holds a non-finite value at element " + std::to_string(i) +
-                      "; refusing to write a checkpoint to " + dir.string());
-    }
-    // Every file is written atomically (io's write_file_atomic / save_checkpoint_dir), and the
-    // weights last: save_checkpoint_dir removes old weights first and writes its index last,
-    // so an interrupted save never leaves a checkpoint that looks complete.
-    ModelConfig cfg = model_->config();
-    if (!opts.dtype.empty()) cfg.torch_dtype = save_dtype;  // config.json names the dtype written
-    fs::create_directories(dir);
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
-                          "special_tokens_map.json", "generation_config.json"}) {
-      fs::path src = fs::path(model_dir_) / f;
-      if (!fs::exists(src) || fs::equivalent(src.parent_path(), dir)) continue;
-      std::ifstream in(src, std::ios::binary);
-      io_detail::write_file_atomic((dir / f).string(),
-                                   std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
-    }
-    save_model_config(cfg, (dir / "config.json").string());
-    std::vector<std::pair<std::string, Tensor>> out;
-    out.reserve(tensors.size());
-    if (peft) {
-      // PEFT layout: f32 adapter tensors under PEFT's key names, the config written first.
-      for (auto& [n, t] : tensors) out.emplace_back(peft_key(n), t);
-      // PEFT expands only the string "all-linear", to every nn.Linear but the output layer — on
-      // Qwen3-MoE the router "mlp.gate" too, which twinkle's all-linear leaves out (Twinkle's
-      // rule). On a MoE model, or inside a list, it is spelled out as the suffixes it stands
-      // for, so PEFT attaches exactly the saved pairs.
-      LoraConfig saved = model_->adapter_config();
-      const std::vector<std::string> tl = lora_target_list(saved);
-      if (std::find(tl.begin(), tl.end(), "all-linear") != tl.end() && (model_->config().is_moe() || tl.size() > 1)) {
-        std::vector<std::string> out = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-        for (const auto& t : tl)
-          if (t != "all-linear" && std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
-        saved.target_modules.clear();
-        for (const auto& t : out) saved.target_modules += (saved.target_modules.empty() ? "" : ",") + t;
-      }
-      io_detail::write_file_atomic((dir / "adapter_config.json").string(), peft_adapter_config_json(saved, model_dir_));
-      save_safetensors((dir / "adapter_model.safetensors").string(), out);
-    } else {
-      for (auto& [n, t] : tensors) out.emplace_back(n, cfg.torch_dtype == DType::F32 ? t : t.to_dtype(cfg.torch_dtype));
-      save_checkpoint_dir(dir.string(), out, opts.max_shard_bytes);
-    }
-    if (opts.save_optimizer) {
-      write_training_state(dir.string(), train_state, opts);
-      fsync_tree(dir.string());
-      commit_dir(dir.string(), final_dir.string());  // the checkpoint appears complete, or not at all
-      write_latest(opts.output_dir, name);           // `latest` last
-      for (const auto& old : prune_checkpoints(opts.output_dir, opts.keep_last, final_dir.string()))
-        get_logger().info("save: removed " + old + " (keep_last " + std::to_string(opts.keep_last) + ")");
-    }
-  } catch (const std::exception& e) {
-    failure = e.what();
-    if (opts.save_optimizer) {
-      std::error_code ec;
-      fs::remove_all(dir, ec);  // the staging dir; earlier checkpoints were never touched
-      failure = "save: checkpoint " + final_dir.string() + " was not written (earlier checkpoints are untouched): " + failure;
-    }
-  }
-  int64_t failed = failure.empty() ? 0 : 1;
-  if (world.size() > 1) world.all_reduce(&failed, 1, DType::I64, dist::ReduceOp::Max);
-  if (failed)
-    throw Error(world.rank() == 0 ? failure : "save: writing " + final_dir.string() + " failed on rank 0");
+  run_on_rank0_agreed(
+      world,
+      [&] {
+        if (opts.save_optimizer) remove_stale_staging(final_dir.string());  // of a process that died mid-write
+        if (adapter && opts.merge_lora) merge_lora_into(tensors, lora, model_->adapter_config().scaling());
+        // Never write non-finite weights: refuse before any file is touched.
+        for (auto& [n, t] : tensors) {
+          const float* p = t.f32();
+          for (int64_t i = 0, e = t.numel(); i < e; ++i)
+            if (!std::isfinite(p[i]))
+              throw Error("save: parameter " + n + " holds a non-finite value at element " + std::to_string(i) +
+                          "; refusing to write a checkpoint to " + dir.string());
+        }
+        // Every file is written atomically (io's write_file_atomic / save_checkpoint_dir), and the
+        // weights last: save_checkpoint_dir removes old weights first and writes its index last,
+        // so an interrupted save never leaves a checkpoint that looks complete.
+        write_model_files(dir.string(), cfg);
+        std::vector<std::pair<std::string, Tensor>> out;
+        out.reserve(tensors.size());
+        if (peft) {
+          // PEFT layout: f32 adapter tensors under PEFT's key names, the config written first.
+          for (auto& [n, t] : tensors) out.emplace_back(peft_key(n), t);
+          write_peft_adapter_config(dir.string());
+          save_safetensors((dir / "adapter_model.safetensors").string(), out);
+        } else {
+          for (auto& [n, t] : tensors) out.emplace_back(n, cfg.torch_dtype == DType::F32 ? t : t.to_dtype(cfg.torch_dtype));
+          save_checkpoint_dir(dir.string(), out, opts.max_shard_bytes);
+        }
+        if (opts.save_optimizer) {
+          write_training_state(dir.string(), train_state, opts);
+          fsync_tree(dir.string());
+          commit_dir(dir.string(), final_dir.string());  // the checkpoint appears complete, or not at all
+          write_latest(opts.output_dir, name);           // `latest` last
+          for (const auto& old : prune_checkpoints(opts.output_dir, opts.keep_last, final_dir.string()))
+            get_logger().info("save: removed " + old + " (keep_last " + std::to_string(opts.keep_last) + ")");
+        }
+      },
+      [&](const std::string& what) {
+        if (!opts.save_optimizer) return what;
+        std::error_code ec;
+        fs::remove_all(dir, ec);  // the staging dir; earlier checkpoints were never touched
+        return "save: checkpoint " + final_dir.string() + " was not written (earlier checkpoints are untouched): " + what;
+      },
+      "save: writing " + final_dir.string() + " failed on rank 0");
   return final_dir.string();
 }
 

@@ -7,8 +7,11 @@
 // --lora adds a LoRA adapter (r 4, random A and B, dropout 0.1 on every linear module): the trained
 // tensors are then the adapter's, and the recomputed forwards must draw the forward's dropout masks.
 // --bf16 runs the mixed-precision kernel set (bf16 GEMMs, bf16 attention backward).
+// --vpp N: N model chunks per pipeline rank (the interleaved schedule; the chunks share the rank's
+// recompute buffers). Without --lora, each mode's forward_only loss before the first step equals the
+// first step's forward_backward loss bit for bit (the forward-only schedule runs the same forwards).
 //
-// Usage: recompute_check [--tp N] [--pp N] [--dp N] [--cp N] [--sp] [--moe] [--lora] [--bf16]
+// Usage: recompute_check [--tp N] [--pp N] [--vpp N] [--dp N] [--cp N] [--sp] [--moe] [--lora] [--bf16]
 //   (world size = tp * pp * dp * cp; prints "recompute_check OK ..." on rank 0)
 #include <algorithm>
 #include <cstdio>
@@ -33,6 +36,7 @@ namespace {
 struct Run {
   testutil::StepTrace trace;  // after the last step's backward / optimizer step
   size_t saved = 0;
+  double forward_only_loss = 0;  // before the first step
 };
 
 struct Flags {
@@ -63,6 +67,7 @@ Run run(const std::string& mode, const Flags& f) {
   DistributedOptimizer opt(m.trainable_store(), ps, oc);
   const auto mbs = testutil::seeded_micro_batches(st.mesh.dp_size(), st.coord.dp, 8, 11);
   Run r;
+  r.forward_only_loss = eng.forward_only(mbs).loss;
   for (int s = 0; s < 3; ++s) {
     m.set_lora_dropout_step(s);
     StepResult res = eng.forward_backward(mbs);
@@ -87,6 +92,7 @@ int body(int argc, char** argv) {
     auto next = [&] { return std::stoi(i + 1 < argc ? argv[++i] : "1"); };
     if (a == "--tp") ms.tp = next();
     else if (a == "--pp") ms.pp = next();
+    else if (a == "--vpp") ms.vpp = next();
     else if (a == "--dp") ms.dp = next();
     else if (a == "--cp") ms.cp = next();
     else if (a == "--sp") ms.sequence_parallel = true;
@@ -109,6 +115,12 @@ int body(int argc, char** argv) {
                 sel.saved, none.saved);
     ++bad;
   }
+  for (const Run* r : {&none, &sel, &full})
+    if (!f.lora && std::memcmp(&r->forward_only_loss, &r->trace.losses[0], sizeof(double)) != 0) {
+      std::printf("rank %d: forward_only loss %.17g != the first step's loss %.17g\n", world.rank(), r->forward_only_loss,
+                  r->trace.losses[0]);
+      ++bad;
+    }
   world.all_reduce(&bad, 1);
   std::string tag = std::string(f.moe ? " MoE" : "") + (f.lora ? " LoRA" : "") + (f.bf16 ? " bf16" : "");
   if (!tag.empty()) tag = " (" + tag.substr(1) + ")";

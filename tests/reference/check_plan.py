@@ -59,7 +59,8 @@ CONFIGS = {
               intermediate_size=256, vocab_size=2048, tie_word_embeddings=True, max_position_embeddings=4096),
 }
 # layout_bench and plan flags of the multi-rank cases: (name, config, layout, ranks)
-LAYOUTS = [("layout", "small", "--tp 1 --pp 2 --dp 2", 4), ("moe", "moe_wide", "--dp 4 --etp 2", 4)]
+LAYOUTS = [("layout", "small", "--tp 1 --pp 2 --dp 2", 4), ("moe", "moe_wide", "--dp 4 --etp 2", 4),
+           ("layout_vpp", "small", "--tp 1 --pp 2 --dp 2 --vpp 2", 4)]
 BENCH = {"a": (4, 512), "b": (2, 512), "w": (1, 2048)}  # train_bench: rows, tokens per row (one micro-batch)
 
 

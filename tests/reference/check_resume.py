@@ -42,6 +42,7 @@ import harness  # noqa: E402
 from harness import read_metrics, rel, run, run_any, write_rows  # noqa: E402
 import check_train_moe as ctm  # noqa: E402
 import safetensors_py  # noqa: E402
+import sharded_ckpt_py  # noqa: E402
 
 STATE_FILES = ["master_weights.safetensors", "exp_avg.safetensors", "exp_avg_sq.safetensors"]
 
@@ -78,7 +79,8 @@ class Runner:
         self.common = ["--model", model, "--dataset", self.rows, "--batch-size", "8", "--lr", "1e-3",
                        "--lr-warmup-steps", "2", "--lr-decay-steps", "10", "--lr-decay-style", "cosine",
                        "--min-lr", "1e-4", "--weight-decay", "0.1", "--clip-grad", "0.05", "--adam-beta2", "0.95",
-                       "--shuffle", "--seed", "7", "--save-interval", "5", "--save-optimizer"]
+                       "--shuffle", "--seed", "7", "--save-interval", "5", "--save-optimizer",
+                       "--save-format", args.save_format]
         if args.lora_r:
             self.common += ["--lora-r", str(args.lora_r), "--lora-alpha", "16", "--lora-init", "false",
                             "--lora-targets", args.lora_targets]
@@ -105,7 +107,25 @@ def state_tensors(ckpt):
     it = [d for d in os.listdir(ckpt) if d.startswith("iter_")]
     if len(it) != 1:
         raise SystemExit(f"{ckpt}: expected one iter_* directory, found {it}")
-    return {f: safetensors_py.load(os.path.join(ckpt, it[0], f)) for f in STATE_FILES}, os.path.join(ckpt, it[0])
+    i = os.path.join(ckpt, it[0])
+    if sharded_ckpt_py.is_sharded(i):
+        # the sharded form: every tensor reassembled from the ranks' slices, each element exactly once
+        t, problems = sharded_ckpt_py.state_files(i)
+        if problems:
+            raise SystemExit(f"{i}: the sharded checkpoint does not cover its tensors exactly once: {problems[:5]}")
+        return t, i
+    return {f: safetensors_py.load(os.path.join(i, f)) for f in STATE_FILES}, i
+
+
+def hf_weights(r, ckpt, lora):
+    """The HF / PEFT weights of a checkpoint: the files beside the state (gathered form), or what
+    `twinkle export --from-checkpoint` writes from the slices (sharded form)."""
+    f = "adapter_model.safetensors" if lora else "model.safetensors"
+    if os.path.exists(os.path.join(ckpt, f)):
+        return os.path.join(ckpt, f)
+    out = os.path.join(r.tmp, "export_" + re.sub(r"[^a-z0-9]", "_", ckpt[-40:]))
+    run([r.twinkle, "export", "--from-checkpoint", ckpt, "-o", out], dict(os.environ, OMP_NUM_THREADS="1"))
+    return os.path.join(out, f)
 
 
 def same_checkpoint(a, b, what):
@@ -131,8 +151,13 @@ def same_checkpoint(a, b, what):
         if sa.get(k) != sb.get(k):
             bad.append(f"{what}: state.json {k}: {sa.get(k)} vs {sb.get(k)}")
     wa = "adapter_model.safetensors" if os.path.exists(os.path.join(a, "adapter_model.safetensors")) else "model.safetensors"
-    if open(os.path.join(a, wa), "rb").read() != open(os.path.join(b, wa), "rb").read():
-        bad.append(f"{what}: {wa} differs")
+    if os.path.exists(os.path.join(a, wa)) or os.path.exists(os.path.join(b, wa)):
+        if open(os.path.join(a, wa), "rb").read() != open(os.path.join(b, wa), "rb").read():
+            bad.append(f"{what}: {wa} differs")
+    elif not sharded_ckpt_py.is_sharded(ia) or not sharded_ckpt_py.is_sharded(ib):
+        bad.append(f"{what}: neither {wa} nor a sharded index")
+    elif open(os.path.join(ia, "sharded_index.json")).read() != open(os.path.join(ib, "sharded_index.json")).read():
+        bad.append(f"{what}: sharded_index.json differs (same layout, same slices expected)")
     return bad
 
 
@@ -181,7 +206,7 @@ def check_exact(args, r):
     if all(float(t.abs().max()) == 0 for t in st["exp_avg.safetensors"].values()):
         failures.append("exp_avg is all zero: the optimizer state was not saved")
     # The saved fp32 weights are the trained ones: equal to the HF weights saved at the same step (f32 model).
-    hf = safetensors_py.load(os.path.join(ck5, "adapter_model.safetensors" if args.lora_r else "model.safetensors"))
+    hf = safetensors_py.load(hf_weights(r, ck5, args.lora_r))
     for k, t in st["master_weights.safetensors"].items():
         hk = ("base_model.model." + k) if args.lora_r else k
         if hk not in hf or not bool((hf[hk].float() == t).all()):
@@ -201,7 +226,9 @@ def check_crash(args, r):
     out = os.path.join(r.tmp, "out_crash")
     B, out, _, _ = r.train("crash", args.np, args.layout, 5)
     ck5 = os.path.join(out, "checkpoint-step-5")
-    size5 = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(ck5) for f in fs)
+    # the bytes rank 0 writes for checkpoint-step-5 (sharded: all but the other ranks' shard files)
+    size5 = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(ck5) for f in fs
+                if not (f.startswith("shard-") and not f.startswith("shard-00000-")))
     # Kill the writer in the middle of checkpoint-step-10: after about half of its bytes.
     _, _, rc, text = r.train("crash", args.np, args.layout, 10, ["--resume", out],
                              {"TWINKLE_FAULT_WRITE": f"kill:{size5 // 2}"}, expect_ok=False)
@@ -325,12 +352,16 @@ def main():
     ap.add_argument("--lora-r", type=int, default=0)
     ap.add_argument("--lora-targets", default="all-linear")
     ap.add_argument("--reshard", default="", help="'NP:FLAGS,NP:FLAGS' layouts that resume the checkpoint")
+    ap.add_argument("--save-format", choices=["gathered", "sharded"], default="gathered",
+                    help="the checkpoints' --save-format (gathered: the form every resume test before the sharded "
+                         "one was written for; bad mode: gathered only)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="twinkle-resume-")
     try:
         r = Runner(args, tmp)
         failures = {"exact": check_exact, "crash": check_crash, "bad": check_bad}[args.mode](args, r)
-        ok = f"resume check OK ({args.mode}, {args.model}{', lora' if args.lora_r else ''}, np {args.np} '{args.layout}')"
+        ok = (f"resume check OK ({args.mode}, {args.model}{', lora' if args.lora_r else ''}, np {args.np} '{args.layout}'"
+              f", {args.save_format})")
         return harness.report(failures, ok=ok)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -58,4 +58,7 @@ while model.cur_step < STOP:
 if metrics is not None:
     metrics.close()
 if not SAVE_AT:
-    model.save('final', output_dir=OUT, save_optimizer=True, consumed_train_samples=model.cur_step * BATCH)
+    # the final state in the gathered form (full tensors the check compares file by file); the
+    # checkpoint the second launch loads is the default, sharded one
+    model.save('final', output_dir=OUT, save_optimizer=True, consumed_train_samples=model.cur_step * BATCH,
+               save_format='gathered')

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "command.h"
+#include "twinkle/parallel/pipeline_layout.h"
 #include "twinkle/data/hub.h"
 #include "twinkle/io/model_config.h"
 #include "twinkle/train/plan.h"
@@ -41,7 +42,7 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--model", model, "model directory or hub id (config.json)")->required();
   app.add_option("--tp", o.tp, "tensor-parallel size");
   app.add_option("--pp", o.pp, "pipeline-parallel size");
-  app.add_option("--virtual-pipeline-model-parallel-size,--virtual-pipeline-stages", o.vpp,
+  app.add_option("--virtual-pipeline-model-parallel-size,--virtual-pipeline-stages,--vpp", o.vpp,
                  "model chunks per pipeline rank (the interleaved schedule; default 1)");
   app.add_option("--dp", o.dp, "data-parallel size");
   app.add_option("--cp", o.cp, "context-parallel size");
@@ -51,6 +52,9 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--recompute,--recompute-granularity", o.recompute_granularity,
                  "full (default, as MegatronModel) | selective | none");
   app.add_option("--pipeline-split", o.pipeline_split, "balanced (default) | even");
+  std::string pipeline_layout;
+  app.add_option("--pipeline-model-parallel-layout", pipeline_layout,
+                 "Megatron's layout string (twinkle train's option; vpp from its stage count)");
   app.add_option("--layers-per-stage", o.layers_per_stage, "decoder layers per stage (overrides --pipeline-split)")
       ->delimiter(',');
   app.add_option("--micro-batch-size", o.micro_batch_size, "rows per micro-batch")->required();
@@ -70,6 +74,13 @@ int cmd_plan(int argc, char** argv) {
   o.mixed_precision = bf16 ? "bf16" : "fp32";
   const std::string dir = twinkle::resolve_model_dir(model);
   const twinkle::ModelConfig cfg = twinkle::load_model_config((std::filesystem::path(dir) / "config.json").string());
+  if (!pipeline_layout.empty()) {
+    o.layers_per_stage = twinkle::parallel::parse_pipeline_layout(pipeline_layout);
+    const int stages = static_cast<int>(o.layers_per_stage.size());
+    twinkle::check(stages % o.pp == 0, "--pipeline-model-parallel-layout has " + std::to_string(stages) +
+                                           " stages, not a multiple of --pp " + std::to_string(o.pp));
+    if (o.vpp == 1) o.vpp = stages / o.pp;
+  }
   const twinkle::Plan plan = twinkle::plan_layout(cfg, o);
   const auto& worst = plan.worst();
   if (json) {

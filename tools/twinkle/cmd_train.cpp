@@ -14,8 +14,10 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -38,6 +40,7 @@
 #include "twinkle/train/tensorboard_log.h"
 #include "twinkle/kernels/registry.h"
 #include "twinkle/train/checkpoint_dir.h"
+#include "twinkle/parallel/pipeline_layout.h"
 #include "twinkle/train/megatron_model.h"
 
 namespace {
@@ -70,6 +73,7 @@ int train_main(int argc, char** argv) {
   std::vector<int64_t> layers_per_stage;
   int vpp = 1;
   int64_t layers_per_vstage = 0;
+  std::string pipeline_layout;
   bool sp = false, dist_opt = true, shuffle = false, packing = false, no_save = false,
        report_memory = false;
   bool drop_last = false;
@@ -83,6 +87,8 @@ int train_main(int argc, char** argv) {
   std::string resume;
   int64_t save_interval = 0, keep_last = 0;
   bool save_optimizer = false;
+  std::string save_format = "sharded";
+  bool async_save = false;
   app.add_option("--model", model, "model directory or hub id (config.json [+ safetensors])")->required();
   twinkle::cli::add_dataset_option(app, data)->required();
   app.add_option("--batch-size", batch_size, "global batch size (rows per step, >= 1, divisible by dp)");
@@ -112,6 +118,9 @@ int train_main(int argc, char** argv) {
   app.add_option("--virtual-pipeline-model-parallel-size,--virtual-pipeline-stages", vpp,
                  "model chunks per pipeline rank (Megatron's interleaved 1F1B; needs --pp > 1; micro-batches of a "
                  "step padded with empty ones to a multiple of pp; default 1)");
+  app.add_option("--pipeline-model-parallel-layout", pipeline_layout,
+                 "Megatron's explicit layout, one stage per '|' in virtual-stage order (E embedding, t layer, L loss; "
+                 "t*N, (...)*N), e.g. \"Et*3|(tt|)*2tL\"; sets the layers of each (virtual) stage");
   app.add_option("--num-layers-per-virtual-pipeline-stage", layers_per_vstage,
                  "Megatron's other spelling: vpp = num_hidden_layers / (pp * this); must divide");
   app.add_option("--dp", dp, "data-parallel size (0 = world / (tp*pp*cp))");
@@ -178,6 +187,14 @@ int train_main(int argc, char** argv) {
   app.add_flag("--save-optimizer", save_optimizer,
                "the interval checkpoints also hold the optimizer, scheduler, step and data position (for --resume)");
   app.add_option("--keep-last", keep_last, "keep only the newest K interval checkpoints (0 = all)");
+  app.add_option("--save-format", save_format,
+                 "how --save-optimizer checkpoints hold the training state: sharded (default: each rank writes its "
+                 "own slices plus an index, no Hugging Face weights; `twinkle export --from-checkpoint` writes them) "
+                 "| gathered (gathered to rank 0: HF weights and full state tensors)");
+  app.add_flag("--async-save", async_save,
+               "write the sharded --save-optimizer checkpoints in a background thread from a copy of each rank's "
+               "slices while training goes on (committed when every rank is done; the next save and the end of the "
+               "run wait for it)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -207,6 +224,10 @@ int train_main(int argc, char** argv) {
   twinkle::check_option(keep_last >= 0, "train", "keep_last", ">= 0 (0 = keep all)", keep_last);
   twinkle::check_option(!save_optimizer || save_interval > 0, "train", "save_optimizer",
                         "with --save-interval N (the checkpoints that hold the optimizer)", "set");
+  twinkle::check_option(save_format == "sharded" || save_format == "gathered", "train", "save_format",
+                        "sharded or gathered", save_format);
+  twinkle::check_option(!async_save || (save_optimizer && save_format == "sharded"), "train", "async_save",
+                        "with --save-interval N --save-optimizer and --save-format sharded", "set");
   twinkle::check_option(keep_last == 0 || save_optimizer, "train", "keep_last",
                         "with --save-interval N --save-optimizer (the checkpoints it prunes)", keep_last);
   const twinkle::TemplateOptions to = twinkle::cli::checked_template_options(data, model);
@@ -226,6 +247,15 @@ int train_main(int argc, char** argv) {
   // refused before the runtime touches a device (Qwen3Model refuses it too, for the API)
   twinkle::kernels::check_mixed_precision_on(device, mo.mixed_precision);
   mo.layers_per_stage = layers_per_stage;
+  if (!pipeline_layout.empty()) {
+    twinkle::check(layers_per_stage.empty(), "--pipeline-model-parallel-layout and --layers-per-stage both set the split");
+    mo.layers_per_stage = twinkle::parallel::parse_pipeline_layout(pipeline_layout);
+    // Megatron: the layout's stage count gives vpp = stages / pp (unless vpp is set another way)
+    const int stages = static_cast<int>(mo.layers_per_stage.size());
+    twinkle::check(stages % pp == 0, "--pipeline-model-parallel-layout has " + std::to_string(stages) +
+                                         " stages, not a multiple of --pp " + std::to_string(pp));
+    if (vpp == 1 && layers_per_vstage == 0) vpp = stages / pp;
+  }
   mo.overlap_grad_reduce = overlap_grad;
   mo.overlap_param_gather = overlap_param;
   mo.bucket_size = bucket_size;
@@ -406,9 +436,41 @@ int train_main(int argc, char** argv) {
       cs.merge_lora = merge_lora;
       cs.dtype = save_dtype;
       cs.dataloader = &loader;
+      cs.save_format = save_format;
+      cs.async_save = async_save;
+      // TWINKLE_SAVE_STATS=1 (bench/ckpt_save_bench.py): each rank reports the save's wall time and
+      // its peak RSS during the save (the kernel's high-water mark reset just before, proc(5) clear_refs 5).
+      const bool stats = std::getenv("TWINKLE_SAVE_STATS") && step % save_interval == 0;
+      auto status_field = [](const char* key) {
+        std::ifstream st("/proc/self/status");
+        std::string line, v = "?";
+        while (std::getline(st, line))
+          if (line.rfind(key, 0) == 0) v = line.substr(std::string(key).size());
+        return v;
+      };
+      const std::string rss_before = stats ? status_field("VmRSS:") : "";
+      if (stats) std::ofstream("/proc/self/clear_refs") << "5";
+      const auto t0 = std::chrono::steady_clock::now();
       const std::string dir = m.save(std::nullopt, cs);  // "" when step % interval != 0
-      if (!dir.empty()) log.info("saved checkpoint " + dir + (save_optimizer ? " (with the optimizer state)" : ""));
+      if (stats) {
+        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr, "save stats: rank %d format %s wall %.3f s RSS before %s peak RSS during save %s\n",
+                     twinkle::parallel_state().global_rank, save_format.c_str(), wall, rss_before.c_str(),
+                     status_field("VmHWM:").c_str());
+      }
+      if (!dir.empty())
+        log.info((async_save ? "saving checkpoint " : "saved checkpoint ") + dir +
+                 (save_optimizer ? " (with the optimizer state)" : "") +
+                 (async_save ? " in the background (committed once every rank has written it)" : ""));
     }
+  }
+  if (m.save_pending()) {  // the last asynchronous save is committed before the run ends
+    const auto t0 = std::chrono::steady_clock::now();
+    m.wait_for_save();
+    if (std::getenv("TWINKLE_SAVE_STATS"))
+      std::fprintf(stderr, "save stats: rank %d waited %.3f s at the end for the asynchronous save\n",
+                   twinkle::parallel_state().global_rank,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   if (report_memory) {  // every rank, one whole line each (before saving: the checkpoint gathers)
     std::printf("memory: rank %d (tp %d pp %d dp %d cp %d ep %d): step peak RSS %.1f MiB over %lld steps "

@@ -23,6 +23,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -109,6 +110,31 @@ class SafetensorsFile {
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
+/// One tensor for the streaming writers below: its name, on-disk dtype and shape, and where
+/// its bytes come from — `data` (host memory, prod(shape) * dtype_size bytes, written straight
+/// from there, no copy) or, when `data` is null, `fill(dst, offset, n)`, called with consecutive
+/// byte ranges [offset, offset + n) of the tensor (n at most the writer's buffer size), which
+/// must write exactly n bytes to dst (e.g. a download from a device, a read from other files, a
+/// dtype conversion). `fill` may throw; the file is then not written.
+struct TensorSource {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;
+  const void* data = nullptr;
+  std::function<void(void* dst, size_t offset, size_t n)> fill;
+  size_t nbytes() const;  ///< prod(shape) * dtype_size(dtype)
+};
+
+/// save_safetensors for tensors whose bytes are produced while the file is written: the header
+/// comes from the names, dtypes and shapes alone, then each tensor's bytes are written from its
+/// `data` or through its `fill` with one buffer of at most `buffer_bytes` (>= 1) bytes, so the
+/// writer holds no more than that beyond what the caller holds (PyTorch DCP's FileSystemWriter
+/// streams each rank's items the same way). Same file bytes, atomicity and errors as
+/// save_safetensors, which is this function over tensors in memory.
+void save_safetensors_streamed(const std::string& path, const std::vector<TensorSource>& tensors,
+                               const std::map<std::string, std::string>& metadata = {},
+                               size_t buffer_bytes = size_t{16} << 20);
+
 /// A Hugging Face model directory's weights: `model.safetensors` or a sharded set described
 /// by `model.safetensors.index.json`. Like transformers, a single `model.safetensors` wins when
 /// both exist. Every shard is opened and validated at open_dir. Cheap to copy.
@@ -161,6 +187,14 @@ class CheckpointReader {
 /// save_safetensors) and for max_shard_bytes <= 0.
 void save_checkpoint_dir(const std::string& dir, const std::vector<std::pair<std::string, Tensor>>& tensors,
                          int64_t max_shard_bytes = 5'000'000'000);
+
+/// save_checkpoint_dir over streamed tensors (see TensorSource): the same files, shard split,
+/// index and crash-safety order, while at most one `buffer_bytes` buffer (plus what each
+/// tensor's `fill` holds, e.g. one tensor being converted) is in memory — `twinkle export
+/// --from-checkpoint` writes a Hugging Face directory one tensor at a time with it.
+/// save_checkpoint_dir is this function over tensors in memory.
+void save_checkpoint_dir_streamed(const std::string& dir, const std::vector<TensorSource>& tensors,
+                                  int64_t max_shard_bytes = 5'000'000'000, size_t buffer_bytes = size_t{16} << 20);
 
 namespace io_detail {
 /// Writes `bytes` to `path` atomically (tmp file + fsync + rename + directory fsync).

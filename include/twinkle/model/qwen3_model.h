@@ -34,6 +34,7 @@
 #include "twinkle/dist/parallel_state.h"
 #include "twinkle/io/model_config.h"
 #include "twinkle/io/safetensors.h"
+#include "twinkle/io/sharded_checkpoint.h"
 #include "twinkle/kernels/cpu/rope.h"
 #include "twinkle/kernels/registry.h"
 #include "twinkle/model/causal_lm.h"
@@ -221,6 +222,12 @@ class Qwen3Model : public CausalLM {
   /// store's flat layout; vocab padding rows zeroed), whatever layout wrote them. Throws
   /// twinkle::Error naming the file and the tensor that is missing or has the wrong shape.
   void load_flat(const SafetensorsFile& ck, bool adapters, float* flat);
+  /// load_flat from a sharded checkpoint (io/sharded_checkpoint.h; the reader's prefix picks the
+  /// kind of state, e.g. "exp_avg/"): each entry's slice is read straight from the chunks that
+  /// hold it (a tp / etp shard reads only its rows or columns), whatever layout wrote them.
+  /// Throws twinkle::Error naming the index or file and the tensor that is missing, misshapen
+  /// or not fully stored.
+  void load_flat(const ShardedCheckpointReader& ck, bool adapters, float* flat);
 
   /// Prepares a micro-batch for this stage (shift targets, SP padding). Validates ids. On device
   /// "cuda" also uploads its token metadata once (StageBatch's device pointers).

@@ -200,6 +200,25 @@ class DistributedOptimizer {
   /// `steps` is the AdamW step count (bias correction); a device store's share is uploaded. No
   /// communication. Throws twinkle::Error when steps < 0.
   void load_state(const float* m, const float* v, int64_t steps);
+  /// A flat range of the store whose AdamW state this rank holds (ZeRO-1: its shard of each
+  /// bucket; without the distributed optimizer, or in a group of one, the whole region), cut at
+  /// parameter boundaries (a range inside no parameter is padding). For a sharded checkpoint
+  /// (train/megatron_resume.cpp), which writes each element's master weight and moments once.
+  struct OwnedRange {
+    int64_t start = 0, len = 0;  ///< flat element range [start, start + len) of the store
+    int64_t state_off = 0;       ///< where its state starts in this rank's state (read_state)
+    bool expert = false;         ///< in the expert region (group: expert-dp), else dense (dp-cp)
+    /// This rank is the range's one writer: it holds the only copy of the state over its group
+    /// (ZeRO-1 sharded), or is rank 0 of a group whose ranks all hold the same copy.
+    bool unique_owner = true;
+  };
+  /// This rank's owned ranges in flat order (the constructor's segments).
+  std::vector<OwnedRange> owned_ranges() const;
+  /// Copies `n` elements of this rank's exp_avg (`second_moment` false) or exp_avg_sq (true)
+  /// from state offset `state_off` (OwnedRange::state_off + the element's offset in its range)
+  /// into host memory `dst` (downloaded from a device store). Throws twinkle::Error when the
+  /// range is outside the state.
+  void read_state(bool second_moment, int64_t state_off, int64_t n, float* dst) const;
   /// Bytes sent by this rank in the last step's dp collectives (for the volume check).
   int64_t last_step_bytes() const { return last_bytes_; }
 

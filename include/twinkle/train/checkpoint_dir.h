@@ -11,8 +11,11 @@
 // complete checkpoint) is replaced atomically after that, last.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "twinkle/dist/process_group.h"
 
 namespace twinkle {
 
@@ -24,6 +27,17 @@ std::string iter_dir_name(int64_t step);
 /// The staging directory save writes `final_dir` into: `<parent>/.<name>.tmp.<pid>` (hidden,
 /// so a crash leaves nothing that looks like a checkpoint).
 std::string staging_dir_for(const std::string& final_dir);
+/// The same name for a staging directory made by the process `pid` (a sharded save: every rank
+/// writes into the directory global rank 0 named, so they all use rank 0's pid).
+std::string staging_dir_for(const std::string& final_dir, int64_t pid);
+/// The rank-0-then-agree step of every save (train/megatron_model.cpp, train/megatron_resume.cpp):
+/// global rank 0 runs `write`; if it throws, `on_failure(what)` (which may clean up, e.g. remove
+/// a staging directory) gives rank 0's message. Then one Max all-reduce over `world` tells every
+/// rank, and all throw twinkle::Error before any other collective: rank 0 with its message, the
+/// others with `elsewhere`, so an API caller that catches it leaves no rank waiting.
+void run_on_rank0_agreed(dist::ProcessGroup& world, const std::function<void()>& write,
+                         const std::function<std::string(const std::string&)>& on_failure,
+                         const std::string& elsewhere);
 /// Removes staging directories of `final_dir` left by earlier processes that died while
 /// writing it (`.<name>.tmp.*`, and `.<name>.old.*` of an interrupted commit_dir).
 void remove_stale_staging(const std::string& final_dir);

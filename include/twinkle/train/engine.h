@@ -49,6 +49,8 @@ class Engine {
   /// loss is 0 with label_tokens 0 and the gradients stay zero. Under expert parallelism
   /// (ep > 1) a replica with fewer micro-batches than another runs filler micro-batches (one
   /// masked pad token, no label: no loss, statistic or gradient) so every ep dispatch meets.
+  /// With several model chunks per rank (vpp > 1) the micro-batches run through the interleaved
+  /// schedule (parallel/pipeline_interleaved.h), padded with the same fillers to a multiple of pp.
   /// Refusals (twinkle::Error) are raised on every rank alike, so a caller that catches one
   /// leaves no rank waiting in a collective: a second call before the optimizer step under
   /// overlap_grad_reduce, or after reduce_gradients (DistributedOptimizer::check_backward_allowed,

@@ -133,6 +133,30 @@ struct SaveOptions {
   /// The training state of save_optimizer stays fp32. Ignored for a PEFT adapter (fp32). Another value
   /// throws twinkle::Error naming the option.
   std::string dtype;
+  /// With save_optimizer: how the training state is written (`--save-format`).
+  ///  "sharded" (default): every rank writes only the slices it owns — its tp / pp / ep / etp
+  ///    parameter shards and its ZeRO-1 shard of the fp32 master weights and AdamW moments, each
+  ///    element by exactly one rank (a tensor replicated over tp by tp rank 0, a state replicated
+  ///    over dp by the group's rank 0) — into iter_<step>/shard-RRRRR-of-WWWWW.safetensors, and
+  ///    global rank 0 writes the index iter_<step>/sharded_index.json last
+  ///    (io/sharded_checkpoint.h; PyTorch DCP's layout). Nothing is gathered: a rank holds its own
+  ///    shards plus one 16 MiB write buffer. No Hugging Face weights are written beside it (the
+  ///    directory holds config.json, the tokenizer files and, with an adapter, adapter_config.json):
+  ///    `twinkle export --from-checkpoint DIR -o OUT` writes them from the shards.
+  ///  "gathered": the earlier form — the HF (or PEFT) weights and full HF-named state tensors
+  ///    gathered to rank 0 and written by it (master_weights / exp_avg / exp_avg_sq.safetensors).
+  /// Both resume on any layout. Another value throws twinkle::Error naming the option.
+  std::string save_format = "sharded";
+  /// With save_optimizer and save_format "sharded" (`--async-save`): save() copies this rank's slices
+  /// into a host staging buffer (one copy of its own shards: master weight and both moments of its
+  /// ZeRO-1 ranges), starts a background thread that writes and fsyncs its shard file from it, and
+  /// returns; training goes on. The checkpoint is committed (rank 0 writes the index and the state
+  /// files, renames the staging directory into place, then `latest`) once every rank's thread is
+  /// done: checked after each clip_grad_and_step (one 8-byte all-reduce while a save is pending), and
+  /// waited for by the next save of any kind and by wait_for_save(). Until then, and if a rank dies
+  /// meanwhile, only the previous checkpoint exists (the new one is a hidden staging directory,
+  /// removed by the next save). Megatron's async_save (its async_utils.py finalize) works this way.
+  bool async_save = false;
 };
 
 /// What resume_from_checkpoint restored (Twinkle returns {cur_step, consumed_train_samples,
@@ -276,6 +300,8 @@ class MegatronModel {
   ///                        shards gathered), state.json (AdamW step count, scheduler steps and
   ///                        config, optimizer config, seeds, DataLoader position, model config,
   ///                        adapter config, the saving layout) written last.
+  /// That is opts.save_format "gathered"; the default "sharded" writes the same state as each rank's
+  /// own slices plus an index instead, and no HF weights (see SaveOptions::save_format).
   /// The directory is staged under a hidden name, fsync'ed and renamed into place; then
   /// output_dir/latest names it and older checkpoint-step-N directories beyond opts.keep_last
   /// are removed (train/checkpoint_dir.h). A failure (disk full, an I/O error) throws
@@ -293,6 +319,14 @@ class MegatronModel {
   /// OptimizerParamScheduler refuses a changed schedule).
   ResumeState resume_from_checkpoint(const std::string& dir, bool resume_only_model = false,
                                      DataLoader* loader = nullptr);
+  /// Finishes a pending asynchronous save (SaveOptions::async_save): waits for every rank's writer
+  /// thread, agrees on the outcome and commits the checkpoint (rank 0). Does nothing without one.
+  /// Collective. Throws twinkle::Error on every rank (naming the file) when a rank's write failed;
+  /// the staging directory is then removed and earlier checkpoints are untouched. Call it before a
+  /// program ends (twinkle train does; the destructor only joins the thread, committing nothing).
+  void wait_for_save();
+  /// Whether an asynchronous save has not been committed yet.
+  bool save_pending() const { return pending_save_ != nullptr; }
   /// Steps taken (forward_backward calls): Twinkle's cur_step.
   int64_t cur_step() const { return cur_step_; }
   /// The event file options().tensorboard_dir is written to: "" before the first clip_grad_and_step,
@@ -339,6 +373,29 @@ class MegatronModel {
   };
   TrainingStateTensors gather_training_state(std::vector<std::pair<std::string, Tensor>> master);
   void write_training_state(const std::string& dir, const TrainingStateTensors& t, const SaveOptions& opts) const;
+  // The metadata files of a training state (state.json, latest_checkpointed_iteration.txt,
+  // trainer_state.json) for either format; `files` is state.json's "files" object.
+  void write_state_json(const std::string& dir, const SaveOptions& opts, const std::string& format,
+                        const std::string& files_json) const;
+  // The texts write_state_json writes: {state.json, latest_checkpointed_iteration.txt, trainer_state.json}.
+  std::vector<std::string> state_json_texts(const SaveOptions& opts, const std::string& format,
+                                            const std::string& files_json) const;
+  // An asynchronous sharded save between save() and its commit (megatron_resume.cpp).
+  struct PendingSave;
+  struct PendingSaveDelete {
+    void operator()(PendingSave* p) const;  // joins its writer thread (megatron_resume.cpp)
+  };
+  std::unique_ptr<PendingSave, PendingSaveDelete> pending_save_;
+  // Commits the pending save when every rank's writer is done (blocking: waits for them).
+  void finish_pending_save(bool blocking);
+  // The sharded format (megatron_resume.cpp): collective over the world; `final_dir` appears
+  // complete (renamed from its staging directory) or not at all.
+  void save_sharded(const std::string& name, const std::string& final_dir, const SaveOptions& opts,
+                    const ModelConfig& cfg);
+  // Rank 0's files of every HF-style save (config.json with cfg's dtype, the tokenizer files
+  // copied from the model directory) and, with an adapter, PEFT's adapter_config.json.
+  void write_model_files(const std::string& dir, const ModelConfig& cfg) const;
+  void write_peft_adapter_config(const std::string& dir) const;
   std::shared_ptr<dist::ParallelState> ps_;
   std::string model_dir_;
   std::string adapter_name_;

@@ -281,16 +281,23 @@ class MegatronModel:
         save_optimizer=True also writes the training state resume_from_checkpoint reads
         (trainer_state.json, iter_<step:07d>/: fp32 weights, AdamW moments, scheduler and step;
         layout-independent, written atomically; C++ MegatronModel::save); the keyword
-        consumed_train_samples goes into trainer_state.json as in Twinkle."""
+        consumed_train_samples goes into trainer_state.json as in Twinkle. The keyword save_format
+        ('sharded', the default, or 'gathered'; C++ SaveOptions::save_format) says how: 'sharded' has
+        every rank write its own slices plus an index and no HF weights (`twinkle export
+        --from-checkpoint DIR -o OUT` writes them), 'gathered' the HF weights and full state tensors
+        gathered to rank 0."""
         if not isinstance(interval, int) or interval < 1:
             raise ValueError(f'save: interval must be an int >= 1, got {interval!r}')
         consumed = kwargs.pop('consumed_train_samples', -1)
+        save_format = kwargs.pop('save_format', 'sharded')
+        if save_format not in ('sharded', 'gathered'):
+            raise ValueError(f"save: save_format must be 'sharded' or 'gathered', got {save_format!r}")
         if kwargs:
             raise TypeError(f'save() got unexpected keyword arguments {sorted(kwargs)}')
         if self.cur_step % interval != 0:
             return None
         return self._m.save(name or f'checkpoint-step-{self.cur_step}', output_dir or 'output', bool(merge_lora),
-                            bool(save_optimizer), int(consumed))
+                            bool(save_optimizer), int(consumed), save_format)
 
     def resume_from_checkpoint(self, checkpoint_dir, resume_only_model=False):
         """Twinkle's resume_from_checkpoint: loads a checkpoint written with save_optimizer=True

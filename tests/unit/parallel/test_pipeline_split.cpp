@@ -7,6 +7,7 @@
 #include <random>
 
 #include "twinkle/core/error.h"
+#include "twinkle/parallel/pipeline_layout.h"
 #include "twinkle/parallel/pipeline_split.h"
 
 using namespace twinkle;
@@ -97,4 +98,32 @@ TEST(BalancedSplit, Errors) {
   EXPECT_TRUE(is_balanced_split_mode("balanced"));
   EXPECT_FALSE(is_balanced_split_mode("even"));
   EXPECT_THROW(is_balanced_split_mode("uniform"), Error);
+}
+
+// Megatron's pipeline_model_parallel_layout strings (pipeline_parallel_layer_layout.py), counted by hand.
+TEST(PipelineLayout, MegatronsSyntax) {
+  using twinkle::parallel::parse_pipeline_layout;
+  EXPECT_EQ(parse_pipeline_layout("Et|t|t|tL"), (std::vector<int64_t>{1, 1, 1, 1}));
+  EXPECT_EQ(parse_pipeline_layout("Et*3|(tt|)*2tL"), (std::vector<int64_t>{3, 2, 2, 1}));
+  EXPECT_EQ(parse_pipeline_layout("E tt | ttt L", 2), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(parse_pipeline_layout("Et|((t|)*2)*2tL"), (std::vector<int64_t>{1, 1, 1, 1, 1, 1}));
+  auto refuses = [](const std::string& s, const std::string& part, int stages = 0) {
+    try {
+      parse_pipeline_layout(s, stages);
+      ADD_FAILURE() << s << " accepted";
+    } catch (const twinkle::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << s << ": " << e.what();
+    }
+  };
+  refuses("E|tt|ttL", "holds no decoder layer");       // a stage of only E
+  refuses("Et|tt|L", "holds no decoder layer");
+  refuses("tt|ttL", "first stage must start with 'E'");
+  refuses("Ett|tt", "last stage must end with 'L'");
+  refuses("Et|Et|tL", "'E' must open the first stage");
+  refuses("EtL|tL", "'L' must close the last stage");
+  refuses("Et|tm|tL", "multi-token prediction");
+  refuses("Et|tx|tL", "unknown character 'x'");
+  refuses("Et|tt|tL", "3 stages; pp x vpp is 4", 4);
+  refuses("Et|(tt|*2tL", "'(' without ')'");
+  refuses("EL*2|tL", "only 't'");
 }
