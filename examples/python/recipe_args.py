@@ -28,7 +28,7 @@ def parse_recipe_args(prog, *, model, data_rows, max_steps, batch_size, output_d
     """The recipe's options. model, data_rows, max_steps, batch_size, output_dir: the script's
     defaults (batch_size None: the script picks it); mesh: its DeviceMesh sizes, e.g. dict(dp_size=2, tp_size=2, pp_size=2) — each key
     becomes an option (--dp, --tp, --pp, --cp, --ep). Returns the argparse namespace with
-    .mixed_precision ('bf16' or 'no'), .mesh (the sizes dict) and .target_modules (PEFT's
+    .mixed_precision ('bf16' or 'no'), .tensorboard_dir (None: off), .mesh (the sizes dict) and .target_modules (PEFT's
     target_modules: 'all-linear' or a list)."""
     ap = argparse.ArgumentParser(prog=prog, allow_abbrev=False, description='Options shared with the C++ recipe of the same name '
                                  '(the C++ recipe has more); environment variables TWINKLE_* give the defaults.')
@@ -44,6 +44,9 @@ def parse_recipe_args(prog, *, model, data_rows, max_steps, batch_size, output_d
     ap.add_argument('--lr', type=float, default=1e-4, help='peak learning rate (default: %(default)s)')
     ap.add_argument('--output-dir', default=os.environ.get('TWINKLE_OUTPUT_DIR') or output_dir,
                     help='where the final checkpoint and metrics.jsonl go (TWINKLE_OUTPUT_DIR; default: %(default)s)')
+    ap.add_argument('--tensorboard-dir', default=os.environ.get('TWINKLE_TENSORBOARD_DIR') or None,
+                    help="TensorBoard event files of every step's metrics here (rank 0; MegatronModel's "
+                         "tensorboard_dir, Megatron's --tensorboard-dir; TWINKLE_TENSORBOARD_DIR; default: none)")
     ap.add_argument('--device', default=os.environ.get('TWINKLE_DEVICE') or 'cpu', choices=('cpu', 'cuda', 'npu'),
                     help="the DeviceMesh's device_type (TWINKLE_DEVICE; default: %(default)s)")
     for key, size in mesh.items():

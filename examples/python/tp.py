@@ -52,7 +52,8 @@ def train():
     # --max-steps (0 = one epoch); the schedule decays over the steps run, at least 3 (examples/tp_recipe.cpp)
     steps = ARGS.max_steps or len(dataloader)
 
-    model = MegatronModel(model_id=MODEL_ID, mixed_precision=ARGS.mixed_precision)
+    model = MegatronModel(model_id=MODEL_ID, mixed_precision=ARGS.mixed_precision,
+                          tensorboard_dir=ARGS.tensorboard_dir)
     lora_config = LoraConfig(r=ARGS.lora_r, lora_alpha=ARGS.lora_alpha, target_modules=ARGS.target_modules)
     # the cookbook's adapter line ("Comment this to use full-parameter training"): on with --lora
     if ARGS.lora:

@@ -60,7 +60,8 @@ def train():
     # global batch 2: both rows on the one data-parallel rank, each split over the cp ranks
     dataloader = DataLoader(dataset=dataset, batch_size=ARGS.batch_size, num_workers=0)
 
-    model = MegatronModel(model_id=MODEL_ID, mixed_precision=ARGS.mixed_precision)
+    model = MegatronModel(model_id=MODEL_ID, mixed_precision=ARGS.mixed_precision,
+                          tensorboard_dir=ARGS.tensorboard_dir)
     lora_config = LoraConfig(r=ARGS.lora_r, lora_alpha=ARGS.lora_alpha, target_modules=ARGS.target_modules)
     # the cookbook's adapter line ("Comment this to use full-parameter training"): on with --lora
     if ARGS.lora:

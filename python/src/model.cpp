@@ -76,10 +76,11 @@ twinkle::MegatronModelOptions model_options(const py::dict& kw) {
     else if (k == "overlap_param_gather") o.overlap_param_gather = v.cast<bool>();
     else if (k == "bucket_size") o.bucket_size = v.is_none() ? 0 : v.cast<int64_t>();
     else if (k == "mixed_precision") o.mixed_precision = v.cast<std::string>();  // from Twinkle's name
+    else if (k == "tensorboard_dir") o.tensorboard_dir = v.is_none() ? std::string() : v.cast<std::string>();
     else unknown_kw("MegatronModel", k, "micro_batch_size, load_weights, seed, layers_per_stage, pipeline_split, "
                     "recompute_granularity, packing, lm_head_chunk_tokens, on_nonfinite, kernels, cp_comm_type, "
                     "moe_aux_loss_type, moe_aux_loss_coeff, moe_z_loss_coeff, overlap_grad_reduce, "
-                    "overlap_param_gather, bucket_size");
+                    "overlap_param_gather, bucket_size, tensorboard_dir");
   }
   return o;
 }
@@ -151,6 +152,7 @@ py::dict metrics_dict(const MegatronModel::StepMetrics& m) {
   d["has_loss"] = m.has_loss;
   d["skipped"] = m.skipped;
   d["skipped_steps"] = m.skipped_steps;
+  d["peak_memory_bytes"] = m.peak_memory_bytes;
   if (m.moe) {  // Qwen3-MoE: the router losses and the expert load (engine.h StepResult)
     d["lm_loss"] = m.lm_loss;
     d["aux_loss"] = m.aux_loss;
@@ -327,6 +329,7 @@ void bind_model(py::module_& m) {
              arg_check([&] { changed = twinkle::kernelize_model(self.model(), mapping); });
              return changed;
            })
+      .def_property_readonly("tensorboard_path", &MegatronModel::tensorboard_path)
       .def_property_readonly("model_dir", &MegatronModel::model_dir)
       .def_property_readonly("pad_token_id", &MegatronModel::pad_token_id)
       .def_property_readonly("last_eval_label_tokens", &MegatronModel::last_eval_label_tokens);

@@ -23,9 +23,12 @@
 #include "twinkle/io/sharded_checkpoint.h"
 #include "twinkle/io/tied_head.h"
 #include "twinkle/model/lora_files.h"
+#include "twinkle/core/device_allocator.h"
 #include "twinkle/core/option_check.h"
+#include "twinkle/core/peak_rss.h"
 #include "twinkle/train/checkpoint_dir.h"
 #include "twinkle/train/mfu.h"
+#include "twinkle/train/tensorboard_log.h"
 
 namespace twinkle {
 
@@ -105,6 +108,16 @@ std::string refusal_of(const std::string& input_error, const std::function<void(
     return e.what();
   }
   return "";
+}
+
+// StepMetrics::peak_memory_bytes: the device allocator's peak where it tracks one, else the process's
+// peak resident set (the CPU's host memory).
+int64_t peak_memory_bytes(Device d) {
+  if (d != Device::CPU && has_device_allocator(d)) {
+    const int64_t p = device_allocator(d).peak_bytes_in_use();
+    if (p >= 0) return p;
+  }
+  return step_peak_rss_bytes();
 }
 
 std::string fmt_double(const char* f, double v) {
@@ -414,8 +427,19 @@ StepStats MegatronModel::clip_grad_and_step(std::optional<double> max_grad_norm)
                                                  : 0.0;
   const double fl = flops_per_token(mean_seq) * static_cast<double>(last_fb_.tokens);
   last_.mfu = (peak_flops_ > 0 && fb_time_s_ > 0) ? fl / fb_time_s_ / peak_flops_ : 0;
+  last_.peak_memory_bytes = peak_memory_bytes(model_->device());
   fb_time_s_ = 0;
   ++steps_since_metric_;
+  if (!opts_.tensorboard_dir.empty() && ps_->global_rank == 0) {
+    // opened at the first step, after a resume_from_checkpoint set cur_step_: the SessionLog START at
+    // the first new step makes TensorBoard drop what an earlier run logged from there on (as `twinkle
+    // train --tensorboard-dir` does, tools/twinkle/cmd_train.cpp)
+    if (!tb_) {
+      tb_ = std::make_unique<TensorBoardWriter>(opts_.tensorboard_dir, resumed_step_ >= 0 ? resumed_step_ + 1 : -1);
+      get_logger().info("tensorboard: " + tb_->path());
+    }
+    write_step_scalars(*tb_, last_, cur_step_);
+  }
   // an asynchronous save in flight is committed once every rank's writer is done (SaveOptions::async_save)
   if (pending_save_) finish_pending_save(false);
   return st;

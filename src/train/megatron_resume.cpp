@@ -683,6 +683,7 @@ ResumeState MegatronModel::resume_from_checkpoint(const std::string& dir, bool r
     opt.load_state(m.data(), v.data(), field<int64_t>(oc, "steps", state_path));
     if (has_sched_) sched_.set_steps(field<int64_t>(st["scheduler"], "steps", state_path));
     cur_step_ = rs.cur_step;
+    resumed_step_ = rs.cur_step;  // the tensorboard_dir file's SessionLog START (clip_grad_and_step)
     skipped_steps_ = st.value("skipped_steps", int64_t{0});
   }
   if (world.rank() == 0)

@@ -18,6 +18,7 @@ void write_step_scalars(TensorBoardWriter& tb, const MegatronModel::StepMetrics&
   tb.add_scalar("tokens-per-sec", m.tokens_per_s, step);
   tb.add_scalar("mfu", m.mfu, step);
   tb.add_scalar("iteration-time", m.step_time_s, step);
+  if (m.peak_memory_bytes > 0) tb.add_scalar("mem-max-allocated-bytes", static_cast<double>(m.peak_memory_bytes), step);
   tb.flush();
 }
 

@@ -13,6 +13,7 @@ import math
 import os
 import signal
 import subprocess
+import struct
 import sys
 import tempfile
 import time
@@ -608,6 +609,38 @@ class MegatronModelTest(unittest.TestCase):
         self.assertGreater(abs(lb - lf) / lf, 1e-6)  # bf16 really computed in bf16
         self.assertLess(abs(lb - lf) / lf, 1e-2)     # and is the same model
         self.assertEqual(lf, self.model_at_init_loss(batch))
+    def test_09_tensorboard_dir(self):
+        # MegatronModel(..., tensorboard_dir=...) (Megatron's --tensorboard-dir; twinkle::MegatronModelOptions):
+        # a pathlib.Path is accepted, the event file appears at the first step, TensorBoard's own reader gets
+        # the step's scalars under twinkle train's tags, equal to last_metrics(); a non-path is a TypeError.
+        import pathlib
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        tb = pathlib.Path(self.tmp.name) / 'tb'
+        m = MegatronModel(self.init_dir, mixed_precision='no', tensorboard_dir=tb)
+        m.set_optimizer(optimizer_cls='default', lr=1e-3)
+        self.assertEqual(m.tensorboard_path, '')
+        batches = list(DataLoader(self.ds, batch_size=4))
+        logged = []
+        for b in batches:
+            m.forward_backward(inputs=b)
+            m.clip_grad_and_step()
+            logged.append(m.last_metrics())
+        self.assertTrue(m.tensorboard_path.startswith(str(tb) + os.sep), m.tensorboard_path)
+        self.assertGreater(logged[-1]['peak_memory_bytes'], 1 << 20)
+        ea = EventAccumulator(str(tb), size_guidance={'scalars': 0})
+        ea.Reload()
+        tags = set(ea.Tags()['scalars'])
+        for t in ('lm loss', 'grad-norm', 'learning-rate', 'tokens-per-sec', 'mfu', 'iteration-time',
+                  'mem-max-allocated-bytes'):
+            self.assertIn(t, tags)
+        f32 = lambda v: struct.unpack('f', struct.pack('f', v))[0]  # noqa: E731 (TensorBoard's simple_value)
+        self.assertEqual([(e.step, e.value) for e in ea.Scalars('lm loss')],
+                         [(i + 1, f32(x['loss'])) for i, x in enumerate(logged)])
+        self.assertEqual([e.value for e in ea.Scalars('mem-max-allocated-bytes')],
+                         [f32(x['peak_memory_bytes']) for x in logged])
+        with self.assertRaises(TypeError):
+            MegatronModel(self.init_dir, mixed_precision='no', tensorboard_dir=5)
+
     def test_05_bad_model_arguments(self):
         with self.assertRaisesRegex(ValueError, 'micro_batch_size'):
             MegatronModel(MODEL, micro_batch_size=-1)

@@ -401,7 +401,8 @@ int train_main(int argc, char** argv) {
                 {"label_tokens", mt.label_tokens},
                 {"tokens_per_s", mt.tokens_per_s},
                 {"mfu", mt.mfu},
-                {"step_time_s", mt.step_time_s}};
+                {"step_time_s", mt.step_time_s},
+                {"peak_memory_bytes", mt.peak_memory_bytes}};  // rank 0's (StepMetrics::peak_memory_bytes)
       if (mt.skipped) j["skipped"] = true;
       if (mt.moe) {
         j["lm_loss"] = num_or_null(mt.lm_loss, mt.has_loss);

@@ -10,6 +10,7 @@
 // may be reused / read (it synchronizes); fill_zero and device-to-device copies are asynchronous.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "twinkle/core/tensor.h"
@@ -49,6 +50,10 @@ class DeviceAllocator {
   virtual void* stream() { return nullptr; }
   /// One line for logs: device name and counters.
   virtual std::string describe() const = 0;
+  /// The most bytes handed out by alloc() and not yet freed at any time since the process start
+  /// (PyTorch's torch.cuda.memory_stats()["allocated_bytes.all.peak"], which Megatron-LM's
+  /// training_log writes as "mem-max-allocated-bytes"); -1 (the default) = not tracked.
+  virtual int64_t peak_bytes_in_use() const { return -1; }
 };
 
 /// Makes `a` the allocator of device `d` (not owned; it must outlive every tensor of that device;

@@ -18,6 +18,7 @@
 
 #include "twinkle/data/batch.h"
 #include "twinkle/data/dataloader.h"
+#include "twinkle/io/tensorboard.h"
 #include "twinkle/model/qwen3_model.h"
 #include "twinkle/optim/distributed_optimizer.h"
 #include "twinkle/optim/lr_scheduler.h"
@@ -80,6 +81,14 @@ struct MegatronModelOptions {
   /// Gradient bucket size in elements (Megatron's bucket_size, `--bucket-size`); 0 = keep the
   /// OptimizerConfig's bucket_bytes (4 MiB = 1,048,576 elements). Otherwise >= 1.
   int64_t bucket_size = 0;
+  /// TensorBoard event files of every step (Megatron's --tensorboard-dir; `twinkle train
+  /// --tensorboard-dir` writes the same): non-empty = global rank 0 writes each clip_grad_and_step's
+  /// last_metrics() into a new event file in this directory (created if needed) under the tags of
+  /// write_step_scalars (twinkle/train/tensorboard_log.h) at step cur_step(), flushed every step. The
+  /// file is opened at the first clip_grad_and_step, so a run resumed by resume_from_checkpoint at step
+  /// N starts it with SessionLog START at N + 1 and TensorBoard drops the steps > N an earlier run had
+  /// logged there (one curve; twinkle/io/tensorboard.h). "" (default) = none.
+  std::string tensorboard_dir;
 };
 
 /// The one place the model/training options are checked (the MegatronModel constructor,
@@ -234,13 +243,17 @@ class MegatronModel {
   /// applied, a non-finite loss or global grad norm (on any rank) throws twinkle::Error
   /// "step N: non-finite ..." (on_nonfinite "error") or skips the update (on_nonfinite
   /// "skip": result skipped = true, no scheduler step, counted in last_metrics()). Collective.
+  /// With options().tensorboard_dir, rank 0 then writes the step's scalars (a skipped step's too;
+  /// an error thrown above writes none); a failed write throws twinkle::Error on rank 0 after the
+  /// update was applied.
   StepStats clip_grad_and_step(std::optional<double> max_grad_norm = std::nullopt);
 
   /// Metrics of the last step(s): loss, grad_norm, learning rate, iters, total time elapse,
   /// speed (iters/s), tokens_per_s, mfu. Values as Twinkle formats them (strings).
   std::map<std::string, std::string> calculate_metric(bool is_training = true);
   /// Numeric metrics of the last step (for JSONL logs). Every rank holds the same values
-  /// except step_time_s / tokens_per_s / mfu (this rank's clock): mfu = flops_per_token(S) *
+  /// except step_time_s / tokens_per_s / mfu (this rank's clock) and peak_memory_bytes (this
+  /// rank's memory): mfu = flops_per_token(S) *
   /// tokens / step_time_s / peak_flops(), S the global batch's mean sequence length (real
   /// tokens / sequences over all dp ranks, the same on a rank without a row this step).
   struct StepMetrics {
@@ -253,6 +266,13 @@ class MegatronModel {
     bool moe = false;           ///< a Qwen3-MoE model: the fields below are set (engine.h StepResult)
     double lm_loss = 0, aux_loss = 0, z_loss = 0, expert_load_max = 0, expert_load_min = 0;
     double expert_grad_norm = 0;  ///< the expert part of grad_norm (DistributedOptimizer)
+    /// This rank's peak memory so far, in bytes (Megatron's "mem-max-allocated-bytes", which is
+    /// torch.cuda.memory_stats()["allocated_bytes.all.peak"]): on a device with an allocator that
+    /// tracks it (cuda: the caching allocator's peak of bytes handed out,
+    /// DeviceAllocator::peak_bytes_in_use) that peak; on the CPU the process's peak resident set
+    /// (VmHWM, twinkle/core/peak_rss.h: since the process start or the last reset_peak_rss()); 0 where
+    /// neither is available.
+    int64_t peak_memory_bytes = 0;
   };
   const StepMetrics& last_metrics() const { return last_; }
   /// Layout, adapter (Twinkle's "Adapter config:" line, when one was added), model, kernels, mixed
@@ -309,6 +329,9 @@ class MegatronModel {
   bool save_pending() const { return pending_save_ != nullptr; }
   /// Steps taken (forward_backward calls): Twinkle's cur_step.
   int64_t cur_step() const { return cur_step_; }
+  /// The event file options().tensorboard_dir is written to: "" before the first clip_grad_and_step,
+  /// on ranks other than 0, and without tensorboard_dir.
+  std::string tensorboard_path() const { return tb_ ? tb_->path() : std::string(); }
   /// Loads weights from a HF checkpoint directory into every shard. Throws twinkle::Error when
   /// this model is tied but the checkpoint holds an lm_head.weight different from the
   /// embedding (the constructor unties for such a checkpoint; see twinkle/io/tied_head.h).
@@ -391,6 +414,8 @@ class MegatronModel {
   int64_t cur_step_ = 0;
   int64_t skipped_steps_ = 0;
   int64_t last_eval_label_tokens_ = 0;
+  std::unique_ptr<TensorBoardWriter> tb_;  // options().tensorboard_dir's writer (rank 0, opened at the first step)
+  int64_t resumed_step_ = -1;  // cur_step restored by resume_from_checkpoint (-1: none)
   std::chrono::steady_clock::time_point t_start_, t_last_metric_, t_fb_start_;
   double fb_time_s_ = 0;
   int64_t steps_since_metric_ = 0;

@@ -1,6 +1,7 @@
 // twinkle/train/tensorboard_log.h — one training step's metrics as TensorBoard scalars, the same tags
-// for `twinkle train --tensorboard-dir` and the recipes' --tensorboard-dir (the event file format:
-// twinkle/io/tensorboard.h).
+// for `twinkle train --tensorboard-dir`, the recipes' --tensorboard-dir and
+// MegatronModelOptions::tensorboard_dir (Python: MegatronModel(..., tensorboard_dir=...)) (the event file
+// format: twinkle/io/tensorboard.h).
 #pragma once
 #include <cstdint>
 
@@ -12,7 +13,9 @@ namespace twinkle {
 /// Writes the step's metrics (MegatronModel::last_metrics()) at `step` under Megatron's tag names where it
 /// has them (megatron/training/training.py training_log): "lm loss" (a step whose global batch has no
 /// labelled token writes none), "grad-norm", "learning-rate", "tokens-per-sec", "mfu", "iteration-time"
-/// (seconds); a Qwen3-MoE model also "loss" (lm loss + the router losses), "load_balancing_loss",
+/// (seconds), "mem-max-allocated-bytes" (StepMetrics::peak_memory_bytes: the writing rank's peak memory,
+/// Megatron's log_memory_to_tensorboard tag; none when it is 0); a Qwen3-MoE model also "loss" (lm loss +
+/// the router losses), "load_balancing_loss",
 /// "z_loss", "expert-grad-norm", "expert-load-max", "expert-load-min". Then flushes the file, so
 /// TensorBoard sees each step as it ends. Call on one rank (rank 0). Throws twinkle::Error on a write error.
 void write_step_scalars(TensorBoardWriter& tb, const MegatronModel::StepMetrics& m, int64_t step);

@@ -112,7 +112,15 @@ class MegatronModel:
         API), moe_z_loss_coeff (0); overlap_grad_reduce / overlap_param_gather (False, as Megatron's
         DistributedDataParallelConfig: overlap the dp gradient reduce-scatter with the backward and
         the parameter all-gather with the next forward; bit-identical results) and bucket_size
-        (gradient bucket elements, Megatron's; None = 4 MiB buckets).
+        (gradient bucket elements, Megatron's; None = 4 MiB buckets); tensorboard_dir (Megatron's
+        --tensorboard-dir, as Twinkle passes Megatron's arguments by keyword; a str or os.PathLike,
+        None = off): rank 0 writes every clip_grad_and_step's scalars to a new TensorBoard event file
+        there under the tags of `twinkle train --tensorboard-dir` ('lm loss', 'grad-norm',
+        'learning-rate', 'tokens-per-sec', 'mfu', 'iteration-time', 'mem-max-allocated-bytes'; MoE:
+        'load_balancing_loss', 'z_loss', 'expert-grad-norm', 'expert-load-max', ...) at step cur_step,
+        flushed every step; after resume_from_checkpoint / load(load_optimizer=True) at step N the new
+        file starts with SessionLog START at N + 1, so TensorBoard shows one curve
+        (twinkle::MegatronModelOptions::tensorboard_dir; tensorboard_path names the file).
         Collective over the world. ValueError / TypeError for bad options; RuntimeError
         when the model does not fit the mesh or cannot be loaded."""
         if config is not None or ddp_config is not None:
@@ -131,6 +139,8 @@ class MegatronModel:
         if device_mesh is not None and _global_mesh() is not None and device_mesh is not _global_mesh():
             raise ValueError('MegatronModel: device_mesh must be the mesh given to twinkle.initialize')
         opts = dict(kwargs)
+        if opts.get('tensorboard_dir') is not None:
+            opts['tensorboard_dir'] = os.fspath(opts['tensorboard_dir'])
         opts['load_weights'] = bool(load_weights)
         opts['mixed_precision'] = _MIXED_PRECISION[mixed_precision]
         opts.setdefault('moe_aux_loss_type', 'per_layer')  # Twinkle's Megatron backend (mcore's aux loss)
@@ -248,8 +258,16 @@ class MegatronModel:
         return dict(self._m.calculate_metric(bool(is_training)))
 
     def last_metrics(self):
-        """Numeric metrics of the last step: step, loss, grad_norm, lr, tokens, tokens_per_s, mfu, ..."""
+        """Numeric metrics of the last step: step, loss, grad_norm, lr, tokens, tokens_per_s, mfu,
+        peak_memory_bytes (this rank's peak: the device allocator's, or the CPU process's peak resident
+        set), ..."""
         return self._m.last_metrics()
+
+    @property
+    def tensorboard_path(self):
+        """The event file tensorboard_dir is written to ('' before the first step, on ranks other
+        than 0, and without tensorboard_dir)."""
+        return self._m.tensorboard_path
 
     def get_train_configs(self, adapter_name=None):
         return self._m.get_train_configs()

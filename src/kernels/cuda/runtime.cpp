@@ -180,6 +180,7 @@ class CudaDeviceAllocator final : public DeviceAllocator {
   std::string describe() const override {
     return "cuda:" + std::to_string(current_device()) + " caching allocator: " + cache_.summary();
   }
+  int64_t peak_bytes_in_use() const override { return cache_.stats().peak_in_use; }
 
  private:
   CachingAllocator& cache_;
