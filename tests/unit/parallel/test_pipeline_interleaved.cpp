@@ -19,6 +19,7 @@
 using namespace twinkle;
 using twinkle::testing::Mailbox;
 using twinkle::testing::ThreadGroup;
+using twinkle::testing::joined;
 
 namespace {
 
@@ -77,12 +78,6 @@ std::vector<RankLog> run(int p, int v, int m, bool forward_only) {
   }
   for (auto& t : threads) t.join();
   return logs;
-}
-
-std::string joined(const std::vector<std::string>& v) {
-  std::ostringstream o;
-  for (size_t i = 0; i < v.size(); ++i) o << (i ? " " : "") << v[i];
-  return o.str();
 }
 
 void expect_order(int p, int v, int m, const std::vector<std::string>& expected) {

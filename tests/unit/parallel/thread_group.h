@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -82,5 +83,12 @@ class ThreadGroup : public dist::ProcessGroup {
   std::vector<int> ranks_;
   std::string name_ = "pp";
 };
+
+/// The events of a schedule log joined by spaces ("F0 F1 B0 ..."), for EXPECT_EQ against a hand-written order.
+inline std::string joined(const std::vector<std::string>& v) {
+  std::ostringstream o;
+  for (size_t i = 0; i < v.size(); ++i) o << (i ? " " : "") << v[i];
+  return o.str();
+}
 
 }  // namespace twinkle::testing
