@@ -1,7 +1,8 @@
 // The CUDA "bf16" kernel set's GEMM ops (mixed precision, Qwen3ModelOptions::mixed_precision = "bf16"):
 // linear, grouped linear, gate|up + SwiGLU and lm head + cross entropy with every GEMM input rounded to
 // bf16 (bf16.h: round-to-nearest-even into device scratch) and cublasGemmEx summing in fp32
-// (CUDA_R_16BF A / B, CUDA_R_32F C, CUBLAS_COMPUTE_32F: tensor cores with fp32 accumulation) — the
+// (CUDA_R_16BF A / B, CUDA_R_32F C, CUBLAS_COMPUTE_32F: tensor cores with fp32 accumulation; the experts'
+// grouped GEMMs: one launch of grouped_gemm_bf16.cu's tensor-core kernel per product, the same numbers) — the
 // rounding points of the CPU set, twinkle/kernels/cpu/bf16_ops.h (activations, weights and output
 // gradients rounded; SwiGLU, log-sum-exp, cross entropy and the weight gradients' accumulation fp32; the
 // GEMM output not rounded), so a CUDA bf16 run differs from a CPU bf16 run only in fp32 summation order.
@@ -79,29 +80,63 @@ void linear_backward_bf16(const float* X, const float* W, const float* dY, float
   }
 }
 
-void grouped_linear_forward_bf16(const float* X, const float* W, int64_t w_stride, const int64_t* counts, int64_t E,
-                                 float* Y, int64_t N, int64_t K, bool accumulate) {
+namespace {
+
+// The rows of each expert (counts: host memory, checked non-negative); their sum.
+int64_t grouped_rows(const char* fn, const int64_t* counts, int64_t E) {
   int64_t r = 0;
   for (int64_t e = 0; e < E; ++e) {
-    check(counts[e] >= 0, "grouped_linear_forward (cuda, bf16): count " + std::to_string(counts[e]) + " of expert " +
+    check(counts[e] >= 0, std::string(fn) + " (cuda, bf16): count " + std::to_string(counts[e]) + " of expert " +
                               std::to_string(e) + " is negative");
-    linear_forward_bf16(X + r * K, W + e * w_stride, Y + r * N, counts[e], N, K, accumulate);
     r += counts[e];
   }
+  return r;
+}
+
+// The elements of the E experts' weights (expert e at e * w_stride, each N x K).
+int64_t grouped_weight_elems(int64_t E, int64_t w_stride, int64_t N, int64_t K) {
+  return E > 0 ? (E - 1) * w_stride + N * K : 0;
+}
+
+}  // namespace
+
+// The experts' GEMMs as one launch per product (grouped_gemm_bf16.cu), on bf16 copies of the rows, the weights
+// and the output gradient made once per call.
+void grouped_linear_forward_bf16(const float* X, const float* W, int64_t w_stride, const int64_t* counts, int64_t E,
+                                 float* Y, int64_t N, int64_t K, bool accumulate) {
+  const int64_t R = grouped_rows("grouped_linear_forward", counts, E);
+  if (R == 0 || N <= 0) return;
+  check(K > 0 || accumulate, "grouped_linear_forward (cuda, bf16): K is 0");
+  if (K <= 0) return;
+  const Bf16Copy x(X, R * K), w(W, grouped_weight_elems(E, w_stride, N, K));
+  std::vector<GroupedGemmProblem> p;
+  for (int64_t e = 0, r = 0; e < E; r += counts[e], ++e)  // Y_e [c, N] = X_e [c, K] W_e^T
+    p.push_back({r * K, e * w_stride, r * N, counts[e], N, K});
+  grouped_gemm_bf16(false, true, p, x.get(), K, w.get(), K, accumulate, Y, N, "grouped_linear_forward (cuda, bf16)");
 }
 
 void grouped_linear_backward_bf16(const float* X, const float* W, int64_t w_stride, const int64_t* counts,
                                   int64_t E, const float* dY, float* dX, float* dW, int64_t N, int64_t K,
                                   bool accumulate_dx) {
-  int64_t r = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    check(counts[e] >= 0, "grouped_linear_backward (cuda, bf16): count " + std::to_string(counts[e]) +
-                              " of expert " + std::to_string(e) + " is negative");
-    const int64_t c = counts[e];
-    if (c > 0)
-      linear_backward_bf16(X + r * K, W + e * w_stride, dY + r * N, dX ? dX + r * K : nullptr,
-                           dW ? dW + e * w_stride : nullptr, c, N, K, accumulate_dx);
-    r += c;
+  const int64_t R = grouped_rows("grouped_linear_backward", counts, E);
+  if (R == 0 || N <= 0 || K <= 0) {  // nothing to multiply: dX = 0 unless accumulating, dW unchanged
+    if (dX && !accumulate_dx && R > 0 && K > 0)
+      TWINKLE_CUDA_CHECK(cudaMemsetAsync(dX, 0, static_cast<size_t>(R * K) * sizeof(float), detail::stream()));
+    return;
+  }
+  const Bf16Copy dy(dY, R * N);
+  if (dX) {  // dX_e [c, K] = dY_e [c, N] W_e [N, K]
+    const Bf16Copy w(W, grouped_weight_elems(E, w_stride, N, K));
+    std::vector<GroupedGemmProblem> p;
+    for (int64_t e = 0, r = 0; e < E; r += counts[e], ++e) p.push_back({r * N, e * w_stride, r * K, counts[e], K, N});
+    grouped_gemm_bf16(false, false, p, dy.get(), N, w.get(), K, accumulate_dx, dX, K,
+                      "grouped_linear_backward dX (cuda, bf16)");
+  }
+  if (dW) {  // dW_e [N, K] += dY_e^T [N, c] X_e [c, K]
+    const Bf16Copy x(X, R * K);
+    std::vector<GroupedGemmProblem> p;
+    for (int64_t e = 0, r = 0; e < E; r += counts[e], ++e) p.push_back({r * N, r * K, e * w_stride, N, K, counts[e]});
+    grouped_gemm_bf16(true, false, p, dy.get(), N, x.get(), K, true, dW, K, "grouped_linear_backward dW (cuda, bf16)");
   }
 }
 

@@ -2,6 +2,7 @@
 // pointers) and the kernel launchers shared between files.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "twinkle/kernels/op_functions.h"
 
@@ -53,6 +54,22 @@ void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, con
 /// The lm head's loss: the device row losses [T] (double) copied to the host and summed in row order, as
 /// the CPU kernel (synchronizes).
 double sum_row_losses(const double* row_loss, int64_t T);
+// grouped_gemm_bf16.cu
+/// One row-major product of grouped_gemm_bf16: C [m, n] (+)= op(A) [m, k] op(B) [k, n], its matrices at these
+/// element offsets from the call's A, B, C (leading dimensions shared by the call).
+struct GroupedGemmProblem {
+  int64_t a_off = 0, b_off = 0, c_off = 0;
+  int64_t m = 0, n = 0, k = 0;
+};
+/// Every problem in one kernel launch (tensor cores: bf16 A / B as bit patterns, fp32 sums, fp32 C); op(X) is
+/// X or, with ta / tb, X^T (A then [k, m], B [n, k]). accumulate: C += the product, else C = the product (C not
+/// read). Problems with m or n 0 are skipped, k 0 adds nothing (refused without accumulate). Queued on the
+/// backend's stream (the problem table is uploaded there). Throws twinkle::Error prefixed by `what` for a
+/// negative or over-32-bit dimension.
+void grouped_gemm_bf16(bool ta, bool tb, const std::vector<GroupedGemmProblem>& problems, const uint16_t* A,
+                       int64_t lda, const uint16_t* B, int64_t ldb, bool accumulate, float* C, int64_t ldc,
+                       const char* what);
+
 // elementwise.cu
 /// Strided rows (gate / up halves of a fused [T, 2I] buffer), as cpu::swiglu_forward_rows.
 void swiglu_forward_rows(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, float* h, int64_t ld_h,

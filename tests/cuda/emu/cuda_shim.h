@@ -50,6 +50,8 @@
 //    TWINKLE_CUDA_CHECK / TWINKLE_CUBLAS_CHECK / TWINKLE_CUDA_LAUNCHED errors carry it.
 //  - Launch limits of an sm_90 device: at most 1024 threads a block, the grid limits, dynamic shared
 //    memory above 48 KiB only with cudaFuncAttributeMaxDynamicSharedMemorySize, never above 227 KiB.
+//  - Warp matrix operations (nvcuda::wmma, 16 x 16 x 16 bf16 fragments with an fp32 accumulator) and
+//    __nv_bfloat16: the section "bf16 and warp matrix operations" below.
 //  - cuBLAS sgemm and GemmEx (fp32 or bf16 A / B, fp32 C, CUBLAS_COMPUTE_32F): a column-major loop
 //    accumulating in double (no TF32; a bf16 x bf16 product is exact in either), with cuBLAS's argument checks.
 //
@@ -68,6 +70,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string_view>
@@ -134,6 +138,109 @@ template <typename A, typename B> inline std::common_type_t<A, B> min(A a, B b) 
 template <typename A, typename B> inline std::common_type_t<A, B> max(A a, B b) {
   return a < b ? static_cast<std::common_type_t<A, B>>(b) : static_cast<std::common_type_t<A, B>>(a);
 }
+
+#define __align__(n) __attribute__((aligned(n)))
+
+// ---------------------------------------------------------------- bf16 and warp matrix operations (mma.h)
+// __nv_bfloat16 (cuda_bf16.h) as its bit pattern, and the part of nvcuda::wmma the backend uses: 16 x 16 x 16
+// bf16 fragments (matrix_a / matrix_b, row- or column-major) with an fp32 accumulator. On a GPU a fragment
+// is spread over the 32 lanes of a warp in an unspecified way; here every lane's matrix_a / matrix_b fragment
+// holds the whole tile (load_matrix_sync reads all of it), and its accumulator holds the 8 elements
+// e = lane + 32 i (i < num_elements) of the 16 x 16 tile, so mma_sync computes each output once per warp and
+// store_matrix_sync writes each once; elementwise use of an accumulator's x[] works as on a GPU. mma_sync sums
+// in fp32 in k order (a bf16 x bf16 product is exact in fp32; a tensor core's summation order differs).
+// The CUDA rules checked: the pointer of a load or store 256-bit (32-byte) aligned, ldm a multiple of 16 bytes
+// (8 bf16 values, 4 floats); a breach aborts naming it (a GPU's result would be undefined). Not modelled:
+// that every lane of the warp must take part (each lane's call here is independent of the others').
+struct __nv_bfloat16 {
+  uint16_t bits;
+};
+namespace nvcuda::wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+namespace detail {
+inline unsigned lane() {
+  return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32;
+}
+inline void check_mem(const void* p, unsigned ldm, size_t elem, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % 32 != 0 || (ldm * elem) % 16 != 0) {
+    std::fprintf(stderr, "cuda shim: wmma::%s: pointer %p not 32-byte aligned or ldm %u not a multiple of 16 bytes\n",
+                 what, p, ldm);
+    std::abort();
+  }
+}
+inline float bf16_value(__nv_bfloat16 v) {
+  const uint32_t u = static_cast<uint32_t>(v.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+}  // namespace detail
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment;
+/// matrix_a (M x K) and matrix_b (K x N) tiles, held whole, as fp32 values of the bf16 inputs.
+template <int M, int N, int K, typename Layout> struct fragment<matrix_a, M, N, K, __nv_bfloat16, Layout> {
+  static_assert(M == 16 && N == 16 && K == 16, "the shim models 16 x 16 x 16 fragments");
+  float tile[M * K];  // [row][k]
+};
+template <int M, int N, int K, typename Layout> struct fragment<matrix_b, M, N, K, __nv_bfloat16, Layout> {
+  static_assert(M == 16 && N == 16 && K == 16, "the shim models 16 x 16 x 16 fragments");
+  float tile[K * N];  // [k][col]
+};
+template <int M, int N, int K> struct fragment<accumulator, M, N, K, float, void> {
+  static_assert(M == 16 && N == 16 && K == 16, "the shim models 16 x 16 x 16 fragments");
+  static constexpr int num_elements = M * N / 32;
+  float x[num_elements];  // element lane + 32 i of the [row][col] tile
+};
+
+template <typename L>
+void load_matrix_sync(fragment<matrix_a, 16, 16, 16, __nv_bfloat16, L>& f, const __nv_bfloat16* p, unsigned ldm) {
+  detail::check_mem(p, ldm, sizeof(__nv_bfloat16), "load_matrix_sync (matrix_a)");
+  for (int r = 0; r < 16; ++r)
+    for (int k = 0; k < 16; ++k)
+      f.tile[r * 16 + k] = detail::bf16_value(std::is_same_v<L, row_major> ? p[r * ldm + k] : p[k * ldm + r]);
+}
+template <typename L>
+void load_matrix_sync(fragment<matrix_b, 16, 16, 16, __nv_bfloat16, L>& f, const __nv_bfloat16* p, unsigned ldm) {
+  detail::check_mem(p, ldm, sizeof(__nv_bfloat16), "load_matrix_sync (matrix_b)");
+  for (int k = 0; k < 16; ++k)
+    for (int c = 0; c < 16; ++c)
+      f.tile[k * 16 + c] = detail::bf16_value(std::is_same_v<L, row_major> ? p[k * ldm + c] : p[c * ldm + k]);
+}
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* p, unsigned ldm, layout_t l) {
+  detail::check_mem(p, ldm, sizeof(float), "load_matrix_sync (accumulator)");
+  for (int i = 0; i < f.num_elements; ++i) {
+    const unsigned e = detail::lane() + 32 * i, r = e / 16, c = e % 16;
+    f.x[i] = l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
+  }
+}
+inline void fill_fragment(fragment<accumulator, 16, 16, 16, float>& f, float v) {
+  for (float& x : f.x) x = v;
+}
+template <typename LA, typename LB>
+void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA>& a,
+              const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB>& b,
+              const fragment<accumulator, 16, 16, 16, float>& c) {
+  for (int i = 0; i < d.num_elements; ++i) {
+    const unsigned e = detail::lane() + 32 * i, r = e / 16, col = e % 16;
+    float s = c.x[i];
+    for (int k = 0; k < 16; ++k) s += a.tile[r * 16 + k] * b.tile[k * 16 + col];
+    d.x[i] = s;
+  }
+}
+inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f, unsigned ldm, layout_t l) {
+  detail::check_mem(p, ldm, sizeof(float), "store_matrix_sync");
+  for (int i = 0; i < f.num_elements; ++i) {
+    const unsigned e = detail::lane() + 32 * i, r = e / 16, c = e % 16;
+    (l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[i];
+  }
+}
+}  // namespace nvcuda::wmma
 
 // ---------------------------------------------------------------- runtime API
 using cudaError_t = int;

@@ -685,4 +685,76 @@ TEST(CudaShimDeathTest, AsanSeesStackOverflowsOnFiberStacks) {
   EXPECT_DEATH(overflow_a_fiber_stack(), "AddressSanitizer: stack-buffer-overflow.*'local'.*overflows this variable");
 }
 
+// ---------------------------------------------------------------- warp matrix operations (wmma)
+
+// One warp: D = A B + C on 16 x 16 x 16 bf16 tiles, A row-major or column-major (layout chosen by `acol`), B
+// column-major, C loaded row-major; D stored column-major; every thread's accumulator elements scaled by 2
+// (x[] use), then one more mma on top.
+template <typename LA>
+__global__ void k_wmma(const __nv_bfloat16* a, const __nv_bfloat16* b, const float* c, float* d) {
+  namespace wmma = nvcuda::wmma;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, LA> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::load_matrix_sync(fa, a, 24);
+  wmma::load_matrix_sync(fb, b, 16);
+  wmma::load_matrix_sync(acc, c, 20, wmma::mem_row_major);
+  wmma::mma_sync(acc, fa, fb, acc);
+  for (int i = 0; i < acc.num_elements; ++i) acc.x[i] *= 2.0f;
+  wmma::store_matrix_sync(d, acc, 16, wmma::mem_col_major);
+}
+
+__nv_bfloat16 bf16_of(float v) {  // v is exactly representable (small integers / 4)
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return __nv_bfloat16{static_cast<uint16_t>(u >> 16)};
+}
+
+template <typename LA> void check_wmma(bool a_col_major) {
+  std::vector<__nv_bfloat16> ha(16 * 24), hb(16 * 16);
+  std::vector<float> va(16 * 16), vb(16 * 16), hc(16 * 20, 0.0f);
+  for (int r = 0; r < 16; ++r)
+    for (int k = 0; k < 16; ++k) {
+      va[r * 16 + k] = static_cast<float>((r * 7 + k * 3) % 11 - 5) / 4;
+      ha[a_col_major ? k * 24 + r : r * 24 + k] = bf16_of(va[r * 16 + k]);
+      vb[k * 16 + r] = static_cast<float>((k * 5 + r) % 9 - 4) / 2;  // B [k][col = r]
+      hb[r * 16 + k] = bf16_of(vb[k * 16 + r]);                      // column-major: col r, row k
+    }
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 16; ++n) hc[r * 20 + n] = static_cast<float>(r - n);
+  DeviceBuf<__nv_bfloat16> a(ha.size()), b(hb.size());
+  DeviceBuf<float> c(hc.size()), d(256);
+  a.put(ha);
+  b.put(hb);
+  c.put(hc);
+  launch(k_wmma<LA>, 1, 64, 0, a.p, b.p, c.p, d.p);  // two warps: both compute the same tile
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> hd = d.get();
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 16; ++n) {
+      double s = hc[r * 20 + n];
+      for (int k = 0; k < 16; ++k) s += static_cast<double>(va[r * 16 + k]) * vb[k * 16 + n];
+      ASSERT_EQ(hd[n * 16 + r], static_cast<float>(2 * s)) << "row " << r << " col " << n;
+    }
+}
+
+TEST(CudaShim, WmmaProductOfOneWarpEqualsTheLoop) {
+  check_wmma<nvcuda::wmma::row_major>(false);
+  check_wmma<nvcuda::wmma::col_major>(true);
+}
+
+__global__ void k_wmma_misaligned(const __nv_bfloat16* a) {
+  nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> fa;
+  nvcuda::wmma::load_matrix_sync(fa, a + 8, 16);  // 16 bytes past a 32-byte boundary
+}
+void load_misaligned_fragment() {
+  DeviceBuf<__nv_bfloat16> a(512);
+  launch(k_wmma_misaligned, 1, 32, 0, a.p);
+  (void)cudaDeviceSynchronize();
+}
+TEST(CudaShimDeathTest, WmmaRefusesAMisalignedFragmentPointer) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(load_misaligned_fragment(), "wmma::load_matrix_sync \\(matrix_a\\): pointer .* not 32-byte aligned");
+}
+
 }  // namespace

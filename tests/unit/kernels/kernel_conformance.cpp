@@ -834,6 +834,23 @@ TEST(CudaBf16Set, RoundsWhereTheCpuSetRounds) {
     });
   }
   {
+    // the experts' grouped GEMM (one launch per product on the device): experts with no rows, one row, more
+    // rows than a 64-row tile; N and K off the 64 / 32 tile sizes; a weight stride above N * K
+    const int64_t N = 53, K = 300, E = 6, ws = N * K + 7;
+    const std::vector<int64_t> counts = {0, 37, 1, 70, 0, 16};
+    int64_t R = 0;
+    for (int64_t c : counts) R += c;
+    const auto X = randn(R * K, 21), W = randn((E - 1) * ws + N * K, 22, 0.05f), dY = randn(R * N, 23);
+    same_rounding("grouped_linear", [&](const KernelTable& t) {
+      std::vector<float> Y(R * N), Y2(R * N, 0.5f), dX(R * K), dW((E - 1) * ws + N * K, 0.25f);
+      t.grouped_linear.forward(X.data(), W.data(), ws, counts.data(), E, Y.data(), N, K, false);
+      t.grouped_linear.forward(X.data(), W.data(), ws, counts.data(), E, Y2.data(), N, K, true);
+      t.grouped_linear.backward(X.data(), W.data(), ws, counts.data(), E, dY.data(), dX.data(), dW.data(), N, K,
+                                false);
+      return Outputs{{"Y", Y}, {"Y+=", Y2}, {"dX", dX}, {"dW", dW}};
+    });
+  }
+  {
     const int64_t T = 29, I = 40, H = 96;
     const auto X = randn(T * H, 4), Wgu = randn(2 * I * H, 5, 0.1f), da = randn(T * I, 6);
     same_rounding("gate_up_swiglu", [&](const KernelTable& t) {
