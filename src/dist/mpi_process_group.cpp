@@ -220,9 +220,65 @@ void MpiProcessGroup::recv(void* buf, int64_t count, DType dtype, int peer, int 
   } while (off < count);
 }
 
+namespace {
+
+// The requests of one batched exchange (MpiProcessGroup::ibatch_send_recv): MPI_Waitall, then each
+// receive's size checked.
+class MpiBatchWork : public CommWork {
+ public:
+  MpiBatchWork(std::string group, int size, std::vector<P2pOp> ops, MPI_Datatype type)
+      : group_(std::move(group)), size_(size), ops_(std::move(ops)), type_(type), req_(ops_.size(), MPI_REQUEST_NULL) {}
+  ~MpiBatchWork() override {
+    if (!done_ && mpi_active()) MPI_Waitall(static_cast<int>(req_.size()), req_.data(), MPI_STATUSES_IGNORE);
+  }
+  MPI_Request* request(size_t i) { return &req_[i]; }
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    std::vector<MPI_Status> st(req_.size());
+    mpi_check(MPI_Testall(static_cast<int>(req_.size()), req_.data(), &flag, st.data()), group_, "MPI_Testall");
+    if (flag) finish(st);
+    return flag != 0;
+  }
+  void wait() override {
+    if (done_) return;
+    std::vector<MPI_Status> st(req_.size());
+    mpi_check(watched("MPI_Waitall", group_, size_,
+                      [&] { return MPI_Waitall(static_cast<int>(req_.size()), req_.data(), st.data()); }),
+              group_, "MPI_Waitall");
+    finish(st);
+  }
+
+ private:
+  void finish(const std::vector<MPI_Status>& st) {
+    done_ = true;
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      if (ops_[i].send) continue;
+      int got = 0;
+      MPI_Get_count(&st[i], type_, &got);
+      check(got == ops_[i].count, "process group '" + group_ + "': batch_send_recv from peer " +
+                                      std::to_string(ops_[i].peer) + " tag " + std::to_string(ops_[i].tag) +
+                                      " expected " + std::to_string(ops_[i].count) +
+                                      " elements but the message had " + std::to_string(got));
+    }
+  }
+  std::string group_;
+  int size_;
+  std::vector<P2pOp> ops_;
+  MPI_Datatype type_;
+  std::vector<MPI_Request> req_;
+  bool done_ = false;
+};
+
+}  // namespace
+
 void MpiProcessGroup::batch_send_recv(const std::vector<P2pOp>& ops, DType dtype) {
   if (ops.empty()) return;
-  std::vector<MPI_Request> req(ops.size(), MPI_REQUEST_NULL);
+  ibatch_send_recv(ops, dtype)->wait();
+}
+
+std::unique_ptr<CommWork> MpiProcessGroup::ibatch_send_recv(const std::vector<P2pOp>& ops, DType dtype) {
+  if (ops.empty()) return completed_work();
   int64_t sent = 0;
   for (size_t i = 0; i < ops.size(); ++i) {
     const P2pOp& o = ops[i];
@@ -237,31 +293,22 @@ void MpiProcessGroup::batch_send_recv(const std::vector<P2pOp>& ops, DType dtype
       check(!(ops[j].send == o.send && ops[j].peer == o.peer && ops[j].tag == o.tag),
             "process group '" + name_ + "': batch_send_recv has two " + (o.send ? "sends to" : "receives from") +
                 " peer " + std::to_string(o.peer) + " with tag " + std::to_string(o.tag));
+    to_int(o.count, name_, "batch_send_recv count");
   }
   const MPI_Datatype t = mpi_type(dtype);
+  auto w = std::make_unique<MpiBatchWork>(name_, size_, ops, t);
   for (size_t i = 0; i < ops.size(); ++i) {
     const P2pOp& o = ops[i];
     const int n = to_int(o.count, name_, "batch_send_recv count");
     if (o.send) {
-      mpi_check(MPI_Isend(o.buf, n, t, o.peer, o.tag, comm_, &req[i]), name_, "MPI_Isend");
+      mpi_check(MPI_Isend(o.buf, n, t, o.peer, o.tag, comm_, w->request(i)), name_, "MPI_Isend");
       sent += comm_bytes(o.count, dtype);
     } else {
-      mpi_check(MPI_Irecv(o.buf, n, t, o.peer, o.tag, comm_, &req[i]), name_, "MPI_Irecv");
+      mpi_check(MPI_Irecv(o.buf, n, t, o.peer, o.tag, comm_, w->request(i)), name_, "MPI_Irecv");
     }
   }
-  std::vector<MPI_Status> st(ops.size());
-  mpi_check(watched("MPI_Waitall", name_, size_,
-                    [&] { return MPI_Waitall(static_cast<int>(req.size()), req.data(), st.data()); }),
-            name_, "MPI_Waitall");
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].send) continue;
-    int got = 0;
-    MPI_Get_count(&st[i], t, &got);
-    check(got == ops[i].count, "process group '" + name_ + "': batch_send_recv from peer " + std::to_string(ops[i].peer) +
-                                   " tag " + std::to_string(ops[i].tag) + " expected " + std::to_string(ops[i].count) +
-                                   " elements but the message had " + std::to_string(got));
-  }
   bytes_sent_ += sent;
+  return w;
 }
 
 void MpiProcessGroup::send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf,

@@ -28,6 +28,11 @@ class DoneWork : public CommWork {
 
 std::unique_ptr<CommWork> completed_work() { return std::make_unique<DoneWork>(); }
 
+std::unique_ptr<CommWork> ProcessGroup::ibatch_send_recv(const std::vector<P2pOp>& ops, DType dtype) {
+  batch_send_recv(ops, dtype);
+  return completed_work();
+}
+
 std::unique_ptr<CommWork> ProcessGroup::iall_reduce(float* buf, int64_t count) {
   all_reduce(buf, count, DType::F32, ReduceOp::Sum);
   return completed_work();

@@ -97,9 +97,10 @@ void RingAttention::forward(const CpLayout& lay, const float* q, const float* k,
   const int64_t T = lay.T, half = T / 2, nkv = T * Hkv * D;
   const int32_t* qs = lay.seg_ptr(r);
   const int32_t* qp = lay.gidx_ptr(r);
-  // step 0: the diagonal block, straight into out / lse
-  op.forward(q, qs, qp, T, k, v, qs, qp, T, out, lse, Hq, Hkv, D, scale, window);
-  if (cp == 1) return;
+  if (cp == 1) {  // the diagonal block alone, straight into out / lse
+    op.forward(q, qs, qp, T, k, v, qs, qp, T, out, lse, Hq, Hkv, D, scale, window);
+    return;
+  }
   float* cur = buf("cur", 2 * nkv);
   float* next = buf("next", 2 * nkv);
   float* part_out = buf("part_out", T * Hq * D);
@@ -107,21 +108,32 @@ void RingAttention::forward(const CpLayout& lay, const float* q, const float* k,
   copy_bytes(dev_, cur, k, static_cast<size_t>(nkv) * sizeof(float));
   copy_bytes(dev_, cur + nkv, v, static_cast<size_t>(nkv) * sizeof(float));
   const int nxt = (r + 1) % cp, prv = (r + cp - 1) % cp;
-  for (int i = 1; i < cp; ++i) {
-    cp_->send_recv(cur, 2 * nkv, nxt, next, 2 * nkv, prv, DType::F32, kTagKv);
-    std::swap(cur, next);
+  // Step i computes with the K/V block of rank (r - i) mod cp while the block it holds travels on to rank
+  // r + 1 and the next one arrives from rank r - 1 (ibatch_send_recv: the exchange overlaps the block's
+  // attention; `cur` is only read by both, `next` only written by the exchange). Step 0 is the diagonal
+  // block, straight into out / lse; the later blocks are merged in step order, as without the overlap.
+  for (int i = 0; i < cp; ++i) {
+    std::unique_ptr<dist::CommWork> hop;
+    if (i + 1 < cp)
+      hop = cp_->ibatch_send_recv({{true, cur, 2 * nkv, nxt, kTagKv}, {false, next, 2 * nkv, prv, kTagKv}}, DType::F32);
     const int j = (r - i + cp) % cp;  // owner of the K/V now held
     const float* kj = cur;
     const float* vj = cur + nkv;
     const int32_t* ks = lay.seg_ptr(j);
     const int32_t* kp = lay.gidx_ptr(j);
-    if (j < r) {  // all q vs the first half of j's K/V
+    if (j == r) {
+      op.forward(q, qs, qp, T, kj, vj, ks, kp, T, out, lse, Hq, Hkv, D, scale, window);
+    } else if (j < r) {  // all q vs the first half of j's K/V
       op.forward(q, qs, qp, T, kj, vj, ks, kp, half, part_out, part_lse, Hq, Hkv, D, scale, window);
       op.lse_merge(out, lse, part_out, part_lse, T, Hq, D);
     } else {  // the second half of q vs all of j's K/V
       op.forward(q + half * Hq * D, qs + half, qp + half, T - half, kj, vj, ks, kp, T, part_out, part_lse, Hq, Hkv, D,
                  scale, window);
       op.lse_merge(out + half * Hq * D, lse + half * Hq, part_out, part_lse, T - half, Hq, D);
+    }
+    if (hop) {
+      hop->wait();
+      std::swap(cur, next);
     }
   }
 }
@@ -151,11 +163,12 @@ void RingAttention::backward(const CpLayout& lay, const float* q, const float* k
   copy_bytes(dev_, cur + nkv, v, static_cast<size_t>(nkv) * sizeof(float));
   zero_bytes(dev_, cur + 2 * nkv, static_cast<size_t>(2 * nkv) * sizeof(float));
   const int nxt = (r + 1) % cp, prv = (r + cp - 1) % cp;
+  // Step i: the K/V half of the block held travels on while its attention backward runs (it only reads K/V);
+  // the dK/dV half goes once the block's gradients are in (the next rank adds its own to them).
   for (int i = 0; i < cp; ++i) {
-    if (i > 0) {
-      cp_->send_recv(cur, 4 * nkv, nxt, next, 4 * nkv, prv, DType::F32, kTagKv);
-      std::swap(cur, next);
-    }
+    std::unique_ptr<dist::CommWork> hop;
+    if (i + 1 < cp)
+      hop = cp_->ibatch_send_recv({{true, cur, 2 * nkv, nxt, kTagKv}, {false, next, 2 * nkv, prv, kTagKv}}, DType::F32);
     const int j = (r - i + cp) % cp;
     float* kj = cur;
     float* vj = kj + nkv;
@@ -170,6 +183,11 @@ void RingAttention::backward(const CpLayout& lay, const float* q, const float* k
     else
       op.backward(q + half * Hq * D, qs + half, qp + half, T - half, kj, vj, ks, kp, T, lse + half * Hq,
                   delta + half * Hq, dout + half * Hq * D, dq + half * Hq * D, dkj, dvj, Hq, Hkv, D, scale, window);
+    if (hop) {
+      cp_->send_recv(dkj, 2 * nkv, nxt, next + 2 * nkv, 2 * nkv, prv, DType::F32, kTagDkv);
+      hop->wait();
+      std::swap(cur, next);
+    }
   }
   // the block held now belongs to rank r+1: one last hop of its dK/dV brings every block home
   cp_->send_recv(cur + 2 * nkv, 2 * nkv, nxt, next, 2 * nkv, prv, DType::F32, kTagDkv);

@@ -193,6 +193,34 @@ static void suite(ProcessGroup& g) {
                 DType::F32, 4);
     MPI_CHECK(r == 0 ? out[0] == -1.f : out[9] == float(r - 1), tag << "send_recv pipeline");
   }
+  // ibatch_send_recv: the ring shift started, the buffers untouched while this rank "computes" (reads its
+  // send buffer), then wait(); bytes counted at the start; a receive of another size reported by wait()
+  if (n > 1) {
+    const int64_t c = 1 << 18;
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    std::vector<float> s(c, float(r)), out(c, -1);
+    int64_t b0 = g.bytes_sent();
+    auto w = g.ibatch_send_recv({{true, s.data(), c, next, 5}, {false, out.data(), c, prev, 5}}, DType::F32);
+    expect_bytes(b0, c * 4, "ibatch_send_recv (at the start)");
+    double acc = 0;
+    for (int64_t i = 0; i < c; ++i) acc += s[static_cast<size_t>(i)];  // reading a send buffer in flight is allowed
+    MPI_CHECK(acc == double(r) * double(c), tag << "send buffer unchanged");
+    (void)w->test();
+    w->wait();
+    MPI_CHECK(w->test(), tag << "test() after wait()");
+    MPI_CHECK(out[0] == float(prev) && out[c - 1] == float(prev), tag << "ibatch_send_recv ring");
+    {
+      float x[4] = {1, 2, 3, 4}, y[4] = {};
+      bool threw = false;
+      auto bad = g.ibatch_send_recv({{true, x, r == 0 ? 2 : 4, next, 6}, {false, y, 4, prev, 6}}, DType::F32);
+      try {
+        bad->wait();
+      } catch (const twinkle::Error& e) {
+        threw = std::string(e.what()).find("expected 4 elements but the message had 2") != std::string::npos;
+      }
+      MPI_CHECK(threw == (prev == 0), tag << "ibatch_send_recv: a shorter message must be reported by wait()");
+    }
+  }
   // recv of a message shorter than announced -> twinkle::Error on the receiver only
   {
     float x[5] = {1, 2, 3, 4, 5};

@@ -53,6 +53,7 @@ class MpiProcessGroup : public ProcessGroup {
   void send(const void* buf, int64_t count, DType dtype, int peer, int tag) override;
   void recv(void* buf, int64_t count, DType dtype, int peer, int tag) override;
   void batch_send_recv(const std::vector<P2pOp>& ops, DType dtype) override;
+  std::unique_ptr<CommWork> ibatch_send_recv(const std::vector<P2pOp>& ops, DType dtype) override;
   void send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf, int64_t recv_count, int src,
                  DType dtype, int tag) override;
   void barrier() override;

@@ -126,6 +126,17 @@ class ProcessGroup {
   /// equal to this rank or outside the group, a bad tag or count, a received message of another size,
   /// and, in the base implementation (groups without point-to-point: the one-rank local group), always.
   virtual void batch_send_recv(const std::vector<P2pOp>& ops, DType dtype);
+  /// batch_send_recv started and not waited for: the ops' buffers must not be touched (the sends' neither
+  /// written, the receives' neither read nor written) until the returned work completes; the argument checks
+  /// and the byte count happen at the call, a received message of another size is reported by wait().
+  /// Used to overlap an exchange with compute (ring attention's K/V hop during a block's attention: Megatron /
+  /// Transformer Engine's context-parallel attention sends the next K/V block while computing this one).
+  /// MPI group: MPI_Isend / MPI_Irecv, MPI_Waitall in wait(). CUDA groups with NCCL: the ops inside one NCCL
+  /// group on the group's own stream, after the compute stream's work queued so far (an event), and
+  /// CommWork::wait makes the compute stream wait for them (no host wait): the exchange runs while kernels
+  /// queued in between run. Default (and the staged CUDA group): the blocking batch_send_recv, then a
+  /// completed work.
+  virtual std::unique_ptr<CommWork> ibatch_send_recv(const std::vector<P2pOp>& ops, DType dtype);
 
   /// Bytes this rank has sent through this group since creation (or reset), counted
   /// with the algorithm-independent model: all-reduce 2(n-1)/n * bytes, all-gather and

@@ -20,6 +20,11 @@
 // device buffers on device cuda). Partial results are
 // merged with the log-sum-exp rule. Backward: K/V travel again together with the dK/dV accumulated
 // for them; after cp steps a last hop returns each block's dK/dV to its owner.
+// Overlap (TransformerEngine's: the next K/V block is in flight while the current one is computed): each
+// step's K/V hop is started before the step's block attention (ProcessGroup::ibatch_send_recv: MPI
+// Isend / Irecv; on cuda with NCCL the group's own stream, ordered by events, while the block kernels run
+// on the compute stream) and waited for after it; in the backward only the K/V half overlaps, the dK/dV
+// half is sent once the block's gradients are in. The results are those of the unoverlapped order.
 // Bytes sent per rank (f32, Bkv = T*Hkv*D*4): forward (cp-1)*2*Bkv; backward (cp-1)*4*Bkv + 2*Bkv
 // (none when cp = 1).
 //

@@ -246,14 +246,9 @@ void CudaGroupBase::send_recv(const void* send_buf, int64_t send_count, int dest
   if (do_send) bytes_sent_ += sb;
 }
 
-void CudaGroupBase::batch_send_recv(const std::vector<P2pOp>& ops, DType dtype) {
-  if (ops.empty()) return;
-  int dev = 0;
-  for (const P2pOp& o : ops) dev += is_cuda_pointer(o.buf) ? 1 : 0;
-  check(dev == 0 || dev == static_cast<int>(ops.size()),
-        "process group '" + name() + "': batch_send_recv mixes host and device buffers (pass all on the GPU or all in host memory)");
-  if (dev == 0) return on_host([&](ProcessGroup& h) { h.batch_send_recv(ops, dtype); });
-  int64_t sent = 0;
+std::vector<P2pOp> CudaGroupBase::ordered_device_ops(const std::vector<P2pOp>& ops, DType dtype,
+                                                     int64_t* sent) const {
+  *sent = 0;
   for (size_t i = 0; i < ops.size(); ++i) {
     const P2pOp& o = ops[i];
     const int64_t b = comm_bytes(o.count, dtype);
@@ -265,14 +260,54 @@ void CudaGroupBase::batch_send_recv(const std::vector<P2pOp>& ops, DType dtype) 
       check(!(ops[j].send == o.send && ops[j].peer == o.peer && ops[j].tag == o.tag),
             "process group '" + name() + "': batch_send_recv has two " + (o.send ? "sends to" : "receives from") +
                 " peer " + std::to_string(o.peer) + " with tag " + std::to_string(o.tag));
-    if (o.send) sent += b;
+    if (o.send) *sent += b;
   }
   std::vector<P2pOp> ordered = ops;  // an untagged library pairs each peer's messages in issue order
   std::stable_sort(ordered.begin(), ordered.end(),
                    [](const P2pOp& a, const P2pOp& b) { return a.tag != b.tag ? a.tag < b.tag : (a.send && !b.send); });
+  return ordered;
+}
+
+namespace {
+// Host or device for every op of a batch (all must agree).
+bool device_ops(const std::vector<P2pOp>& ops, const std::string& group) {
+  int dev = 0;
+  for (const P2pOp& o : ops) dev += is_cuda_pointer(o.buf) ? 1 : 0;
+  check(dev == 0 || dev == static_cast<int>(ops.size()),
+        "process group '" + group + "': batch_send_recv mixes host and device buffers (pass all on the GPU or all in host memory)");
+  return dev > 0;
+}
+}  // namespace
+
+void CudaGroupBase::batch_send_recv(const std::vector<P2pOp>& ops, DType dtype) {
+  if (ops.empty()) return;
+  if (!device_ops(ops, name())) return on_host([&](ProcessGroup& h) { h.batch_send_recv(ops, dtype); });
+  int64_t sent = 0;
+  const std::vector<P2pOp> ordered = ordered_device_ops(ops, dtype, &sent);
   sync_device();
   d_batch_send_recv(ordered, dtype);
   bytes_sent_ += sent;
+}
+
+std::unique_ptr<CommWork> CudaGroupBase::ibatch_send_recv(const std::vector<P2pOp>& ops, DType dtype) {
+  if (ops.empty()) return completed_work();
+  if (!device_ops(ops, name())) {
+    const int64_t b0 = host_->bytes_sent();
+    auto w = host_->ibatch_send_recv(ops, dtype);
+    bytes_sent_ += host_->bytes_sent() - b0;
+    return w;
+  }
+  int64_t sent = 0;
+  const std::vector<P2pOp> ordered = ordered_device_ops(ops, dtype, &sent);
+  auto w = d_ibatch_send_recv(ordered, dtype);
+  bytes_sent_ += sent;
+  return w;
+}
+
+std::unique_ptr<CommWork> CudaGroupBase::d_ibatch_send_recv(const std::vector<P2pOp>& ops, DType dtype) {
+  sync_device();
+  d_batch_send_recv(ops, dtype);
+  return completed_work();
 }
 
 }  // namespace cuda_detail

@@ -41,6 +41,10 @@ class CudaGroupBase : public ProcessGroup {
   /// Host buffers: the host group's. Device buffers: every op checked, the device synchronized,
   /// then d_batch_send_recv with the ops in (tag, sends first) order (ProcessGroup's contract).
   void batch_send_recv(const std::vector<P2pOp>& ops, DType dtype) override;
+  /// Host buffers: the host group's (MPI: non-blocking). Device buffers: checked and ordered as
+  /// batch_send_recv, then d_ibatch_send_recv (no device synchronize where the group can order the
+  /// exchange after the compute stream's queued work itself: NCCL).
+  std::unique_ptr<CommWork> ibatch_send_recv(const std::vector<P2pOp>& ops, DType dtype) override;
   void send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf, int64_t recv_count, int src,
                  DType dtype, int tag) override;
   void barrier() override { host_->barrier(); }
@@ -72,6 +76,9 @@ class CudaGroupBase : public ProcessGroup {
                            int src, DType dtype, int tag) = 0;
   /// Batched point-to-point on device buffers (ops validated, non-empty, in (tag, sends first) order).
   virtual void d_batch_send_recv(const std::vector<P2pOp>& ops, DType dtype) = 0;
+  /// The non-blocking form (ops as d_batch_send_recv's; semantics as iall_reduce's device case). Default:
+  /// a device synchronize, the blocking d_batch_send_recv, a completed work.
+  virtual std::unique_ptr<CommWork> d_ibatch_send_recv(const std::vector<P2pOp>& ops, DType dtype);
   /// Non-blocking device versions (size() > 1, count > 0, buf on the device; semantics as iall_reduce
   /// above). Defaults: the blocking d_* after a device synchronize, and a completed work.
   virtual std::unique_ptr<CommWork> d_iall_reduce(float* buf, int64_t count);
@@ -87,6 +94,8 @@ class CudaGroupBase : public ProcessGroup {
   /// Waits for all queued device work (the compute stream) before a device collective reads it.
   void sync_device() const;
   void d2d(void* dst, const void* src, int64_t bytes) const;
+  /// batch_send_recv's checks of device ops; returns them in (tag, sends first) order and the bytes sent.
+  std::vector<P2pOp> ordered_device_ops(const std::vector<P2pOp>& ops, DType dtype, int64_t* sent) const;
   template <class Host, class Dev>
   std::unique_ptr<CommWork> start_nonblocking(const char* call, float* buf, int64_t count, int64_t device_bytes,
                                               Host&& host, Dev&& dev);

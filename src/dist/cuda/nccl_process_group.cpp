@@ -273,6 +273,21 @@ class NcclProcessGroup final : public CudaGroupBase {
     wait();
   }
 
+  // The exchange on the NCCL stream after the compute stream's queued work; the compute stream waits for it
+  // at CommWork::wait (ring attention's K/V hop runs while the block's attention kernels run).
+  std::unique_ptr<CommWork> d_ibatch_send_recv(const std::vector<P2pOp>& ops, DType dtype) override {
+    auto w = start();
+    TWINKLE_NCCL(nccl().GroupStart());
+    for (const P2pOp& o : ops) {
+      if (o.send)
+        TWINKLE_NCCL(nccl().Send(o.buf, static_cast<size_t>(o.count), nccl_type(dtype), o.peer, comm_, stream_));
+      else
+        TWINKLE_NCCL(nccl().Recv(o.buf, static_cast<size_t>(o.count), nccl_type(dtype), o.peer, comm_, stream_));
+    }
+    TWINKLE_NCCL(nccl().GroupEnd());
+    return finish(std::move(w));
+  }
+
   void d_send_recv(const void* send_buf, int64_t send_count, int dest, void* recv_buf, int64_t recv_count, int src,
                    DType dtype, int) override {
     ncclComm_t c = comm();
