@@ -31,3 +31,13 @@ if(TARGET twinkle_cuda_emu)
   set_tests_properties(tensorboard_cuda_peak_memory_emu PROPERTIES LABELS cuda_emu TIMEOUT 120
                        ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
 endif()
+
+# Evaluation during training (twinkle train --val-dataset / --split-dataset-ratio --eval-interval --eval-iters,
+# twinkle/train/evaluate.h): the eval loss vs transformers float64 on the saved checkpoints (one process and
+# tp2 x pp2 x dp2), training and checkpoints bit-identical with and without eval, the TensorBoard tags 'lm loss
+# validation' / 'lm loss validation ppl' read back by EventAccumulator and through a resume, the split vs
+# datasets' train_test_split, twinkle plot (tests/reference/check_eval.py).
+add_test(NAME train_eval_loss_vs_transformers
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "eval check OK: .*"
+                 ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/check_eval.py --build ${CMAKE_BINARY_DIR})
+set_tests_properties(train_eval_loss_vs_transformers PROPERTIES TIMEOUT 240)

@@ -332,7 +332,8 @@ void bind_model(py::module_& m) {
       .def_property_readonly("tensorboard_path", &MegatronModel::tensorboard_path)
       .def_property_readonly("model_dir", &MegatronModel::model_dir)
       .def_property_readonly("pad_token_id", &MegatronModel::pad_token_id)
-      .def_property_readonly("last_eval_label_tokens", &MegatronModel::last_eval_label_tokens);
+      .def_property_readonly("last_eval_label_tokens", &MegatronModel::last_eval_label_tokens)
+      .def_property_readonly("last_eval_lm_loss_sum", &MegatronModel::last_eval_lm_loss_sum);
 }
 
 }  // namespace twinkle_py

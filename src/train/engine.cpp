@@ -225,6 +225,7 @@ StepResult Engine::run(const std::vector<MicroBatch>& mbs_in, bool training, con
   double v[1] = {ps.is_last_stage() ? loss_sum : 0.0};
   if (ps.dp_cp->size() > 1) ps.dp_cp->all_reduce_f64(v, 1, dist::ReduceOp::Sum);
   if (p > 1) ps.pp->broadcast(v, 1, DType::I64, p - 1);  // 8-byte payload (a double)
+  res.lm_loss_sum = v[0];
   res.loss = counts[0] > 0 ? v[0] / static_cast<double>(counts[0]) : 0.0;
   res.lm_loss = res.loss;
   if (moe) {

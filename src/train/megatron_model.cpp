@@ -325,6 +325,7 @@ double MegatronModel::forward_only(const std::vector<EncodedRow>& rows, const st
   const std::string refused = refusal_of(input_error, [&] { mbs = split(rows); });
   StepResult r = engine_->forward_only(mbs, refused);
   last_eval_label_tokens_ = r.label_tokens;
+  last_eval_lm_loss_sum_ = r.lm_loss_sum;
   if (r.label_tokens == 0)
     get_logger().warning("eval: no labelled tokens in the batch (every label is -100): the loss is undefined");
   return r.loss;

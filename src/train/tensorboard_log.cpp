@@ -22,4 +22,11 @@ void write_step_scalars(TensorBoardWriter& tb, const MegatronModel::StepMetrics&
   tb.flush();
 }
 
+void write_eval_scalars(TensorBoardWriter& tb, const EvalResult& r, int64_t step) {
+  if (!r.has_loss) return;
+  tb.add_scalar("lm loss validation", r.lm_loss, step);
+  tb.add_scalar("lm loss validation ppl", r.ppl, step);
+  tb.flush();
+}
+
 }  // namespace twinkle

@@ -444,6 +444,40 @@ class MegatronModelTest(unittest.TestCase):
         s, n = ref.loss_sum(mb, False)
         self.assertAlmostEqual(out['loss'], float(s) / n, delta=2e-5 * abs(float(s) / n))
 
+    def test_02b_evaluate_token_weighted_over_dataloader(self):
+        # MegatronModel.evaluate: Megatron's token-weighted mean over the batches, against the float64
+        # reference's loss sums of the same rows; 3 batches of 2 from a loader of 8 rows (4 batches)
+        sys.path.insert(0, os.path.join(ROOT, 'tests', 'reference'))
+        import qwen3_ref
+        ref = qwen3_ref.load_model(self.init_dir, qwen3_ref.torch.float64)
+        dl = DataLoader(self.ds, batch_size=2)
+        batches = list(DataLoader(self.ds, batch_size=2))
+        sums = []
+        with qwen3_ref.torch.no_grad():
+            for b in batches:
+                mb = qwen3_ref.make_batch({'input_ids': [r['input_ids'] for r in b],
+                                           'labels': [r['labels'] for r in b]})
+                s, n = ref.loss_sum(mb, False)
+                sums.append((float(s), int(n)))
+        step = self.model.cur_step
+        r = self.model.evaluate(dl, eval_iters=3)
+        want = sum(s for s, _ in sums[:3]) / sum(n for _, n in sums[:3])
+        self.assertEqual((r['iters'], r['label_tokens']), (3, sum(n for _, n in sums[:3])))
+        self.assertAlmostEqual(r['loss'], want, delta=2e-5 * want)
+        self.assertAlmostEqual(r['ppl'], math.exp(want), delta=4e-5 * math.exp(want))
+        self.assertEqual(self.model.cur_step, step)
+        # the next call continues with batch 4 and wraps into the next epoch (Megatron's cyclic iterator)
+        r2 = self.model.evaluate(dl, eval_iters=2)
+        want2 = (sums[3][0] + sums[0][0]) / (sums[3][1] + sums[0][1])
+        self.assertAlmostEqual(r2['loss'], want2, delta=2e-5 * want2)
+        # None: one whole epoch
+        r3 = self.model.evaluate(DataLoader(self.ds, batch_size=2))
+        want3 = sum(s for s, _ in sums) / sum(n for _, n in sums)
+        self.assertEqual(r3['iters'], 4)
+        self.assertAlmostEqual(r3['loss'], want3, delta=2e-5 * want3)
+        with self.assertRaisesRegex(ValueError, 'eval_iters'):
+            self.model.evaluate(dl, eval_iters=0)
+
     def test_03_train_step_metrics_save_load(self):
         m = self.model
         m.set_optimizer(optimizer_cls='default', lr=1e-3)

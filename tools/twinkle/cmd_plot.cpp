@@ -1,6 +1,7 @@
 // `twinkle plot METRICS.jsonl -o loss.png`: loss and learning-rate curves with gnuplot.
 // A loss or lr that is null or non-finite (a skipped step, a step without labelled tokens)
-// is drawn as a gap in its curve.
+// is drawn as a gap in its curve. Eval records of `twinkle train --val-dataset` (a line with "eval_loss"
+// and no "loss", tools/twinkle/cmd_train.cpp) are drawn as the 'eval loss' curve on the loss axis.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -30,9 +31,10 @@ int plot_main(int argc, char** argv) {
   std::ifstream in(metrics);
   twinkle::check(in.good(), "cannot open metrics file " + metrics);
   const std::string data = std::filesystem::temp_directory_path() / ("twinkle-plot-" + std::to_string(::getpid()) + ".dat");
-  std::ofstream d(data);
+  const std::string eval_data = data + ".eval";
+  std::ofstream d(data), ed(eval_data);
   std::string line;
-  int64_t n = 0, lineno = 0;
+  int64_t n = 0, n_eval = 0, lineno = 0;
   while (std::getline(in, line)) {
     ++lineno;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -62,10 +64,16 @@ int plot_main(int argc, char** argv) {
       std::snprintf(buf, sizeof buf, "%.17g", v);
       return buf;
     };
+    if (j.is_object() && j.contains("eval_loss") && !j.contains("loss")) {  // an evaluation record
+      ed << num("step", true, false) << " " << num("eval_loss", true, true) << "\n";
+      ++n_eval;
+      continue;
+    }
     d << num("step", true, false) << " " << num("loss", true, true) << " " << num("lr", false, true) << "\n";
     ++n;
   }
   d.close();
+  ed.close();
   twinkle::check(n > 0, metrics + " has no metrics lines");
   const std::string script = data + ".gp";
   // gnuplot single-quoted strings: a quote is written twice
@@ -81,15 +89,22 @@ int plot_main(int argc, char** argv) {
     << "set xlabel 'step'\nset ylabel 'loss'\nset y2label 'learning rate'\nset ytics nomirror\nset y2tics\n"
     << "set grid\nset key top right\n"
     << "plot '" << data << "' using 1:2 with linespoints title 'loss' axes x1y1, '" << data
-    << "' using 1:3 with lines title 'lr' axes x1y2\n";
+    << "' using 1:3 with lines title 'lr' axes x1y2";
+  if (n_eval > 0) g << ", '" << eval_data << "' using 1:2 with linespoints title 'eval loss' axes x1y1";
+  g << "\n";
   g.close();
   int rc = std::system(("gnuplot '" + script + "'").c_str());
   std::filesystem::remove(data);
+  std::filesystem::remove(eval_data);
   std::filesystem::remove(script);
   twinkle::check(rc == 0, std::system("command -v gnuplot >/dev/null 2>&1") != 0
                               ? std::string("gnuplot is not installed (scripts/setup installs gnuplot-nox)")
                               : "gnuplot could not draw " + out + " (its message is above; is the directory writable?)");
-  std::printf("wrote %s (%lld steps)\n", out.c_str(), static_cast<long long>(n));
+  if (n_eval > 0)
+    std::printf("wrote %s (%lld steps, %lld evaluations)\n", out.c_str(), static_cast<long long>(n),
+                static_cast<long long>(n_eval));
+  else
+    std::printf("wrote %s (%lld steps)\n", out.c_str(), static_cast<long long>(n));
   return 0;
 }
 

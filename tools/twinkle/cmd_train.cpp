@@ -11,6 +11,16 @@
 // option set (the C++ API's checks) before anything is loaded; --max-steps 0 (the default)
 // trains one epoch. --report-memory prints every rank's peak resident set over the training
 // steps (VmHWM reset once the model and optimizer are built), the figure `twinkle plan` predicts.
+//
+// Evaluation (Megatron's, twinkle/train/evaluate.h): with a validation set — --val-dataset (any --dataset
+// spec, mixtures included, concatenated in order as ms-swift loads --val_dataset) or --split-dataset-ratio R
+// (ms-swift's seeded split of every --dataset, twinkle/data/train_val_split.h) — every --eval-interval steps
+// and after the last step, --eval-iters global batches of --batch-size validation rows go through
+// MegatronModel::forward_only; the token-weighted mean loss and its perplexity are logged as Megatron's
+// "validation loss at iteration N" line, appended to --metrics-file as a record
+// {"step", "eval_loss", "eval_ppl", "eval_label_tokens", "eval_iters", "eval_rows", "eval_first_row",
+// "eval_time_s"} (no "loss" key: a step record has one) and written to --tensorboard-dir as
+// "lm loss validation" / "lm loss validation ppl".
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -30,6 +40,7 @@
 #include "twinkle/data/dataset.h"
 #include "twinkle/data/preprocessor.h"
 #include "twinkle/data/hub.h"
+#include "twinkle/data/mixture.h"
 #include "twinkle/data/pretokenized.h"
 #include "twinkle/core/option_check.h"
 #include "twinkle/core/peak_rss.h"
@@ -40,6 +51,7 @@
 #include "twinkle/train/tensorboard_log.h"
 #include "twinkle/kernels/registry.h"
 #include "twinkle/train/checkpoint_dir.h"
+#include "twinkle/train/evaluate.h"
 #include "twinkle/parallel/pipeline_layout.h"
 #include "twinkle/train/megatron_model.h"
 
@@ -108,6 +120,26 @@ int train_main(int argc, char** argv) {
                  "a step with a NaN/inf loss or grad norm: error (stop, weights untouched) | skip (no update, counted)");
   app.add_option("--seed", seed, "seed of the random init (when the model has no weights) and shuffling");
   app.add_option("--output-dir", output_dir, "where the final Hugging Face checkpoint is written");
+  // Evaluation (twinkle/train/evaluate.h; Megatron's --eval-interval / --eval-iters, ms-swift's
+  // --val_dataset / --split_dataset_ratio)
+  std::vector<std::string> val_dataset;
+  double split_ratio = 0;
+  int64_t eval_interval = 0, eval_iters = 100;
+  auto* val_opt = app.add_option("--val-dataset", val_dataset,
+                                 "validation set: any --dataset spec (file, directory, hub id, ID#N, several = "
+                                 "concatenated in order, ms-swift's --val_dataset; default: none)");
+  auto* split_opt = app.add_option("--split-dataset-ratio", split_ratio,
+                                   "hold out this share of every --dataset as the validation set, in (0, 1) "
+                                   "(ms-swift's --split_dataset_ratio: max(int(rows * R), 1) rows by datasets' "
+                                   "train_test_split seeded from np.random.RandomState(--seed); 0 = none)");
+  val_opt->excludes(split_opt);
+  auto* interval_opt = app.add_option("--eval-interval", eval_interval,
+                                      "evaluate the validation set every N steps and after the last one (Megatron's "
+                                      "--eval-interval; 0 = after the last step only)");
+  auto* iters_opt = app.add_option("--eval-iters", eval_iters,
+                                   "global batches of --batch-size validation rows per evaluation, rows in order, "
+                                   "continuing across evaluations and wrapping at the end (Megatron's --eval-iters; "
+                                   "0 = no evaluation)");
   app.add_option("--tensorboard-dir", tensorboard_dir,
                  "write TensorBoard event files of every step's metrics here (rank 0; Megatron's --tensorboard-dir: "
                  "'lm loss', 'grad-norm', 'learning-rate', ...; a resumed run starts a new file that supersedes the "
@@ -269,6 +301,17 @@ int train_main(int argc, char** argv) {
   lo.seed = seed;
   lo.drop_last = drop_last;
   twinkle::validate(lo);
+  twinkle::check_option(eval_interval >= 0, "train", "eval_interval", ">= 0 (0 = after the last step only)", eval_interval);
+  twinkle::check_option(eval_iters >= 0, "train", "eval_iters", ">= 0 (0 = no evaluation)", eval_iters);
+  if (split_ratio != 0)
+    twinkle::check_option(split_ratio > 0 && split_ratio < 1, "train", "split_dataset_ratio", "in (0, 1) (0 = none)",
+                          split_ratio);
+  const bool has_val = !val_dataset.empty() || split_ratio > 0;
+  for (const auto* o : {interval_opt, iters_opt})
+    twinkle::check(has_val || o->count() == 0,
+                   o->get_name() + " evaluates a validation set: give --val-dataset or --split-dataset-ratio");
+  for (const auto& d : val_dataset) (void)twinkle::DatasetSpec::parse(d, "--val-dataset");
+  const bool do_eval = has_val && eval_iters > 0;
 
   const int world = twinkle::world_size();
   if (dp == 0) dp = std::max(1, world / std::max(1, tp * pp * cp));
@@ -305,7 +348,31 @@ int train_main(int argc, char** argv) {
   const std::string config_path = (std::filesystem::path(twinkle::resolve_model_dir(model)) / "config.json").string();
   const twinkle::ModelConfig model_cfg = twinkle::load_model_config(config_path);
   data.mix_seed = seed;
-  twinkle::Dataset ds = twinkle::cli::load_encoded_dataset(app, data, to, model_cfg, config_path);
+  twinkle::cli::TrainVal tv =
+      twinkle::cli::load_encoded_train_val(app, data, to, model_cfg, config_path, split_ratio, seed);
+  twinkle::Dataset& ds = tv.train;
+  if (!val_dataset.empty()) {  // ms-swift loads --val_dataset unshuffled, concatenated in order
+    twinkle::cli::DatasetArgs va = data;
+    va.dataset = val_dataset;
+    va.dataset_mix = "concat";
+    va.interleave_prob.clear();
+    va.data_slice.clear();  // --data-slice selects training rows
+    tv.val.emplace(twinkle::cli::load_encoded_dataset(app, va, to, model_cfg, config_path));
+  }
+  const std::vector<twinkle::EncodedRow> no_rows;
+  const std::vector<twinkle::EncodedRow>& val_rows = tv.val ? tv.val->encoded() : no_rows;
+  if (tv.val) {
+    log.info("validation set: " + std::to_string(val_rows.size()) + " rows (" + tv.val->id() + ")" +
+             (do_eval ? ", " + std::to_string(eval_iters) + " batches of " + std::to_string(batch_size) +
+                            " rows per evaluation" + (eval_interval > 0 ? ", every " + std::to_string(eval_interval) +
+                                                                              " steps and after the last"
+                                                                        : ", after the last step")
+                      : ", --eval-iters 0: not evaluated"));
+    if (do_eval && eval_iters * batch_size > static_cast<int64_t>(val_rows.size()))
+      log.warning("--eval-iters " + std::to_string(eval_iters) + " x --batch-size " + std::to_string(batch_size) +
+                  " exceeds the validation set's " + std::to_string(val_rows.size()) +
+                  " rows: an evaluation repeats rows (Megatron's cyclic validation iterator)");
+  }
   const int64_t n_rows = static_cast<int64_t>(ds.encoded().size());
   log.info("dataset: " + std::to_string(n_rows) + " rows" +
            (ds.bad_rows() ? " (" + std::to_string(ds.bad_rows()) + " bad rows skipped)" : std::string()));
@@ -371,6 +438,32 @@ int train_main(int argc, char** argv) {
     tb = std::make_unique<twinkle::TensorBoardWriter>(tensorboard_dir, step > 0 ? step + 1 : -1);
     log.info("tensorboard: " + tb->path());
   }
+  // One evaluation after step `at` (Megatron's evaluate_and_print_results): every rank runs it, rank 0 logs.
+  int64_t last_eval_step = -1;
+  auto run_eval = [&](int64_t at) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const twinkle::EvalResult r =
+        twinkle::evaluate(m, val_rows, twinkle::validation_first_row(at, eval_interval, eval_iters, batch_size),
+                          eval_iters, batch_size);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    last_eval_step = at;
+    if (!rank0) return;
+    json j = {{"step", at},
+              {"eval_loss", num_or_null(r.lm_loss, r.has_loss)},
+              {"eval_ppl", num_or_null(r.ppl, r.has_loss)},
+              {"eval_label_tokens", r.label_tokens},
+              {"eval_iters", r.iters},
+              {"eval_rows", r.rows},
+              {"eval_first_row", r.first_row},
+              {"eval_time_s", secs}};
+    if (metrics.is_open()) {
+      metrics << j.dump() << "\n";
+      metrics.flush();
+    }
+    if (tb) twinkle::write_eval_scalars(*tb, r, at);
+    log.info(twinkle::validation_line(r, at));
+  };
+  const int64_t first_step = step;
   twinkle::LocalBatch batch;
   int64_t rss_at_start = 0;
   if (report_memory) {  // the steps' memory, not the init's transients
@@ -427,6 +520,8 @@ int train_main(int argc, char** argv) {
                     mt.tokens_per_s, mt.mfu, mt.skipped ? "  (update skipped: non-finite)" : "");
       log.info(line);
     }
+    // Megatron's order: the step's log, then the evaluation, then the interval checkpoint
+    if (do_eval && eval_interval > 0 && step % eval_interval == 0) run_eval(step);
     if (save_interval > 0) {
       twinkle::SaveOptions cs;
       cs.output_dir = output_dir;
@@ -464,6 +559,9 @@ int train_main(int argc, char** argv) {
                  (async_save ? " in the background (committed once every rank has written it)" : ""));
     }
   }
+  // After the last step (Megatron's do_valid after training), unless it was just evaluated or this run
+  // trained nothing (resumed at the end: the earlier run evaluated there)
+  if (do_eval && step > first_step && last_eval_step != step) run_eval(step);
   if (m.save_pending()) {  // the last asynchronous save is committed before the run ends
     const auto t0 = std::chrono::steady_clock::now();
     m.wait_for_save();

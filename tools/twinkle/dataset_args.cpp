@@ -10,6 +10,7 @@
 #include "twinkle/data/mixture.h"
 #include "twinkle/data/preprocessor.h"
 #include "twinkle/data/pretokenized.h"
+#include "twinkle/data/train_val_split.h"
 
 namespace twinkle::cli {
 
@@ -66,93 +67,142 @@ TemplateOptions checked_template_options(const DatasetArgs& a, const std::string
 
 namespace {
 
-// Several datasets (or one with #N / #R): each loaded and preprocessed by its own columns, then mixed
-// and encoded once (dataset_args.h).
-Dataset load_encoded_mixture(const CLI::App& app, const DatasetArgs& a, const std::vector<DatasetSpec>& specs,
-                             const TemplateOptions& to, const ModelConfig& model_cfg, const std::string& config_path) {
-  check(a.data_slice.empty(),
-        "--data-slice selects rows of one dataset; with several datasets or ID#N give each its own #N instead");
-  std::vector<Dataset> parts;
-  int pretok = -1, chat = -1;
-  bool self_cognition_used = false;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    DatasetMeta meta(specs[i].id);
-    meta.skip_bad_rows = a.skip_bad_rows;
-    Dataset ds(meta);
-    if (is_pretokenized(ds[0])) {
-      pretok = static_cast<int>(i);
-    } else {
-      chat = static_cast<int>(i);
-      if (!a.self_cognition.empty() && ds[0].contains("query") && ds[0].contains("response")) {
-        const auto comma = a.self_cognition.find(',');
-        ds.map(SelfCognitionProcessor(a.self_cognition.substr(0, comma), a.self_cognition.substr(comma + 1)));
-        self_cognition_used = true;
-      } else if (ds[0].contains("instruction")) {
-        ds.map(AlpacaPreprocessor());
-      } else {
-        ds.map(MessagesPreprocessor());
-      }
-    }
-    parts.push_back(std::move(ds));
+// A loaded dataset preprocessed by its columns (pre-tokenized rows as they are; else --self-cognition on
+// query/response rows, AlpacaPreprocessor on "instruction" rows, MessagesPreprocessor otherwise).
+struct Part {
+  Dataset ds;
+  bool pretokenized = false;
+  bool self_cognition = false;
+};
+
+Part load_part(const DatasetArgs& a, const DatasetMeta& meta, bool mixture) {
+  Part p{Dataset(meta)};
+  if (p.ds.size() > 0 && is_pretokenized(p.ds[0])) {
+    p.pretokenized = true;
+    return p;
   }
-  check(a.self_cognition.empty() || self_cognition_used,
-        "--self-cognition: none of the datasets has query/response rows (self-cognition data) to apply it to");
-  if (pretok >= 0 && chat >= 0)
-    throw Error("--dataset: '" + specs[static_cast<size_t>(pretok)].id + "' holds pre-tokenized rows (input_ids) and '" +
-                specs[static_cast<size_t>(chat)].id +
-                "' message rows: a mixture is encoded once, so its datasets must be all pre-tokenized or all messages");
-  std::vector<const Dataset*> ptrs;
-  for (const auto& p : parts) ptrs.push_back(&p);
-  MixOptions mo;
-  mo.mode = parse_mix_mode(a.dataset_mix);
-  mo.seed = a.mix_seed;
-  mo.probabilities = a.interleave_prob;
-  Dataset mix = mix_datasets(ptrs, specs, mo);
-  if (pretok >= 0) {
-    refuse_template_options(
-        app, {"--template", "--self-cognition", "--max-length", "--truncation", "--ignore-empty-think"}, mix);
-    mix.encode_pretokenized(model_cfg.vocab_size);
+  const bool sc_rows = p.ds.size() > 0 && p.ds[0].contains("query") && p.ds[0].contains("response");
+  if (!a.self_cognition.empty() && (!mixture || sc_rows)) {
+    const auto comma = a.self_cognition.find(',');
+    p.ds.map(SelfCognitionProcessor(a.self_cognition.substr(0, comma), a.self_cognition.substr(comma + 1)));
+    p.self_cognition = true;
+  } else if (p.ds.size() > 0 && p.ds[0].contains("instruction")) {
+    p.ds.map(AlpacaPreprocessor());
   } else {
-    mix.set_template(a.templ.empty() ? "Template" : a.templ, to);
-    mix.encode();
+    p.ds.map(MessagesPreprocessor());
   }
-  check_rows_fit_positions(mix, model_cfg, config_path);
-  return mix;
+  return p;
 }
 
-}  // namespace
-
-Dataset load_encoded_dataset(const CLI::App& app, const DatasetArgs& a, const TemplateOptions& to,
-                             const ModelConfig& model_cfg, const std::string& config_path) {
-  check(!a.dataset.empty(), "--dataset: no dataset given");
-  std::vector<DatasetSpec> specs;
-  for (const auto& d : a.dataset) specs.push_back(DatasetSpec::parse(d));
-  if (specs.size() > 1 || specs[0].id != a.dataset[0]) return load_encoded_mixture(app, a, specs, to, model_cfg, config_path);
-  const std::optional<DataSlice> slice =
-      a.data_slice.empty() ? std::nullopt : std::optional<DataSlice>(DataSlice::parse(a.data_slice));
-  DatasetMeta meta(a.dataset[0], slice);
-  meta.skip_bad_rows = a.skip_bad_rows;  // also while the file is read (bad JSON lines)
-  Dataset ds(meta);
-  if (ds.size() > 0 && is_pretokenized(ds[0])) {
+// Encodes `ds` (pre-tokenized: as they are, the template options refused; else through the template) and
+// checks the rows against the model's positions.
+void encode_rows(const CLI::App& app, const DatasetArgs& a, const TemplateOptions& to, const ModelConfig& model_cfg,
+                 const std::string& config_path, Dataset& ds, bool pretokenized) {
+  if (pretokenized) {
     // The template's options do nothing to rows that are already token ids: refuse them rather
     // than run, e.g., rows longer than the --max-length the user asked for.
     refuse_template_options(
         app, {"--template", "--self-cognition", "--max-length", "--truncation", "--ignore-empty-think"}, ds);
     ds.encode_pretokenized(model_cfg.vocab_size);
   } else {
-    if (!a.self_cognition.empty()) {
-      const auto comma = a.self_cognition.find(',');
-      ds.map(SelfCognitionProcessor(a.self_cognition.substr(0, comma), a.self_cognition.substr(comma + 1)));
-    } else if (ds.size() > 0 && ds[0].contains("instruction")) {
-      ds.map(AlpacaPreprocessor());
-    } else {
-      ds.map(MessagesPreprocessor());
-    }
     ds.set_template(a.templ.empty() ? "Template" : a.templ, to);
     ds.encode();
   }
   check_rows_fit_positions(ds, model_cfg, config_path);
-  return ds;
+}
+
+std::vector<std::pair<int32_t, int64_t>> rows_of(int32_t part, const std::vector<int64_t>& idx) {
+  std::vector<std::pair<int32_t, int64_t>> o;
+  o.reserve(idx.size());
+  for (int64_t i : idx) o.emplace_back(part, i);
+  return o;
+}
+
+}  // namespace
+
+TrainVal load_encoded_train_val(const CLI::App& app, const DatasetArgs& a, const TemplateOptions& to,
+                                const ModelConfig& model_cfg, const std::string& config_path, double split_ratio,
+                                uint64_t seed) {
+  check(!a.dataset.empty(), "--dataset: no dataset given");
+  std::vector<DatasetSpec> specs;
+  for (const auto& d : a.dataset) specs.push_back(DatasetSpec::parse(d));
+  const bool mixture = specs.size() > 1 || specs[0].id != a.dataset[0];
+  check(!(mixture && !a.data_slice.empty()),
+        "--data-slice selects rows of one dataset; with several datasets or ID#N give each its own #N instead");
+  std::vector<Part> parts;
+  int pretok = -1, chat = -1;
+  bool self_cognition_used = false;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const std::optional<DataSlice> slice =
+        a.data_slice.empty() ? std::nullopt : std::optional<DataSlice>(DataSlice::parse(a.data_slice));
+    DatasetMeta meta(mixture ? specs[i].id : a.dataset[0], slice);
+    meta.skip_bad_rows = a.skip_bad_rows;  // also while the file is read (bad JSON lines)
+    parts.push_back(load_part(a, meta, mixture));
+    (parts.back().pretokenized ? pretok : chat) = static_cast<int>(i);
+    self_cognition_used = self_cognition_used || parts.back().self_cognition;
+  }
+  if (mixture)
+    check(a.self_cognition.empty() || self_cognition_used,
+          "--self-cognition: none of the datasets has query/response rows (self-cognition data) to apply it to");
+  if (pretok >= 0 && chat >= 0)
+    throw Error("--dataset: '" + specs[static_cast<size_t>(pretok)].id + "' holds pre-tokenized rows (input_ids) and '" +
+                specs[static_cast<size_t>(chat)].id +
+                "' message rows: a mixture is encoded once, so its datasets must be all pre-tokenized or all messages");
+  const bool pretokenized = pretok >= 0;
+  // --split-dataset-ratio: each dataset split before mixing, seeds drawn in dataset order (ms-swift's
+  // load_dataset / post_process, twinkle/data/train_val_split.h)
+  std::vector<Dataset> train_parts, val_parts;
+  if (split_ratio > 0) {
+    SwiftSeedStream seeds(seed);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const Dataset& ds = parts[i].ds;
+      const std::optional<int64_t> sample =
+          specs[i].count || specs[i].ratio ? std::optional<int64_t>(specs[i].rows(ds.size())) : std::nullopt;
+      const int64_t n_val = split_val_count(ds.size(), sample, split_ratio, specs[i].id);
+      const TrainValIndices idx = train_test_split_indices(ds.size(), n_val, static_cast<uint64_t>(seeds.next()));
+      train_parts.push_back(Dataset::from_parts({&ds}, rows_of(0, idx.train), ds.id()));
+      val_parts.push_back(Dataset::from_parts({&ds}, rows_of(0, idx.val), ds.id()));
+      // ms-swift's train_sample = dataset_sample - val_sample of the train part (sample_dataset)
+      if (sample) {
+        DatasetSpec t;
+        t.id = specs[i].id;
+        t.count = *sample - n_val;
+        specs[i] = t;
+      }
+    }
+  } else {
+    for (auto& p : parts) train_parts.push_back(std::move(p.ds));
+  }
+  auto mixed = [&] {
+    std::vector<const Dataset*> ptrs;
+    for (const auto& p : train_parts) ptrs.push_back(&p);
+    MixOptions mo;
+    mo.mode = parse_mix_mode(a.dataset_mix);
+    mo.seed = a.mix_seed;
+    mo.probabilities = a.interleave_prob;
+    return mix_datasets(ptrs, specs, mo);
+  };
+  TrainVal out{mixture ? mixed() : std::move(train_parts[0]), std::nullopt};
+  encode_rows(app, a, to, model_cfg, config_path, out.train, pretokenized);
+  if (!val_parts.empty()) {
+    // the validation parts concatenated in dataset order (ms-swift's concat_datasets)
+    std::vector<const Dataset*> ptrs;
+    std::vector<std::pair<int32_t, int64_t>> order;
+    for (size_t i = 0; i < val_parts.size(); ++i) {
+      ptrs.push_back(&val_parts[i]);
+      for (int64_t r = 0; r < val_parts[i].size(); ++r) order.emplace_back(static_cast<int32_t>(i), r);
+    }
+    std::string id;
+    for (const auto& v : val_parts) id += (id.empty() ? "" : " + ") + v.id();
+    out.val.emplace(Dataset::from_parts(ptrs, order, id + " (validation split)"));
+    encode_rows(app, a, to, model_cfg, config_path, *out.val, pretokenized);
+  }
+  return out;
+}
+
+Dataset load_encoded_dataset(const CLI::App& app, const DatasetArgs& a, const TemplateOptions& to,
+                             const ModelConfig& model_cfg, const std::string& config_path) {
+  return std::move(load_encoded_train_val(app, a, to, model_cfg, config_path, 0.0, 0).train);
 }
 
 }  // namespace twinkle::cli

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,5 +60,22 @@ TemplateOptions checked_template_options(const DatasetArgs& a, const std::string
 /// file:line, field or option.
 Dataset load_encoded_dataset(const CLI::App& app, const DatasetArgs& a, const TemplateOptions& to,
                              const ModelConfig& model_cfg, const std::string& config_path);
+
+/// The training rows and, with split_ratio > 0 (`--split-dataset-ratio`), a validation set split off them
+/// as ms-swift's load_dataset does (twinkle/data/train_val_split.h): every --dataset, loaded and
+/// preprocessed as above, is split before the mixture into train_test_split(test_size =
+/// split_val_count(...), seed = the next get_seed draw of np.random.RandomState(seed)); an ID#N / ID#R
+/// dataset then keeps N - val_sample training rows for the mixture (ms-swift's train_sample). The train
+/// parts are mixed (and encoded) as load_encoded_dataset mixes them; the validation parts are concatenated
+/// in dataset order and encoded alike. split_ratio 0: no split (val empty), load_encoded_dataset's rows.
+/// Throws what load_encoded_dataset throws, and twinkle::Error naming --split-dataset-ratio and the
+/// dataset (split_val_count, SwiftSeedStream).
+struct TrainVal {
+  Dataset train;
+  std::optional<Dataset> val;
+};
+TrainVal load_encoded_train_val(const CLI::App& app, const DatasetArgs& a, const TemplateOptions& to,
+                                const ModelConfig& model_cfg, const std::string& config_path, double split_ratio,
+                                uint64_t seed);
 
 }  // namespace twinkle::cli

@@ -22,6 +22,9 @@ namespace twinkle {
 
 struct StepResult {
   double loss = 0;               ///< the objective: lm_loss (+ MoE router-loss terms, see below)
+  /// The global sum over labelled tokens of -log p(label) (lm_loss = lm_loss_sum / label_tokens; 0 without
+  /// a labelled token): the numerator Megatron's evaluate accumulates over its eval iterations.
+  double lm_loss_sum = 0;
   int64_t label_tokens = 0;      ///< global labelled tokens
   int64_t tokens = 0;            ///< global tokens processed (padding included)
   int64_t sequences = 0;         ///< global sequences (rows of padded micro-batches, segments of packed ones)

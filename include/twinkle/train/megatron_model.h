@@ -348,6 +348,10 @@ class MegatronModel {
   int32_t pad_token_id() const { return pad_id_; }
   /// Global labelled tokens of the last forward_only call.
   int64_t last_eval_label_tokens() const { return last_eval_label_tokens_; }
+  /// Global sum of the token losses -log p(label) of the last forward_only call (the lm loss only: a
+  /// Qwen3-MoE model's router losses are not in it), so last_eval_lm_loss_sum() / last_eval_label_tokens()
+  /// is its lm loss; 0 without a labelled token. What twinkle/train/evaluate.h sums over batches.
+  double last_eval_lm_loss_sum() const { return last_eval_lm_loss_sum_; }
   const MegatronModelOptions& options() const { return opts_; }
   /// Achievable peak of this job in FLOP/s used for MFU (TWINKLE_PEAK_GFLOPS, else measured).
   double peak_flops() const { return peak_flops_; }
@@ -414,6 +418,7 @@ class MegatronModel {
   int64_t cur_step_ = 0;
   int64_t skipped_steps_ = 0;
   int64_t last_eval_label_tokens_ = 0;
+  double last_eval_lm_loss_sum_ = 0;
   std::unique_ptr<TensorBoardWriter> tb_;  // options().tensorboard_dir's writer (rank 0, opened at the first step)
   int64_t resumed_step_ = -1;  // cur_step restored by resume_from_checkpoint (-1: none)
   std::chrono::steady_clock::time_point t_start_, t_last_metric_, t_fb_start_;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "twinkle/io/tensorboard.h"
+#include "twinkle/train/evaluate.h"
 #include "twinkle/train/megatron_model.h"
 
 namespace twinkle {
@@ -19,5 +20,14 @@ namespace twinkle {
 /// "z_loss", "expert-grad-norm", "expert-load-max", "expert-load-min". Then flushes the file, so
 /// TensorBoard sees each step as it ends. Call on one rank (rank 0). Throws twinkle::Error on a write error.
 void write_step_scalars(TensorBoardWriter& tb, const MegatronModel::StepMetrics& m, int64_t step);
+
+/// Writes an evaluation after step `step` under Megatron's tags (megatron/training/training.py
+/// evaluate_and_print_results, key "lm loss"): "lm loss validation" = r.lm_loss and "lm loss validation ppl" =
+/// r.ppl at `step` (Megatron writes the ppl only with --log-validation-ppl-to-tensorboard; twinkle always does).
+/// Nothing when r has no loss. Megatron's "... vs samples" twins (x = consumed training samples) are not
+/// written: a resumed run's SessionLog START at step N + 1 makes TensorBoard drop every earlier event whose
+/// step field is >= N + 1 (twinkle/io/tensorboard.h), which for a samples axis is nearly the whole earlier
+/// curve. Flushes the file. Call on one rank (rank 0). Throws twinkle::Error on a write error.
+void write_eval_scalars(TensorBoardWriter& tb, const EvalResult& r, int64_t step);
 
 }  // namespace twinkle

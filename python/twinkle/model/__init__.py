@@ -222,6 +222,40 @@ class MegatronModel:
         self._check_step_kwargs('forward_only', micro_batch_size, kwargs)
         return ModelOutput(loss=self._m.forward_only(inputs), logits=None)
 
+    def evaluate(self, dataloader, eval_iters=None):
+        """The validation loss over a twinkle.dataloader.DataLoader as Megatron's evaluate computes it
+        (megatron/training/training.py; the C++ twinkle/train/evaluate.h, `twinkle train --eval-iters`):
+        forward_only on `eval_iters` batches (None: the rest of the loader's epoch, or a whole epoch when it
+        is finished), the token losses and labelled tokens summed over the batches and the data-parallel
+        ranks, loss = sum / tokens (the token-weighted mean, not the mean of the batch means). With
+        eval_iters the loader is read on across its epoch end (Megatron's cyclic validation iterator) and
+        keeps its position, so the next call continues where this one stopped. No gradient, optimizer or
+        step counter changes. Collective. Returns {'loss', 'ppl' (exp(min(20, loss))), 'label_tokens',
+        'iters'}; loss and ppl are None when no batch had a labelled token. ValueError when eval_iters < 1
+        or the loader yields no batch."""
+        import math
+        if eval_iters is not None and (isinstance(eval_iters, bool) or not isinstance(eval_iters, int)
+                                       or eval_iters < 1):
+            raise ValueError(f'evaluate: eval_iters must be an int >= 1 or None, got {eval_iters!r}')
+        total, tokens, iters = 0.0, 0, 0
+        while eval_iters is None or iters < eval_iters:
+            got = False
+            for batch in dataloader:
+                got = True
+                self._m.forward_only(batch)
+                total += self._m.last_eval_lm_loss_sum
+                tokens += self._m.last_eval_label_tokens
+                iters += 1
+                if eval_iters is not None and iters >= eval_iters:
+                    break
+            if not got:
+                raise ValueError('evaluate: the dataloader yields no batch')
+            if eval_iters is None:
+                break
+        loss = total / tokens if tokens else None
+        return {'loss': loss, 'ppl': math.exp(min(20.0, loss)) if tokens else None, 'label_tokens': tokens,
+                'iters': iters}
+
     def _check_step_kwargs(self, call, micro_batch_size, kwargs):
         if micro_batch_size is not None:
             raise ValueError(f'{call}: pass micro_batch_size to MegatronModel(...) (it is fixed per model)')
