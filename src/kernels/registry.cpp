@@ -166,6 +166,11 @@ const std::vector<std::string>& mixed_precision_ops() {
   return ops;
 }
 
+const std::vector<std::string>& cpu_only_ops() {
+  static const std::vector<std::string> ops = {"causal_conv1d", "gated_delta_rule", "gated_rms_norm"};
+  return ops;
+}
+
 void check_mixed_precision(const std::string& mp) {
   check(mp == "fp32" || mp == "bf16",
         "mixed_precision: unknown value '" + mp + "' (option mixed_precision / --bf16 / --fp32: fp32 or bf16)");

@@ -437,6 +437,10 @@ inline KernelTable staged_table(const KernelTable& dev) {
   k.moe_permute = {moe_sort, moe_perm_fwd, moe_perm_bwd, moe_unperm_fwd, moe_unperm_bwd, moe_keys};
   k.moe_router_loss = {moe_stats, moe_aux_bwd, moe_z_fwd, moe_z_bwd};
   k.attention_block = {blk_fwd, blk_bwd, blk_merge, blk_delta};
+  // cpu_only_ops(): the device set's refusals throw before touching an argument, so they take host pointers
+  k.causal_conv1d = dev.causal_conv1d;
+  k.gated_delta_rule = dev.gated_delta_rule;
+  k.gated_rms_norm = dev.gated_rms_norm;
   k.impl_names = dev.impl_names;
   return k;
 }

@@ -736,6 +736,11 @@ def main():
     moe_router_loss_case(out, "moe_router_loss_13x7_k3", 13, 7, 3, [2, 7, 12], 1e-2)
     attention_block_case(out, "attn_block_gqa_d12", 4, 2, 12, 0)
     attention_block_case(out, "attn_block_mha_d8_win5", 3, 3, 8, 5)
+    # the Gated DeltaNet ops (Qwen3.5's linear attention): transformers' own functions in float64
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gdn_kernels_ref
+    gdn_kernels_ref.cases(Case, f32, leaf64, out)
 
     with open(os.path.join(out, "DONE"), "w") as f:
         f.write("ok\n")

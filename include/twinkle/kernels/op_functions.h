@@ -138,5 +138,31 @@
   X(void, attention_lse_merge, (float* out, float* lse, const float* out_b, const float* lse_b, int64_t T,          \
                                 int64_t H, int64_t D))                                                                 \
   X(void, attention_softmax_delta, (const float* out, const float* dout, float* delta, int64_t T, int64_t H,        \
-                                    int64_t D))
+                                    int64_t D))                                                                        \
+  /* CausalConv1dOp */                                                                                                 \
+  X(void, causal_conv1d_forward, (const float* x, const float* w, const float* bias, float* y,                      \
+                                  const int32_t* cu_seqlens, int64_t n_seqs, int64_t C, int64_t K, bool silu))         \
+  X(void, causal_conv1d_backward, (const float* x, const float* w, const float* bias, const float* dy, float* dx,   \
+                                   float* dw, float* dbias, const int32_t* cu_seqlens, int64_t n_seqs, int64_t C,      \
+                                   int64_t K, bool silu))                                                              \
+  /* GatedDeltaRuleOp */                                                                                               \
+  X(void, gated_delta_rule_forward, (const float* q, const float* k, const float* v, const float* g,                \
+                                     const float* beta, const float* h0, float* out, float* ht,                        \
+                                     const int32_t* cu_seqlens, int64_t n_seqs, int64_t Hk, int64_t Hv, int64_t Dk,    \
+                                     int64_t Dv, float scale, bool qk_l2norm))                                         \
+  X(void, gated_delta_rule_backward, (const float* q, const float* k, const float* v, const float* g,               \
+                                      const float* beta, const float* h0, const float* dout, const float* dht,         \
+                                      float* dq, float* dk, float* dv, float* dg, float* dbeta, float* dh0,            \
+                                      const int32_t* cu_seqlens, int64_t n_seqs, int64_t Hk, int64_t Hv, int64_t Dk,   \
+                                      int64_t Dv, float scale, bool qk_l2norm))                                        \
+  X(void, gdn_gates_forward, (const float* a, const float* b, const float* A_log, const float* dt_bias, float* g,   \
+                              float* beta, int64_t T, int64_t H))                                                      \
+  X(void, gdn_gates_backward, (const float* a, const float* b, const float* A_log, const float* dt_bias,            \
+                               const float* dg, const float* dbeta, float* da, float* db, float* dA_log,               \
+                               float* ddt_bias, int64_t T, int64_t H))                                                 \
+  /* GatedRmsNormOp */                                                                                                 \
+  X(void, gated_rmsnorm_forward, (const float* x, const float* z, const float* w, float* y, float* rstd,            \
+                                  int64_t rows, int64_t dim, float eps))                                               \
+  X(void, gated_rmsnorm_backward, (const float* x, const float* z, const float* w, const float* rstd,               \
+                                   const float* dy, float* dx, float* dz, float* dw, int64_t rows, int64_t dim))
 // clang-format on

@@ -317,6 +317,58 @@ struct AttentionBlockOp {
   void (*softmax_delta)(const float* out, const float* dout, float* delta, int64_t T, int64_t H, int64_t D);
 };
 
+/// Gated DeltaNet's short causal depthwise convolution with SiLU on packed sequences
+/// (twinkle/kernels/cpu/causal_conv1d.h: transformers' Qwen3_5GatedDeltaNet conv1d + causal_conv1d_fn, FLA /
+/// causal-conv1d's varlen path). x, y [T, C] token-major f32, w [C, K], bias [C] or null; a segment of
+/// cu_seqlens [n_seqs + 1] sees none of the tokens before its start. CPU only so far (cpu_only_ops()).
+struct CausalConv1dOp {
+  static constexpr const char* kName = "causal_conv1d";
+  /// y [T, C] OVERWRITTEN (no alias of x); silu: SiLU after the sum.
+  void (*forward)(const float* x, const float* w, const float* bias, float* y, const int32_t* cu_seqlens,
+                  int64_t n_seqs, int64_t C, int64_t K, bool silu);
+  /// dx [T, C] OVERWRITTEN; dw [C, K], dbias [C] ACCUMULATED (each may be null).
+  void (*backward)(const float* x, const float* w, const float* bias, const float* dy, float* dx, float* dw,
+                   float* dbias, const int32_t* cu_seqlens, int64_t n_seqs, int64_t C, int64_t K, bool silu);
+};
+
+/// The gated delta rule and its gates (twinkle/kernels/cpu/gated_delta_rule.h: transformers'
+/// torch_chunk_gated_delta_rule / torch_recurrent_gated_delta_rule and Qwen3_5GatedDeltaNet's g / beta;
+/// FLA's chunk_gated_delta_rule). q, k [T, Hk, Dk], v / out [T, Hv, Dv] (Hv % Hk == 0, value head h reads
+/// key head h / (Hv / Hk)), g, beta [T, Hv], states [n_seqs, Hv, Dk, Dv]; the state restarts at every
+/// segment of cu_seqlens [n_seqs + 1]. The "reference" set runs the token recurrence in double, "fused"
+/// the chunked WY form (64-token chunks) on GEMMs. CPU only so far (cpu_only_ops()).
+struct GatedDeltaRuleOp {
+  static constexpr const char* kName = "gated_delta_rule";
+  /// out OVERWRITTEN; h0 (initial states) may be null (zero); ht (final states) written when non-null.
+  void (*forward)(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                  const float* h0, float* out, float* ht, const int32_t* cu_seqlens, int64_t n_seqs, int64_t Hk,
+                  int64_t Hv, int64_t Dk, int64_t Dv, float scale, bool qk_l2norm);
+  /// dq, dk, dv, dg, dbeta OVERWRITTEN; dh0 OVERWRITTEN when non-null; dht may be null (= 0).
+  void (*backward)(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                   const float* h0, const float* dout, const float* dht, float* dq, float* dk, float* dv, float* dg,
+                   float* dbeta, float* dh0, const int32_t* cu_seqlens, int64_t n_seqs, int64_t Hk, int64_t Hv,
+                   int64_t Dk, int64_t Dv, float scale, bool qk_l2norm);
+  /// g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b); a, b, g, beta [T, H], A_log, dt_bias [H].
+  void (*gates_forward)(const float* a, const float* b, const float* A_log, const float* dt_bias, float* g,
+                        float* beta, int64_t T, int64_t H);
+  /// da, db OVERWRITTEN; dA_log, ddt_bias ACCUMULATED (each may be null).
+  void (*gates_backward)(const float* a, const float* b, const float* A_log, const float* dt_bias, const float* dg,
+                         const float* dbeta, float* da, float* db, float* dA_log, float* ddt_bias, int64_t T,
+                         int64_t H);
+};
+
+/// transformers' Qwen3_5RMSNormGated (twinkle/kernels/cpu/gated_rmsnorm.h): y = w * x * rsqrt(mean(x^2) + eps)
+/// * silu(z) on rows of head_v_dim, the weight as is (not 1 + w). CPU only so far (cpu_only_ops()).
+struct GatedRmsNormOp {
+  static constexpr const char* kName = "gated_rms_norm";
+  /// x, z, y [rows, dim] (y may alias x or z); w [dim]; rstd [rows] saved for the backward.
+  void (*forward)(const float* x, const float* z, const float* w, float* y, float* rstd, int64_t rows, int64_t dim,
+                  float eps);
+  /// dx, dz OVERWRITTEN (dx may alias dy); dw ACCUMULATED (may be null).
+  void (*backward)(const float* x, const float* z, const float* w, const float* rstd, const float* dy, float* dx,
+                   float* dz, float* dw, int64_t rows, int64_t dim);
+};
+
 /// Every op above, once: X(op struct, KernelTable field). The registry's OpImpl variant, op_names(), the
 /// KernelTable fields and KernelTable::set are generated from this list (twinkle/kernels/registry.h), so a
 /// new op is its struct above, one entry here and its implementations (each kernel set's register list).
@@ -327,7 +379,8 @@ struct AttentionBlockOp {
   X(LinearOp, linear) X(GroupedLinearOp, grouped_linear) X(CrossEntropyOp, cross_entropy)                       \
   X(LinearCrossEntropyOp, linear_cross_entropy) X(AdamwOp, adamw) X(NormsOp, norms) X(AddOp, add)              \
   X(LoraOp, lora) X(MoeRouterOp, moe_router) X(MoePermuteOp, moe_permute) X(MoeRouterLossOp, moe_router_loss)   \
-  X(AttentionBlockOp, attention_block)
+  X(AttentionBlockOp, attention_block) X(CausalConv1dOp, causal_conv1d) X(GatedDeltaRuleOp, gated_delta_rule)    \
+  X(GatedRmsNormOp, gated_rms_norm)
 // clang-format on
 
 }  // namespace twinkle::kernels

@@ -107,6 +107,12 @@ void check_kernel_set(const std::string& set);
 /// attention_block (their tile products).
 const std::vector<std::string>& mixed_precision_ops();
 
+/// Ops whose only kernels are the CPU sets (the Gated DeltaNet ops: causal_conv1d, gated_delta_rule,
+/// gated_rms_norm). Device "cuda" registers for each an implementation whose every function throws
+/// twinkle::Error "kernels: op 'NAME' has no CUDA implementation ..." before touching its arguments, so a
+/// cuda table still resolves and the first call of such an op refuses by name.
+const std::vector<std::string>& cpu_only_ops();
+
 /// Throws twinkle::Error naming the option unless mp is "fp32" or "bf16".
 void check_mixed_precision(const std::string& mp);
 

@@ -3,9 +3,12 @@
 #include "twinkle/kernels/cpu/add_rmsnorm.h"
 #include "twinkle/kernels/cpu/attention.h"
 #include "twinkle/kernels/cpu/attention_block.h"
+#include "twinkle/kernels/cpu/causal_conv1d.h"
 #include "twinkle/kernels/cpu/cross_entropy.h"
 #include "twinkle/kernels/cpu/embedding.h"
 #include "twinkle/kernels/cpu/gate_up_swiglu.h"
+#include "twinkle/kernels/cpu/gated_delta_rule.h"
+#include "twinkle/kernels/cpu/gated_rmsnorm.h"
 #include "twinkle/kernels/cpu/gemm.h"
 #include "twinkle/kernels/cpu/grouped_gemm.h"
 #include "twinkle/kernels/cpu/linear_cross_entropy.h"
@@ -46,6 +49,10 @@ void register_fused_kernels(Registry& r) {
   r.add(dev, name, MoeRouterLossOp{moe_routing_stats, moe_aux_loss_backward, moe_z_loss_forward, moe_z_loss_backward});
   r.add(dev, name, AttentionBlockOp{attention_block_forward, attention_block_backward, attention_lse_merge,
                                     attention_softmax_delta});
+  r.add(dev, name, CausalConv1dOp{causal_conv1d_forward, causal_conv1d_backward});
+  r.add(dev, name, GatedDeltaRuleOp{gated_delta_rule_forward, gated_delta_rule_backward, gdn_gates_forward,
+                                    gdn_gates_backward});
+  r.add(dev, name, GatedRmsNormOp{gated_rmsnorm_forward, gated_rmsnorm_backward});
 }
 
 }  // namespace twinkle::kernels::cpu

@@ -32,6 +32,11 @@ std::vector<kernels::OpImpl> fused_kernels() {
                       ops::moe_z_loss_backward},
       AttentionBlockOp{ops::attention_block_forward, ops::attention_block_backward, ops::attention_lse_merge,
                        ops::attention_softmax_delta},
+      // CPU-only ops (kernels::cpu_only_ops()): refusals by name, cpu_only_ops.cpp
+      CausalConv1dOp{ops::causal_conv1d_forward, ops::causal_conv1d_backward},
+      GatedDeltaRuleOp{ops::gated_delta_rule_forward, ops::gated_delta_rule_backward, ops::gdn_gates_forward,
+                       ops::gdn_gates_backward},
+      GatedRmsNormOp{ops::gated_rmsnorm_forward, ops::gated_rmsnorm_backward},
   };
 }
 

@@ -32,6 +32,10 @@ void register_reference_kernels(Registry& r) {
                                    R::moe_z_loss_backward});
   r.add(dev, name, AttentionBlockOp{R::attention_block_forward, R::attention_block_backward, R::attention_lse_merge,
                                     R::attention_softmax_delta});
+  r.add(dev, name, CausalConv1dOp{R::causal_conv1d_forward, R::causal_conv1d_backward});
+  r.add(dev, name, GatedDeltaRuleOp{R::gated_delta_rule_forward, R::gated_delta_rule_backward, R::gdn_gates_forward,
+                                    R::gdn_gates_backward});
+  r.add(dev, name, GatedRmsNormOp{R::gated_rmsnorm_forward, R::gated_rmsnorm_backward});
 }
 
 }  // namespace twinkle::kernels::cpu
