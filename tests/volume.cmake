@@ -17,7 +17,13 @@ set(TWINKLE_VOLUME_LAYOUTS
   "dp2_allreduce|2|--dp 2 --no-distopt"
   "tp2_pp2_dp2_sp|8|--tp 2 --pp 2 --dp 2 --sp"
   "pp2_vpp2|2|--pp 2 --vpp 2"
-  "tp2_pp2_vpp2_sp|4|--tp 2 --pp 2 --vpp 2 --sp --split even")
+  "tp2_pp2_vpp2_sp|4|--tp 2 --pp 2 --vpp 2 --sp --split even"
+  # context parallelism: the ring (TransformerEngine's AttnFuncWithCPAndKVP2P) and Ulysses (a2a) on the cp
+  # group, rows padded to 2·cp (2·cp·tp under SP), the dense gradients and the loss over dp-cp
+  "cp2_ring|2|--cp 2"
+  "cp2_a2a|2|--cp 2 --cp-comm-type a2a"
+  "tp2_cp2_sp|4|--tp 2 --cp 2 --sp"
+  "cp2_dp2|4|--cp 2 --dp 2")
 foreach(spec ${TWINKLE_VOLUME_LAYOUTS})
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)
@@ -40,8 +46,12 @@ endforeach()
 # MoE layer and micro-batch is the counts all-gather plus four padded row collectives (all-gather
 # of the expert input and of d(output), reduce-scatter of the partial outputs and of d(input)),
 # the padding the most rows any etp rank received over ep (bench/layout_bench.cpp's header).
+# With context parallelism (cp2 x ep2: ep = the cp group) the cp group carries the ring's (or Ulysses')
+# bytes per attention layer and micro-batch and the router statistics summed over the cp shards
+# ((2E+2) fp64 per MoE layer and micro-batch).
 foreach(spec "tp2_dp2_ep2|4|--tp 2 --dp 2 --ep 2 --rows 4 --mbs 2" "pp2_dp2_ep2|4|--pp 2 --dp 2 --ep 2 --rows 8 --mbs 4"
-             "tp2_dp2_ep2_etp2|4|--tp 2 --dp 2 --ep 2 --etp 2 --rows 4 --mbs 2")
+             "tp2_dp2_ep2_etp2|4|--tp 2 --dp 2 --ep 2 --etp 2 --rows 4 --mbs 2"
+             "cp2_ep2|2|--cp 2 --ep 2 --rows 4 --mbs 4" "cp2_a2a_ep2|2|--cp 2 --ep 2 --cp-comm-type a2a --rows 4 --mbs 4")
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)
   list(GET parts 1 np)
