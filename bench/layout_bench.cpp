@@ -404,6 +404,7 @@ int bench(int argc, char** argv) {
   loc.overlap_grad_reduce = o.overlap_grad;
   loc.overlap_param_gather = o.overlap_param;
   DistributedOptimizer opt(model.store(), ps, loc);
+  opt.set_kernels(model.kernels());  // AdamW and the norms on the model's device
   eng.set_optimizer(&opt);
   reset_peak_rss();  // the per-rank peak RSS printed covers the steps, not the model's init
   const int64_t dpn = state.mesh.dp_size(), k = state.coord.dp, B = o.rows;
