@@ -6,8 +6,8 @@ preloaded: a PMPI interposition library that counts, per communicator and MPI ca
 of every MPI call made between MPI_Pcontrol(1) and MPI_Pcontrol(0) (layout_bench brackets one
 measured training step, after a warm-up step). It knows nothing of twinkle's process groups:
 communicators are identified by their sets of world ranks, and this script attributes them to
-tp / dp / pp / embedding / world groups with its own formulation of Megatron's rank layout
-(order tp-cp-ep-dp-pp: rank = tp + t * (dp + d * pp)).
+tp / cp / dp / dp-cp / pp / embedding / world groups with its own formulation of Megatron's rank
+layout (order tp-cp-ep-dp-pp, ep = 1: rank = tp + t * (cp + c * (dp + d * pp))).
 
 Expected bytes per rank and step are written here from Megatron-LM's communication pattern
 (bench/README.md, "Communication volume: expected figures", derives each line). Volumes that
