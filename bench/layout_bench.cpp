@@ -1,7 +1,7 @@
 // bench/layout_bench.cpp — a parallel layout next to the single process, with its traffic.
 //
 //   twinkle-run --nproc_per_node=8 build/bench/layout_bench --tp 2 --pp 2 --dp 2 [--sp] [--ep 2] [--etp 2]
-//        [--config tiny|small|moe|moe_wide] [--rows 16] [--mbs 1] [--steps 3] [--no-distopt] [--check-volume]
+//        [--cp 2 [--cp-comm-type p2p|a2a]] [--device cpu|cuda] [--config tiny|small|moe|moe_wide] [--rows 16] [--mbs 1] [--steps 3] [--no-distopt] [--check-volume]
 //        [--split even] [--recompute none|selective|full] [--seq N (fixed row length instead of 48-127)]
 //        [--no-baseline] [--baseline-threads N]
 //
@@ -18,6 +18,14 @@
 // --no-baseline skips the single-process run. --baseline-threads N runs it with N OpenMP threads
 // (default: the launch's OMP_NUM_THREADS, 1 under twinkle-run): the layout's ranks share the
 // machine's cores, so with N = the core count the baseline gets the same cores as the layout.
+// --cp N splits every micro-batch's sequence over N context-parallel ranks (each row padded to a
+// multiple of 2·N, 2·N·tp under SP: parallel/cp_split.h); the cp group's volume is the ring's
+// (--cp-comm-type p2p, parallel/ring_attention.h RingAttention::forward_bytes / backward_bytes) or
+// Ulysses' (a2a, parallel/ulysses_attention.h) per attention layer and micro-batch, plus for a MoE
+// model the router statistics summed over cp ((2E+2) fp64 per MoE layer and micro-batch).
+// --device cuda runs the model on the CUDA device (a CUDA build; tests/cuda.cmake builds
+// layout_bench_cuda_emu on the host emulation of CUDA, where the CUDA groups stage through the
+// host MPI groups): the byte model and the counted bytes are the same as on the CPU.
 // --config moe is a tiny Qwen3-MoE (8 experts top-2, layer 1 dense); with --ep N the expert
 // all-to-all traffic of the ep group is checked against the volume of the routing that
 // happened: per MoE layer and micro-batch the per-expert counts ((ep-1) * E/ep * 8 bytes), the
@@ -51,7 +59,10 @@
 #include <string>
 #include <vector>
 
+#include "twinkle/core/device_copy.h"
 #include "twinkle/dist/runtime.h"
+#include "twinkle/parallel/ring_attention.h"
+#include "twinkle/parallel/ulysses_attention.h"
 #include "twinkle/optim/distributed_optimizer.h"
 #include "twinkle/model/qwen3_model.h"
 #include "twinkle/train/engine.h"
@@ -63,7 +74,9 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 struct Opts {
-  int tp = 1, pp = 1, dp = 1, ep = 1, etp = 1, vpp = 1;
+  int tp = 1, pp = 1, dp = 1, ep = 1, etp = 1, vpp = 1, cp = 1;
+  std::string cp_comm_type = "p2p";  // --cp-comm-type: p2p (ring) | a2a (Ulysses)
+  std::string device = "cpu";        // --device: the model's device (cpu | cuda)
   int64_t layers = 0;  // --layers: num_hidden_layers of the config (0: the config's own)
   bool sp = false, distopt = true, check = false, baseline = true;
   bool overlap_grad = false, overlap_param = false;  // DistributedOptimizer overlap switches
@@ -165,16 +178,18 @@ std::vector<int64_t> routed_rows_per_ep_rank(Qwen3Model& model, const std::vecto
     int64_t j = static_cast<int64_t>(mb) * moe_layers;
     for (size_t i = 0; i < a.layers.size(); ++i) {
       if (!c.is_moe_layer(model.first_layer() + static_cast<int64_t>(i))) continue;
-      const MoeActivations& m = a.layers[i].moe;  // host memory: this bench runs on device cpu
-      for (int64_t r = 0; r < m.T * c.num_experts_per_tok; ++r)
-        ++rows[static_cast<size_t>((m.topk_idx[r] / El) * n + j)];
+      const MoeActivations& m = a.layers[i].moe;  // on the model's device: copied to the host
+      std::vector<int32_t> idx(static_cast<size_t>(m.T * c.num_experts_per_tok));
+      download_bytes(model.device(), idx.data(), m.topk_idx, idx.size() * sizeof(int32_t));
+      for (int32_t e : idx) ++rows[static_cast<size_t>((e / El) * n + j)];
       ++j;
     }
   }
   return rows;
 }
 
-Volume analytic(Qwen3Model& model, const std::vector<MicroBatch>& mbs, const dist::ParallelState& ps, bool distopt) {
+Volume analytic(Qwen3Model& model, const std::vector<MicroBatch>& mbs, const dist::ParallelState& ps, bool distopt,
+                const std::string& cp_comm_type) {
   Volume v;
   const auto& c = model.config();
   const int t = ps.tp->size(), p = ps.pp->size(), d = ps.dp_cp->size(), w = ps.world->size();
@@ -189,10 +204,23 @@ Volume analytic(Qwen3Model& model, const std::vector<MicroBatch>& mbs, const dis
     for (int64_t l = ch.first_layer(); l < ch.first_layer() + ch.num_layers(); ++l) Lmoe += moe && c.is_moe_layer(l) ? 1 : 0;
   }
   const int64_t E = c.num_experts;
-  int64_t tpv = 0, ppv = 0;
+  int64_t tpv = 0, ppv = 0, cpv = 0;
+  const int cp = ps.cp->size();
+  const int64_t D = c.head_dim, Hq = c.num_attention_heads / t, Hkv = c.num_key_value_heads / t;  // per tp rank
   for (const auto& mb : mbs) {
     StageBatch b = model.prepare(mb);
     const int64_t T = b.T, Tl = model.hidden_rows(b);
+    if (cp > 1) {
+      // every attention layer of this rank, forward and backward, on the cp-local tokens T (all of them
+      // under SP: the attention runs after the sequence all-gather), this rank's tp heads
+      const int64_t per_layer =
+          cp_comm_type == "a2a"
+              ? parallel::UlyssesAttention::forward_bytes(cp, T, Hq, Hkv, D) +
+                    parallel::UlyssesAttention::backward_bytes(cp, T, Hq, Hkv, D)
+              : parallel::RingAttention::forward_bytes(cp, T, Hkv, D) + parallel::RingAttention::backward_bytes(cp, T, Hkv, D);
+      cpv += L * per_layer;
+      if (Lmoe > 0) cpv += ar((2 * E + 2) * Lmoe, 8, cp);  // router statistics over the cp shards
+    }
     if (first) tpv += sp ? rs(Tl * H, t) + ag(Tl * H, t) : ar(T * H, 4, t);
     // a dense layer: attention and MLP each gather/scatter (or all-reduce) forward and backward;
     // an MoE layer only its attention (each tp rank routes its own SP shard)
@@ -215,6 +243,7 @@ Volume analytic(Qwen3Model& model, const std::vector<MicroBatch>& mbs, const dis
   if (moe && p > 1) ppv += ar((2 * E + 3) * m, 8, p);  // each micro-batch's router statistics over the stages
   v.by_group["tp"] = tpv;
   v.by_group["pp"] = ppv;
+  v.by_group["cp"] = cpv;
   int64_t emb = 0;
   if (c.tie_word_embeddings && p > 1 && (first || last))
     emb = ar(model.vocab_shard().local * H, 4, 2);
@@ -295,6 +324,9 @@ int bench(int argc, char** argv) {
     else if (a == "--dp") o.dp = static_cast<int>(num());
     else if (a == "--ep") o.ep = static_cast<int>(num());
     else if (a == "--etp") o.etp = static_cast<int>(num());
+    else if (a == "--cp") o.cp = static_cast<int>(num());
+    else if (a == "--cp-comm-type") o.cp_comm_type = next();
+    else if (a == "--device") o.device = next();
     else if (a == "--sp") o.sp = true;
     else if (a == "--no-distopt") o.distopt = false;
     else if (a == "--overlap") o.overlap_grad = o.overlap_param = true;
@@ -313,6 +345,8 @@ int bench(int argc, char** argv) {
     else if (a == "--steps") o.steps = num();
     else throw Error("layout_bench: unknown option " + a);
   }
+  parallel::parse_cp_comm_type(o.cp_comm_type);  // p2p | a2a, else an error naming the value
+  check(o.device == "cpu" || o.device == "cuda", "layout_bench: --device needs cpu or cuda, got '" + o.device + "'");
   MeshSizes ms;
   ms.tp = o.tp;
   ms.pp = o.pp;
@@ -320,6 +354,8 @@ int bench(int argc, char** argv) {
   ms.dp = o.dp;
   ms.ep = o.ep;
   ms.etp = o.etp;
+  ms.cp = o.cp;
+  ms.device_type = o.device;
   ms.sequence_parallel = o.sp;
   initialize({.global_device_mesh = DeviceMesh::from_sizes(ms)});
   auto& state = parallel_state();
@@ -360,6 +396,7 @@ int bench(int argc, char** argv) {
   Qwen3ModelOptions mopts;
   mopts.pipeline_split = o.split;
   mopts.recompute_granularity = o.recompute;
+  mopts.cp_comm_type = o.cp_comm_type;
   Qwen3Model model(cfg, ps, mopts);
   model.init_random(1);
   Engine eng(model);
@@ -367,6 +404,7 @@ int bench(int argc, char** argv) {
   loc.overlap_grad_reduce = o.overlap_grad;
   loc.overlap_param_gather = o.overlap_param;
   DistributedOptimizer opt(model.store(), ps, loc);
+  opt.set_kernels(model.kernels());  // AdamW and the norms on the model's device
   eng.set_optimizer(&opt);
   reset_peak_rss();  // the per-rank peak RSS printed covers the steps, not the model's init
   const int64_t dpn = state.mesh.dp_size(), k = state.coord.dp, B = o.rows;
@@ -403,7 +441,7 @@ int bench(int argc, char** argv) {
   }
   layout_s /= static_cast<double>(o.steps);
   bubble /= static_cast<double>(o.steps);
-  Volume want = analytic(model, mbs, state, o.distopt);
+  Volume want = analytic(model, mbs, state, o.distopt, o.cp_comm_type);
   // groups not in the model must carry nothing
   for (auto& [n, b] : counted.by_group)
     if (!want.by_group.count(n)) want.by_group[n] = 0;
@@ -439,14 +477,15 @@ int bench(int argc, char** argv) {
                   std::to_string(want.own_slots) + ")";
   char line[2048];
   std::snprintf(line, sizeof line,
-                "rank %d (tp %d pp %d dp %d ep %d etp %d): bytes/step %lld (tp %lld, pp %lld, embedding %lld, dp-cp %lld, "
-                "world %lld, ep %lld, etp %lld, edp %lld) analytic %lld %s| stage bubble %.3f | step peak RSS %.1f MiB, "
+                "rank %d (tp %d pp %d cp %d dp %d ep %d etp %d): bytes/step %lld (tp %lld, pp %lld, cp %lld, embedding %lld, "
+                "dp-cp %lld, world %lld, ep %lld, etp %lld, edp %lld) analytic %lld %s| stage bubble %.3f | step peak RSS %.1f MiB, "
                 "saved activations %.2f MiB | params %lld elements (expert region %lld), AdamW state %lld elements"
                 " | dp comm wait %.2f ms/step (grad %.2f, param %.2f, test %.2f; buckets early %lld/%lld, "
                 "gathers in forward %lld/%lld)%s",
-                world.rank(), state.coord.tp, state.coord.pp, state.coord.dp, state.coord.ep, state.coord.etp,
-                static_cast<long long>(counted.total()), static_cast<long long>(counted.by_group["tp"]),
-                static_cast<long long>(counted.by_group["pp"]), static_cast<long long>(counted.by_group["embedding"]),
+                world.rank(), state.coord.tp, state.coord.pp, state.coord.cp, state.coord.dp, state.coord.ep,
+                state.coord.etp, static_cast<long long>(counted.total()), static_cast<long long>(counted.by_group["tp"]),
+                static_cast<long long>(counted.by_group["pp"]), static_cast<long long>(counted.by_group["cp"]),
+                static_cast<long long>(counted.by_group["embedding"]),
                 static_cast<long long>(counted.by_group["dp-cp"]), static_cast<long long>(counted.by_group["world"]),
                 static_cast<long long>(counted.by_group["ep"]),
                 static_cast<long long>(counted.by_group["etp"]), static_cast<long long>(counted.by_group["edp"]),
@@ -475,9 +514,10 @@ int bench(int argc, char** argv) {
     const double m = static_cast<double>(mbs.size());
     std::string counts;
     for (auto n : model.layer_split().count) counts += (counts.empty() ? "" : ",") + std::to_string(n);
-    std::printf("layout tp=%d pp=%d vpp=%d dp=%d ep=%d etp=%d%s config %s, %lld rows, micro-batch %lld, %s split [%s]: step %.4f s "
+    std::printf("layout tp=%d pp=%d vpp=%d cp=%d%s dp=%d ep=%d etp=%d%s device %s, config %s, %lld rows, micro-batch %lld, %s split [%s]: step %.4f s "
                 "vs single process %.4f s at %d thread(s) (%.2fx); bubble theory (p-1)/(v*m) = %.3f\n",
-                o.tp, o.pp, o.vpp, o.dp, o.ep, o.etp, o.sp ? " sp" : "", o.config.c_str(), static_cast<long long>(o.rows),
+                o.tp, o.pp, o.vpp, o.cp, o.cp > 1 ? (" (" + o.cp_comm_type + ")").c_str() : "", o.dp, o.ep, o.etp,
+                o.sp ? " sp" : "", o.device.c_str(), o.config.c_str(), static_cast<long long>(o.rows),
                 static_cast<long long>(o.mbs), o.split.c_str(), counts.c_str(), mx, single_s,
                 single_threads, single_s > 0 ? mx / single_s : 0, (p - 1) / (static_cast<double>(o.vpp) * m));
     std::printf("dp communication %s: blocked %.2f ms/step mean over ranks, %.2f ms max (overlap_grad_reduce %s, "

@@ -145,6 +145,9 @@ if(TWINKLE_WITH_CUDA_BACKEND)
   # a tiny config, one bf16 step on device cuda, the JSON with the device's fields)
   twinkle_emu_program(train_bench_cuda_emu ${CMAKE_SOURCE_DIR}/bench/train_bench.cpp)
   target_compile_definitions(train_bench_cuda_emu PRIVATE TWINKLE_CUDA_BUILT)
+  # bench/layout_bench on the emulated device (--device cuda): the communication volume of the device path counted
+  # at the MPI layer (tests/volume.cmake, comm_volume_cuda_*_emu): the CUDA groups stage through the host MPI groups
+  twinkle_emu_program(layout_bench_cuda_emu ${CMAKE_SOURCE_DIR}/bench/layout_bench.cpp)
   add_test(NAME train_bench_cuda_step_emu
            COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "\\{\"engine\": \"twinkle\", \"config\": \"s\".*\"device\": \"cuda\", \"device_name\": \"twinkle CUDA emulator.*\"peak_device_bytes\": [1-9][0-9]*.*"
                    $<TARGET_FILE:train_bench_cuda_emu> --config s --device cuda --bf16 --batch 1 --seq 32 --steps 1

@@ -17,7 +17,13 @@ set(TWINKLE_VOLUME_LAYOUTS
   "dp2_allreduce|2|--dp 2 --no-distopt"
   "tp2_pp2_dp2_sp|8|--tp 2 --pp 2 --dp 2 --sp"
   "pp2_vpp2|2|--pp 2 --vpp 2"
-  "tp2_pp2_vpp2_sp|4|--tp 2 --pp 2 --vpp 2 --sp --split even")
+  "tp2_pp2_vpp2_sp|4|--tp 2 --pp 2 --vpp 2 --sp --split even"
+  # context parallelism: the ring (TransformerEngine's AttnFuncWithCPAndKVP2P) and Ulysses (a2a) on the cp
+  # group, rows padded to 2·cp (2·cp·tp under SP), the dense gradients and the loss over dp-cp
+  "cp2_ring|2|--cp 2"
+  "cp2_a2a|2|--cp 2 --cp-comm-type a2a"
+  "tp2_cp2_sp|4|--tp 2 --cp 2 --sp"
+  "cp2_dp2|4|--cp 2 --dp 2")
 foreach(spec ${TWINKLE_VOLUME_LAYOUTS})
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)
@@ -40,8 +46,12 @@ endforeach()
 # MoE layer and micro-batch is the counts all-gather plus four padded row collectives (all-gather
 # of the expert input and of d(output), reduce-scatter of the partial outputs and of d(input)),
 # the padding the most rows any etp rank received over ep (bench/layout_bench.cpp's header).
+# With context parallelism (cp2 x ep2: ep = the cp group) the cp group carries the ring's (or Ulysses')
+# bytes per attention layer and micro-batch and the router statistics summed over the cp shards
+# ((2E+2) fp64 per MoE layer and micro-batch).
 foreach(spec "tp2_dp2_ep2|4|--tp 2 --dp 2 --ep 2 --rows 4 --mbs 2" "pp2_dp2_ep2|4|--pp 2 --dp 2 --ep 2 --rows 8 --mbs 4"
-             "tp2_dp2_ep2_etp2|4|--tp 2 --dp 2 --ep 2 --etp 2 --rows 4 --mbs 2")
+             "tp2_dp2_ep2_etp2|4|--tp 2 --dp 2 --ep 2 --etp 2 --rows 4 --mbs 2"
+             "cp2_ep2|2|--cp 2 --ep 2 --rows 4 --mbs 4" "cp2_a2a_ep2|2|--cp 2 --ep 2 --cp-comm-type a2a --rows 4 --mbs 4")
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 name)
   list(GET parts 1 np)
@@ -67,3 +77,41 @@ add_test(NAME comm_volume_counter_counts_every_call_kind
                  ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/dist/check_mpi_count.py --build ${CMAKE_BINARY_DIR}
                  --mpirun ${MPIEXEC_EXECUTABLE})
 set_tests_properties(comm_volume_counter_counts_every_call_kind PROPERTIES TIMEOUT 120)
+
+# The device path: bench/layout_bench built on the host emulation of CUDA (tests/cuda.cmake,
+# layout_bench_cuda_emu) with --device cuda. Its CUDA process groups (src/dist/cuda) stage every device buffer
+# through the host MPI group, so the MPI layer must see exactly the bytes of the formulas above: a staging
+# round trip that reached MPI twice, or a collective done on the host beside the staged one, fails. The MoE
+# layouts run check (b) on the device (the CUDA groups count bytes_sent like the MPI groups:
+# src/dist/cuda/cuda_group_base.cpp); routing is read from the device. The 8-rank layout is labelled extended (tests/CMakeLists.txt).
+if(TWINKLE_WITH_CUDA_BACKEND)
+  set(_emu_volume_tests "")
+  foreach(spec "cp2_ring|2|--cp 2" "tp2_cp2_sp|4|--tp 2 --cp 2 --sp" "tp2_pp2_dp2|8|--tp 2 --pp 2 --dp 2")
+    string(REPLACE "|" ";" parts "${spec}")
+    list(GET parts 0 name)
+    list(GET parts 1 np)
+    list(GET parts 2 flags)
+    separate_arguments(flag_list UNIX_COMMAND "${flags}")
+    add_test(NAME comm_volume_cuda_${name}_emu
+             COMMAND ${TWINKLE_REF_RUN} ${CMAKE_SOURCE_DIR}/tests/reference/check_comm_volume.py
+                     --build ${CMAKE_BINARY_DIR} --mpirun ${MPIEXEC_EXECUTABLE} --np ${np} ${flag_list}
+                     --bench $<TARGET_FILE:layout_bench_cuda_emu> --device cuda)
+    list(APPEND _emu_volume_tests comm_volume_cuda_${name}_emu)
+  endforeach()
+  foreach(spec "tp2_dp2_ep2|4|--tp 2 --dp 2 --ep 2 --rows 4 --mbs 2" "pp2_dp2_ep2|4|--pp 2 --dp 2 --ep 2 --rows 8 --mbs 4"
+               "tp2_dp2_ep2_etp2|4|--tp 2 --dp 2 --ep 2 --etp 2 --rows 4 --mbs 2" "cp2_ep2|2|--cp 2 --ep 2 --rows 4 --mbs 4")
+    string(REPLACE "|" ";" parts "${spec}")
+    list(GET parts 0 name)
+    list(GET parts 1 np)
+    list(GET parts 2 flags)
+    separate_arguments(flag_list UNIX_COMMAND "${flags}")
+    add_test(NAME comm_volume_moe_cuda_${name}_emu
+             COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "volume check: all ranks match the analytic volume"
+                     ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none --mca mpi_yield_when_idle 1
+                     -x ASAN_OPTIONS=detect_leaks=0 -np ${np} $<TARGET_FILE:layout_bench_cuda_emu> --config moe
+                     ${flag_list} --steps 1 --check-volume --no-baseline --device cuda)
+    list(APPEND _emu_volume_tests comm_volume_moe_cuda_${name}_emu)
+  endforeach()
+  set_tests_properties(${_emu_volume_tests} PROPERTIES LABELS cuda_emu TIMEOUT 240 PROCESSORS 2
+                       ENVIRONMENT "OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
+endif()

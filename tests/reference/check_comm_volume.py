@@ -6,8 +6,8 @@ preloaded: a PMPI interposition library that counts, per communicator and MPI ca
 of every MPI call made between MPI_Pcontrol(1) and MPI_Pcontrol(0) (layout_bench brackets one
 measured training step, after a warm-up step). It knows nothing of twinkle's process groups:
 communicators are identified by their sets of world ranks, and this script attributes them to
-tp / dp / pp / embedding / world groups with its own formulation of Megatron's rank layout
-(order tp-cp-ep-dp-pp: rank = tp + t * (dp + d * pp)).
+tp / cp / dp / dp-cp / pp / embedding / world groups with its own formulation of Megatron's rank
+layout (order tp-cp-ep-dp-pp, ep = 1: rank = tp + t * (cp + c * (dp + d * pp))).
 
 Expected bytes per rank and step are written here from Megatron-LM's communication pattern
 (bench/README.md, "Communication volume: expected figures", derives each line). Volumes that
@@ -17,7 +17,12 @@ that no formula predicts fails, so one extra all-reduce of the gradients (or any
 bypasses twinkle's ProcessGroup) is caught.
 
 usage: check_comm_volume.py --build BUILD --mpirun MPIRUN --np N [--tp T] [--pp P] [--dp D]
-                            [--sp] [--no-distopt]
+                            [--cp C [--cp-comm-type p2p|a2a]] [--sp] [--no-distopt]
+                            [--bench PATH --device cuda]
+
+--device cuda runs the model on the CUDA device; with --bench build/tests/layout_bench_cuda_emu (the
+host emulation of CUDA, tests/cuda.cmake) the CUDA process groups stage their device buffers through
+the host MPI groups, so the MPI layer must see the same bytes as on the CPU.
 """
 import argparse
 import collections
@@ -37,6 +42,11 @@ ROWS = 8          # --rows
 MBS = 1           # --mbs
 F32, F64 = 4, 8   # bytes
 VOCAB_DIVISIBLE_BY = 128  # Megatron's --make-vocab-size-divisible-by default
+# Where twinkle moves more than Megatron / TransformerEngine by design, the extra is a named term:
+# the ring attention's backward starts from the rank's own K/V block (TE's from the block its forward
+# ended with), so each block's dK/dV takes cp hops instead of cp - 1 (parallel/ring_attention.h):
+# + 2·Bkv sent and received per attention layer and micro-batch. 1 = counted; 0 = TE's schedule.
+RING_BACKWARD_STARTS_AT_OWN_BLOCK = 1
 
 
 class MT64:
@@ -79,17 +89,22 @@ def row_lengths(n):
     return out
 
 
-def groups(t, d, p):
-    """Megatron's rank sets (tp-cp-ep-dp-pp order, cp = ep = 1) as {name: [frozenset per rank]}."""
-    W = t * d * p
-    coord = {r: (r % t, (r // t) % d, r // (t * d)) for r in range(W)}
-    rank = lambda i, j, k: i + t * (j + d * k)  # noqa: E731
+def groups(t, d, p, c=1):
+    """Megatron's rank sets (order tp-cp-ep-dp-pp, ep = 1: rank = tp + t * (cp + c * (dp + d * pp))) as
+    {name: {rank: frozenset}}, and each rank's (tp, cp, dp, pp) coordinates. dp-cp is the data-parallel group
+    with context parallelism (Megatron's get_data_parallel_group(with_context_parallel=True)): the ranks that
+    share the tp and pp coordinates, over which the dense gradients are reduced."""
+    W = t * c * d * p
+    coord = {r: (r % t, (r // t) % c, (r // (t * c)) % d, r // (t * c * d)) for r in range(W)}
+    rank = lambda i, k, j, s: i + t * (k + c * (j + d * s))  # noqa: E731
     g = {}
-    for r, (i, j, k) in coord.items():
-        g.setdefault("tp", {})[r] = frozenset(rank(x, j, k) for x in range(t))
-        g.setdefault("dp", {})[r] = frozenset(rank(i, x, k) for x in range(d))
-        g.setdefault("pp", {})[r] = frozenset(rank(i, j, x) for x in range(p))
-        g.setdefault("embedding", {})[r] = frozenset({rank(i, j, 0), rank(i, j, p - 1)})
+    for r, (i, k, j, s) in coord.items():
+        g.setdefault("tp", {})[r] = frozenset(rank(x, k, j, s) for x in range(t))
+        g.setdefault("cp", {})[r] = frozenset(rank(i, x, j, s) for x in range(c))
+        g.setdefault("dp", {})[r] = frozenset(rank(i, k, x, s) for x in range(d))
+        g.setdefault("dp-cp", {})[r] = frozenset(rank(i, y, x, s) for x in range(d) for y in range(c))
+        g.setdefault("pp", {})[r] = frozenset(rank(i, k, j, x) for x in range(p))
+        g.setdefault("embedding", {})[r] = frozenset({rank(i, k, j, 0), rank(i, k, j, p - 1)})
         g.setdefault("world", {})[r] = frozenset(range(W))
     return coord, g
 
@@ -119,9 +134,11 @@ def stage_layers(p, split):
     return best[1]
 
 
-def expected(t, d, p, sp, distopt, split="balanced", v=1):
+def expected(t, d, p, sp, distopt, split="balanced", v=1, cp=1, cp_comm="p2p"):
     """{rank: {(rank set, MPI call): bytes}} for one step, from Megatron's formulas. v > 1: Megatron's
-    interleaved layout, chunk k of pipeline rank r holding virtual stage k * p + r."""
+    interleaved layout, chunk k of pipeline rank r holding virtual stage k * p + r. cp > 1: context
+    parallelism, cp_comm "p2p" (TransformerEngine's AttnFuncWithCPAndKVP2P, the ring) or "a2a"
+    (AttnFuncWithCPAndQKVOA2A, Ulysses)."""
     c = CFG
     h, D, I = c["hidden"], c["head_dim"], c["inter"]
     q, kv = c["heads"] * D, c["kv_heads"] * D
@@ -130,9 +147,10 @@ def expected(t, d, p, sp, distopt, split="balanced", v=1):
     Vp = math.ceil(c["vocab"] / (VOCAB_DIVISIBLE_BY * t)) * VOCAB_DIVISIBLE_BY * t
     Vl = Vp // t
     lengths = row_lengths(ROWS)
-    coord, g = groups(t, d, p)
+    coord, g = groups(t, d, p, cp)
+    dc = d * cp  # the dp-cp group: the dense gradients' and the loss's reductions
     out = {}
-    for r, (ti, di, pi) in coord.items():
+    for r, (ti, ci, di, pi) in coord.items():
         e = collections.Counter()
         first, last = pi == 0, pi == p - 1
         L = layers[pi]
@@ -144,7 +162,15 @@ def expected(t, d, p, sp, distopt, split="balanced", v=1):
         mine = lengths[di * ROWS // d:(di + 1) * ROWS // d]
         for s in range(0, len(mine), MBS):
             rows = mine[s:s + MBS]
-            T = len(rows) * max(rows)               # padded to the longest row (b * s tokens)
+            if cp > 1:
+                # cp: Megatron needs s % (2·cp) == 0 (s % (2·cp·tp) under SP: each rank's s/cp divides by
+                # tp) and splits every sequence into 2·cp chunks, rank k keeping chunks k and 2·cp-1-k
+                # (get_batch_on_this_cp_rank); the rows, padded to the longest, are right-padded to that
+                # multiple, so a rank holds T = b·s/cp tokens
+                m = 2 * cp * (t if sp and t > 1 else 1)
+                T = len(rows) * (math.ceil(max(rows) / m) * m) // cp
+            else:
+                T = len(rows) * max(rows)           # padded to the longest row (b * s tokens)
             if sp and t > 1:
                 T = math.ceil(T / t) * t           # SP: the sequence divides by tp
             Tl = T // t if sp and t > 1 else T     # rows of the hidden state a rank holds
@@ -186,6 +212,31 @@ def expected(t, d, p, sp, distopt, split="balanced", v=1):
                 fwd_in = v - (1 if first else 0)
                 add("pp", "Send", (fwd_out + fwd_in) * Tl * h * F32)
                 add("pp", "Recv", (fwd_out + fwd_in) * Tl * h * F32)
+            if cp > 1:
+                # the attention of every layer of the stage on the rank's T tokens (all of them under SP:
+                # the attention follows the sequence all-gather) and its tp heads
+                Bkv = T * (c["kv_heads"] // t) * D * F32   # this rank's K (or V) block, fp32
+                Bq = T * (c["heads"] // t) * D * F32
+                if cp_comm == "p2p":
+                    # TE's ring: forward, cp-1 hops of the concatenated K/V block (2·Bkv) to cp rank k+1
+                    # while the block held is computed; backward (reversed ring, starting from the block
+                    # the forward ended with), step 0 sends K/V, steps 1..cp-2 K/V with the dK/dV
+                    # accumulated so far, step cp-1 dK/dV only, which lands on its owner: (cp-1)·4·Bkv.
+                    # Each hop is an isend + irecv of the same size, so Send = Recv.
+                    hop = (cp - 1) * 2 * Bkv + (cp - 1) * 4 * Bkv
+                    # twinkle (named deviation, parallel/ring_attention.h): the backward starts from the
+                    # rank's own K/V (the forward keeps only the local k, v, not the block it ended
+                    # with), so every block's dK/dV makes cp hops, the last one home: one more 2·Bkv
+                    hop += RING_BACKWARD_STARTS_AT_OWN_BLOCK * 2 * Bkv
+                    add("cp", "Send", L * hop)
+                    add("cp", "Recv", L * hop)
+                else:
+                    # Ulysses: all-to-alls of q, k, v to head shards before the attention and of its
+                    # output back; backward of dout, then dq, dk, dv. An all-to-all's bytes at the MPI
+                    # layer are its whole send buffer (the rank's own block included): 2·Bq + 2·Bkv
+                    # forward and again backward. (twinkle's ProcessGroup has only the v-form: equal
+                    # counts through MPI_Alltoallv.)
+                    add("cp", "Alltoallv", L * 2 * (2 * Bq + 2 * Bkv))
         # parameters this rank holds (Megatron sharding; vocab padded to 128 * tp)
         layer = [h * q // t, h * kv // t, h * kv // t, q * h // t, h * I // t, h * I // t, I * h // t, h, h, D, D]
         if c["bias"]:
@@ -200,9 +251,10 @@ def expected(t, d, p, sp, distopt, split="balanced", v=1):
         # The flat grad / param buffer that the data-parallel collectives move: each parameter
         # starts 16-element (64-byte) aligned and the buffer is padded to a multiple of 64 * d so
         # that it divides into d equal shards (Megatron: 64-element starts, buckets padded to
-        # lcm(d, 128) - the same rule with other constants; bench/README.md).
+        # lcm(d, 128) - the same rule with other constants; bench/README.md); d is the size of the
+        # group the gradients are reduced over, dp-cp (a cp rank's gradients cover its own tokens).
         n = sum(math.ceil(x / 16) * 16 for x in sizes)
-        n = math.ceil(n / (64 * d)) * 64 * d
+        n = math.ceil(n / (64 * dc)) * 64 * dc
         if t > 1:
             # finalize_model_grads / _allreduce_layernorm_grads: grads of parameters that are
             # replicated across tp but see only part of the work - q_layernorm / k_layernorm
@@ -218,27 +270,30 @@ def expected(t, d, p, sp, distopt, split="balanced", v=1):
         if p > 1:
             # twinkle: the step's loss (fp64) broadcast from the last stage to its pipeline
             add("pp", "Bcast", F64)
-        if d > 1:
+        if dc > 1:
+            # over dp-cp (Megatron's DistributedDataParallel reduces over dp_cp_group / intra_dp_cp_group,
+            # the distributed optimizer shards over it; finalize_model_grads all-reduces num_tokens over
+            # dp_cp_group)
             if distopt:
                 # distributed optimizer: reduce-scatter of the grad buffer, all-gather of the params
-                add("dp", "Reduce_scatter_block", n * F32)
-                add("dp", "Allgather", n * F32)
+                add("dp-cp", "Reduce_scatter_block", n * F32)
+                add("dp-cp", "Allgather", n * F32)
             else:
-                add("dp", "Allreduce", n * F32)  # DDP: all-reduce of the grad buffer
+                add("dp-cp", "Allreduce", n * F32)  # DDP: all-reduce of the grad buffer
             # loss sum and label-token count of the step (2 fp64), then the global token count
             # (1 fp64) that scales the per-token loss gradient; twinkle adds the step's sequences and
             # their real tokens (2 int64) to that count, for MFU's global mean sequence length
             # (Megatron's MFU uses the fixed --seq-length and sends nothing for it), and the number of
             # ranks that refused their micro-batches (1 int64: a bad row on one replica is raised on
             # every rank, twinkle/dist/agreed_error.h; Megatron raises it on that rank alone)
-            add("dp", "Allreduce", 3 * F64 + 3 * 8)
+            add("dp-cp", "Allreduce", 3 * F64 + 3 * 8)
         # grad norm: the dense and the expert squared norms (2 fp64, the expert one 0 on a dense
         # model or stage) summed over every rank (Megatron: model-parallel group, plus
         # data-parallel with the distributed optimizer)
         add("world", "Allreduce", 2 * F64)
         if t * p > 1:
             # twinkle: the ranks that refused their micro-batches (1 int64) once more over the world,
-            # when it is larger than dp: a replica's tp / pp ranks may be given different rows
+            # when it is larger than dp-cp: a replica's tp / pp ranks may be given different rows
             add("world", "Allreduce", 8)
         out[r] = e
     return out
@@ -256,10 +311,16 @@ def main():
     ap.add_argument("--no-distopt", action="store_true")
     ap.add_argument("--split", default="balanced", choices=["balanced", "even"])
     ap.add_argument("--vpp", type=int, default=1, help="virtual pipeline stages (layout_bench --vpp)")
+    ap.add_argument("--cp", type=int, default=1, help="context-parallel size (layout_bench --cp)")
+    ap.add_argument("--cp-comm-type", default="p2p", choices=["p2p", "a2a"])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="layout_bench --device")
+    ap.add_argument("--bench", default=None, help="the layout_bench binary (default BUILD/bench/layout_bench)")
     a = ap.parse_args()
-    assert a.np == a.tp * a.pp * a.dp
+    if a.np != a.tp * a.pp * a.dp * a.cp:
+        print(f"FAILED: --np {a.np} is not tp*pp*dp*cp = {a.tp * a.pp * a.dp * a.cp}")
+        return 2
     lib = os.path.abspath(os.path.join(a.build, "tests", "libtwinkle_mpi_count.so"))
-    bench = os.path.abspath(os.path.join(a.build, "bench", "layout_bench"))
+    bench = os.path.abspath(a.bench or os.path.join(a.build, "bench", "layout_bench"))
     tmp = tempfile.mkdtemp(prefix="twinkle-mpicount-")
     try:
         flags = ["--tp", str(a.tp), "--pp", str(a.pp), "--dp", str(a.dp), "--rows", str(ROWS), "--mbs", str(MBS),
@@ -270,9 +331,15 @@ def main():
             flags += ["--vpp", str(a.vpp)]
         if a.no_distopt:
             flags.append("--no-distopt")
+        if a.cp > 1:
+            flags += ["--cp", str(a.cp), "--cp-comm-type", a.cp_comm_type]
+        if a.device != "cpu":
+            flags += ["--device", a.device]
+        # the emulated device program runs under ASan, whose runtime must otherwise come first in the preload list
+        env = ["-x", "ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0"] if a.device != "cpu" else []
         cmd = [a.mpirun, "-np", str(a.np), "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "--mca",
                "mpi_yield_when_idle", "1", "-x", "OMP_NUM_THREADS=1", "-x", f"LD_PRELOAD={lib}", "-x",
-               f"TWINKLE_MPI_COUNT_DIR={tmp}", bench] + flags
+               f"TWINKLE_MPI_COUNT_DIR={tmp}"] + env + [bench] + flags
         print("+", " ".join(cmd), flush=True)
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
         print(r.stdout[-4000:])
@@ -283,8 +350,8 @@ def main():
         if len(files) != a.np:
             print(f"FAILED: {len(files)} count files for {a.np} ranks (is the PMPI library preloaded?)")
             return 1
-        want = expected(a.tp, a.dp, a.pp, a.sp, not a.no_distopt, a.split, a.vpp)
-        _, g = groups(a.tp, a.dp, a.pp)
+        want = expected(a.tp, a.dp, a.pp, a.sp, not a.no_distopt, a.split, a.vpp, a.cp, a.cp_comm_type)
+        _, g = groups(a.tp, a.dp, a.pp, a.cp)
         names = {}
         for name, per in g.items():
             for s in per.values():
@@ -306,7 +373,7 @@ def main():
                 ok = got[k] == want[r_][k]
                 if not ok:
                     bad += 1
-                print(f"rank {r_}: {gname:12s} {sorted(k[0])!s:24s} {k[1]:22s} counted {got[k]:>10d} "
+                print(f"rank {r_}: {gname:16s} {sorted(k[0])!s:24s} {k[1]:22s} counted {got[k]:>10d} "
                       f"expected {want[r_][k]:>10d} {'ok' if ok else 'MISMATCH'}")
         if bad:
             print(f"FAILED: {bad} (rank, group, call) volumes differ from Megatron's formulas")

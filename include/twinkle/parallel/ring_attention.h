@@ -26,7 +26,10 @@
 // on the compute stream) and waited for after it; in the backward only the K/V half overlaps, the dK/dV
 // half is sent once the block's gradients are in. The results are those of the unoverlapped order.
 // Bytes sent per rank (f32, Bkv = T*Hkv*D*4): forward (cp-1)*2*Bkv; backward (cp-1)*4*Bkv + 2*Bkv
-// (none when cp = 1).
+// (none when cp = 1). The backward's 2*Bkv above TransformerEngine's (cp-1)*4*Bkv: TE's backward runs the
+// ring reversed from the block its forward ended with (saved in place of the local K/V), so each block's
+// dK/dV lands on its owner after cp-1 hops; this one starts from the rank's own K/V and needs a last hop
+// home (tests/reference/check_comm_volume.py names the term, bench/README.md "Communication volume").
 //
 // Segments (packed sequences, cu_seqlens) never attend to each other. GQA: query head h uses kv
 // head h / (Hq/Hkv). Sliding window (window > 0, a Qwen3 layer with use_sliding_window): a query
