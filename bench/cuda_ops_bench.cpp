@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
     }
   }
 #ifndef TWINKLE_CUDA_BUILT
+  (void)min_time;
+  (void)quick;
   std::printf("SKIPPED: this build has no CUDA backend (configure with -DTWINKLE_CUDA=ON where nvcc exists)\n");
   return 77;
 #else
