@@ -3,7 +3,7 @@
 //
 //   twinkle-run --nproc_per_node=8 build/examples/tp_recipe [--model DIR|ms://Qwen/Qwen3-0.6B]
 //               [--device cpu] [--max-steps N] [--output-dir output/tp_recipe]
-//               [--save-interval N] [--resume output/tp_recipe] [--tensorboard-dir DIR]
+//               [--save-interval N [--async-save]] [--resume output/tp_recipe] [--tensorboard-dir DIR]
 //               [--lora [--lora-r 8 --lora-alpha 32 --lora-targets all-linear]]
 //
 // --lora is the cookbook recipe's commented line switched on: before the optimizer,
@@ -73,6 +73,10 @@ int recipe(int argc, char** argv) {
                  "default: none)");
   app.add_option("--save-interval", save_interval,
                  "every N steps save OUTPUT_DIR/checkpoint-step-<step> with the optimizer state (0 = none)");
+  bool async_save = false;
+  app.add_flag("--async-save", async_save,
+               "write the --save-interval checkpoints in a background thread from a copy of each rank's slices while "
+               "training goes on (twinkle train --async-save; the next save and the end of the run wait for it)");
   app.add_option("--resume", resume,
                  "continue from this checkpoint (or OUTPUT_DIR, whose 'latest' names one); auto = the newest "
                  "complete checkpoint in --output-dir, or a fresh start when there is none (twinkle-run "
@@ -102,6 +106,8 @@ int recipe(int argc, char** argv) {
   // Every option through the API's own checks before anything starts.
   check_option(max_steps >= 0, "train", "max_steps", ">= 0 (0 = one epoch)", max_steps);
   check_option(save_interval >= 0, "train", "save_interval", ">= 0 (0 = none)", save_interval);
+  check_option(!async_save || save_interval > 0, "train", "async_save", "with --save-interval N (the checkpoints it writes)",
+               "set");
   check_option(data_rows >= 1, "recipe", "data_rows", ">= 1", data_rows);
   validate(OptimizerConfig{.lr = lr});
   validate(TemplateOptions{.model_id = model_id, .max_length = max_length});
@@ -180,12 +186,17 @@ int recipe(int argc, char** argv) {
       }
       if (save_interval > 0)  // Twinkle's save(interval=N, save_optimizer=True): "" on the other steps
         model.save(std::nullopt, {.output_dir = output_dir, .interval = save_interval, .save_optimizer = true,
-                                  .dataloader = &loader});
+                                  .dataloader = &loader, .async_save = async_save});
       if (step >= steps) break;
     }
   }
 
   // 5. save (Hugging Face format) and summary
+  // --async-save: the last interval checkpoint is committed (every rank's write done) before the final save
+  if (model.save_pending()) {
+    model.wait_for_save();
+    log.info("the last asynchronous checkpoint is written");
+  }
   std::filesystem::path out(output_dir);
   std::string dir = model.save("", {.output_dir = out.string()});
   if (rank0) {

@@ -8,7 +8,7 @@
 # the attention kernels' packed operands are ~25 % of the peak; a layout above --memory-per-rank fails naming its biggest item.
 # One test per case group (check_plan.py --only), so CTest spreads them over the cores: a, b and w
 # run one single-threaded process each, the two layouts 4 ranks.
-foreach(spec "a|3|1" "b|3|1" "w|2|1" "layout|8|2" "moe|8|2" "layout_vpp|8|2")
+foreach(spec "a|3|1" "b|3|1" "w|2|1" "layout|8|2" "moe|8|2" "layout_vpp|8|2" "async|7|2")
   string(REPLACE "|" ";" parts "${spec}")
   list(GET parts 0 only)
   list(GET parts 1 ncases)

@@ -28,6 +28,13 @@ if(TARGET twinkle_python)
            COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_resume.py
                    --build ${CMAKE_BINARY_DIR})
   set_tests_properties(python_resume_equals_uninterrupted PROPERTIES TIMEOUT 600 PROCESSORS 2)
+  # save(..., async_save=True) on dp2 x tp2: the save returns with the write in flight, steps 5-6 run while
+  # the (slowed: TWINKLE_FAULT_WRITE=delay) writer threads write, wait_for_save() commits; a new launch that
+  # loads the checkpoint equals the uninterrupted run bit for bit, and so do the overlapped steps
+  add_test(NAME python_resume_async_equals_uninterrupted
+           COMMAND ${Python_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/reference/check_python_resume.py
+                   --build ${CMAKE_BINARY_DIR} --mesh 2,2,1 --async-save)
+  set_tests_properties(python_resume_async_equals_uninterrupted PROPERTIES TIMEOUT 300 PROCESSORS 2)
   # add_adapter_to_model (PEFT's LoraConfig) equals `twinkle train --lora-*` on tp2 x dp2
   add_test(NAME python_lora_equals_cli_lora
            COMMAND ${CMAKE_SOURCE_DIR}/tests/check_run.sh "check_python_lora: 0 mismatches"

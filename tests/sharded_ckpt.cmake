@@ -30,7 +30,7 @@ twinkle_sharded_resume_test(exact_dp4_ep2_moe_lora_reshard 4 --model moe --lora-
 twinkle_sharded_resume_test(exact_tp2_dp2_ep2_etp2_moe_reshard 4 --model moe --np 4 --layout "--tp 2 --dp 2 --ep 2 --etp 2"
                             --reshard "1:,4:--dp 4 --etp 2")
 twinkle_sharded_resume_test(crash_kill_and_full_disk_tp2_dp2 4 --mode crash --np 4 --layout "--tp 2 --dp 2")
-# --async-save: the slices copied at the save, written by a background thread while steps 6..9 run,
+# --async-save: the slices copied at the save, written by a background thread (slowed: TWINKLE_FAULT_WRITE=delay) while steps 6..9 run,
 # committed when every rank is done; bit-identical all the same, and a killed writer loses nothing
 twinkle_sharded_resume_test(exact_tp2_pp2_dp2_dense_async 8 --np 8 --layout "--tp 2 --pp 2 --dp 2 --async-save"
                             --reshard "1:")

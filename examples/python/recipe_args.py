@@ -1,8 +1,8 @@
 # examples/python/recipe_args.py — the command line of the Python recipes (tp.py, tp_moe.py,
 # tp_moe_cp.py): the options they share with their C++ twins (examples/tp_recipe.cpp,
 # examples/moe_recipe.h), same names and meanings, so `make demo RECIPE=python` / scripts/demo pass
-# the same extra arguments to either. An option the script does not have (--save-interval, --resume,
-# --kernels, ...: the C++ recipes' extras) is refused by name (exit 2), never ignored.
+# the same extra arguments to either. An option the script does not have (--resume, --kernels, ...: the
+# C++ recipes' extras) is refused by name (exit 2), never ignored.
 # Each option's default comes from its TWINKLE_* environment variable (the scripts' older interface),
 # else the script's own default; the command line wins over the environment. train_and_save is the
 # recipes' training loop (the cookbook's loop, with --max-steps and metrics.jsonl as the C++ recipes have them).
@@ -47,6 +47,13 @@ def parse_recipe_args(prog, *, model, data_rows, max_steps, batch_size, output_d
     ap.add_argument('--tensorboard-dir', default=os.environ.get('TWINKLE_TENSORBOARD_DIR') or None,
                     help="TensorBoard event files of every step's metrics here (rank 0; MegatronModel's "
                          "tensorboard_dir, Megatron's --tensorboard-dir; TWINKLE_TENSORBOARD_DIR; default: none)")
+    ap.add_argument('--save-interval', type=int, default=0,
+                    help='every N steps save OUTPUT_DIR/checkpoint-step-<step> with the optimizer state '
+                         '(save(interval=N, save_optimizer=True); 0 = none, the default)')
+    ap.add_argument('--async-save', action='store_true',
+                    help="write the --save-interval checkpoints in a background thread from a copy of each rank's "
+                         'slices while training goes on (save(async_save=True); the next save and the end of the '
+                         'run wait for it: wait_for_save())')
     ap.add_argument('--device', default=os.environ.get('TWINKLE_DEVICE') or 'cpu', choices=('cpu', 'cuda', 'npu'),
                     help="the DeviceMesh's device_type (TWINKLE_DEVICE; default: %(default)s)")
     for key, size in mesh.items():
@@ -74,17 +81,23 @@ def parse_recipe_args(prog, *, model, data_rows, max_steps, batch_size, output_d
             ap.error(f'--{name.replace("_", "-")} must be >= 1, got {getattr(args, name)}')
     if args.max_steps < 0:
         ap.error(f'--max-steps must be >= 0 (0 = one epoch), got {args.max_steps}')
+    if args.save_interval < 0:
+        ap.error(f'--save-interval must be >= 0 (0 = none), got {args.save_interval}')
+    if args.async_save and args.save_interval == 0:
+        ap.error('--async-save needs --save-interval N (the checkpoints it writes)')
     args.mesh = {key: getattr(args, key) for key in mesh}
     args.target_modules = (args.lora_targets if args.lora_targets == 'all-linear' else
                            [t.strip() for t in args.lora_targets.split(',') if t.strip()])
     return args
 
 
-def train_and_save(model, dataloader, steps, output_dir, metric_keys, logger, rank):
+def train_and_save(model, dataloader, steps, output_dir, metric_keys, logger, rank, save_interval=0, async_save=False):
     """The cookbook's loop: forward_backward, clip_grad_and_step and the metric log per batch, for `steps`
     optimizer steps (past one epoch the next begins, as in the C++ recipes); rank 0 writes the
-    metric_keys of model.last_metrics() to output_dir/metrics.jsonl, one line per step. Ends with the
-    checkpoint 'last-checkpoint' saved under output_dir."""
+    metric_keys of model.last_metrics() to output_dir/metrics.jsonl, one line per step. With
+    save_interval N every N-th step saves output_dir/checkpoint-step-<step> with the optimizer state
+    (consumed_train_samples = steps x the global batch), in the background with async_save. Ends by
+    waiting for a pending asynchronous save, then saves the checkpoint 'last-checkpoint' under output_dir."""
     metrics_file = None
     if rank == 0:
         os.makedirs(output_dir, exist_ok=True)
@@ -101,9 +114,15 @@ def train_and_save(model, dataloader, steps, output_dir, metric_keys, logger, ra
                 metrics_file.write(json.dumps({k: m[k] for k in m if k in metric_keys}) + '\n')
                 metrics_file.flush()
             step += 1
+            if save_interval:  # Twinkle's save(interval=N, save_optimizer=True): None on the other steps
+                model.save(output_dir=output_dir, interval=save_interval, save_optimizer=True,
+                           consumed_train_samples=step * dataloader.batch_size, async_save=async_save)
             if step >= steps:
                 break
     if metrics_file is not None:
         metrics_file.close()
+    if model.save_pending:  # the last asynchronous checkpoint is committed before the run ends
+        model.wait_for_save()
+        logger.info('the last asynchronous checkpoint is written')
     path = model.save('last-checkpoint', output_dir=output_dir)
     logger.info(f'checkpoint: {path}, metrics: {os.path.join(output_dir, "metrics.jsonl")}')

@@ -64,7 +64,8 @@ def train():
     logger.info(model.get_train_configs())
     logger.info(f'Total steps: {len(dataloader)}')
 
-    train_and_save(model, dataloader, steps, OUTPUT_DIR, DENSE_METRICS, logger, Platform.get_rank())
+    train_and_save(model, dataloader, steps, OUTPUT_DIR, DENSE_METRICS, logger, Platform.get_rank(),
+                   save_interval=ARGS.save_interval, async_save=ARGS.async_save)
 
 
 if __name__ == '__main__':

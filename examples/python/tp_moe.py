@@ -78,7 +78,8 @@ def train():
     logger.info(f'Total steps: {len(dataloader)}')
 
     steps = ARGS.max_steps or len(dataloader)  # --max-steps: 0 = one epoch
-    train_and_save(model, dataloader, steps, OUTPUT_DIR, MOE_METRICS, logger, Platform.get_rank())
+    train_and_save(model, dataloader, steps, OUTPUT_DIR, MOE_METRICS, logger, Platform.get_rank(),
+                   save_interval=ARGS.save_interval, async_save=ARGS.async_save)
 
 
 if __name__ == '__main__':

@@ -284,7 +284,7 @@ void bind_model(py::module_& m) {
       .def("get_train_configs", &MegatronModel::get_train_configs)
       .def("save",
            [](MegatronModel& self, const std::string& name, const std::string& output_dir, bool merge_lora,
-              bool save_optimizer, int64_t consumed_train_samples, const std::string& save_format) {
+              bool save_optimizer, int64_t consumed_train_samples, const std::string& save_format, bool async_save) {
              std::string dir;
              {
                HeavyCall h("save");
@@ -294,13 +294,24 @@ void bind_model(py::module_& m) {
                o.save_optimizer = save_optimizer;
                o.consumed_train_samples = consumed_train_samples;
                o.save_format = save_format;
+               o.async_save = async_save;
                dir = self.save(name, o);
              }
              check_signals();
              return dir;
            },
            py::arg("name"), py::arg("output_dir"), py::arg("merge_lora") = false, py::arg("save_optimizer") = false,
-           py::arg("consumed_train_samples") = -1, py::arg("save_format") = "sharded")
+           py::arg("consumed_train_samples") = -1, py::arg("save_format") = "sharded", py::arg("async_save") = false)
+      // SaveOptions::async_save's commit: waits for every rank's writer thread (collective)
+      .def("wait_for_save",
+           [](MegatronModel& self) {
+             {
+               HeavyCall h("wait_for_save");
+               self.wait_for_save();
+             }
+             check_signals();
+           })
+      .def_property_readonly("save_pending", &MegatronModel::save_pending)
       .def("resume_from_checkpoint",
            [](MegatronModel& self, const std::string& dir, bool resume_only_model) {
              twinkle::ResumeState r;

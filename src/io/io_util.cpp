@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstdlib>
 #include <cerrno>
 #include <cstdio>
@@ -57,9 +59,11 @@ namespace {
 //   "enospc:N"  every write past N bytes written by this process fails with ENOSPC (a full,
 //               size-limited filesystem, through the real error path);
 //   "kill:N"    the process SIGKILLs itself once N bytes have been written (a rank dying in
-//               the middle of a checkpoint write).
+//               the middle of a checkpoint write);
+//   "delay:N"   every write call sleeps N milliseconds first (a slow filesystem: an asynchronous
+//               save's writer thread is then still writing while the next steps change the weights).
 struct WriteFault {
-  enum Kind { None, Enospc, Kill } kind = None;
+  enum Kind { None, Enospc, Kill, Delay } kind = None;
   uint64_t limit = 0;
   WriteFault() {
     const char* e = std::getenv("TWINKLE_FAULT_WRITE");
@@ -68,7 +72,7 @@ struct WriteFault {
     const auto colon = s.find(':');
     if (colon == std::string::npos) return;
     const std::string k = s.substr(0, colon);
-    kind = k == "enospc" ? Enospc : k == "kill" ? Kill : None;
+    kind = k == "enospc" ? Enospc : k == "kill" ? Kill : k == "delay" ? Delay : None;
     limit = std::strtoull(s.c_str() + colon + 1, nullptr, 10);
   }
 };
@@ -78,6 +82,10 @@ std::atomic<uint64_t> g_written{0};
 size_t fault_check(size_t n) {
   static const WriteFault f;
   if (f.kind == WriteFault::None) return n;
+  if (f.kind == WriteFault::Delay) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(f.limit));
+    return n;
+  }
   const uint64_t before = g_written.load();
   if (before + n <= f.limit) return n;
   if (f.kind == WriteFault::Kill) ::raise(SIGKILL);

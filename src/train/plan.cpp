@@ -113,7 +113,8 @@ Bf16Workspace bf16_workspace(const std::vector<Gemm>& gemms, bool fused_head, in
 std::string StagePlan::biggest() const {
   const std::pair<const char*, double> items[] = {{"parameters", params},   {"gradients", grads},
                                                   {"optimizer state", optimizer}, {"activations", activations},
-                                                  {"workspace", workspace}, {"runtime", runtime}};
+                                                  {"workspace", workspace}, {"runtime", runtime},
+                                                  {"async save staging", save_staging}};
   auto it = std::max_element(std::begin(items), std::end(items),
                              [](const auto& a, const auto& b) { return a.second < b.second; });
   return it->first;
@@ -358,7 +359,10 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     }
     st.workspace = w;
     st.runtime = static_cast<double>(o.runtime_bytes);
-    st.peak = st.params + st.grads + st.optimizer + st.activations + st.workspace + st.runtime;
+    // the asynchronous save's copy of the rank's slices: master weight + exp_avg + exp_avg_sq (fp32)
+    // of its ZeRO-1 ranges (megatron_resume.cpp save_sharded), live during the steps its write overlaps
+    st.save_staging = o.async_save ? 3.0 * 4.0 * static_cast<double>(st.state_numel) : 0.0;
+    st.peak = st.params + st.grads + st.optimizer + st.activations + st.workspace + st.runtime + st.save_staging;
     // FLOPs: this stage's share of the replica's tokens, split over tp and cp
     double per_token = 0, recompute_fwd = 0;
     const double attn = qwen3_attention_flops(c, static_cast<double>(o.seq_length));

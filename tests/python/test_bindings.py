@@ -556,6 +556,16 @@ class MegatronModelTest(unittest.TestCase):
             m.add_adapter_to_model('default', {'rank': 8})
         with self.assertRaisesRegex(TypeError, 'unexpected keyword'):
             m.save('x', output_dir=self.tmp.name, save_optimizer=True, consumed=3)
+        # async_save: with save_optimizer and the sharded format only, a bool; nothing pending, nothing written
+        with self.assertRaisesRegex(ValueError, 'async_save=True needs save_optimizer=True'):
+            m.save('x', output_dir=self.tmp.name, async_save=True)
+        with self.assertRaisesRegex(ValueError, "async_save=True needs .*'sharded'"):
+            m.save('x', output_dir=self.tmp.name, save_optimizer=True, save_format='gathered', async_save=True)
+        with self.assertRaisesRegex(TypeError, 'async_save must be a bool'):
+            m.save('x', output_dir=self.tmp.name, save_optimizer=True, async_save=1)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp.name, 'x')))
+        self.assertFalse(m.save_pending)
+        m.wait_for_save()  # nothing pending: does nothing
 
     def test_06_kernelize_model(self):
         batch = [self.ds[0], self.ds[1]]
@@ -611,6 +621,27 @@ class MegatronModelTest(unittest.TestCase):
         loaded.forward_backward(inputs=batches[0])
         got = loaded.clip_grad_and_step()
         self.assertEqual(loaded.last_metrics()['loss'], want_loss)
+        self.assertEqual((got['grad_norm'], got['lr'], got['step']), (want['grad_norm'], want['lr'], want['step']))
+        # save(async_save=True): returns before the checkpoint exists, the next step runs meanwhile,
+        # wait_for_save() commits it; a model loading it continues exactly as the saving one did
+        d = loaded.save('async', output_dir=self.tmp.name, save_optimizer=True, async_save=True)
+        self.assertTrue(loaded.save_pending)
+        self.assertFalse(os.path.exists(d))
+        loaded.forward_backward(inputs=batches[1])
+        want = loaded.clip_grad_and_step()
+        want_loss = loaded.last_metrics()['loss']
+        loaded.wait_for_save()
+        self.assertFalse(loaded.save_pending)
+        with open(os.path.join(d, f'iter_{loaded.cur_step - 1:07d}', 'state.json')) as f:
+            self.assertEqual(json.load(f)['save_format'], 'sharded')
+        again = MegatronModel(MODEL, seed=99, mixed_precision='no')
+        again.set_optimizer(optimizer_cls='default', lr=1e-3)
+        again.set_lr_scheduler(scheduler_cls='default', lr_warmup_steps=0, lr_decay_steps=4)
+        self.assertEqual(again.load('async', output_dir=self.tmp.name, load_optimizer=True)['cur_step'],
+                         loaded.cur_step - 1)
+        again.forward_backward(inputs=batches[1])
+        got = again.clip_grad_and_step()
+        self.assertEqual(again.last_metrics()['loss'], want_loss)
         self.assertEqual((got['grad_norm'], got['lr'], got['step']), (want['grad_norm'], want['lr'], want['step']))
         # a Hugging Face checkpoint without optimizer state: the weights only, with Twinkle's warning
         hf_only = MegatronModel(MODEL, seed=777, mixed_precision='no')

@@ -31,12 +31,22 @@ expert_numel and state_numel must equal them exactly (one case per rank). An etp
 (experts at full width, or edp = tp·cp·dp/ep) misses those counts and, on the MoE case, the 15 %
 peak band as well.
 
-Usage: check_plan.py --build BUILD_DIR [--mpirun MPIRUN] [--only a|b|w|layout|moe]
+The asynchronous save (`twinkle plan --async-save`, case "async"): `twinkle train --report-memory` on
+dp 2 (config "small", 512-token rows, one micro-batch per replica) for 3 steps, once without a save
+and once with `--save-interval 2 --save-optimizer --async-save`, so step 3 runs while the save's
+staging copy of each rank's slices is held. Each run's planned peak (without / with --async-save)
+must be within 15 % of every rank's measured peak; the planned staging item within 30 % of the
+measured difference between the two runs (so a plan that ignores --async-save fails); and the
+staging item, an upper bound (it includes the ZeRO-1 range's alignment padding), at least the
+tensor bytes of each rank's shard file of that save and at most 2 % above the largest.
+
+Usage: check_plan.py --build BUILD_DIR [--mpirun MPIRUN] [--only a|b|w|layout|moe|layout_vpp|async]
 Prints "check_plan: N cases pass" and exits 0, else names each miss and exits 1."""
 import argparse
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -85,6 +95,75 @@ def compare(name, planned, measured, misses):
           f"{'' if ok else '  <-- MISS'}")
     if not ok:
         misses.append(name)
+
+
+def safetensors_data_bytes(path):
+    """Bytes of a safetensors file's tensors (the file less its 8-byte length and JSON header)."""
+    with open(path, 'rb') as f:
+        (n,) = struct.unpack('<Q', f.read(8))
+    return os.path.getsize(path) - 8 - n
+
+
+def async_save_case(a, tmp, misses):
+    """The "async" case (module docstring); returns the number of cases checked."""
+    cfg, np_, seq = "small", 2, 512
+    model = write_config(tmp, cfg)
+    rows = os.path.join(tmp, "rows.jsonl")
+    import random
+    rnd = random.Random(0)
+    with open(rows, "w") as f:
+        for _ in range(8):
+            ids = [rnd.randrange(CONFIGS[cfg]["vocab_size"]) for _ in range(seq)]
+            f.write(json.dumps({"input_ids": ids, "labels": ids}) + "\n")
+    flags = ["--dp", str(np_), "--micro-batch-size", "1", "--seq-length", str(seq), "--global-batch-size", str(np_),
+             "--recompute", "full"]
+    planned = {mode: plan(a.build, model, flags + (["--async-save"] if mode == "async" else []))
+               for mode in ("none", "async")}
+    measured, n = {}, 0
+    for mode in ("none", "async"):
+        out = os.path.join(tmp, "out_" + mode)
+        cmd = [a.mpirun, "-np", str(np_), "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "--mca",
+               "mpi_yield_when_idle", "1", "-x", "OMP_NUM_THREADS=1", "-x", "MALLOC_MMAP_MAX_=0", "-x",
+               "MALLOC_TRIM_THRESHOLD_=68719476736",  # what twinkle-run sets for every job
+               os.path.join(a.build, "bin", "twinkle"), "train", "--model", model, "--dataset", rows,
+               "--batch-size", str(np_), "--micro-batch-size", "1", "--max-steps", "3", "--dp", str(np_),
+               "--recompute-granularity", "full", "--report-memory", "--no-save", "--output-dir", out]
+        if mode == "async":
+            cmd += ["--save-interval", "2", "--save-optimizer", "--async-save"]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            print(r.stdout[-3000:])
+            raise SystemExit(f"FAILED: twinkle train ({mode}) exited {r.returncode}")
+        got = {int(k): float(v) * 2**20 for k, v in re.findall(r"memory: rank (\d+) .*step peak RSS ([0-9.]+) MiB",
+                                                                 r.stdout)}
+        if len(got) != np_:
+            print(r.stdout[-3000:])
+            raise SystemExit(f"FAILED: expected {np_} memory lines from twinkle train ({mode})")
+        measured[mode] = got
+        for rank, rss in sorted(got.items()):
+            compare(f"twinkle train {cfg} dp{np_} {'--async-save' if mode == 'async' else 'no save'} rank {rank}",
+                    planned[mode]["stages"][0]["peak"], rss, misses)
+            n += 1
+    staging = planned["async"]["stages"][0]["save_staging"]
+    if planned["none"]["stages"][0]["save_staging"] != 0:
+        misses.append("save_staging without --async-save")
+    for rank in sorted(measured["async"]):
+        diff = measured["async"][rank] - measured["none"][rank]
+        ok = diff > 0 and abs(staging - diff) <= SAVING_TOL * diff
+        print(f"async save staging, rank {rank}: planned {staging / 2**20:.1f} MiB, measured {diff / 2**20:.1f} MiB "
+              f"(peak with --async-save less the peak without a save){'' if ok else '  <-- MISS (within 30 % required)'}")
+        if not ok:
+            misses.append(f"async save staging rank {rank}")
+        n += 1
+    it = os.path.join(tmp, "out_async", "checkpoint-step-2", "iter_0000002")
+    files = [os.path.join(it, f"shard-{r:05d}-of-{np_:05d}.safetensors") for r in range(np_)]
+    sizes = [safetensors_data_bytes(f) for f in files]
+    ok = all(staging >= b for b in sizes) and staging <= 1.02 * max(sizes)
+    print(f"async save staging {staging:.0f} bytes vs the ranks' shard files' tensor bytes {sizes}"
+          f"{'' if ok else '  <-- MISS (>= each, <= 1.02 x the largest required)'}")
+    if not ok:
+        misses.append("async save staging vs shard files")
+    return n + 1
 
 
 def main():
@@ -160,6 +239,8 @@ def main():
                 if not ok:
                     misses.append(name + " counts")
                 n += 1
+        if not a.only or a.only == "async":
+            n += async_save_case(a, tmp, misses)
     if misses:
         print(f"check_plan: {len(misses)} of {n} cases miss: {', '.join(misses)}")
         return 1

@@ -12,7 +12,7 @@ fp32 is mixed_precision='no' and --fp32. --lora switches on the cookbook's adapt
 adapter directory instead of the full checkpoint. Checks:
 
 0. every option of the script's --help is one of the C++ recipe's, and an option the script lacks
-   (--save-interval) is refused with exit 2 naming it (the scripts took no options and ignored them);
+   (--resume) is refused with exit 2 naming it (the scripts took no options and ignored them);
 
 1. every step's loss, grad norm and lr in metrics.jsonl agree within 1e-6 relative, and the loss
    the Python script logs per step (Twinkle's metric dict, '%.4f') is the C++ loss formatted;
@@ -90,10 +90,10 @@ def main():
         cpp_opts = set(re.findall(r'(--[a-z][a-z0-9-]+)', run([cpp_path, '--help'], env)))
         if not py_opts or py_opts - cpp_opts:
             failures.append(f'{py_prog} options missing from {cpp_prog} --help: {sorted(py_opts - cpp_opts)}')
-        r = subprocess.run([sys.executable, py_path, '--save-interval', '2'], env=help_env, capture_output=True,
+        r = subprocess.run([sys.executable, py_path, '--resume', 'auto'], env=help_env, capture_output=True,
                            text=True)
-        if r.returncode != 2 or 'unrecognized arguments: --save-interval 2' not in r.stderr:
-            failures.append(f'{py_prog} --save-interval 2 (an option it lacks): exit {r.returncode}, stderr '
+        if r.returncode != 2 or 'unrecognized arguments: --resume auto' not in r.stderr:
+            failures.append(f'{py_prog} --resume auto (an option it lacks): exit {r.returncode}, stderr '
                             f'{r.stderr[-300:]!r}; expected exit 2 naming it')
         # the same command line for both programs (what scripts/demo passes on)
         extra = ['--data-rows', str(args.rows)] + (['--max-steps', str(args.steps)] if moe else [])

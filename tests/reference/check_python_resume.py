@@ -13,7 +13,15 @@ moments and state.json's optimizer / scheduler state). Catches a load that drops
 moments or step count (the update after the load differs), the scheduler position (lr), cur_step
 (the step numbers), or the data position (the loss).
 
-usage: check_python_resume.py --build BUILD [--rows 24] [--steps 6] [--save-at 4]
+--async-save: B's save is save(..., async_save=True) with every file write slowed down
+(TWINKLE_FAULT_WRITE=delay:MS, io_util.cpp), so B goes on training steps save-at+1.. while the
+background writers still write; B then wait_for_save()s. Also checked: those overlapped steps equal
+A's bit for bit (metrics_overlapped.jsonl) and the checkpoint is the sharded form, committed. Catches
+an asynchronous save that writes the live buffers instead of its copy of them (the overlapped steps
+change them under the writer: the resumed run then differs), or one that is never committed.
+
+usage: check_python_resume.py --build BUILD [--rows 24] [--steps 6] [--save-at 4] [--mesh 2,2,2]
+                              [--async-save [--write-delay-ms 40]]
 """
 import argparse
 import filecmp
@@ -34,7 +42,14 @@ def main():
     ap.add_argument('--rows', type=int, default=24)
     ap.add_argument('--steps', type=int, default=6)
     ap.add_argument('--save-at', type=int, default=4)
+    ap.add_argument('--mesh', default='2,2,2', help='dp,tp,pp of every run (default 2,2,2: 8 ranks)')
+    ap.add_argument('--async-save', action='store_true', help="B saves with save(..., async_save=True)")
+    ap.add_argument('--write-delay-ms', type=int, default=40,
+                    help='with --async-save: each file write of B sleeps this long (TWINKLE_FAULT_WRITE=delay:MS)')
     a = ap.parse_args()
+    nproc = 1
+    for x in a.mesh.split(','):
+        nproc *= int(x)
     launcher = os.path.join(a.build, 'bin', 'twinkle-run')
     prog = os.path.join(ROOT, 'tests', 'reference', 'python_resume_run.py')
     tmp = tempfile.mkdtemp(prefix='twinkle-python-resume-')
@@ -44,11 +59,32 @@ def main():
         for d in dirs.values():
             os.makedirs(d)
         base = dict(one_thread_env(), TWINKLE_MODEL=os.path.join(ROOT, 'models', 'qwen3-tiny'),
-                    TWINKLE_DATA_ROWS=str(a.rows))
-        cmd = [launcher, '--nproc_per_node=8', prog]
+                    TWINKLE_DATA_ROWS=str(a.rows), TWINKLE_MESH=a.mesh)
+        cmd = [launcher, f'--nproc_per_node={nproc}', prog]
         run(cmd, dict(base, TWINKLE_OUTPUT_DIR=dirs['whole'], TWINKLE_STEPS=str(a.steps)), timeout=500)
-        run(cmd, dict(base, TWINKLE_OUTPUT_DIR=dirs['resumed'], TWINKLE_STEPS=str(a.steps),
-                      TWINKLE_SAVE_AT=str(a.save_at)), timeout=500)
+        saving = dict(base, TWINKLE_OUTPUT_DIR=dirs['resumed'], TWINKLE_STEPS=str(a.steps),
+                      TWINKLE_SAVE_AT=str(a.save_at))
+        if a.async_save:
+            saving.update(TWINKLE_ASYNC_SAVE='1', TWINKLE_FAULT_WRITE=f'delay:{a.write_delay_ms}')
+        run(cmd, saving, timeout=500)
+        if a.async_save:
+            whole_after = read_metrics(os.path.join(dirs['whole'], 'metrics.jsonl'))[a.save_at:]
+            overlapped = read_metrics(os.path.join(dirs['resumed'], 'metrics_overlapped.jsonl'))
+            if [m['step'] for m in overlapped] != [m['step'] for m in whole_after]:
+                failures.append(f"overlapped steps {[m['step'] for m in overlapped]}, expected "
+                                f"{[m['step'] for m in whole_after]}")
+            for w, o in zip(whole_after, overlapped):
+                for k in ('loss', 'grad_norm', 'lr'):
+                    if w[k] != o[k]:
+                        failures.append(f"step {w['step']} during the asynchronous write: {k} {o[k]!r} vs "
+                                        f"{w[k]!r} uninterrupted")
+            ck = os.path.join(dirs['resumed'], f'checkpoint-{a.save_at}', f'iter_{a.save_at:07d}')
+            st = json.load(open(os.path.join(ck, 'state.json')))
+            if st.get('save_format') != 'sharded' or not os.path.exists(os.path.join(ck, 'sharded_index.json')):
+                failures.append(f"{ck}: save_format {st.get('save_format')!r}, sharded_index.json "
+                                f"{'present' if os.path.exists(os.path.join(ck, 'sharded_index.json')) else 'missing'}")
+            else:
+                print(f'{ck}: the sharded form, committed after {len(overlapped)} overlapped steps')
         run(cmd, dict(base, TWINKLE_OUTPUT_DIR=dirs['resumed'], TWINKLE_STEPS=str(a.steps),
                       TWINKLE_LOAD=f'checkpoint-{a.save_at}'), timeout=500)
         whole = read_metrics(os.path.join(dirs['whole'], 'metrics.jsonl'))
@@ -85,7 +121,8 @@ def main():
     if failures:
         print('FAIL:\n  ' + '\n  '.join(failures))
         sys.exit(1)
-    print('OK: load(load_optimizer=True) continues exactly like the uninterrupted run')
+    print('OK: load(load_optimizer=True) continues exactly like the uninterrupted run'
+          + (' (from a save(async_save=True) checkpoint written while training went on)' if a.async_save else ''))
 
 
 if __name__ == '__main__':

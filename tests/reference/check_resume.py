@@ -182,7 +182,12 @@ def compare_metrics(got, want, steps, rel_loss, rel_gn, what):
 
 def check_exact(args, r):
     failures = []
-    A, outA, _, _ = r.train("full", args.np, args.layout, 10)
+    # --async-save: A's checkpoint-step-5 is written by the background threads while steps 6.. change the
+    # weights; every file write of A sleeps (TWINKLE_FAULT_WRITE=delay:MS, io_util.cpp) so that the write
+    # really overlaps them, and the comparison with B's (written at B's end) below then catches a save
+    # that writes the live buffers instead of its copy of them
+    slow = {"TWINKLE_FAULT_WRITE": "delay:20"} if "--async-save" in args.layout.split() else None
+    A, outA, _, _ = r.train("full", args.np, args.layout, 10, env_extra=slow)
     B, outB, _, _ = r.train("part", args.np, args.layout, 5)
     ck5 = os.path.join(outB, "checkpoint-step-5")
     C, outC, _, textC = r.train("resumed", args.np, args.layout, 10, ["--resume", outB])

@@ -2,7 +2,7 @@
 //
 //   twinkle plan --model DIR --tp 2 --pp 2 --dp 2 [--cp 1] [--ep 1] [--etp 1] [--sequence-parallel]
 //                [--recompute full|selective|none] --micro-batch-size 1 --seq-length 4096
-//                [--global-batch-size N] [--lora-r R] [--bf16 | --fp32] [--memory-per-rank GiB] [--json]
+//                [--global-batch-size N] [--lora-r R] [--bf16 | --fp32] [--async-save] [--memory-per-rank GiB] [--json]
 //
 // Prints one row per pipeline stage (every tp / cp / dp rank of a stage holds the same): GiB of
 // parameters, gradients, optimizer state, activations, workspace, runtime and the peak, and the
@@ -13,7 +13,10 @@
 // the experts of each rank really ran). With --memory-per-rank,
 // a stage above it is reported with its biggest item and the exit code is 1. --bf16 plans the
 // mixed-precision run (`twinkle train --bf16`): fp32 master weights, grads, Adam state and
-// activations, plus the bf16 kernels' workspace (train/plan.h). A layout training would refuse
+// activations, plus the bf16 kernels' workspace (train/plan.h). --async-save adds the column "async GiB":
+// the asynchronous sharded save's staging copy of each rank's own slices (`twinkle train --async-save`;
+// master weight and both AdamW moments of its ZeRO-1 shard), live during the steps its write overlaps,
+// and so part of the peak. A layout training would refuse
 // (etp·ep·pp not dividing the world, experts or moe_intermediate_size not divisible, ...) fails
 // with training's message.
 #include <CLI/CLI.hpp>
@@ -64,6 +67,9 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--lora-r", o.lora_rank, "LoRA rank on all linear layers (the recipes: 8); 0 = full training");
   auto* bf16_flag = app.add_flag("--bf16", bf16, "plan mixed_precision bf16 (as twinkle train --bf16)");
   app.add_flag("--fp32", fp32, "plan fp32 everywhere (the default)")->excludes(bf16_flag);
+  app.add_flag("--async-save", o.async_save,
+               "plan twinkle train --async-save: count the staging copy of each rank's slices (master weight, "
+               "exp_avg, exp_avg_sq of its ZeRO-1 shard) in the peak");
   app.add_option("--memory-per-rank", limit_gib, "GiB a rank may use: a stage above it fails the plan (exit 1)");
   app.add_flag("--json", json, "one JSON object instead of the table");
   try {
@@ -88,6 +94,7 @@ int cmd_plan(int argc, char** argv) {
     j["micro_batches"] = plan.micro_batches;
     j["padded_seq_length"] = plan.padded_seq_length;
     j["mixed_precision"] = o.mixed_precision;
+    j["async_save"] = o.async_save;
     j["job_model_flops_per_step"] = plan.job_model_flops;
     j["peak_bytes"] = worst.peak;
     for (const auto& s : plan.stages)
@@ -96,6 +103,7 @@ int cmd_plan(int argc, char** argv) {
                              {"param_numel", s.param_numel}, {"expert_numel", s.expert_numel},
                              {"adapter_numel", s.adapter_numel}, {"state_numel", s.state_numel},
                              {"activations", s.activations}, {"workspace", s.workspace}, {"runtime", s.runtime},
+                             {"save_staging", s.save_staging},
                              {"peak", s.peak},           {"model_flops", s.model_flops},
                              {"executed_flops", s.executed_flops}, {"biggest", s.biggest()}});
     std::printf("%s\n", j.dump().c_str());
@@ -112,13 +120,26 @@ int cmd_plan(int argc, char** argv) {
       std::printf("cp %d: each row of %lld tokens is padded to %lld (a multiple of 2·cp%s, as training pads it)\n", o.cp,
                   static_cast<long long>(o.seq_length), static_cast<long long>(plan.padded_seq_length),
                   (o.sequence_parallel || cfg.is_moe()) && o.tp > 1 ? "·tp under sequence parallelism" : "");
-    std::printf("%-6s %-7s %-6s %11s %11s %11s %11s %11s %9s %10s %14s\n", "stage", "layers", "slots", "params GiB",
-                "grads GiB", "optim GiB", "activ GiB", "work GiB", "rt GiB", "peak GiB", "TFLOP/step");
-    for (const auto& s : plan.stages)
-      std::printf("%-6d %-7lld %-6lld %11.3f %11.3f %11.3f %11.3f %11.3f %9.3f %10.3f %14.3f\n", s.stage,
+    // the async save's staging copy is a column of its own, shown only when it is planned
+    std::printf("%-6s %-7s %-6s %11s %11s %11s %11s %11s %9s%s %10s %14s\n", "stage", "layers", "slots", "params GiB",
+                "grads GiB", "optim GiB", "activ GiB", "work GiB", "rt GiB", o.async_save ? "   async GiB" : "",
+                "peak GiB", "TFLOP/step");
+    for (const auto& s : plan.stages) {
+      char staging[32] = "";
+      if (o.async_save) std::snprintf(staging, sizeof staging, " %11.3f", s.save_staging / kGiB);
+      std::printf("%-6d %-7lld %-6lld %11.3f %11.3f %11.3f %11.3f %11.3f %9.3f%s %10.3f %14.3f\n", s.stage,
                   static_cast<long long>(s.layers), static_cast<long long>(s.slots), s.params / kGiB, s.grads / kGiB,
-                  s.optimizer / kGiB, s.activations / kGiB, s.workspace / kGiB, s.runtime / kGiB, s.peak / kGiB,
-                  s.executed_flops / 1e12);
+                  s.optimizer / kGiB, s.activations / kGiB, s.workspace / kGiB, s.runtime / kGiB, staging,
+                  s.peak / kGiB, s.executed_flops / 1e12);
+    }
+    if (o.async_save) {
+      const twinkle::StagePlan* most = &plan.stages.front();
+      for (const auto& s : plan.stages)
+        if (s.save_staging > most->save_staging) most = &s;
+      std::printf("async save: each rank's staging copy of its own slices (fp32 master weight, exp_avg, exp_avg_sq of "
+                  "its ZeRO-1 shard) is held while the write runs: at most %.3f GiB (stage %d)\n",
+                  most->save_staging / kGiB, most->stage);
+    }
     std::printf("job: %.3f TFLOP per step (model FLOPs, forward + backward)\n", plan.job_model_flops / 1e12);
     if (cfg.is_moe() && o.ep > 1)
       std::printf("MoE: a rank's TFLOP/step assume balanced routing (its experts run its own tokens x top_k rows); "
@@ -131,6 +152,7 @@ int cmd_plan(int argc, char** argv) {
                        : worst.biggest() == "optimizer state" ? worst.optimizer
                        : worst.biggest() == "activations"     ? worst.activations
                        : worst.biggest() == "workspace"       ? worst.workspace
+                       : worst.biggest() == "async save staging" ? worst.save_staging
                                                               : worst.runtime;
     std::fprintf(stderr,
                  "twinkle plan: the layout does not fit --memory-per-rank %.2f GiB: stage %d needs %.3f GiB; its "

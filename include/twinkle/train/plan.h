@@ -20,7 +20,14 @@
 //  * workspace — the largest scratch buffers of one layer's backward and of the fused lm head +
 //    cross entropy ([chunk, vocab/tp] logits), and the dispatchers' transient send / receive
 //    (and etp) rows shared by all MoE layers and slots, with core/workspace.h's 25 % headroom;
-//  * runtime — the process itself (code, MPI, OpenMP, oneDNN), a measured constant.
+//  * runtime — the process itself (code, MPI, OpenMP, oneDNN), a measured constant;
+//  * async save staging (PlanOptions::async_save, `--async-save`) — the host copy an asynchronous
+//    sharded save makes of this rank's own slices (src/train/megatron_resume.cpp save_sharded: the
+//    fp32 master weight, exp_avg and exp_avg_sq of its ZeRO-1 ranges, dense and expert, or of the
+//    adapter's), live while its writer thread runs, i.e. during the steps after the save:
+//    12 bytes per AdamW state element (state_numel). That bounds the copy from above: the copy skips
+//    the ranges' alignment padding, and a tensor replicated over tp (an expert's over etp) is copied
+//    by tp (etp) rank 0 only. A device store's copy is host memory too.
 // mixed_precision "bf16" (`--bf16`) keeps every item above in fp32 as the CPU bf16 kernel set does
 // (fp32 master weights, grads and Adam state, fp32 saved activations) and changes only the
 // workspace: the bf16 GEMMs' grow-only bf16 operand scratch and the bf16 lm head's half-size logits
@@ -67,6 +74,9 @@ struct PlanOptions {
   /// gradients and optimizer state are the adapter's (parallel/lora.h sharding).
   int64_t lora_rank = 0;
   int64_t bucket_bytes = 4 << 20;
+  /// Plan an asynchronous sharded save (SaveOptions::async_save, `twinkle train --async-save`): the
+  /// staging copy of the rank's own slices is added to the peak (StagePlan::save_staging).
+  bool async_save = false;
   /// Bytes of the process itself; the default was measured on the development machine
   /// (bench/README.md "twinkle plan").
   int64_t runtime_bytes = 48ll << 20;
@@ -81,10 +91,13 @@ struct StagePlan {
   int64_t state_numel = 0;  ///< AdamW state elements this rank holds (exp_avg and exp_avg_sq each)
   int64_t slots = 0;        ///< micro-batches whose activations are held at once (under vpp: (chunk, micro-batch) pairs)
   double params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0, runtime = 0;  ///< bytes
+  /// Bytes of the asynchronous save's staging copy: 3 x 4 x state_numel with PlanOptions::async_save,
+  /// else 0 (see the file comment).
+  double save_staging = 0;
   double peak = 0;                                                                            ///< bytes
   double model_flops = 0;     ///< per rank per step (forward + backward)
   double executed_flops = 0;  ///< model_flops + the recomputed forward
-  /// The largest of the items above, by name ("parameters", "gradients", ...).
+  /// The largest of the items above, by name ("parameters", "gradients", ..., "async save staging").
   std::string biggest() const;
 };
 

@@ -319,19 +319,46 @@ class MegatronModel:
         ('sharded', the default, or 'gathered'; C++ SaveOptions::save_format) says how: 'sharded' has
         every rank write its own slices plus an index and no HF weights (`twinkle export
         --from-checkpoint DIR -o OUT` writes them), 'gathered' the HF weights and full state tensors
-        gathered to rank 0."""
+        gathered to rank 0.
+
+        The keyword async_save=True (with save_optimizer=True and save_format 'sharded'; C++
+        SaveOptions::async_save, `twinkle train --async-save`, Megatron's async_save) copies this
+        rank's slices into a host staging buffer and returns while a background thread writes them;
+        training goes on. The checkpoint appears (committed by rank 0) once every rank's write is done:
+        checked after each clip_grad_and_step, waited for by the next save and by wait_for_save(),
+        which a program must call before it ends (else that checkpoint is never committed). The
+        returned directory exists only after that commit. Costs one copy of the rank's shards
+        (`twinkle plan --async-save`)."""
         if not isinstance(interval, int) or interval < 1:
             raise ValueError(f'save: interval must be an int >= 1, got {interval!r}')
         consumed = kwargs.pop('consumed_train_samples', -1)
         save_format = kwargs.pop('save_format', 'sharded')
         if save_format not in ('sharded', 'gathered'):
             raise ValueError(f"save: save_format must be 'sharded' or 'gathered', got {save_format!r}")
+        async_save = kwargs.pop('async_save', False)
+        if not isinstance(async_save, bool):
+            raise TypeError(f'save: async_save must be a bool, got {async_save!r}')
+        if async_save and not (save_optimizer and save_format == 'sharded'):
+            raise ValueError("save: async_save=True needs save_optimizer=True with save_format 'sharded' "
+                             f"(got save_optimizer={save_optimizer!r}, save_format={save_format!r})")
         if kwargs:
             raise TypeError(f'save() got unexpected keyword arguments {sorted(kwargs)}')
         if self.cur_step % interval != 0:
             return None
         return self._m.save(name or f'checkpoint-step-{self.cur_step}', output_dir or 'output', bool(merge_lora),
-                            bool(save_optimizer), int(consumed), save_format)
+                            bool(save_optimizer), int(consumed), save_format, async_save)
+
+    def wait_for_save(self):
+        """Finishes a pending save(..., async_save=True): waits for every rank's writer thread and
+        commits the checkpoint (C++ MegatronModel::wait_for_save); does nothing without one.
+        Collective. RuntimeError (on every rank, naming the file) when a rank's write failed; that
+        checkpoint is then removed and earlier ones are untouched."""
+        self._m.wait_for_save()
+
+    @property
+    def save_pending(self):
+        """Whether a save(..., async_save=True) has not been committed yet (wait_for_save commits it)."""
+        return self._m.save_pending
 
     def resume_from_checkpoint(self, checkpoint_dir, resume_only_model=False):
         """Twinkle's resume_from_checkpoint: loads a checkpoint written with save_optimizer=True
