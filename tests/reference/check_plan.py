@@ -220,7 +220,7 @@ def main():
                        "--config", cfg, "--rows", "8", "--mbs", "1", "--seq", "512", "--steps", "1", "--no-baseline",
                        "--recompute", "full"]
             out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
-            ranks = re.findall(r"rank (\d+) \(tp (\d+) pp (\d+) dp \d+[^)]*\).*step peak RSS ([0-9.]+) MiB.*"
+            ranks = re.findall(r"rank (\d+) \(tp (\d+) pp (\d+) (?:cp \d+ )?dp \d+[^)]*\).*step peak RSS ([0-9.]+) MiB.*"
                                r"params (\d+) elements \(expert region (\d+)\), AdamW state (\d+) elements", out)
             if len(ranks) != np_:
                 print(out)
