@@ -8,9 +8,12 @@ TWINKLE_SAVE_STATS=1 reports, per rank, the save's wall time, its RSS just befor
 peak RSS during the save (VmHWM after resetting it with /proc/self/clear_refs "5" right before the
 save: the kernel's high-water mark of that interval). Also times `twinkle export --from-checkpoint`
 of the sharded checkpoint (its peak RSS from /usr/bin/time's maximum resident set size when present),
-and (--async-steps) the blocking part of an --async-save save and the step that overlaps its write.
+and (--async-overlap K) the blocking part of an --async-save save and the K steps that overlap its write
+(--writer-priority normal,nice,idle: the writer thread's priority, TWINKLE_ASYNC_WRITER_PRIORITY).
 
     .venv/bin/python bench/ckpt_save_bench.py --build build [--layers 4] [--layout "--tp 2 --dp 2"]
+    .venv/bin/python bench/ckpt_save_bench.py --build build --np 1 --layout "" --skip-formats \
+        --async-overlap 3 --writer-priority normal,idle      # one rank: a core left for the writer
 """
 import argparse
 import json
@@ -32,41 +35,55 @@ def dir_bytes(d):
 
 
 def async_bench(a, tmp, model, rows, twinkle, launcher):
-    """--async-save vs a synchronous sharded save: --max-steps N with --save-interval N - 1, so the one
-    save lands after step N - 1 and step N runs while an asynchronous write is in flight; rank 0's save
-    call, its wait at the end of the run, and every step's time (metrics.jsonl step_time_s)."""
+    """--async-save vs a synchronous sharded save: saves after steps S = K + 1 and 2S (--save-interval S), the
+    K = --async-overlap steps after the second running while its asynchronous write is in flight (--max-steps
+    2S + K); the first asynchronous save faults its staging buffer in, the second reuses it (the steady state,
+    reported). Per mode (sync, then async with each --writer-priority): rank 0's second save call (and its
+    first), the shard file's write time (the writer thread's, TWINKLE_SAVE_STATS), its wait at the end of the
+    run, and the step times; a step's extra time is its excess over the median of steps 2..S of the same run
+    (before any save)."""
     res = {}
-    n = a.async_steps
-    for mode in ("sync", "async"):
-        out = os.path.join(tmp, "out_" + mode)
+    k = a.async_overlap
+    s_at, n = k + 1, 2 * (k + 1) + k
+    modes = [("sync", "")] + [("async", p) for p in a.writer_priority.split(",")]
+    for mode, prio in modes:
+        tag = mode + ("_" + prio if prio else "")
+        out = os.path.join(tmp, "out_" + tag)
         shutil.rmtree(out, ignore_errors=True)
-        metrics = os.path.join(tmp, f"metrics_{mode}.jsonl")
+        metrics = os.path.join(tmp, f"metrics_{tag}.jsonl")
         cmd = [launcher, f"--nproc_per_node={a.np}", twinkle, "train", "--model", model, "--dataset", rows,
-               "--batch-size", str(a.rows), "--max-steps", str(n), "--save-interval", str(n - 1), "--save-optimizer",
+               "--batch-size", str(a.rows), "--max-steps", str(n), "--save-interval", str(s_at), "--save-optimizer",
                "--no-save", "--output-dir", out, "--metrics-file", metrics] + a.layout.split() + \
               (["--async-save"] if mode == "async" else [])
-        p = subprocess.run(cmd, env=dict(os.environ, TWINKLE_SAVE_STATS="1", OMP_NUM_THREADS="1"),
-                           capture_output=True, text=True)
+        env = dict(os.environ, TWINKLE_SAVE_STATS="1", OMP_NUM_THREADS=str(a.threads))
+        if prio:
+            env["TWINKLE_ASYNC_WRITER_PRIORITY"] = prio
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if p.returncode != 0:
             print(p.stdout[-3000:], p.stderr[-3000:])
-            raise SystemExit(f"{mode}: twinkle train failed ({p.returncode})")
+            raise SystemExit(f"{tag}: twinkle train failed ({p.returncode})")
         text = p.stderr + p.stdout
-        m0 = re.search(r"save stats: rank 0 format \S+ wall ([0-9.]+) s", text)
+        calls = [float(x) for x in re.findall(r"save stats: rank 0 format \S+ wall ([0-9.]+) s", text)]
         w0 = re.search(r"save stats: rank 0 waited ([0-9.]+) s at the end", text)
-        steps = harness.read_metrics(metrics)
-        res[mode] = (float(m0.group(1)), float(w0.group(1)) if w0 else 0.0,
-                     [s.get("step_time_s") for s in steps])
-    print(f"async: {n} steps, the save after step {n - 1} (rank 0)")
-    print("| save | save call (s) | wait at the end (s) | step times (s) |")
-    print("|---|---|---|---|")
-    for mode, (call, wait, st) in res.items():
-        print(f"| {mode} | {call:.2f} | {wait:.2f} | {', '.join(f'{x:.2f}' for x in st if x is not None)} |")
+        writes = [float(x) for x in re.findall(r"save stats: rank 0 shard file written in ([0-9.]+) s", text)]
+        steps = [x.get("step_time_s") for x in harness.read_metrics(metrics)]
+        base = sorted(steps[1:s_at])[(s_at - 1) // 2]  # median of steps 2..S
+        extra = sum(steps[2 * s_at:]) - k * base
+        res[tag] = (calls[-1], calls[0], writes[-1] if writes else 0.0, float(w0.group(1)) if w0 else 0.0,
+                    steps, base, extra)
+    print(f"async: {n} steps, saves after steps {s_at} and {2 * s_at}, steps {2 * s_at + 1}..{n} overlap the second "
+          f"one's write (rank 0; {a.np} ranks '{a.layout}', OMP_NUM_THREADS={a.threads})")
+    print("| save | second save call (first) (s) | its shard file write (s) | wait at the end (s) | step times (s) | "
+          f"steps {2 * s_at + 1}..{n} over the pre-save median (s) | hidden |")
+    print("|---|---|---|---|---|---|---|")
     sync_call = res["sync"][0]
-    a_call, a_wait, a_steps = res["async"]
-    extra = (a_steps[-1] or 0) - (res["sync"][2][-1] or 0)
-    hidden = 1 - (a_call + a_wait + max(0.0, extra)) / sync_call if sync_call > 0 else 0
-    print(f"hidden: {100 * hidden:.0f} % of the synchronous save's {sync_call:.2f} s "
-          f"(async call {a_call:.2f} s + end wait {a_wait:.2f} s + the overlapped step's extra {extra:+.2f} s)")
+    for tag, (call, first, write, wait, st, base, extra) in res.items():
+        hidden = "" if tag == "sync" else \
+            f"{100 * (1 - (call + wait + max(0.0, extra)) / sync_call):.0f} %"
+        print(f"| {tag} | {call:.2f} ({first:.2f}) | {write:.2f} | {wait:.2f} | {', '.join(f'{x:.2f}' for x in st)} | "
+              f"{'' if tag == 'sync' else f'{extra:+.2f}'} | {hidden} |")
+    print(f"hidden = 1 - (save call + wait at the end + the overlapped steps' extra time) / the synchronous save "
+          f"call ({sync_call:.2f} s)")
 
 
 def main():
@@ -77,8 +94,14 @@ def main():
     ap.add_argument("--layout", default="--tp 2 --dp 2")
     ap.add_argument("--rows", type=int, default=4)
     ap.add_argument("--keep", default="", help="keep the output directories here")
-    ap.add_argument("--async-steps", type=int, default=3,
-                    help="also compare --async-save with a synchronous sharded save over this many steps (0: skip)")
+    ap.add_argument("--async-overlap", type=int, default=3,
+                    help="also compare --async-save with a synchronous sharded save: this many steps run after the "
+                         "save (0: skip)")
+    ap.add_argument("--writer-priority", default="normal",
+                    help="comma-separated priorities of the asynchronous writer thread to compare: normal, nice "
+                         "(nice 19), idle (SCHED_IDLE) (TWINKLE_ASYNC_WRITER_PRIORITY)")
+    ap.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of every rank (default 1)")
+    ap.add_argument("--skip-formats", action="store_true", help="only the --async-overlap comparison")
     a = ap.parse_args()
     tmp = a.keep or tempfile.mkdtemp(prefix="twinkle-ckpt-bench-")
     os.makedirs(tmp, exist_ok=True)
@@ -101,7 +124,7 @@ def main():
         launcher = os.path.join(a.build, "bin", "twinkle-run")
         params = None
         results = {}
-        for fmt in ("sharded", "gathered"):
+        for fmt in () if a.skip_formats else ("sharded", "gathered"):
             out = os.path.join(tmp, "out_" + fmt)
             shutil.rmtree(out, ignore_errors=True)
             cmd = [launcher, f"--nproc_per_node={a.np}", twinkle, "train", "--model", model, "--dataset", rows,
@@ -122,6 +145,10 @@ def main():
                 params = mp.group(1)
             results[fmt] = (stats, dir_bytes(os.path.join(out, "checkpoint-step-1")), time.time() - t0)
         print(f"model: Qwen3-0.6B config, {a.layers} layers; {a.np} ranks '{a.layout}'")
+        if a.async_overlap:
+            async_bench(a, tmp, model, rows, twinkle, launcher)
+        if a.skip_formats:
+            return
         print("| format | rank | save wall (s) | RSS before save (MiB) | peak RSS during save (MiB) | peak / before |")
         print("|---|---|---|---|---|---|")
         for fmt, (stats, size, _) in results.items():
@@ -130,8 +157,6 @@ def main():
                 print(f"| {fmt} | {rk} | {w:.2f} | {before:.0f} | {peak:.0f} | {peak / before:.2f} |")
         for fmt, (stats, size, _) in results.items():
             print(f"{fmt}: checkpoint-step-1 {size / 2**20:.1f} MiB")
-        if a.async_steps:
-            async_bench(a, tmp, model, rows, twinkle, launcher)
         ck = os.path.join(tmp, "out_sharded", "checkpoint-step-1")
         exp = os.path.join(tmp, "export")
         tv = ["/usr/bin/time", "-v"] if os.path.exists("/usr/bin/time") else []

@@ -6,10 +6,15 @@
 // the dp shards); "sharded" (save_sharded) has every rank write the boxes of those tensors it owns
 // plus an index (io/sharded_checkpoint.h; Megatron's torch_dist / PyTorch DCP), and any layout reads
 // back the boxes its slices intersect.
+#include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <atomic>
@@ -279,7 +284,7 @@ struct MegatronModel::PendingSave {
   std::thread th;
   std::atomic<bool> done{false};
   std::string error;           // this rank's write failure ("" = none)
-  std::unique_ptr<float[]> staging;  // async: a copy of this rank's slices (not zero-filled first)
+  float* staging = nullptr;  // async: a copy of this rank's slices, in MegatronModel::async_staging_
   std::vector<TensorSource> sources;
   std::string file;            // this rank's shard file
   fs::path dir, it, final_dir;
@@ -287,12 +292,15 @@ struct MegatronModel::PendingSave {
   int64_t keep_last = 0;
   ShardedIndex index;               // rank 0
   std::vector<std::string> texts;   // rank 0: state.json, latest_checkpointed_iteration.txt, trainer_state.json
+  double write_s = 0;               // the shard file's write + fsync, seconds
   void write() {
+    const auto t0 = std::chrono::steady_clock::now();
     try {
       save_safetensors_streamed(file, sources, {{"format", "twinkle-sharded"}});
     } catch (const std::exception& e) {
       error = not_written + e.what();
     }
+    write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     done = true;
   }
   ~PendingSave() {
@@ -315,6 +323,9 @@ void MegatronModel::finish_pending_save(bool blocking) {
   }
   std::unique_ptr<PendingSave, PendingSaveDelete> p = std::move(pending_save_);
   if (p->th.joinable()) p->th.join();
+  if (std::getenv("TWINKLE_SAVE_STATS"))  // bench/ckpt_save_bench.py
+    std::fprintf(stderr, "save stats: rank %d shard file written in %.3f s%s\n", world.rank(), p->write_s,
+                 p->staging ? " (background thread)" : "");
   auto cleanup = [&] {
     if (world.rank() != 0) return;
     std::error_code ec;
@@ -453,11 +464,16 @@ void MegatronModel::save_sharded(const std::string& name, const std::string& fin
     if (opts.async_save) {  // the staging copy: one copy of this rank's slices, then no live buffer is read
       size_t total = 0;
       for (const auto& t : sources) total += t.nbytes() / 4;
-      ps.staging.reset(new float[total]);
+      if (async_staging_floats_ < total) {  // grow-only, kept for the next save (megatron_model.h)
+        async_staging_.reset();
+        async_staging_.reset(new float[total]);
+        async_staging_floats_ = total;
+      }
+      ps.staging = async_staging_.get();
       size_t at = 0;
       for (auto& t : sources) {
-        t.fill(ps.staging.get() + at, 0, t.nbytes());
-        t.data = ps.staging.get() + at;
+        t.fill(ps.staging + at, 0, t.nbytes());
+        t.data = ps.staging + at;
         t.fill = {};
         at += t.nbytes() / 4;
       }
@@ -533,7 +549,16 @@ void MegatronModel::save_sharded(const std::string& name, const std::string& fin
   pending_save_ = std::move(pending);
   if (opts.async_save) {
     PendingSave* p = pending_save_.get();
-    p->th = std::thread([p] { p->write(); });
+    const std::string prio = std::getenv("TWINKLE_ASYNC_WRITER_PRIORITY") ? std::getenv("TWINKLE_ASYNC_WRITER_PRIORITY") : "";
+    p->th = std::thread([p, prio] {
+      if (prio == "idle") {
+        sched_param sp{};
+        (void)sched_setscheduler(0, SCHED_IDLE, &sp);  // this thread only (sched(7))
+      } else if (prio == "nice") {
+        (void)setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);  // this thread only (setpriority(2), BUGS)
+      }
+      p->write();
+    });
     return;
   }
   pending_save_->write();

@@ -360,7 +360,7 @@ Plan plan_layout(const ModelConfig& c, const PlanOptions& o) {
     st.workspace = w;
     st.runtime = static_cast<double>(o.runtime_bytes);
     // the asynchronous save's copy of the rank's slices: master weight + exp_avg + exp_avg_sq (fp32)
-    // of its ZeRO-1 ranges (megatron_resume.cpp save_sharded), live during the steps its write overlaps
+    // of its ZeRO-1 ranges (megatron_resume.cpp save_sharded), kept from the first asynchronous save on
     st.save_staging = o.async_save ? 3.0 * 4.0 * static_cast<double>(st.state_numel) : 0.0;
     st.peak = st.params + st.grads + st.optimizer + st.activations + st.workspace + st.runtime + st.save_staging;
     // FLOPs: this stage's share of the replica's tokens, split over tp and cp

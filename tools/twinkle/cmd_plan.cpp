@@ -15,7 +15,7 @@
 // mixed-precision run (`twinkle train --bf16`): fp32 master weights, grads, Adam state and
 // activations, plus the bf16 kernels' workspace (train/plan.h). --async-save adds the column "async GiB":
 // the asynchronous sharded save's staging copy of each rank's own slices (`twinkle train --async-save`;
-// master weight and both AdamW moments of its ZeRO-1 shard), live during the steps its write overlaps,
+// master weight and both AdamW moments of its ZeRO-1 shard), kept from the first asynchronous save on,
 // and so part of the peak. A layout training would refuse
 // (etp·ep·pp not dividing the world, experts or moe_intermediate_size not divisible, ...) fails
 // with training's message.
@@ -137,7 +137,7 @@ int cmd_plan(int argc, char** argv) {
       for (const auto& s : plan.stages)
         if (s.save_staging > most->save_staging) most = &s;
       std::printf("async save: each rank's staging copy of its own slices (fp32 master weight, exp_avg, exp_avg_sq of "
-                  "its ZeRO-1 shard) is held while the write runs: at most %.3f GiB (stage %d)\n",
+                  "its ZeRO-1 shard) is held from the first asynchronous save on: at most %.3f GiB (stage %d)\n",
                   most->save_staging / kGiB, most->stage);
     }
     std::printf("job: %.3f TFLOP per step (model FLOPs, forward + backward)\n", plan.job_model_flops / 1e12);

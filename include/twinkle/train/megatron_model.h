@@ -156,6 +156,9 @@ struct SaveOptions {
   /// waited for by the next save of any kind and by wait_for_save(). Until then, and if a rank dies
   /// meanwhile, only the previous checkpoint exists (the new one is a hidden staging directory,
   /// removed by the next save). Megatron's async_save (its async_utils.py finalize) works this way.
+  /// The staging buffer is kept for the next asynchronous save (grow-only; `twinkle plan --async-save`
+  /// counts it). TWINKLE_ASYNC_WRITER_PRIORITY=nice|idle runs the writer thread at nice 19 or SCHED_IDLE
+  /// (bench/ckpt_save_bench.py --writer-priority; default: the training thread's priority).
   bool async_save = false;
 };
 
@@ -389,6 +392,12 @@ class MegatronModel {
   struct PendingSaveDelete {
     void operator()(PendingSave* p) const;  // joins its writer thread (megatron_resume.cpp)
   };
+  // The asynchronous save's staging buffer (floats), grow-only and kept between saves: a later save copies
+  // into pages faulted in already (fresh pages dominate the copy's time otherwise; bench/README.md). Only
+  // one save is in flight at a time (save() waits for the previous one first). Declared before pending_save_, so
+  // destroyed after it: the pending save's writer thread is joined while the buffer still exists.
+  std::unique_ptr<float[]> async_staging_;
+  size_t async_staging_floats_ = 0;
   std::unique_ptr<PendingSave, PendingSaveDelete> pending_save_;
   // Commits the pending save when every rank's writer is done (blocking: waits for them).
   void finish_pending_save(bool blocking);

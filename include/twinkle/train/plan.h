@@ -24,8 +24,8 @@
 //  * async save staging (PlanOptions::async_save, `--async-save`) — the host copy an asynchronous
 //    sharded save makes of this rank's own slices (src/train/megatron_resume.cpp save_sharded: the
 //    fp32 master weight, exp_avg and exp_avg_sq of its ZeRO-1 ranges, dense and expert, or of the
-//    adapter's), live while its writer thread runs, i.e. during the steps after the save:
-//    12 bytes per AdamW state element (state_numel). That bounds the copy from above: the copy skips
+//    adapter's), held from the first asynchronous save on (the buffer is kept for the next one) and so
+//    during every step after it: 12 bytes per AdamW state element (state_numel). That bounds the copy from above: the copy skips
 //    the ranges' alignment padding, and a tensor replicated over tp (an expert's over etp) is copied
 //    by tp (etp) rank 0 only. A device store's copy is host memory too.
 // mixed_precision "bf16" (`--bf16`) keeps every item above in fp32 as the CPU bf16 kernel set does
