@@ -37,7 +37,10 @@ inline std::string env_or(const char* name, const std::string& def) {
 }
 
 inline int run(int argc, char** argv, const Defaults& d) {
-  std::string model_id = env_or("TWINKLE_MODEL", std::string(TWINKLE_SOURCE_DIR) + "/models/qwen3-moe-tiny");
+  // the source tree at run time ($TWINKLE_SOURCE_DIR: a relocated copy, e.g. scripts/device-check's bundle), else
+  // the one the recipe was built from
+  std::string model_id =
+      env_or("TWINKLE_MODEL", env_or("TWINKLE_SOURCE_DIR", TWINKLE_SOURCE_DIR) + "/models/qwen3-moe-tiny");
   std::string device = env_or("TWINKLE_DEVICE", "cpu");
   std::string dataset_id = "ms://swift/self-cognition";
   std::string output_dir = d.output_dir, cp_comm_type = "p2p";

@@ -46,7 +46,10 @@ std::string progress_bar(int64_t done, int64_t total) {
 }
 
 int recipe(int argc, char** argv) {
-  std::string model_id = env_or("TWINKLE_MODEL", std::string(TWINKLE_SOURCE_DIR) + "/models/qwen3-tiny");
+  // the source tree at run time ($TWINKLE_SOURCE_DIR: a relocated copy, e.g. scripts/device-check's bundle), else
+  // the one the recipe was built from
+  std::string model_id =
+      env_or("TWINKLE_MODEL", env_or("TWINKLE_SOURCE_DIR", TWINKLE_SOURCE_DIR) + "/models/qwen3-tiny");
   std::string device = env_or("TWINKLE_DEVICE", "cpu");
   std::string dataset_id = "ms://swift/self-cognition";
   std::string output_dir = "output/tp_recipe";

@@ -176,6 +176,7 @@ endif()
 if(TWINKLE_WITH_CUDA_BACKEND)
   set(CHECK_TRAIN_MOE_PY ${CMAKE_SOURCE_DIR}/tests/reference/check_train_moe.py --build ${CMAKE_BINARY_DIR} --steps 3)
   # name | flags of the check (one process vs PyTorch float64, or --np N --layout ... vs one CPU process)
+  #      [| flags of the GPU test only]
   set(TWINKLE_MOE_CUDA_CHECKS
     "moe_train_cuda_vs_torch_norm_topk_aux_global_z|--norm-topk-prob true --aux-coef 0.1 --aux-type global --z-coef 0.01 --train-flags=--device=cuda"
     "moe_train_cuda_vs_torch_raw_topk_aux_per_layer|--norm-topk-prob false --aux-coef 0.1 --aux-type per_layer --mbs 1 --train-flags=--device=cuda"
@@ -185,7 +186,7 @@ if(TWINKLE_WITH_CUDA_BACKEND)
     "moe_layout_cuda_dp2_ep2_aux_global|--aux-coef 0.1 --aux-type global --batch rows:8 --np 2 --layout=--dp=2=--ep=2=--device=cuda"
     "moe_layout_cuda_tp2_pp2_dp2_ep2_aux_per_layer_z|--aux-coef 0.05 --aux-type per_layer --z-coef 0.01 --batch rows:8 --layers 4 --np 8 --layout=--tp=2=--pp=2=--dp=2=--ep=2=--device=cuda"
     "moe_layout_cuda_tp2_dp2_etp2_ep2_aux_per_layer_z|--aux-coef 0.1 --aux-type per_layer --z-coef 0.01 --batch rows:8 --np 4 --layout=--tp=2=--dp=2=--ep=2=--etp=2=--device=cuda"
-    "lora_moe_layout_cuda_tp2_ep2_dropout|--lora-r 4 --lora-dropout 0.1 --aux-coef 0.01 --aux-type per_layer --layers 4 --batch rows:8 --mbs 1 --lora-targets all-linear,gate --np 2 --layout=--tp=2=--ep=2=--device=cuda"
+    "lora_moe_layout_cuda_tp2_ep2_dropout|--lora-r 4 --lora-dropout 0.1 --aux-coef 0.01 --aux-type per_layer --layers 4 --batch rows:8 --mbs 1 --lora-targets all-linear,gate --np 2 --layout=--tp=2=--ep=2=--device=cuda|--layout-tol 0.05"
     "lora_moe_layout_cuda_ep2_partial_dropout|--lora-r 4 --lora-dropout 0.1 --aux-coef 0.01 --aux-type per_layer --layers 4 --batch rows:8 --mbs 1 --lora-targets q_proj,experts.1.gate_proj,experts.4.down_proj,up_proj,gate --np 2 --layout=--ep=2=--device=cuda"
     "moe_layout_cuda_cp2_ep2_aux_global_z|--aux-coef 0.1 --aux-type global --z-coef 0.01 --batch rows:4 --np 2 --layout=--cp=2=--ep=2=--device=cuda"
     "moe_layout_cuda_dp4_ep4|--experts 8 --aux-coef 0.1 --aux-type per_layer --z-coef 0.01 --batch rows:8 --np 4 --layout=--dp=4=--ep=4=--device=cuda"
@@ -200,6 +201,15 @@ if(TWINKLE_WITH_CUDA_BACKEND)
     string(REPLACE "|" ";" parts "${spec}")
     list(GET parts 0 name)
     list(GET parts 1 flags)
+    # a third field: flags of the GPU test only. On an H200 (2026-12-04) cuBLAS's summation order for the
+    # tp-split shapes put one element of 384 in a lora_A of the tp2 ep2 run 5.9e-5 from the CPU run, over the
+    # 1 % bound (3e-5) the CPU and the emulated device meet; 5 % (1.5e-4) still catches a stale row (~lr).
+    set(gpu_only "")
+    list(LENGTH parts n_parts)
+    if(n_parts GREATER 2)
+      list(GET parts 2 gpu_only)
+      separate_arguments(gpu_only UNIX_COMMAND "${gpu_only}")
+    endif()
     # "=" joins a flag's words inside one list element: --layout=--tp=2 becomes --layout "--tp 2"
     separate_arguments(flag_list UNIX_COMMAND "${flags}")
     set(args "")
@@ -211,7 +221,7 @@ if(TWINKLE_WITH_CUDA_BACKEND)
         list(APPEND args "${f}")
       endif()
     endforeach()
-    add_test(NAME ${name} COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_TRAIN_MOE_PY} ${args})
+    add_test(NAME ${name} COMMAND ${TWINKLE_GPU_OR_SKIP} ${TWINKLE_REF_RUN} ${CHECK_TRAIN_MOE_PY} ${args} ${gpu_only})
     add_test(NAME ${name}_emu COMMAND ${TWINKLE_REF_RUN} ${CHECK_TRAIN_MOE_PY} ${TWINKLE_CUDA_EMU_TWINKLE} ${args})
     list(APPEND _moe_gpu ${name})
     list(APPEND _moe_emu ${name}_emu)

@@ -98,6 +98,9 @@ def gdr_case(Case, f32, leaf64, root, name, seqlens, Hk, Hv, Dk, Dv, l2norm, wit
         for s in range(N):
             sl = slice(cu[s], cu[s + 1])
             args = [x[sl].unsqueeze(0) for x in (Q, K, V, G, Bt)]
+            # value head h reads key head h // (Hv / Hk) (repeat_interleave, as transformers' Qwen3_5GatedDeltaNet);
+            # done here because transformers before 5.2x leaves the repeat to the caller
+            args[0], args[1] = (a.repeat_interleave(Hv // Hk, dim=2) for a in args[:2])
             init = H0[s:s + 1] if with_h0 else None
             o, st = hf.torch_chunk_gated_delta_rule(*args, chunk_size=64, initial_state=init,
                                                     output_final_state=True, use_qk_l2norm_in_kernel=l2norm)
