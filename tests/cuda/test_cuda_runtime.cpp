@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "error_of.h"
 #include "twinkle/core/device_allocator.h"
 #include "twinkle/core/error.h"
 #include "twinkle/kernels/cuda/caching_allocator.h"
@@ -16,6 +17,8 @@
 
 using namespace twinkle;
 using twinkle::cuda::CachingAllocator;
+
+using twinkle::test_support::error_of;
 
 namespace {
 
@@ -49,15 +52,6 @@ void step(CachingAllocator& a) {
     a.deallocate(scratch);
   }
   for (void* p : keep) a.deallocate(p);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

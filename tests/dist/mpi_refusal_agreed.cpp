@@ -20,26 +20,20 @@
 #include <string>
 #include <vector>
 
+#include "error_of.h"
 #include "mpi_check.h"
 #include "synthetic_rows.h"
 #include "twinkle/core/error.h"
 #include "twinkle/dist/runtime.h"
 #include "twinkle/train/megatron_model.h"
 
+using twinkle::test_support::error_of;
+
 namespace {
 
 using twinkle_test::synthetic_row;
 
 // Runs f on every rank and returns its twinkle::Error text ("" when it did not throw).
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const twinkle::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 static int body(int argc, char** argv) {

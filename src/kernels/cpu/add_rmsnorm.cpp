@@ -5,6 +5,8 @@
 #include <cmath>
 #include <vector>
 
+#include "rms_rstd.h"
+
 namespace twinkle::kernels::cpu {
 
 void add_rmsnorm_forward(const float* x, const float* r, float* h, const float* w, float* y, float* rstd,
@@ -21,9 +23,7 @@ void add_rmsnorm_forward(const float* x, const float* r, float* h, const float* 
       const float v = xr[j] + rr[j];
       ss += static_cast<double>(v) * v;
     }
-    // as rmsnorm_forward: variance in fp32, rsqrt(variance + eps)
-    const float var = static_cast<float>(ss / static_cast<double>(dim));
-    const float rs = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var + eps)));
+    const float rs = rms_rstd(ss, dim, eps);  // HF: variance in fp32, rsqrt(var + eps)
     rstd[i] = rs;
 #pragma omp simd
     for (int64_t j = 0; j < dim; ++j) {

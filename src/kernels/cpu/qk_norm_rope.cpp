@@ -8,6 +8,8 @@
 
 #include "twinkle/core/error.h"
 
+#include "rms_rstd.h"
+
 namespace twinkle::kernels::cpu {
 
 namespace {
@@ -41,8 +43,7 @@ void qk_norm_rope_forward(const float* x, const float* w, float* y, float* rstd,
       double ss = 0.0;
 #pragma omp simd reduction(+ : ss)
       for (int64_t j = 0; j < head_dim; ++j) ss += static_cast<double>(xa[j]) * xa[j];
-      const float var = static_cast<float>(ss / static_cast<double>(head_dim));
-      const float rs = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var + eps)));
+      const float rs = rms_rstd(ss, head_dim, eps);  // HF: variance in fp32, rsqrt(var + eps)
       rstd[row] = rs;
 #pragma omp simd
       for (int64_t i = 0; i < half; ++i) {

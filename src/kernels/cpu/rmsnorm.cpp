@@ -5,6 +5,8 @@
 #include <cmath>
 #include <vector>
 
+#include "rms_rstd.h"
+
 namespace twinkle::kernels::cpu {
 
 void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim, float eps) {
@@ -15,9 +17,7 @@ void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int6
     double ss = 0.0;
 #pragma omp simd reduction(+ : ss)
     for (int64_t j = 0; j < dim; ++j) ss += static_cast<double>(xr[j]) * xr[j];
-    // HF: variance in fp32, then rsqrt(variance + eps) in fp32.
-    const float var = static_cast<float>(ss / static_cast<double>(dim));
-    const float rs = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var + eps)));
+    const float rs = rms_rstd(ss, dim, eps);  // HF: variance in fp32, rsqrt(var + eps)
     rstd[r] = rs;
 #pragma omp simd
     for (int64_t j = 0; j < dim; ++j) yr[j] = w[j] * (xr[j] * rs);

@@ -9,10 +9,13 @@
 #include <cstring>
 #include <map>
 
+#include "error_of.h"
 #include "twinkle/core/device_allocator.h"
 #include "twinkle/core/error.h"
 
 using namespace twinkle;
+
+using twinkle::test_support::error_of;
 
 namespace {
 
@@ -51,15 +54,6 @@ struct FakeDevice : DeviceAllocator {
   void synchronize() override { ++syncs; }
   std::string describe() const override { return "fake"; }
 };
-
-std::string error_of(void (*f)()) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 

@@ -9,22 +9,16 @@
 #include <fstream>
 #include <string>
 
+#include "error_of.h"
 #include "twinkle/core/error.h"
 #include "twinkle/data/dataset.h"
 #include "twinkle/data/template.h"
 
 using namespace twinkle;
 
-namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using twinkle::test_support::error_of;
 
+namespace {
 std::string write_rows(const std::string& name, const std::string& text) {
   const auto p = std::filesystem::temp_directory_path() / name;
   std::ofstream(p) << text;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <set>
 
+#include "error_of.h"
 #include "twinkle/core/error.h"
 #include "twinkle/data/dataloader.h"
 #include "twinkle/data/dataset.h"
@@ -15,17 +16,9 @@
 using namespace twinkle;
 using Order = std::vector<std::pair<int32_t, int64_t>>;
 
-namespace {
+using twinkle::test_support::error_of;
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+namespace {
 
 // rows {"v": base + i} for i < n
 Dataset numbers(int base, int n, const std::string& name) {

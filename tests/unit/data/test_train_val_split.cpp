@@ -11,24 +11,13 @@
 // tests/reference/check_eval.py checks the same against datasets' train_test_split end to end.
 #include <gtest/gtest.h>
 
+#include "error_of.h"
 #include "twinkle/core/error.h"
 #include "twinkle/data/train_val_split.h"
 
 using namespace twinkle;
 
-namespace {
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-}  // namespace
+using twinkle::test_support::error_of;
 
 TEST(SplitValCount, MsSwiftRule) {
   EXPECT_EQ(split_val_count(10, std::nullopt, 0.25, "d"), 2);   // int(2.5)

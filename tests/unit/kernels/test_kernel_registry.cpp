@@ -3,22 +3,16 @@
 
 #include <string>
 
+#include "error_of.h"
 #include "twinkle/core/error.h"
 #include "twinkle/kernels/cpu/gemm.h"
 #include "twinkle/kernels/registry.h"
 
 using namespace twinkle::kernels;
 
-namespace {
+using twinkle::test_support::error_of;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const twinkle::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+namespace {
 
 TEST(KernelRegistry, BothCpuSetsCoverEveryOp) {
   for (const std::string set : {"fused", "reference"}) {

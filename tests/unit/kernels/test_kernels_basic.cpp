@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "error_of.h"
 #include "twinkle/core/error.h"
 #include "twinkle/kernels/cpu/adamw.h"
 #include "twinkle/kernels/cpu/attention.h"
@@ -24,6 +25,8 @@
 using namespace twinkle;
 using namespace twinkle::kernels::cpu;
 
+using twinkle::test_support::error_of;
+
 namespace {
 
 std::vector<float> randv(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -34,16 +37,6 @@ std::vector<float> randv(size_t n, uint32_t seed, float scale = 1.0f) {
     x = scale * (static_cast<float>(s >> 8) / 16777216.0f * 2.0f - 1.0f);
   }
   return v;
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // Runs fn with the given OpenMP thread count, restoring the previous one.

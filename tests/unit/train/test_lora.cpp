@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 
+#include "error_of.h"
 #include "twinkle/core/error.h"
 #include "twinkle/dist/parallel_state.h"
 #include "twinkle/model/lora_config.h"
@@ -25,6 +26,8 @@
 #include <unistd.h>
 
 using namespace twinkle;
+
+using twinkle::test_support::error_of;
 
 namespace {
 
@@ -58,15 +61,6 @@ std::vector<EncodedRow> rows(int n, uint64_t seed) {
     out.push_back(r);
   }
   return out;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

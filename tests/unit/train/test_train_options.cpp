@@ -19,6 +19,7 @@
 #include <optional>
 #include <random>
 
+#include "error_of.h"
 #include "twinkle/core/error.h"
 #include "twinkle/dist/parallel_state.h"
 #include "twinkle/io/model_config.h"
@@ -29,6 +30,8 @@
 
 using namespace twinkle;
 namespace fs = std::filesystem;
+
+using twinkle::test_support::error_of;
 
 namespace {
 
@@ -76,15 +79,6 @@ std::string model_dir() {
     return d.string();
   }();
   return dir;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // The final norm weight set to NaN: every logit, the loss and the gradients become NaN.
