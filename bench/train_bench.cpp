@@ -12,6 +12,8 @@
 // the JSON adds peak_device_bytes (the caching allocator's peak in use), the device's name and the MFU
 // against its datasheet peak (kernels::accelerator_peak). Config q06 is Qwen3-0.6B's
 // (bench/qwen3-0.6b/config.json) at batch 8 x 2048; --batch / --seq override a config's.
+// TWINKLE_CUDA_PROFILE=1 with --device cuda: the timed steps' device time kernel by kernel on stderr
+// (CUPTI, twinkle/kernels/cuda/kernel_profile.h).
 // --lora R trains a LoRA adapter (r = R, alpha = 2R, all-linear; Qwen3Model::add_adapter) instead
 // of the full model: the base keeps no gradient buffer and the optimizer sees only the adapter;
 // scripts/bench-lora runs full and LoRA side by side (bench/README.md "LoRA vs full").
@@ -20,6 +22,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -34,6 +37,7 @@
 #include "twinkle/train/engine.h"
 #include "peak_rss.h"
 #ifdef TWINKLE_CUDA_BUILT
+#include "twinkle/kernels/cuda/kernel_profile.h"
 #include "twinkle/kernels/cuda/runtime.h"
 #endif
 
@@ -156,6 +160,16 @@ int main(int argc, char** argv) {
   };
   reset_peak_rss();  // the steps' peak, init excluded (the warm-up steps are included)
   for (int i = 0; i < warmup; ++i) step();
+  // TWINKLE_CUDA_PROFILE=1: the timed steps' kernels, one line each, on stderr (twinkle/kernels/cuda/kernel_profile.h)
+  const char* prof_env = std::getenv("TWINKLE_CUDA_PROFILE");
+  bool profiling = false;
+#ifdef TWINKLE_CUDA_BUILT
+  if (device == "cuda" && prof_env && std::strcmp(prof_env, "1") == 0) {
+    const std::string why = twinkle::cuda::kernel_profile_start();
+    if (!why.empty()) std::fprintf(stderr, "[profile] not recorded: %s\n", why.c_str());
+    profiling = why.empty();
+  }
+#endif
   rusage r0{}, r1{};
   getrusage(RUSAGE_SELF, &r0);
   std::vector<double> times, losses;
@@ -167,6 +181,14 @@ int main(int argc, char** argv) {
   getrusage(RUSAGE_SELF, &r1);
   double step_s = 0;
   for (double t : times) step_s += t;
+#ifdef TWINKLE_CUDA_BUILT
+  if (profiling) {
+    const std::string table = twinkle::cuda::format_kernel_profile(twinkle::cuda::kernel_profile_stop(), step_s, steps);
+    std::fprintf(stderr, "[profile] kernels of the %d timed steps (CUPTI, device time):\n%s", steps, table.c_str());
+  }
+#endif
+  (void)profiling;
+  (void)prof_env;
   step_s /= static_cast<double>(times.size());
   const double L = static_cast<double>(c.num_hidden_layers), h = static_cast<double>(c.hidden_size),
                H = static_cast<double>(c.num_attention_heads), Hk = static_cast<double>(c.num_key_value_heads),

@@ -1,6 +1,6 @@
 // The CUDA backend's host-side logic, run on every machine of a CUDA build (no GPU needed): the caching
 // allocator's rules over a fake raw allocator, device selection from the launcher's environment, the
-// peak table, and the error a process gets when it asks for a GPU that is not there.
+// peak table, the kernel profile's table, and the error a process gets when it asks for a GPU that is not there.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -12,6 +12,7 @@
 #include "twinkle/core/device_allocator.h"
 #include "twinkle/core/error.h"
 #include "twinkle/kernels/cuda/caching_allocator.h"
+#include "twinkle/kernels/cuda/kernel_profile.h"
 #include "twinkle/kernels/cuda/runtime.h"
 #include "twinkle/kernels/registry.h"
 
@@ -169,3 +170,22 @@ TEST(CudaRuntime, WithoutAGpuEveryEntryFailsClearly) {
   for (const char* op : {"adamw", "norms", "add"})
     EXPECT_EQ(kernels::Registry::global().implementations(op, "cuda"), std::vector<std::string>{"fused"}) << op;
 }
+
+TEST(CudaKernelProfile, TableSharesPerStepFiguresAndTheOtherKernelsLine) {
+  // 3 kernels over 2 steps: 60 + 30 + 10 ms of device time in 200 ms of wall time
+  std::vector<cuda::KernelProfileRow> rows = {
+      {"small_kernel", 4, 10.0}, {"attention_fwd<128>", 2, 60.0}, {"void gemm_kernel_with_a_long_name", 8, 30.0}};
+  const std::string t = cuda::format_kernel_profile(rows, 0.2, 2, 2, 20);
+  std::vector<std::string> lines;
+  for (size_t a = 0, b; (b = t.find('\n', a)) != std::string::npos; a = b + 1) lines.push_back(t.substr(a, b - a));
+  ASSERT_EQ(lines.size(), 5u) << t;  // header, 2 rows, the rest, the total
+  // largest first: share, total ms, ms per step, calls per step, us per call, name
+  EXPECT_EQ(lines[1], " 60.0%      60.000     30.000       1.0   30000.00  attention_fwd<128>") << t;
+  EXPECT_EQ(lines[2], " 30.0%      30.000     15.000       4.0    3750.00  void gemm_kernel_...") << t;  // cut to 20
+  EXPECT_EQ(lines[3], " 10.0%      10.000      5.000       2.0    2500.00  (1 other kernels)") << t;
+  EXPECT_NE(lines[4].find("kernels: 50.000 ms per step summed over 3 kernel names; wall 100.000 ms per step"),
+            std::string::npos) << t;
+  EXPECT_NE(lines[4].find("ran kernels 50.0% of the wall time"), std::string::npos) << t;
+}
+
+TEST(CudaKernelProfile, StopWithoutStartIsEmpty) { EXPECT_TRUE(cuda::kernel_profile_stop().empty()); }
