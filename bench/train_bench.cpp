@@ -160,10 +160,10 @@ int main(int argc, char** argv) {
   };
   reset_peak_rss();  // the steps' peak, init excluded (the warm-up steps are included)
   for (int i = 0; i < warmup; ++i) step();
+#ifdef TWINKLE_CUDA_BUILT
   // TWINKLE_CUDA_PROFILE=1: the timed steps' kernels, one line each, on stderr (twinkle/kernels/cuda/kernel_profile.h)
   const char* prof_env = std::getenv("TWINKLE_CUDA_PROFILE");
   bool profiling = false;
-#ifdef TWINKLE_CUDA_BUILT
   if (device == "cuda" && prof_env && std::strcmp(prof_env, "1") == 0) {
     const std::string why = twinkle::cuda::kernel_profile_start();
     if (!why.empty()) std::fprintf(stderr, "[profile] not recorded: %s\n", why.c_str());
@@ -187,8 +187,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "[profile] kernels of the %d timed steps (CUPTI, device time):\n%s", steps, table.c_str());
   }
 #endif
-  (void)profiling;
-  (void)prof_env;
   step_s /= static_cast<double>(times.size());
   const double L = static_cast<double>(c.num_hidden_layers), h = static_cast<double>(c.hidden_size),
                H = static_cast<double>(c.num_attention_heads), Hk = static_cast<double>(c.num_key_value_heads),
